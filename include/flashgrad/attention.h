@@ -1,0 +1,162 @@
+/* flashgrad/attention.h - the low-level FlashAttention API.
+ *
+ * Computes, for every batch b and query head h,
+ *
+ *     S = scale * Q K^T            (Nq x Nk, never stored)
+ *     P = softmax(S) (row-wise, after masking)
+ *     O = dropout(P) V
+ *
+ * with the FlashAttention algorithm (Dao et al., arXiv 2205.14135): the
+ * forward streams K/V blocks past a query block keeping a running row max m
+ * and row sum l, and saves only O, m and l; the backward recomputes S and P
+ * block by block from Q, K, V, m, l and the dropout seed. Nothing of size
+ * Nq x Nk is ever allocated.
+ *
+ * Operands. Q is [B, Nq, H, d]; K and V are [B, Nk, Hk, d]; O, dO, dQ like
+ * Q; dK, dV like K. Each is an fg_attn_tensor: a data pointer, a dtype and
+ * three element strides (batch, sequence, head); the head dimension d is
+ * contiguous. BSHD and BHSD layouts (and packed QKV) need no copies:
+ *
+ *     fg_attn_tensor q = fg_attn_bshd(ptr, FG_FP32, Nq, H, d);
+ *     fg_attn_tensor k = fg_attn_bhsd(ptr, FG_FP32, Nk, Hk, d);
+ *
+ * GQA / MQA: H must be a multiple of Hk; query head h reads K/V head
+ * h / (H / Hk). dK and dV sum over the query heads of each group.
+ *
+ * Row statistics (fg_attn_stats): m[b,h,i] = max_j S_ij and
+ * l[b,h,i] = sum_j exp(S_ij - m[b,h,i]) over unmasked j, contiguous
+ * [B, H, Nq]. They are float32 for fp32/fp16/bf16 operands and float64 for
+ * fp64 operands (so the fp64 path stays a full-precision oracle). A row with
+ * every key masked has m = -INFINITY, l = 0, O = 0 and zero gradients.
+ * logsumexp = m + log(l).
+ *
+ * Causal masking is aligned to the bottom-right corner, as in
+ * FlashAttention >= 2.1: query i may attend key j iff j <= i + (Nk - Nq).
+ * With Nq > Nk the first Nq - Nk query rows therefore see no key at all.
+ *
+ * Dropout (probability p in [0, 1)) is applied to P after normalisation and
+ * kept values are scaled by 1/(1-p). The keep decision for element
+ * (b, h, i, j) is a pure function of (seed, offset, b, h, i, j), computed with
+ * Philox4x32-10 exactly as cuRAND's device API does (curand_kernel.h):
+ *
+ *     key     = { lo32(seed), hi32(seed) ^ hi32(offset) }
+ *     counter = { j / 4, i, b * H + h, lo32(offset) }
+ *     r       = word (j % 4) of Philox4x32_10(counter, key)
+ *     keep   <=> (r >> 8) < T,  T = floor((1 - p) * 2^24)
+ *
+ * (24 bits of resolution; the effective keep probability is T / 2^24). The
+ * CPU and CUDA implementations produce identical masks; the backward
+ * regenerates the mask from (seed, offset), nothing mask-shaped is stored.
+ * Use a fresh offset (or seed) for every call that needs a new mask.
+ *
+ * Supported: head_dim a multiple of 8 in [8, 256]; seqlen_q, seqlen_k and
+ * batch * heads_q in [1, 2^31); block_q, block_k <= 1024.
+ * Devices and dtypes: CPU fp32/fp64; CUDA when the build and machine have it.
+ *
+ * Errors: every function validates all arguments before it writes anything;
+ * on failure it returns a status, fg_last_error() explains it and every
+ * output is left untouched. Outputs may not overlap each other or any input
+ * (inputs may alias each other, e.g. Q == K). */
+#ifndef FLASHGRAD_ATTENTION_H
+#define FLASHGRAD_ATTENTION_H
+
+#include <stdint.h>
+#include "flashgrad/export.h"
+#include "flashgrad/status.h"
+#include "flashgrad/types.h"
+
+FG_BEGIN_DECLS
+
+/* Largest head dimension any device supports. */
+#define FG_ATTN_MAX_HEAD_DIM 256
+
+/* A strided [B, S, heads, d] operand. Strides are in elements, d is
+ * contiguous (stride 1). */
+typedef struct fg_attn_tensor {
+    void *data;
+    fg_dtype dtype;
+    int64_t stride_b; /* between batches */
+    int64_t stride_s; /* between sequence positions */
+    int64_t stride_h; /* between heads */
+} fg_attn_tensor;
+
+/* Row statistics m and l, each contiguous [B, H, Nq]. */
+typedef struct fg_attn_stats {
+    void *m;
+    void *l;
+    fg_dtype dtype; /* FG_FP64 for fp64 operands, FG_FP32 otherwise */
+} fg_attn_stats;
+
+/* Problem description shared by forward and backward. Fill it with
+ * fg_attn_params_init(), then change what you need. */
+typedef struct fg_attn_params {
+    int64_t batch;     /* B  >= 1 */
+    int64_t seqlen_q;  /* Nq >= 1 */
+    int64_t seqlen_k;  /* Nk >= 1 */
+    int64_t heads_q;   /* H  >= 1 */
+    int64_t heads_kv;  /* Hk >= 1, divides H */
+    int64_t head_dim;  /* d, multiple of 8 in [8, 256] */
+    fg_device device;  /* where all pointers live; default CPU */
+    double softmax_scale; /* 0 -> 1/sqrt(d); must be finite and > 0 */
+    int causal;        /* bottom-right aligned causal mask */
+    double dropout_p;  /* in [0, 1) */
+    uint64_t seed;     /* dropout RNG key */
+    uint64_t offset;   /* dropout RNG stream offset */
+    int block_q;       /* CPU tile rows Br, 0 -> default (64) */
+    int block_k;       /* CPU tile columns Bc, 0 -> default (64) */
+    int num_threads;   /* CPU threads, 0 -> OpenMP default; result is
+                          identical for every thread count */
+    void *cuda_stream; /* cudaStream_t for device = CUDA, NULL = default
+                          stream; CUDA calls are asynchronous on it */
+} fg_attn_params;
+
+/* Defaults: CPU, scale 1/sqrt(d), no causal mask, no dropout. */
+FG_API void fg_attn_params_init(fg_attn_params *p, int64_t batch,
+                                int64_t seqlen_q, int64_t seqlen_k,
+                                int64_t heads_q, int64_t heads_kv,
+                                int64_t head_dim);
+
+/* Contiguous [B, S, H, d] and [B, H, S, d] views of a buffer. */
+FG_API fg_attn_tensor fg_attn_bshd(void *data, fg_dtype dtype, int64_t seqlen,
+                                   int64_t heads, int64_t head_dim);
+FG_API fg_attn_tensor fg_attn_bhsd(void *data, fg_dtype dtype, int64_t seqlen,
+                                   int64_t heads, int64_t head_dim);
+
+/* Forward: writes O (like Q) and the statistics m, l. */
+FG_API fg_status fg_attention_forward(const fg_attn_params *p,
+                                      const fg_attn_tensor *q,
+                                      const fg_attn_tensor *k,
+                                      const fg_attn_tensor *v,
+                                      const fg_attn_tensor *o,
+                                      const fg_attn_stats *stats);
+
+/* Backward: from the forward's inputs, O, the statistics and dO, writes
+ * dQ, dK, dV (overwritten, not accumulated). Uses the same params (seed
+ * and offset included) as the forward. Extra memory: O(B * H * Nq) for
+ * D = rowsum(dO * O), plus per-thread tiles. */
+FG_API fg_status fg_attention_backward(const fg_attn_params *p,
+                                       const fg_attn_tensor *q,
+                                       const fg_attn_tensor *k,
+                                       const fg_attn_tensor *v,
+                                       const fg_attn_tensor *o,
+                                       const fg_attn_tensor *dout,
+                                       const fg_attn_stats *stats,
+                                       const fg_attn_tensor *dq,
+                                       const fg_attn_tensor *dk,
+                                       const fg_attn_tensor *dv);
+
+/* Debugging/testing: the dropout keep-mask the kernels use, as bytes
+ * (1 keep, 0 drop) in a contiguous host buffer [B, H, Nq, Nk]. Only
+ * batch, seqlen_q, seqlen_k, heads_q, dropout_p, seed, offset and device
+ * are read (the mask ignores causal masking). On CUDA the mask is computed
+ * by a GPU kernel with cuRAND, so comparing both devices checks the RNG
+ * mapping bit for bit. */
+FG_API fg_status fg_attention_dropout_mask(const fg_attn_params *p,
+                                           uint8_t *mask);
+
+/* Dropout keep threshold T = floor((1 - p) * 2^24) used above. */
+FG_API uint32_t fg_dropout_threshold(double p);
+
+FG_END_DECLS
+
+#endif /* FLASHGRAD_ATTENTION_H */

@@ -1,0 +1,39 @@
+/* flashgrad/types.h - element types and devices shared by every layer. */
+#ifndef FLASHGRAD_TYPES_H
+#define FLASHGRAD_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "flashgrad/export.h"
+
+FG_BEGIN_DECLS
+
+typedef enum fg_dtype {
+    FG_FP32 = 0,
+    FG_FP64 = 1,
+    FG_FP16 = 2, /* IEEE binary16 storage (GPU kernels) */
+    FG_BF16 = 3  /* bfloat16 storage (GPU kernels) */
+} fg_dtype;
+
+typedef enum fg_device {
+    FG_DEVICE_CPU = 0,
+    FG_DEVICE_CUDA = 1
+} fg_device;
+
+/* Size in bytes of one element (0 for an unknown dtype). */
+FG_API size_t fg_dtype_size(fg_dtype dt);
+/* "fp32", "fp64", "fp16", "bf16" or "?". */
+FG_API const char *fg_dtype_name(fg_dtype dt);
+/* "cpu", "cuda" or "?". */
+FG_API const char *fg_device_name(fg_device dev);
+
+/* Library version, "MAJOR.MINOR.PATCH". */
+FG_API const char *fg_version(void);
+
+/* 1 if this build has CUDA support and a GPU is usable now, else 0.
+ * Never fails; on a machine without a driver it simply returns 0. */
+FG_API int fg_cuda_available(void);
+
+FG_END_DECLS
+
+#endif /* FLASHGRAD_TYPES_H */

@@ -1,0 +1,46 @@
+/* kernels/cuda_runtime.cu - CUDA device queries and pointer checks used by
+ * the public API's validation. */
+#include <cuda_runtime.h>
+
+#include "attention_internal.h"
+#include "cuda_check.h"
+
+extern "C" int fg_cuda_available(void)
+{
+    int n = 0; /* stays 0 when there is no driver */
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n > 0;
+}
+
+extern "C" fg_status fg_cuda_check_pointer(const void *ptr, const char *what)
+{
+    cudaPointerAttributes a;
+    cudaError_t e = cudaPointerGetAttributes(&a, ptr);
+    if (e != cudaSuccess)
+        return fg_cuda_status(e, "cudaPointerGetAttributes", __FILE__,
+                              __LINE__);
+    if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s (%p) is not device memory but the device is cuda",
+                        what, ptr);
+    return FG_OK;
+}
+
+/* TODO(issue 4): the CUDA attention kernels replace these. */
+extern "C" fg_status fg_attn_cuda_forward(const fg_attn_problem *, const fg_attn_tensor *,
+                                          const fg_attn_tensor *, const fg_attn_tensor *,
+                                          const fg_attn_tensor *, const fg_attn_stats *)
+{
+    return fg_error(FG_ERR_UNSUPPORTED, "fg_attention_forward: CUDA kernels not built yet");
+}
+extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *, const fg_attn_tensor *,
+                                           const fg_attn_tensor *, const fg_attn_tensor *,
+                                           const fg_attn_tensor *, const fg_attn_tensor *,
+                                           const fg_attn_stats *, const fg_attn_tensor *,
+                                           const fg_attn_tensor *, const fg_attn_tensor *)
+{
+    return fg_error(FG_ERR_UNSUPPORTED, "fg_attention_backward: CUDA kernels not built yet");
+}

@@ -1,0 +1,37 @@
+/* lib/common.c - dtype/device names, version. */
+#include "flashgrad/types.h"
+
+#include "config.h"
+
+size_t fg_dtype_size(fg_dtype dt)
+{
+    switch (dt) {
+    case FG_FP32: return 4;
+    case FG_FP64: return 8;
+    case FG_FP16: return 2;
+    case FG_BF16: return 2;
+    }
+    return 0;
+}
+
+const char *fg_dtype_name(fg_dtype dt)
+{
+    switch (dt) {
+    case FG_FP32: return "fp32";
+    case FG_FP64: return "fp64";
+    case FG_FP16: return "fp16";
+    case FG_BF16: return "bf16";
+    }
+    return "?";
+}
+
+const char *fg_device_name(fg_device dev)
+{
+    switch (dev) {
+    case FG_DEVICE_CPU: return "cpu";
+    case FG_DEVICE_CUDA: return "cuda";
+    }
+    return "?";
+}
+
+const char *fg_version(void) { return PACKAGE_VERSION; }

@@ -1,0 +1,229 @@
+/* tests/attn_harness.h - run one attention case through the public API
+ * (any layout/dtype) and through the naive fp64 reference, and report the
+ * errors. Inputs are drawn fresh from the test seed; outputs are poisoned
+ * with NaN before every call so unwritten elements are caught. */
+#ifndef FG_TESTS_ATTN_HARNESS_H
+#define FG_TESTS_ATTN_HARNESS_H
+
+#include "naive_attention.h"
+#include "test_util.h"
+
+typedef struct fgt_case {
+    int64_t B, Nq, Nk, H, Hk, d;
+    int causal;
+    int bhsd;      /* 0: BSHD, 1: BHSD layout for every operand */
+    fg_dtype dtype;
+    double p;      /* dropout */
+    uint64_t seed, offset;
+    int block_q, block_k, threads;
+    double amp;    /* input amplitude (1 by default) */
+    double scale;  /* 0: default */
+} fgt_case;
+
+typedef struct fgt_result {
+    fg_status fwd, bwd;
+    double err_o, err_m, err_l, err_dq, err_dk, err_dv;
+    int finite; /* every output and gradient finite */
+    /* outputs converted back to BSHD fp64 (owned; fgt_result_free) */
+    double *o, *m, *l, *dq, *dk, *dv;
+    double *ro, *rm, *rl; /* reference */
+    size_t nq, nk, ns;    /* element counts of Q-like, K-like, stats */
+} fgt_result;
+
+static inline void fgt_result_free(fgt_result *r)
+{
+    free(r->o); free(r->m); free(r->l);
+    free(r->dq); free(r->dk); free(r->dv);
+    free(r->ro); free(r->rm); free(r->rl);
+}
+
+/* Copy a BSHD fp64 array into a buffer in the case's layout/dtype. */
+static inline void *fgt_pack(const fgt_case *c, const double *src, int64_t S,
+                             int64_t Hh, fg_attn_tensor *t)
+{
+    size_t n = (size_t)(c->B * S * Hh * c->d), es = fg_dtype_size(c->dtype);
+    void *buf = malloc(n * es);
+    *t = c->bhsd ? fg_attn_bhsd(buf, c->dtype, S, Hh, c->d)
+                 : fg_attn_bshd(buf, c->dtype, S, Hh, c->d);
+    for (int64_t b = 0; b < c->B; b++)
+        for (int64_t s = 0; s < S; s++)
+            for (int64_t h = 0; h < Hh; h++)
+                for (int64_t x = 0; x < c->d; x++) {
+                    int64_t off = b * t->stride_b + s * t->stride_s +
+                                  h * t->stride_h + x;
+                    double vv = src[((b * S + s) * Hh + h) * c->d + x];
+                    if (c->dtype == FG_FP64)
+                        ((double *)buf)[off] = vv;
+                    else
+                        ((float *)buf)[off] = (float)vv;
+                }
+    return buf;
+}
+
+/* An output buffer in the case's layout, NaN-poisoned. */
+static inline void *fgt_out(const fgt_case *c, int64_t S, int64_t Hh,
+                            fg_attn_tensor *t)
+{
+    size_t n = (size_t)(c->B * S * Hh * c->d);
+    void *buf = malloc(n * fg_dtype_size(c->dtype));
+    if (c->dtype == FG_FP64)
+        fgt_poison_d(buf, n);
+    else
+        fgt_poison_f(buf, n);
+    *t = c->bhsd ? fg_attn_bhsd(buf, c->dtype, S, Hh, c->d)
+                 : fg_attn_bshd(buf, c->dtype, S, Hh, c->d);
+    return buf;
+}
+
+static inline double *fgt_unpack(const fgt_case *c, const fg_attn_tensor *t,
+                                 int64_t S, int64_t Hh)
+{
+    double *dst = malloc(sizeof(double) * (size_t)(c->B * S * Hh * c->d));
+    for (int64_t b = 0; b < c->B; b++)
+        for (int64_t s = 0; s < S; s++)
+            for (int64_t h = 0; h < Hh; h++)
+                for (int64_t x = 0; x < c->d; x++) {
+                    int64_t off = b * t->stride_b + s * t->stride_s +
+                                  h * t->stride_h + x;
+                    dst[((b * S + s) * Hh + h) * c->d + x] =
+                        c->dtype == FG_FP64 ? ((double *)t->data)[off]
+                                            : (double)((float *)t->data)[off];
+                }
+    return dst;
+}
+
+static inline double *fgt_stats_to_d(const fgt_case *c, void *p, size_t n)
+{
+    double *dst = malloc(sizeof(double) * n);
+    for (size_t i = 0; i < n; i++)
+        dst[i] = c->dtype == FG_FP64 ? ((double *)p)[i]
+                                     : (double)((float *)p)[i];
+    return dst;
+}
+
+/* Relative error of stats m where -inf must match exactly. */
+static inline double fgt_stats_err(const double *a, const double *ref,
+                                   size_t n)
+{
+    double num = 0, den = 1e-300;
+    for (size_t i = 0; i < n; i++) {
+        if (isinf(ref[i]) || isinf(a[i])) {
+            if (a[i] != ref[i])
+                return INFINITY;
+            continue;
+        }
+        if (isnan(a[i]))
+            return INFINITY;
+        if (fabs(a[i] - ref[i]) > num)
+            num = fabs(a[i] - ref[i]);
+        if (fabs(ref[i]) > den)
+            den = fabs(ref[i]);
+    }
+    return num / den;
+}
+
+static inline void fgt_params(const fgt_case *c, fg_attn_params *p)
+{
+    fg_attn_params_init(p, c->B, c->Nq, c->Nk, c->H, c->Hk, c->d);
+    p->causal = c->causal;
+    p->dropout_p = c->p;
+    p->seed = c->seed;
+    p->offset = c->offset;
+    p->block_q = c->block_q;
+    p->block_k = c->block_k;
+    p->num_threads = c->threads;
+    p->softmax_scale = c->scale;
+}
+
+/* Run forward + backward on the CPU and the naive reference. `salt` picks
+ * the random inputs. with_bwd = 0 skips the backward. */
+static inline void fgt_run_case(const fgt_case *c, uint64_t salt, int with_bwd,
+                                fgt_result *r)
+{
+    memset(r, 0, sizeof *r);
+    const int64_t d = c->d;
+    r->nq = (size_t)(c->B * c->Nq * c->H * d);
+    r->nk = (size_t)(c->B * c->Nk * c->Hk * d);
+    r->ns = (size_t)(c->B * c->H * c->Nq);
+    const double amp = c->amp > 0 ? c->amp : 1.0;
+    fgt_rng rng = fgt_rng_for(salt);
+    double *q = malloc(sizeof(double) * r->nq), *g = malloc(sizeof(double) * r->nq);
+    double *k = malloc(sizeof(double) * r->nk), *v = malloc(sizeof(double) * r->nk);
+    fgt_fill(q, r->nq, &rng, amp);
+    fgt_fill(k, r->nk, &rng, amp);
+    fgt_fill(v, r->nk, &rng, 1.0);
+    fgt_fill(g, r->nq, &rng, 1.0);
+    /* fp32 runs compare against the reference on the rounded inputs. */
+    if (c->dtype == FG_FP32) {
+        for (size_t i = 0; i < r->nq; i++) { q[i] = (float)q[i]; g[i] = (float)g[i]; }
+        for (size_t i = 0; i < r->nk; i++) { k[i] = (float)k[i]; v[i] = (float)v[i]; }
+    }
+
+    fg_attn_params p;
+    fgt_params(c, &p);
+    fg_attn_tensor tq, tk, tv, to, tg, tdq, tdk, tdv;
+    void *bq = fgt_pack(c, q, c->Nq, c->H, &tq);
+    void *bk = fgt_pack(c, k, c->Nk, c->Hk, &tk);
+    void *bv = fgt_pack(c, v, c->Nk, c->Hk, &tv);
+    void *bg = fgt_pack(c, g, c->Nq, c->H, &tg);
+    void *bo = fgt_out(c, c->Nq, c->H, &to);
+    fg_dtype sd = c->dtype == FG_FP64 ? FG_FP64 : FG_FP32;
+    void *sm = malloc(r->ns * fg_dtype_size(sd)), *sl = malloc(r->ns * fg_dtype_size(sd));
+    if (sd == FG_FP64) { fgt_poison_d(sm, r->ns); fgt_poison_d(sl, r->ns); }
+    else { fgt_poison_f(sm, r->ns); fgt_poison_f(sl, r->ns); }
+    fg_attn_stats st = {sm, sl, sd};
+
+    r->fwd = fg_attention_forward(&p, &tq, &tk, &tv, &to, &st);
+    r->o = fgt_unpack(c, &to, c->Nq, c->H);
+    r->m = fgt_stats_to_d(c, sm, r->ns);
+    r->l = fgt_stats_to_d(c, sl, r->ns);
+
+    naive_shape ns = {c->B, c->Nq, c->Nk, c->H, c->Hk, c->d,
+                      c->scale > 0 ? c->scale : 1.0 / sqrt((double)c->d),
+                      c->causal, c->p, NULL};
+    uint8_t *mask = NULL;
+    if (c->p > 0) {
+        mask = malloc((size_t)(c->B * c->H * c->Nq * c->Nk));
+        fg_attn_params mp = p;
+        mp.device = FG_DEVICE_CPU;
+        if (fg_attention_dropout_mask(&mp, mask) != FG_OK)
+            r->fwd = FG_ERR_INTERNAL;
+        ns.keep = mask;
+    }
+    r->ro = malloc(sizeof(double) * r->nq);
+    r->rm = malloc(sizeof(double) * r->ns);
+    r->rl = malloc(sizeof(double) * r->ns);
+    naive_attention_forward(&ns, q, k, v, r->ro, r->rm, r->rl);
+    r->err_o = fgt_rel_err(r->o, r->ro, r->nq);
+    r->err_m = fgt_stats_err(r->m, r->rm, r->ns);
+    r->err_l = fgt_stats_err(r->l, r->rl, r->ns);
+    r->finite = fgt_all_finite(r->o, r->nq);
+
+    if (with_bwd && r->fwd == FG_OK) {
+        void *bdq = fgt_out(c, c->Nq, c->H, &tdq);
+        void *bdk = fgt_out(c, c->Nk, c->Hk, &tdk);
+        void *bdv = fgt_out(c, c->Nk, c->Hk, &tdv);
+        r->bwd = fg_attention_backward(&p, &tq, &tk, &tv, &to, &tg, &st, &tdq,
+                                       &tdk, &tdv);
+        r->dq = fgt_unpack(c, &tdq, c->Nq, c->H);
+        r->dk = fgt_unpack(c, &tdk, c->Nk, c->Hk);
+        r->dv = fgt_unpack(c, &tdv, c->Nk, c->Hk);
+        double *rdq = malloc(sizeof(double) * r->nq);
+        double *rdk = malloc(sizeof(double) * r->nk);
+        double *rdv = malloc(sizeof(double) * r->nk);
+        naive_attention_backward(&ns, q, k, v, g, rdq, rdk, rdv);
+        r->err_dq = fgt_rel_err(r->dq, rdq, r->nq);
+        r->err_dk = fgt_rel_err(r->dk, rdk, r->nk);
+        r->err_dv = fgt_rel_err(r->dv, rdv, r->nk);
+        r->finite = r->finite && fgt_all_finite(r->dq, r->nq) &&
+                    fgt_all_finite(r->dk, r->nk) && fgt_all_finite(r->dv, r->nk);
+        free(rdq); free(rdk); free(rdv);
+        free(bdq); free(bdk); free(bdv);
+    }
+    free(mask);
+    free(q); free(k); free(v); free(g);
+    free(bq); free(bk); free(bv); free(bg); free(bo);
+    free(sm); free(sl);
+}
+
+#endif /* FG_TESTS_ATTN_HARNESS_H */

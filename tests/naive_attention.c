@@ -1,0 +1,137 @@
+/* tests/naive_attention.c - see naive_attention.h. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "naive_attention.h"
+
+#define IDX(b, n, h, N, Hh, d) ((((b) * (N) + (n)) * (Hh) + (h)) * (d))
+
+static int visible(const naive_shape *s, int64_t i, int64_t j)
+{
+    return !s->causal || j <= i + (s->Nk - s->Nq);
+}
+
+/* P (softmax probabilities) of one (b, h): [Nq, Nk]; also m and l rows. */
+static void probs(const naive_shape *s, const double *q, const double *k,
+                  int64_t b, int64_t h, double *P, double *m, double *l)
+{
+    const int64_t hk = h / (s->H / s->Hk), d = s->d;
+    for (int64_t i = 0; i < s->Nq; i++) {
+        double mx = -INFINITY;
+        double *row = P + i * s->Nk;
+        for (int64_t j = 0; j < s->Nk; j++) {
+            if (!visible(s, i, j)) {
+                row[j] = -INFINITY;
+                continue;
+            }
+            const double *qi = q + IDX(b, i, h, s->Nq, s->H, d);
+            const double *kj = k + IDX(b, j, hk, s->Nk, s->Hk, d);
+            double acc = 0;
+            for (int64_t x = 0; x < d; x++)
+                acc += qi[x] * kj[x];
+            row[j] = acc * s->scale;
+            if (row[j] > mx)
+                mx = row[j];
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < s->Nk; j++) {
+            row[j] = mx == -INFINITY ? 0.0 : exp(row[j] - mx);
+            sum += row[j];
+        }
+        for (int64_t j = 0; j < s->Nk; j++)
+            row[j] = sum > 0 ? row[j] / sum : 0.0;
+        if (m)
+            m[i] = mx;
+        if (l)
+            l[i] = sum;
+    }
+}
+
+static double dropfac(const naive_shape *s, int64_t b, int64_t h, int64_t i,
+                      int64_t j)
+{
+    if (!s->keep)
+        return 1.0;
+    return s->keep[((b * s->H + h) * s->Nq + i) * s->Nk + j] ? 1.0 / (1.0 - s->p)
+                                                             : 0.0;
+}
+
+void naive_attention_forward(const naive_shape *s, const double *q,
+                             const double *k, const double *v, double *o,
+                             double *m, double *l)
+{
+    double *P = malloc(sizeof(double) * (size_t)(s->Nq * s->Nk));
+    const int64_t d = s->d;
+    for (int64_t b = 0; b < s->B; b++)
+        for (int64_t h = 0; h < s->H; h++) {
+            const int64_t hk = h / (s->H / s->Hk);
+            const int64_t row0 = (b * s->H + h) * s->Nq;
+            probs(s, q, k, b, h, P, m ? m + row0 : NULL, l ? l + row0 : NULL);
+            for (int64_t i = 0; i < s->Nq; i++) {
+                double *oi = o + IDX(b, i, h, s->Nq, s->H, d);
+                for (int64_t x = 0; x < d; x++)
+                    oi[x] = 0;
+                for (int64_t j = 0; j < s->Nk; j++) {
+                    const double pij = P[i * s->Nk + j] * dropfac(s, b, h, i, j);
+                    const double *vj = v + IDX(b, j, hk, s->Nk, s->Hk, d);
+                    for (int64_t x = 0; x < d; x++)
+                        oi[x] += pij * vj[x];
+                }
+            }
+        }
+    free(P);
+}
+
+void naive_attention_backward(const naive_shape *s, const double *q,
+                              const double *k, const double *v,
+                              const double *dout, double *dq, double *dk,
+                              double *dv)
+{
+    const int64_t d = s->d, Nq = s->Nq, Nk = s->Nk;
+    double *P = malloc(sizeof(double) * (size_t)(Nq * Nk));
+    double *dP = malloc(sizeof(double) * (size_t)(Nq * Nk));
+    memset(dq, 0, sizeof(double) * (size_t)(s->B * Nq * s->H * d));
+    memset(dk, 0, sizeof(double) * (size_t)(s->B * Nk * s->Hk * d));
+    memset(dv, 0, sizeof(double) * (size_t)(s->B * Nk * s->Hk * d));
+    for (int64_t b = 0; b < s->B; b++)
+        for (int64_t h = 0; h < s->H; h++) {
+            const int64_t hk = h / (s->H / s->Hk);
+            probs(s, q, k, b, h, P, NULL, NULL);
+            /* O = (P * Z) V: dV += (P*Z)^T dO, d(P) = (dO V^T) * Z. */
+            for (int64_t i = 0; i < Nq; i++) {
+                const double *gi = dout + IDX(b, i, h, Nq, s->H, d);
+                for (int64_t j = 0; j < Nk; j++) {
+                    const double z = dropfac(s, b, h, i, j);
+                    const double *vj = v + IDX(b, j, hk, Nk, s->Hk, d);
+                    double *dvj = dv + IDX(b, j, hk, Nk, s->Hk, d);
+                    double acc = 0;
+                    for (int64_t x = 0; x < d; x++) {
+                        dvj[x] += P[i * Nk + j] * z * gi[x];
+                        acc += gi[x] * vj[x];
+                    }
+                    dP[i * Nk + j] = acc * z;
+                }
+            }
+            /* softmax backward: dS = P * (dP - sum_j P dP). */
+            for (int64_t i = 0; i < Nq; i++) {
+                double dot = 0;
+                for (int64_t j = 0; j < Nk; j++)
+                    dot += P[i * Nk + j] * dP[i * Nk + j];
+                const double *qi = q + IDX(b, i, h, Nq, s->H, d);
+                double *dqi = dq + IDX(b, i, h, Nq, s->H, d);
+                for (int64_t j = 0; j < Nk; j++) {
+                    const double ds =
+                        P[i * Nk + j] * (dP[i * Nk + j] - dot) * s->scale;
+                    const double *kj = k + IDX(b, j, hk, Nk, s->Hk, d);
+                    double *dkj = dk + IDX(b, j, hk, Nk, s->Hk, d);
+                    for (int64_t x = 0; x < d; x++) {
+                        dqi[x] += ds * kj[x];
+                        dkj[x] += ds * qi[x];
+                    }
+                }
+            }
+        }
+    free(P);
+    free(dP);
+}

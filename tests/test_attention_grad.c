@@ -1,0 +1,123 @@
+/* tests/test_attention_grad.c - finite-difference gradcheck of the fp64
+ * backward: for loss = sum(O * G) with a random G, dL/dX from the backward
+ * (dO = G) must match central differences (eps 1e-6) of the forward for every
+ * element of Q, K and V: |analytic - numeric| <= 1e-5 + 1e-3 |numeric|. */
+#include <check.h>
+
+#include "test_util.h"
+
+typedef struct gc_case {
+    int64_t B, Nq, Nk, H, Hk, d;
+    int causal;
+    double p;
+} gc_case;
+
+static const gc_case cases[] = {
+    {1, 5, 7, 2, 1, 8, 0, 0.0},
+    {1, 5, 7, 2, 1, 8, 1, 0.0},
+    {2, 6, 4, 2, 2, 8, 1, 0.0},  /* Nq > Nk: masked rows */
+    {1, 9, 9, 1, 1, 16, 1, 0.0},
+    {1, 5, 7, 2, 1, 8, 0, 0.25}, /* dropout, same seed both ways */
+    {2, 7, 7, 2, 2, 8, 1, 0.4},
+    {1, 3, 11, 3, 1, 8, 1, 0.1},
+};
+
+static double loss(const fg_attn_params *p, double *q, double *k, double *v,
+                   const double *g, double *o, double *m, double *l)
+{
+    fg_attn_tensor tq = fg_attn_bshd(q, FG_FP64, p->seqlen_q, p->heads_q, p->head_dim);
+    fg_attn_tensor tk = fg_attn_bshd(k, FG_FP64, p->seqlen_k, p->heads_kv, p->head_dim);
+    fg_attn_tensor tv = fg_attn_bshd(v, FG_FP64, p->seqlen_k, p->heads_kv, p->head_dim);
+    fg_attn_tensor to = fg_attn_bshd(o, FG_FP64, p->seqlen_q, p->heads_q, p->head_dim);
+    fg_attn_stats st = {m, l, FG_FP64};
+    ck_assert_msg(fg_attention_forward(p, &tq, &tk, &tv, &to, &st) == FG_OK,
+                  "%s", fg_last_error());
+    size_t n = (size_t)(p->batch * p->seqlen_q * p->heads_q * p->head_dim);
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += o[i] * g[i];
+    return s;
+}
+
+START_TEST(test_gradcheck)
+{
+    const gc_case *c = &cases[_i];
+    fg_attn_params p;
+    fg_attn_params_init(&p, c->B, c->Nq, c->Nk, c->H, c->Hk, c->d);
+    p.causal = c->causal;
+    p.dropout_p = c->p;
+    p.seed = 0xC0FFEEull + (uint64_t)_i;
+    p.offset = 3;
+    p.block_q = 2; /* several blocks even on tiny shapes */
+    p.block_k = 3;
+    const size_t nq = (size_t)(c->B * c->Nq * c->H * c->d);
+    const size_t nk = (size_t)(c->B * c->Nk * c->Hk * c->d);
+    const size_t ns = (size_t)(c->B * c->H * c->Nq);
+    fgt_rng rng = fgt_rng_for(40 + (uint64_t)_i);
+    double *q = malloc(nq * 8), *k = malloc(nk * 8), *v = malloc(nk * 8);
+    double *g = malloc(nq * 8), *o = malloc(nq * 8), *m = malloc(ns * 8);
+    double *l = malloc(ns * 8), *dq = malloc(nq * 8), *dk = malloc(nk * 8);
+    double *dv = malloc(nk * 8);
+    fgt_fill(q, nq, &rng, 1.5);
+    fgt_fill(k, nk, &rng, 1.5);
+    fgt_fill(v, nk, &rng, 1.0);
+    fgt_fill(g, nq, &rng, 1.0);
+    loss(&p, q, k, v, g, o, m, l);
+    fgt_poison_d(dq, nq);
+    fgt_poison_d(dk, nk);
+    fgt_poison_d(dv, nk);
+    fg_attn_tensor tq = fg_attn_bshd(q, FG_FP64, c->Nq, c->H, c->d);
+    fg_attn_tensor tk = fg_attn_bshd(k, FG_FP64, c->Nk, c->Hk, c->d);
+    fg_attn_tensor tv = fg_attn_bshd(v, FG_FP64, c->Nk, c->Hk, c->d);
+    fg_attn_tensor to = fg_attn_bshd(o, FG_FP64, c->Nq, c->H, c->d);
+    fg_attn_tensor tg = fg_attn_bshd(g, FG_FP64, c->Nq, c->H, c->d);
+    fg_attn_tensor tdq = fg_attn_bshd(dq, FG_FP64, c->Nq, c->H, c->d);
+    fg_attn_tensor tdk = fg_attn_bshd(dk, FG_FP64, c->Nk, c->Hk, c->d);
+    fg_attn_tensor tdv = fg_attn_bshd(dv, FG_FP64, c->Nk, c->Hk, c->d);
+    fg_attn_stats st = {m, l, FG_FP64};
+    ck_assert_msg(fg_attention_backward(&p, &tq, &tk, &tv, &to, &tg, &st, &tdq,
+                                        &tdk, &tdv) == FG_OK,
+                  "%s", fg_last_error());
+
+    double *o2 = malloc(nq * 8), *m2 = malloc(ns * 8), *l2 = malloc(ns * 8);
+    double *xs[3] = {q, k, v}, *gs[3] = {dq, dk, dv};
+    size_t ns3[3] = {nq, nk, nk};
+    const char *names[3] = {"dQ", "dK", "dV"};
+    const double eps = 1e-6;
+    int nonzero = 0;
+    for (int t = 0; t < 3; t++) {
+        for (size_t i = 0; i < ns3[t]; i++) {
+            double x0 = xs[t][i];
+            xs[t][i] = x0 + eps;
+            double lp = loss(&p, q, k, v, g, o2, m2, l2);
+            xs[t][i] = x0 - eps;
+            double lm = loss(&p, q, k, v, g, o2, m2, l2);
+            xs[t][i] = x0;
+            double num = (lp - lm) / (2 * eps), ana = gs[t][i];
+            nonzero += fabs(num) > 1e-3;
+            ck_assert_msg(fabs(ana - num) <= 1e-5 + 1e-3 * fabs(num),
+                          "case %d %s[%zu]: analytic %.10g numeric %.10g", _i,
+                          names[t], i, ana, num);
+        }
+    }
+    ck_assert_msg(nonzero > (int)(nq / 2), "gradients suspiciously zero");
+    free(q); free(k); free(v); free(g); free(o); free(m); free(l);
+    free(dq); free(dk); free(dv); free(o2); free(m2); free(l2);
+}
+END_TEST
+
+int main(void)
+{
+    fgt_base_seed();
+    Suite *s = suite_create("attention_gradcheck");
+    TCase *tc = tcase_create("fd");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_gradcheck, 0,
+                        (int)(sizeof cases / sizeof cases[0]));
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

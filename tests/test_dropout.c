@@ -1,0 +1,159 @@
+/* tests/test_dropout.c - attention dropout: keep rate, determinism, offsets,
+ * p = 0, and forward/backward against the naive reference with the same
+ * mask. The mask itself is checked bit for bit against cuRAND in the GPU
+ * suite; here its host side (Philox KATs live in test_philox). */
+#include <check.h>
+
+#include "attn_harness.h"
+
+/* Kept fraction over >= 10^6 elements within 5 sigma of T / 2^24 ~ 1 - p. */
+START_TEST(test_keep_rate)
+{
+    const double ps[] = {0.1, 0.5, 0.9, 0.3};
+    const double p = ps[_i];
+    fg_attn_params prm;
+    fg_attn_params_init(&prm, 2, 500, 1003, 2, 1, 8);
+    prm.dropout_p = p;
+    prm.seed = fgt_next(&(fgt_rng){fgt_base_seed() + (uint64_t)_i});
+    prm.offset = (uint64_t)_i * 7;
+    const size_t n = 2 * 2 * 500 * 1003;
+    uint8_t *mask = malloc(n);
+    ck_assert(fg_attention_dropout_mask(&prm, mask) == FG_OK);
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        ck_assert(mask[i] <= 1);
+        kept += mask[i];
+    }
+    const double q = 1.0 - p;
+    const double sigma = sqrt(n * q * (1 - q));
+    ck_assert_msg(fabs((double)kept - n * q) <= 5 * sigma,
+                  "p=%g: kept %zu of %zu, expected %.0f +- %.0f", p, kept, n,
+                  n * q, 5 * sigma);
+    /* Effective keep probability is T / 2^24, within 2^-24 of 1 - p. */
+    ck_assert(fabs(fg_dropout_threshold(p) / 16777216.0 - q) <= 1.0 / 16777216.0);
+    free(mask);
+}
+END_TEST
+
+static void mask_of(uint64_t seed, uint64_t offset, uint8_t *mask)
+{
+    fg_attn_params prm;
+    fg_attn_params_init(&prm, 2, 33, 70, 3, 1, 8);
+    prm.dropout_p = 0.5;
+    prm.seed = seed;
+    prm.offset = offset;
+    ck_assert(fg_attention_dropout_mask(&prm, mask) == FG_OK);
+}
+
+START_TEST(test_seed_offset)
+{
+    const size_t n = 2 * 3 * 33 * 70;
+    uint8_t *a = malloc(n), *b = malloc(n);
+    mask_of(11, 0, a);
+    mask_of(11, 0, b);
+    ck_assert(memcmp(a, b, n) == 0);
+    mask_of(11, 1, b);
+    ck_assert_msg(memcmp(a, b, n) != 0, "offset 1 gave the same mask");
+    mask_of(11, 1ull << 32, b);
+    ck_assert_msg(memcmp(a, b, n) != 0, "offset 2^32 gave the same mask");
+    mask_of(12, 0, b);
+    ck_assert_msg(memcmp(a, b, n) != 0, "seed 12 gave the same mask");
+    mask_of(11ull | (1ull << 40), 0, b);
+    ck_assert_msg(memcmp(a, b, n) != 0, "high seed bits ignored");
+    /* A different offset is not just a shifted copy of the same stream. */
+    size_t same = 0;
+    mask_of(11, 1, b);
+    for (size_t i = 0; i < n; i++)
+        same += a[i] == b[i];
+    ck_assert_msg(same > n / 2 - 300 && same < n / 2 + 300,
+                  "masks for offsets 0 and 1 agree on %zu of %zu", same, n);
+    /* The mask of an element does not depend on Nk (pure function of i, j). */
+    fg_attn_params prm;
+    fg_attn_params_init(&prm, 2, 33, 9, 3, 1, 8);
+    prm.dropout_p = 0.5;
+    prm.seed = 11;
+    ck_assert(fg_attention_dropout_mask(&prm, b) == FG_OK);
+    for (size_t r = 0; r < 2 * 3 * 33; r++)
+        ck_assert(memcmp(a + r * 70, b + r * 9, 9) == 0);
+    free(a);
+    free(b);
+}
+END_TEST
+
+/* Forward and backward with dropout equal the naive computation with the
+ * same mask, across layouts, dtypes, causal, GQA and block sizes. */
+START_TEST(test_against_naive)
+{
+    static const fgt_case cs[] = {
+        {1, 33, 47, 2, 1, 16, 0, 0, FG_FP64, 0.2, 5, 0, 7, 9},
+        {2, 65, 65, 2, 2, 32, 1, 1, FG_FP64, 0.5, 6, 1, 16, 16},
+        {1, 80, 30, 4, 2, 8, 1, 0, FG_FP64, 0.1, 7, 2, 0, 0},
+        {1, 33, 47, 2, 1, 16, 1, 1, FG_FP32, 0.3, 8, 3, 5, 11},
+        {2, 129, 100, 2, 1, 64, 0, 0, FG_FP32, 0.7, 9, 4, 64, 64},
+    };
+    fgt_case c = cs[_i];
+    fgt_result r;
+    fgt_run_case(&c, 60 + (uint64_t)_i, 1, &r);
+    const double tol = c.dtype == FG_FP64 ? 1e-12 : 1e-5;
+    ck_assert(r.fwd == FG_OK && r.bwd == FG_OK);
+    ck_assert(r.finite);
+    ck_assert_msg(r.err_o <= tol, "O err %g", r.err_o);
+    ck_assert_msg(r.err_m <= tol && r.err_l <= tol, "stats err %g %g", r.err_m,
+                  r.err_l);
+    ck_assert_msg(r.err_dq <= tol, "dQ err %g", r.err_dq);
+    ck_assert_msg(r.err_dk <= tol, "dK err %g", r.err_dk);
+    ck_assert_msg(r.err_dv <= tol, "dV err %g", r.err_dv);
+    fgt_result_free(&r);
+}
+END_TEST
+
+/* Same seed: bitwise identical outputs. p = 0: identical to no dropout
+ * whatever the seed. A different offset: a different output. */
+START_TEST(test_determinism_and_p0)
+{
+    fgt_case c = {2, 40, 50, 2, 2, 16, 1, 0, FG_FP32, 0.3, 77, 5};
+    fgt_result a, b;
+    fgt_run_case(&c, 81, 1, &a);
+    fgt_run_case(&c, 81, 1, &b);
+    ck_assert(memcmp(a.o, b.o, a.nq * 8) == 0);
+    ck_assert(memcmp(a.dq, b.dq, a.nq * 8) == 0);
+    ck_assert(memcmp(a.dk, b.dk, a.nk * 8) == 0);
+    fgt_result_free(&b);
+    c.offset = 6;
+    fgt_run_case(&c, 81, 0, &b);
+    ck_assert(memcmp(a.o, b.o, a.nq * 8) != 0);
+    fgt_result_free(&a);
+    fgt_result_free(&b);
+
+    c.p = 0.0;
+    c.seed = 0;
+    c.offset = 0;
+    fgt_run_case(&c, 82, 1, &a);
+    c.seed = 123456;
+    c.offset = 99;
+    fgt_run_case(&c, 82, 1, &b);
+    ck_assert(memcmp(a.o, b.o, a.nq * 8) == 0);
+    ck_assert(memcmp(a.dv, b.dv, a.nk * 8) == 0);
+    ck_assert(a.err_o <= 1e-5);
+    fgt_result_free(&a);
+    fgt_result_free(&b);
+}
+END_TEST
+
+int main(void)
+{
+    fgt_base_seed();
+    Suite *s = suite_create("dropout");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_keep_rate, 0, 4);
+    tcase_add_test(tc, test_seed_offset);
+    tcase_add_loop_test(tc, test_against_naive, 0, 5);
+    tcase_add_test(tc, test_determinism_and_p0);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,122 @@
+/* tests/test_util.h - shared helpers for the Check suites: seeded random
+ * inputs (a fresh seed each run, printed, overridable with FG_TEST_SEED),
+ * NaN poisoning, error metrics, and GPU detection that keeps CUDA out of the
+ * parent process (Check forks each test). */
+#ifndef FG_TESTS_TEST_UTIL_H
+#define FG_TESTS_TEST_UTIL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <flashgrad/flashgrad.h>
+
+/* splitmix64: tiny, good enough for test data. */
+typedef struct { uint64_t s; } fgt_rng;
+
+static inline uint64_t fgt_next(fgt_rng *r)
+{
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1). */
+static inline double fgt_uniform(fgt_rng *r)
+{
+    return (double)(fgt_next(r) >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+static inline int64_t fgt_int(fgt_rng *r, int64_t lo, int64_t hi)
+{
+    return lo + (int64_t)(fgt_next(r) % (uint64_t)(hi - lo + 1));
+}
+
+/* The run's base seed: FG_TEST_SEED or time ^ pid, printed once. */
+static inline uint64_t fgt_base_seed(void)
+{
+    static uint64_t seed;
+    static int have;
+    if (!have) {
+        const char *e = getenv("FG_TEST_SEED");
+        seed = e ? strtoull(e, NULL, 0)
+                 : ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
+        have = 1;
+        fprintf(stderr, "test seed: FG_TEST_SEED=%llu\n",
+                (unsigned long long)seed);
+    }
+    return seed;
+}
+
+static inline fgt_rng fgt_rng_for(uint64_t salt)
+{
+    fgt_rng r = {fgt_base_seed() ^ (salt * 0xD1342543DE82EF95ull)};
+    fgt_next(&r);
+    return r;
+}
+
+static inline void fgt_fill(double *x, size_t n, fgt_rng *r, double amp)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = amp * fgt_uniform(r);
+}
+
+static inline void fgt_poison_d(double *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = NAN;
+}
+
+static inline void fgt_poison_f(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = NAN;
+}
+
+/* max |a - ref| / max(max |ref|, floor); NaN anywhere gives +inf. */
+static inline double fgt_rel_err(const double *a, const double *ref, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(ref[i]))
+            return INFINITY;
+        double e = fabs(a[i] - ref[i]);
+        if (e > num)
+            num = e;
+        if (fabs(ref[i]) > den)
+            den = fabs(ref[i]);
+    }
+    return num / (den > 1e-300 ? den : 1e-300);
+}
+
+static inline int fgt_all_finite(const double *a, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(a[i]))
+            return 0;
+    return 1;
+}
+
+/* 1 if a CUDA GPU is usable. Probed in a child process so the parent never
+ * initialises CUDA before Check forks. */
+static inline int fgt_gpu_present(void)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return 0;
+    if (pid == 0)
+        _exit(fg_cuda_available() ? 0 : 1);
+    int st = 0;
+    if (waitpid(pid, &st, 0) < 0)
+        return 0;
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+#endif /* FG_TESTS_TEST_UTIL_H */
