@@ -28,19 +28,3 @@ extern "C" fg_status fg_cuda_check_pointer(const void *ptr, const char *what)
                         what, ptr);
     return FG_OK;
 }
-
-/* TODO(issue 4): the CUDA attention kernels replace these. */
-extern "C" fg_status fg_attn_cuda_forward(const fg_attn_problem *, const fg_attn_tensor *,
-                                          const fg_attn_tensor *, const fg_attn_tensor *,
-                                          const fg_attn_tensor *, const fg_attn_stats *)
-{
-    return fg_error(FG_ERR_UNSUPPORTED, "fg_attention_forward: CUDA kernels not built yet");
-}
-extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *, const fg_attn_tensor *,
-                                           const fg_attn_tensor *, const fg_attn_tensor *,
-                                           const fg_attn_tensor *, const fg_attn_tensor *,
-                                           const fg_attn_stats *, const fg_attn_tensor *,
-                                           const fg_attn_tensor *, const fg_attn_tensor *)
-{
-    return fg_error(FG_ERR_UNSUPPORTED, "fg_attention_backward: CUDA kernels not built yet");
-}

@@ -27,6 +27,7 @@ typedef struct fg_attn_problem {
     int block_q, block_k, num_threads;
     fg_dtype dtype;          /* operand dtype */
     fg_dtype stats_dtype;    /* FG_FP64 for fp64 operands, else FG_FP32 */
+    void *stream;            /* cudaStream_t (CUDA only) */
 } fg_attn_problem;
 
 /* CPU backend (attention_cpu.c). */

@@ -59,7 +59,8 @@ run() { # name, command...
     case $rc in 0) status=PASS ;; 77) status=SKIP ;; *) status="FAIL($rc)"; fail=1 ;; esac
     [ $rc -ne 0 ] && [ $rc -ne 77 ] && tail -n 30 "$name.out"
     local summary
-    summary=$(grep -E '^[0-9]+%: Checks|ERROR SUMMARY' "$name.out" | tail -n 1)
+    summary=$(grep -E '^[0-9]+%: Checks|ERROR SUMMARY' "$name.out" |
+        sed 's/^========= //' | tr '\n' ' ')
     rows+=("$(printf '%-34s %-9s %7.1fs  %s' "$name" "$status" \
         "$(awk "BEGIN{print $t1 - $t0}")" "$summary")")
 }

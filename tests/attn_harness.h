@@ -101,27 +101,6 @@ static inline double *fgt_stats_to_d(const fgt_case *c, void *p, size_t n)
     return dst;
 }
 
-/* Relative error of stats m where -inf must match exactly. */
-static inline double fgt_stats_err(const double *a, const double *ref,
-                                   size_t n)
-{
-    double num = 0, den = 1e-300;
-    for (size_t i = 0; i < n; i++) {
-        if (isinf(ref[i]) || isinf(a[i])) {
-            if (a[i] != ref[i])
-                return INFINITY;
-            continue;
-        }
-        if (isnan(a[i]))
-            return INFINITY;
-        if (fabs(a[i] - ref[i]) > num)
-            num = fabs(a[i] - ref[i]);
-        if (fabs(ref[i]) > den)
-            den = fabs(ref[i]);
-    }
-    return num / den;
-}
-
 static inline void fgt_params(const fgt_case *c, fg_attn_params *p)
 {
     fg_attn_params_init(p, c->B, c->Nq, c->Nk, c->H, c->Hk, c->d);

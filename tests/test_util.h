@@ -80,8 +80,11 @@ static inline void fgt_poison_f(float *x, size_t n)
         x[i] = NAN;
 }
 
-/* max |a - ref| / max(max |ref|, floor); NaN anywhere gives +inf. */
-static inline double fgt_rel_err(const double *a, const double *ref, size_t n)
+/* max |a - ref| / max(max |ref|, floor); NaN anywhere gives +inf. The
+ * floor keeps an (exactly) zero reference, e.g. dQ when Nk = 1, from turning
+ * rounding noise into an enormous relative error. */
+static inline double fgt_rel_err_floor(const double *a, const double *ref,
+                                       size_t n, double floor_)
 {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
@@ -93,7 +96,57 @@ static inline double fgt_rel_err(const double *a, const double *ref, size_t n)
         if (fabs(ref[i]) > den)
             den = fabs(ref[i]);
     }
-    return num / (den > 1e-300 ? den : 1e-300);
+    return num / (den > floor_ ? den : floor_);
+}
+
+static inline double fgt_rel_err(const double *a, const double *ref, size_t n)
+{
+    return fgt_rel_err_floor(a, ref, n, 1e-300);
+}
+
+/* ||a - ref||_2 / max(||ref||_2, floor * sqrt(n)); NaN gives +inf. */
+static inline double fgt_rms_err(const double *a, const double *ref, size_t n,
+                                 double floor_)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(ref[i]))
+            return INFINITY;
+        num += (a[i] - ref[i]) * (a[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    den = sqrt(den);
+    const double f = floor_ * sqrt((double)n);
+    return sqrt(num) / (den > f ? den : f);
+}
+
+static inline double fgt_max_abs(const double *a, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = fabs(a[i]) > m ? fabs(a[i]) : m;
+    return m;
+}
+
+/* Relative error of stats m where -inf must match exactly. */
+static inline double fgt_stats_err(const double *a, const double *ref,
+                                   size_t n)
+{
+    double num = 0, den = 1e-300;
+    for (size_t i = 0; i < n; i++) {
+        if (isinf(ref[i]) || isinf(a[i])) {
+            if (a[i] != ref[i])
+                return INFINITY;
+            continue;
+        }
+        if (isnan(a[i]))
+            return INFINITY;
+        if (fabs(a[i] - ref[i]) > num)
+            num = fabs(a[i] - ref[i]);
+        if (fabs(ref[i]) > den)
+            den = fabs(ref[i]);
+    }
+    return num / den;
 }
 
 static inline int fgt_all_finite(const double *a, size_t n)

@@ -1,0 +1,204 @@
+/* bench/bench_attention.c - time flashgrad's CUDA attention forward and
+ * backward. TFLOP/s use the FlashAttention convention: forward 4*B*H*N^2*d
+ * (halved when causal), backward 2.5x forward. CUDA-event timing after
+ * warm-up, median of the repetitions, inputs rotated over several buffer
+ * sets so the L2 does not hold them.
+ *
+ *   bench_attention [--csv FILE] [--reps R] [--quick]
+ *   default grid: bf16/fp16, 16k tokens (B = 16384/N), hidden 2048
+ *   (H = 2048/d), d in {64, 128, 256}, N in {512 .. 16384}, causal off/on. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include <flashgrad/flashgrad.h>
+
+#define CK(call)                                                            \
+    do {                                                                    \
+        cudaError_t e_ = (call);                                            \
+        if (e_ != cudaSuccess) {                                            \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,   \
+                    cudaGetErrorString(e_));                                \
+            exit(1);                                                        \
+        }                                                                   \
+    } while (0)
+#define FG(call)                                                            \
+    do {                                                                    \
+        if ((call) != FG_OK) {                                              \
+            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__,              \
+                    fg_last_error());                                       \
+            exit(1);                                                        \
+        }                                                                   \
+    } while (0)
+
+#define NSETS 3
+
+static int cmp(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Fill with uniform values in [-1, 1) through a tiny device-free LCG on the
+ * host, converted to the storage dtype bits (fp16/bf16 via float). */
+static void fill_random(void *dev, size_t n, fg_dtype dt, unsigned long long *s)
+{
+    size_t es = fg_dtype_size(dt);
+    unsigned char *h = malloc(n * es);
+    for (size_t i = 0; i < n; i++) {
+        *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+        float f = (float)((double)(*s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        if (dt == FG_BF16) {
+            uint16_t b = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+            memcpy(h + 2 * i, &b, 2);
+        } else if (dt == FG_FP16) {
+            /* |f| < 1: normal or subnormal half; truncation is fine here. */
+            uint32_t sign = (u >> 16) & 0x8000u, ax = u & 0x7fffffffu;
+            uint16_t b = (uint16_t)sign;
+            if (ax >= 0x38800000u)
+                b = (uint16_t)(sign | ((ax - ((127u - 15u) << 23)) >> 13));
+            memcpy(h + 2 * i, &b, 2);
+        } else if (dt == FG_FP32) {
+            memcpy(h + 4 * i, &f, 4);
+        } else {
+            double d = f;
+            memcpy(h + 8 * i, &d, 8);
+        }
+    }
+    CK(cudaMemcpy(dev, h, n * es, cudaMemcpyHostToDevice));
+    free(h);
+}
+
+typedef struct result {
+    double fwd_ms, bwd_ms, fwd_tf, bwd_tf, peak_mib;
+} result;
+
+static result run(fg_dtype dt, int B, int N, int H, int d, int causal, int reps)
+{
+    const size_t n = (size_t)B * N * H * d, es = fg_dtype_size(dt);
+    const size_t ns = (size_t)B * H * N;
+    void *buf[NSETS][8];
+    void *m[NSETS], *l[NSETS];
+    unsigned long long seed = 12345;
+    for (int s = 0; s < NSETS; s++) {
+        for (int i = 0; i < 8; i++) {
+            CK(cudaMalloc(&buf[s][i], n * es));
+            if (i < 5 && i != 3)
+                fill_random(buf[s][i], n, dt, &seed);
+        }
+        CK(cudaMalloc(&m[s], ns * 4));
+        CK(cudaMalloc(&l[s], ns * 4));
+    }
+    fg_attn_params p;
+    fg_attn_params_init(&p, B, N, N, H, H, d);
+    p.device = FG_DEVICE_CUDA;
+    p.causal = causal;
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float *tf = malloc(sizeof(float) * reps), *tb = malloc(sizeof(float) * reps);
+    for (int it = -2; it < reps; it++) { /* two warm-up rounds */
+        int s = (it + 2) % NSETS;
+        fg_attn_tensor t[8];
+        for (int i = 0; i < 8; i++)
+            t[i] = fg_attn_bshd(buf[s][i], dt, N, H, d);
+        fg_attn_stats st = {m[s], l[s], FG_FP32};
+        CK(cudaEventRecord(e0, 0));
+        FG(fg_attention_forward(&p, &t[0], &t[1], &t[2], &t[3], &st));
+        CK(cudaEventRecord(e1, 0));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (it >= 0)
+            tf[it] = ms;
+        CK(cudaEventRecord(e0, 0));
+        FG(fg_attention_backward(&p, &t[0], &t[1], &t[2], &t[3], &t[4], &st,
+                                 &t[5], &t[6], &t[7]));
+        CK(cudaEventRecord(e1, 0));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (it >= 0)
+            tb[it] = ms;
+    }
+    qsort(tf, reps, sizeof(float), cmp);
+    qsort(tb, reps, sizeof(float), cmp);
+    result r;
+    r.fwd_ms = tf[reps / 2];
+    r.bwd_ms = tb[reps / 2];
+    double flops = 4.0 * B * H * (double)N * N * d * (causal ? 0.5 : 1.0);
+    r.fwd_tf = flops / (r.fwd_ms * 1e-3) / 1e12;
+    r.bwd_tf = 2.5 * flops / (r.bwd_ms * 1e-3) / 1e12;
+    size_t fr, tot;
+    CK(cudaMemGetInfo(&fr, &tot));
+    r.peak_mib = (double)(tot - fr) / 1048576.0;
+    for (int s = 0; s < NSETS; s++) {
+        for (int i = 0; i < 8; i++)
+            CK(cudaFree(buf[s][i]));
+        CK(cudaFree(m[s]));
+        CK(cudaFree(l[s]));
+    }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    free(tf);
+    free(tb);
+    return r;
+}
+
+int main(int argc, char **argv)
+{
+    const char *csv_path = NULL;
+    int reps = 10, quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--csv") && i + 1 < argc)
+            csv_path = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--quick"))
+            quick = 1;
+        else {
+            fprintf(stderr, "usage: %s [--csv FILE] [--reps R] [--quick]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (!fg_cuda_available()) {
+        fprintf(stderr, "bench_attention: no CUDA GPU\n");
+        return 77;
+    }
+    struct cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("flashgrad %s on %s\n", fg_version(), prop.name);
+    FILE *csv = csv_path ? fopen(csv_path, "w") : NULL;
+    if (csv)
+        fprintf(csv, "dtype,d,N,B,H,causal,fwd_ms,bwd_ms,fwd_tflops,bwd_tflops\n");
+    printf("%-5s %4s %6s %4s %4s %6s %9s %9s %8s %8s\n", "dtype", "d", "N", "B",
+           "H", "causal", "fwd ms", "bwd ms", "fwd TF", "bwd TF");
+    const int ds[] = {64, 128, 256};
+    const int Ns[] = {512, 1024, 2048, 4096, 8192, 16384};
+    const fg_dtype dts[] = {FG_BF16, FG_FP16};
+    for (int di = 0; di < (quick ? 1 : 2); di++)
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 6; b++)
+                for (int causal = 0; causal < 2; causal++) {
+                    const int d = ds[a], N = Ns[b];
+                    if (quick && N != 2048 && N != 8192)
+                        continue;
+                    const int B = 16384 / N, H = 2048 / d;
+                    result r = run(dts[di], B, N, H, d, causal, reps);
+                    printf("%-5s %4d %6d %4d %4d %6d %9.3f %9.3f %8.1f %8.1f\n",
+                           fg_dtype_name(dts[di]), d, N, B, H, causal, r.fwd_ms,
+                           r.bwd_ms, r.fwd_tf, r.bwd_tf);
+                    fflush(stdout);
+                    if (csv)
+                        fprintf(csv, "%s,%d,%d,%d,%d,%d,%.4f,%.4f,%.2f,%.2f\n",
+                                fg_dtype_name(dts[di]), d, N, B, H, causal,
+                                r.fwd_ms, r.bwd_ms, r.fwd_tf, r.bwd_tf);
+                }
+    if (csv)
+        fclose(csv);
+    return 0;
+}

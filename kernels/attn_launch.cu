@@ -1,0 +1,117 @@
+/* kernels/attn_launch.cu - host side of the CUDA attention: turns a
+ * validated fg_attn_problem into kernel arguments, allocates the backward's
+ * O(B*H*N*d) workspace stream-ordered (cudaMallocAsync, so repeated calls
+ * reuse the pool) and launches on the caller's stream. */
+#include <cuda_runtime.h>
+
+#include "attention_internal.h"
+#include "attn_kernels.h"
+#include "cuda_check.h"
+
+using fg::AttnArgs;
+using fg::Operand;
+
+static Operand operand(const fg_attn_tensor *t)
+{
+    Operand o;
+    o.ptr = t ? t->data : nullptr;
+    o.sb = t ? t->stride_b : 0;
+    o.ss = t ? t->stride_s : 0;
+    o.sh = t ? t->stride_h : 0;
+    return o;
+}
+
+static fg_status base_args(const fg_attn_problem *pb, const char *fn,
+                           AttnArgs *a, size_t *smem_limit)
+{
+    if (pb->B > 65535 || pb->H > 65535)
+        return fg_error(FG_ERR_UNSUPPORTED,
+                        "%s: batch and heads must be <= 65535 on CUDA", fn);
+    int dev = 0, optin = 0;
+    FG_CUDA_TRY(cudaGetDevice(&dev));
+    FG_CUDA_TRY(cudaDeviceGetAttribute(&optin,
+                                       cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                       dev));
+    *smem_limit = (size_t)optin;
+    *a = AttnArgs();
+    a->B = (int)pb->B;
+    a->Nq = (int)pb->Nq;
+    a->Nk = (int)pb->Nk;
+    a->H = (int)pb->H;
+    a->Hk = (int)pb->Hk;
+    a->d = (int)pb->d;
+    a->group = (int)pb->group;
+    a->shift = pb->causal_shift;
+    a->causal = pb->causal;
+    a->scale = pb->scale;
+    a->dropout = pb->dropout_p > 0.0;
+    a->keep_threshold = pb->keep_threshold;
+    a->keep_scale = pb->keep_scale;
+    a->seed = pb->seed;
+    a->offset = pb->offset;
+    return FG_OK;
+}
+
+extern "C" fg_status fg_attn_cuda_forward(const fg_attn_problem *pb,
+                                          const fg_attn_tensor *q,
+                                          const fg_attn_tensor *k,
+                                          const fg_attn_tensor *v,
+                                          const fg_attn_tensor *o,
+                                          const fg_attn_stats *st)
+{
+    AttnArgs a;
+    size_t limit = 0;
+    FG_TRY(base_args(pb, "fg_attention_forward", &a, &limit));
+    a.q = operand(q);
+    a.k = operand(k);
+    a.v = operand(v);
+    a.o = operand(o);
+    a.m = st->m;
+    a.l = st->l;
+    return fg::attn_fwd_dispatch(pb->dtype, a, limit,
+                                 (cudaStream_t)pb->stream);
+}
+
+extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
+                                           const fg_attn_tensor *q,
+                                           const fg_attn_tensor *k,
+                                           const fg_attn_tensor *v,
+                                           const fg_attn_tensor *o,
+                                           const fg_attn_tensor *dout,
+                                           const fg_attn_stats *st,
+                                           const fg_attn_tensor *dq,
+                                           const fg_attn_tensor *dk,
+                                           const fg_attn_tensor *dv)
+{
+    AttnArgs a;
+    size_t limit = 0;
+    FG_TRY(base_args(pb, "fg_attention_backward", &a, &limit));
+    a.q = operand(q);
+    a.k = operand(k);
+    a.v = operand(v);
+    a.o = operand(o);
+    a.dout = operand(dout);
+    a.dq = operand(dq);
+    a.dk = operand(dk);
+    a.dv = operand(dv);
+    a.m = st->m;
+    a.l = st->l;
+    cudaStream_t s = (cudaStream_t)pb->stream;
+    const size_t acc = pb->dtype == FG_FP64 ? sizeof(double) : sizeof(float);
+    const size_t rows = (size_t)(pb->B * pb->H * pb->Nq);
+    const size_t bytes = acc * rows * (1 + (size_t)pb->d); /* D + dQ acc */
+    void *ws = nullptr;
+    FG_CUDA_TRY(cudaMallocAsync(&ws, bytes, s));
+    a.D = ws;
+    a.dq_acc = (char *)ws + acc * rows;
+    cudaError_t e = cudaMemsetAsync(a.dq_acc, 0, acc * rows * pb->d, s);
+    fg_status status = FG_OK;
+    if (e != cudaSuccess)
+        status = fg_cuda_status(e, "cudaMemsetAsync", __FILE__, __LINE__);
+    else
+        status = fg::attn_bwd_dispatch(pb->dtype, a, limit, s);
+    e = cudaFreeAsync(ws, s);
+    if (e != cudaSuccess && status == FG_OK)
+        status = fg_cuda_status(e, "cudaFreeAsync", __FILE__, __LINE__);
+    return status;
+}

@@ -1,0 +1,545 @@
+/* tests/test_gpu_attention.c - the CUDA attention kernels against the CPU
+ * fp64 reference (itself checked against the naive computation in
+ * test_attention_cpu). Exits 77 (skip) without a GPU; CUDA is touched only
+ * inside the forked tests.
+ *
+ * Errors are relative to max(max |reference|, 0.1) (inputs are U(-1, 1);
+ * the floor only matters for a reference that is zero up to cancellation,
+ * e.g. dQ when Nk = 1). Tolerances:
+ *   fp64 <= 1e-12, fp32 <= 1e-5;
+ *   fp16/bf16, against a naive implementation in the same dtype
+ *   (tests/lowp.c: fp32 dot products, every intermediate rounded):
+ *     RMS error  <= 1.0x the naive RMS error, and
+ *     max error  <= 1.0x the naive max error + half an ulp of max |ref|
+ *   (the output itself must be rounded to fp16/bf16; at the largest
+ *   elements both versions round the same value to either side, so the max
+ *   alone cannot separate them, see doc/design.md). */
+#include <check.h>
+#include <cuda_runtime.h>
+
+#include "lowp.h"
+#include "test_util.h"
+
+#define CK_CUDA(call)                                                       \
+    do {                                                                    \
+        cudaError_t e_ = (call);                                            \
+        ck_assert_msg(e_ == cudaSuccess, "%s: %s", #call,                   \
+                      cudaGetErrorString(e_));                              \
+    } while (0)
+
+typedef struct gcase {
+    int64_t B, Nq, Nk, H, Hk, d;
+    int causal, bhsd;
+    double p;
+} gcase;
+
+/* A device operand plus its host-side description. */
+typedef struct dbuf {
+    void *dev;
+    fg_attn_tensor t; /* data = dev */
+    size_t n;
+} dbuf;
+
+static fg_attn_tensor layout(const gcase *c, fg_dtype dt, void *ptr, int64_t S,
+                             int64_t Hh)
+{
+    return c->bhsd ? fg_attn_bhsd(ptr, dt, S, Hh, c->d)
+                   : fg_attn_bshd(ptr, dt, S, Hh, c->d);
+}
+
+static void store(fg_dtype dt, void *buf, int64_t off, double x)
+{
+    switch (dt) {
+    case FG_FP64: ((double *)buf)[off] = x; break;
+    case FG_FP32: ((float *)buf)[off] = (float)x; break;
+    case FG_FP16: ((uint16_t *)buf)[off] = fgt_f32_to_f16((float)x); break;
+    case FG_BF16: ((uint16_t *)buf)[off] = fgt_f32_to_bf16((float)x); break;
+    }
+}
+
+static double load(fg_dtype dt, const void *buf, int64_t off)
+{
+    switch (dt) {
+    case FG_FP64: return ((const double *)buf)[off];
+    case FG_FP32: return ((const float *)buf)[off];
+    case FG_FP16: return fgt_f16_to_f32(((const uint16_t *)buf)[off]);
+    case FG_BF16: return fgt_bf16_to_f32(((const uint16_t *)buf)[off]);
+    }
+    return NAN;
+}
+
+/* Upload a BSHD double array into the case's layout and dtype; src NULL
+ * gives a NaN-poisoned output buffer. */
+static dbuf upload(const gcase *c, fg_dtype dt, const double *src, int64_t S,
+                   int64_t Hh)
+{
+    dbuf b;
+    b.n = (size_t)(c->B * S * Hh * c->d);
+    const size_t bytes = b.n * fg_dtype_size(dt);
+    CK_CUDA(cudaMalloc(&b.dev, bytes));
+    b.t = layout(c, dt, b.dev, S, Hh);
+    if (!src) {
+        CK_CUDA(cudaMemset(b.dev, 0xff, bytes)); /* NaN in every dtype */
+        return b;
+    }
+    void *host = malloc(bytes);
+    for (int64_t bb = 0; bb < c->B; bb++)
+        for (int64_t s = 0; s < S; s++)
+            for (int64_t h = 0; h < Hh; h++)
+                for (int64_t x = 0; x < c->d; x++)
+                    store(dt, host, bb * b.t.stride_b + s * b.t.stride_s +
+                                        h * b.t.stride_h + x,
+                          src[((bb * S + s) * Hh + h) * c->d + x]);
+    CK_CUDA(cudaMemcpy(b.dev, host, bytes, cudaMemcpyHostToDevice));
+    free(host);
+    return b;
+}
+
+static double *download(const gcase *c, fg_dtype dt, const dbuf *b, int64_t S,
+                        int64_t Hh)
+{
+    const size_t bytes = b->n * fg_dtype_size(dt);
+    void *host = malloc(bytes);
+    CK_CUDA(cudaMemcpy(host, b->dev, bytes, cudaMemcpyDeviceToHost));
+    double *out = malloc(b->n * sizeof(double));
+    for (int64_t bb = 0; bb < c->B; bb++)
+        for (int64_t s = 0; s < S; s++)
+            for (int64_t h = 0; h < Hh; h++)
+                for (int64_t x = 0; x < c->d; x++)
+                    out[((bb * S + s) * Hh + h) * c->d + x] =
+                        load(dt, host, bb * b->t.stride_b + s * b->t.stride_s +
+                                           h * b->t.stride_h + x);
+    free(host);
+    return out;
+}
+
+static void params_for(const gcase *c, fg_attn_params *p, uint64_t seed)
+{
+    fg_attn_params_init(p, c->B, c->Nq, c->Nk, c->H, c->Hk, c->d);
+    p->causal = c->causal;
+    p->dropout_p = c->p;
+    p->seed = seed;
+    p->offset = seed >> 7;
+}
+
+/* Everything one case produces: [0] O, [1] dQ, [2] dK, [3] dV, and stats. */
+typedef struct outs {
+    double *t[4];
+    double *m, *l;
+} outs;
+
+static void outs_free(outs *o)
+{
+    for (int i = 0; i < 4; i++)
+        free(o->t[i]);
+    free(o->m);
+    free(o->l);
+}
+
+/* CPU fp64 reference through the public API (BSHD). */
+static void cpu_ref(const gcase *c, const fg_attn_params *p0, double *in[4],
+                    outs *r)
+{
+    fg_attn_params p = *p0;
+    p.device = FG_DEVICE_CPU;
+    const size_t nq = (size_t)(c->B * c->Nq * c->H * c->d);
+    const size_t nk = (size_t)(c->B * c->Nk * c->Hk * c->d);
+    const size_t ns = (size_t)(c->B * c->H * c->Nq);
+    r->t[0] = malloc(nq * 8);
+    r->t[1] = malloc(nq * 8);
+    r->t[2] = malloc(nk * 8);
+    r->t[3] = malloc(nk * 8);
+    r->m = malloc(ns * 8);
+    r->l = malloc(ns * 8);
+    fg_attn_tensor tq = fg_attn_bshd(in[0], FG_FP64, c->Nq, c->H, c->d);
+    fg_attn_tensor tk = fg_attn_bshd(in[1], FG_FP64, c->Nk, c->Hk, c->d);
+    fg_attn_tensor tv = fg_attn_bshd(in[2], FG_FP64, c->Nk, c->Hk, c->d);
+    fg_attn_tensor tg = fg_attn_bshd(in[3], FG_FP64, c->Nq, c->H, c->d);
+    fg_attn_tensor to = fg_attn_bshd(r->t[0], FG_FP64, c->Nq, c->H, c->d);
+    fg_attn_tensor tdq = fg_attn_bshd(r->t[1], FG_FP64, c->Nq, c->H, c->d);
+    fg_attn_tensor tdk = fg_attn_bshd(r->t[2], FG_FP64, c->Nk, c->Hk, c->d);
+    fg_attn_tensor tdv = fg_attn_bshd(r->t[3], FG_FP64, c->Nk, c->Hk, c->d);
+    fg_attn_stats st = {r->m, r->l, FG_FP64};
+    ck_assert_msg(fg_attention_forward(&p, &tq, &tk, &tv, &to, &st) == FG_OK,
+                  "cpu ref: %s", fg_last_error());
+    ck_assert_msg(fg_attention_backward(&p, &tq, &tk, &tv, &to, &tg, &st, &tdq,
+                                        &tdk, &tdv) == FG_OK,
+                  "cpu ref: %s", fg_last_error());
+}
+
+/* Run the GPU forward + backward in dtype dt on inputs in[] (BSHD). */
+static void gpu_run(const gcase *c, fg_dtype dt, const fg_attn_params *p0,
+                    double *in[4], outs *r)
+{
+    fg_attn_params p = *p0;
+    p.device = FG_DEVICE_CUDA;
+    const size_t ns = (size_t)(c->B * c->H * c->Nq);
+    dbuf q = upload(c, dt, in[0], c->Nq, c->H);
+    dbuf k = upload(c, dt, in[1], c->Nk, c->Hk);
+    dbuf v = upload(c, dt, in[2], c->Nk, c->Hk);
+    dbuf g = upload(c, dt, in[3], c->Nq, c->H);
+    dbuf o = upload(c, dt, NULL, c->Nq, c->H);
+    dbuf dq = upload(c, dt, NULL, c->Nq, c->H);
+    dbuf dk = upload(c, dt, NULL, c->Nk, c->Hk);
+    dbuf dv = upload(c, dt, NULL, c->Nk, c->Hk);
+    const fg_dtype sd = dt == FG_FP64 ? FG_FP64 : FG_FP32;
+    const size_t ss = fg_dtype_size(sd);
+    void *m, *l;
+    CK_CUDA(cudaMalloc(&m, ns * ss));
+    CK_CUDA(cudaMalloc(&l, ns * ss));
+    CK_CUDA(cudaMemset(m, 0xff, ns * ss));
+    CK_CUDA(cudaMemset(l, 0xff, ns * ss));
+    fg_attn_stats st = {m, l, sd};
+    ck_assert_msg(fg_attention_forward(&p, &q.t, &k.t, &v.t, &o.t, &st) == FG_OK,
+                  "gpu fwd: %s", fg_last_error());
+    ck_assert_msg(fg_attention_backward(&p, &q.t, &k.t, &v.t, &o.t, &g.t, &st,
+                                        &dq.t, &dk.t, &dv.t) == FG_OK,
+                  "gpu bwd: %s", fg_last_error());
+    CK_CUDA(cudaDeviceSynchronize());
+    r->t[0] = download(c, dt, &o, c->Nq, c->H);
+    r->t[1] = download(c, dt, &dq, c->Nq, c->H);
+    r->t[2] = download(c, dt, &dk, c->Nk, c->Hk);
+    r->t[3] = download(c, dt, &dv, c->Nk, c->Hk);
+    r->m = malloc(ns * 8);
+    r->l = malloc(ns * 8);
+    void *hm = malloc(ns * ss), *hl = malloc(ns * ss);
+    CK_CUDA(cudaMemcpy(hm, m, ns * ss, cudaMemcpyDeviceToHost));
+    CK_CUDA(cudaMemcpy(hl, l, ns * ss, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < ns; i++) {
+        r->m[i] = load(sd, hm, (int64_t)i);
+        r->l[i] = load(sd, hl, (int64_t)i);
+    }
+    free(hm);
+    free(hl);
+    dbuf *all[] = {&q, &k, &v, &g, &o, &dq, &dk, &dv};
+    for (int i = 0; i < 8; i++)
+        CK_CUDA(cudaFree(all[i]->dev));
+    CK_CUDA(cudaFree(m));
+    CK_CUDA(cudaFree(l));
+}
+
+static const char *names[4] = {"O", "dQ", "dK", "dV"};
+
+/* One case in one dtype: inputs rounded to the dtype, reference in fp64 on
+ * the rounded inputs, GPU result compared with the tolerance above. */
+static void run_case(const gcase *c, fg_dtype dt, uint64_t salt)
+{
+    const size_t nq = (size_t)(c->B * c->Nq * c->H * c->d);
+    const size_t nk = (size_t)(c->B * c->Nk * c->Hk * c->d);
+    const size_t ns = (size_t)(c->B * c->H * c->Nq);
+    size_t n[4] = {nq, nk, nk, nq};
+    fgt_rng rng = fgt_rng_for(salt);
+    double *in[4];
+    for (int i = 0; i < 4; i++) {
+        in[i] = malloc(n[i] * 8);
+        fgt_fill(in[i], n[i], &rng, 1.0);
+        for (size_t e = 0; e < n[i]; e++)
+            in[i][e] = fgt_round_to(dt, in[i][e]);
+    }
+    fg_attn_params p;
+    params_for(c, &p, fgt_next(&rng));
+    outs ref, gpu;
+    cpu_ref(c, &p, in, &ref);
+    gpu_run(c, dt, &p, in, &gpu);
+    size_t no[4] = {nq, nq, nk, nk};
+
+    const double floor_ = 0.1;
+    double tol[4], rms_tol[4] = {INFINITY, INFINITY, INFINITY, INFINITY};
+    if (dt == FG_FP64 || dt == FG_FP32) {
+        for (int i = 0; i < 4; i++)
+            tol[i] = dt == FG_FP64 ? 1e-12 : 1e-5;
+    } else {
+        naive_shape s = {c->B, c->Nq, c->Nk, c->H, c->Hk, c->d,
+                         1.0 / sqrt((double)c->d), c->causal, c->p, NULL};
+        uint8_t *mask = NULL;
+        if (c->p > 0) {
+            mask = malloc((size_t)(c->B * c->H * c->Nq * c->Nk));
+            fg_attn_params mp = p;
+            mp.device = FG_DEVICE_CPU;
+            ck_assert(fg_attention_dropout_mask(&mp, mask) == FG_OK);
+            s.keep = mask;
+        }
+        outs lp;
+        for (int i = 0; i < 4; i++)
+            lp.t[i] = malloc(no[i] * 8);
+        lp.m = lp.l = NULL;
+        naive_attention_lowp(&s, dt, in[0], in[1], in[2], in[3], lp.t[0],
+                             lp.t[1], lp.t[2], lp.t[3]);
+        const double half_ulp = dt == FG_BF16 ? 1.0 / 256 : 1.0 / 2048;
+        for (int i = 0; i < 4; i++) {
+            const double mx = fgt_max_abs(ref.t[i], no[i]);
+            /* half an ulp of the largest |ref| (ulp <= 2^-7 / 2^-10 of it),
+             * relative to the error's denominator */
+            const double rnd = half_ulp * mx / (mx > floor_ ? mx : floor_);
+            tol[i] = fgt_rel_err_floor(lp.t[i], ref.t[i], no[i], floor_) + rnd;
+            rms_tol[i] = fgt_rms_err(lp.t[i], ref.t[i], no[i], floor_);
+        }
+        outs_free(&lp);
+        free(mask);
+    }
+    for (int i = 0; i < 4; i++) {
+        const double e = fgt_rel_err_floor(gpu.t[i], ref.t[i], no[i], floor_);
+        const double rms = fgt_rms_err(gpu.t[i], ref.t[i], no[i], floor_);
+        ck_assert_msg(e <= tol[i] && rms <= rms_tol[i],
+                      "%s %s max err %.3g (tol %.3g), rms err %.3g (tol %.3g) "
+                      "(B=%lld Nq=%lld Nk=%lld H=%lld Hk=%lld d=%lld causal=%d "
+                      "bhsd=%d p=%g)",
+                      fg_dtype_name(dt), names[i], e, tol[i], rms, rms_tol[i],
+                      (long long)c->B, (long long)c->Nq, (long long)c->Nk,
+                      (long long)c->H, (long long)c->Hk, (long long)c->d,
+                      c->causal, c->bhsd, c->p);
+    }
+    const double stol = dt == FG_FP64 ? 1e-12 : 1e-5;
+    ck_assert_msg(fgt_stats_err(gpu.m, ref.m, ns) <= stol, "%s m err %g",
+                  fg_dtype_name(dt), fgt_stats_err(gpu.m, ref.m, ns));
+    ck_assert_msg(fgt_stats_err(gpu.l, ref.l, ns) <= stol, "%s l err %g",
+                  fg_dtype_name(dt), fgt_stats_err(gpu.l, ref.l, ns));
+    outs_free(&ref);
+    outs_free(&gpu);
+    for (int i = 0; i < 4; i++)
+        free(in[i]);
+}
+
+/* N in {1, 7, 64, 65, 127, 1000, 4097}, Nq != Nk both ways, d in {16, 40,
+ * 64, 96, 128, 256}, GQA/MQA, causal on/off, dropout on/off, both layouts.
+ * Every case runs in fp64, fp32, fp16 and bf16. */
+static const gcase cases[] = {
+    /* B   Nq    Nk   H  Hk   d  causal bhsd  p */
+    {1, 1, 1, 1, 1, 16, 0, 0, 0.0},
+    {2, 7, 7, 2, 2, 40, 1, 1, 0.1},
+    {1, 64, 64, 4, 2, 64, 1, 0, 0.0},
+    {2, 65, 65, 2, 1, 96, 0, 1, 0.2},
+    {1, 127, 127, 2, 2, 128, 1, 0, 0.0},
+    {1, 127, 64, 2, 2, 256, 1, 1, 0.1},
+    {1, 64, 127, 2, 1, 256, 0, 0, 0.0},
+    {1, 1000, 1000, 2, 2, 64, 1, 1, 0.0},
+    {1, 1000, 1000, 1, 1, 128, 0, 0, 0.15},
+    {1, 4097, 4097, 1, 1, 64, 1, 0, 0.0},
+    {1, 4097, 4097, 1, 1, 128, 0, 1, 0.1},
+    {2, 7, 65, 4, 1, 16, 1, 0, 0.0},
+    {1, 65, 7, 2, 2, 40, 1, 1, 0.3},
+    {1, 1000, 127, 2, 1, 96, 1, 0, 0.0},
+    {1, 127, 1000, 2, 2, 256, 1, 1, 0.0},
+    {3, 1, 64, 2, 2, 128, 1, 0, 0.2},
+    {1, 64, 1, 2, 2, 64, 1, 1, 0.0},
+    {1, 4097, 1000, 1, 1, 40, 1, 0, 0.0},
+    {1, 7, 4097, 2, 1, 8, 0, 1, 0.5},
+};
+
+START_TEST(test_vs_cpu)
+{
+    const fg_dtype dts[4] = {FG_FP64, FG_FP32, FG_FP16, FG_BF16};
+    for (int i = 0; i < 4; i++)
+        run_case(&cases[_i], dts[i], 100 * (uint64_t)_i + (uint64_t)i);
+}
+END_TEST
+
+/* The GPU mask (cuRAND's Philox) equals the CPU mask bit for bit. */
+START_TEST(test_dropout_mask)
+{
+    fg_attn_params p;
+    fg_attn_params_init(&p, 2, 67, 301, 3, 1, 8);
+    const double ps[] = {0.1, 0.5, 0.37};
+    const size_t n = 2 * 3 * 67 * 301;
+    uint8_t *a = malloc(n), *b = malloc(n);
+    for (int t = 0; t < 3; t++) {
+        p.dropout_p = ps[t];
+        p.seed = fgt_next(&(fgt_rng){fgt_base_seed() + (uint64_t)t});
+        p.offset = ((uint64_t)t << 32) | (uint64_t)(t * 977);
+        p.device = FG_DEVICE_CPU;
+        ck_assert(fg_attention_dropout_mask(&p, a) == FG_OK);
+        p.device = FG_DEVICE_CUDA;
+        memset(b, 7, n);
+        ck_assert_msg(fg_attention_dropout_mask(&p, b) == FG_OK, "%s",
+                      fg_last_error());
+        ck_assert_msg(memcmp(a, b, n) == 0, "GPU and CPU masks differ (p=%g)",
+                      ps[t]);
+    }
+    free(a);
+    free(b);
+}
+END_TEST
+
+/* Finite-difference gradcheck of the GPU fp64 path (eps 1e-6,
+ * |a - n| <= 1e-5 + 1e-3 |n|), causal and dropout. */
+START_TEST(test_gradcheck_fp64)
+{
+    const gcase c = {1, 5, 7, 2, 1, 16, _i, _i, _i ? 0.25 : 0.0};
+    const size_t nq = 5 * 2 * 16, nk = 7 * 16;
+    size_t n[4] = {nq, nk, nk, nq};
+    fgt_rng rng = fgt_rng_for(900 + (uint64_t)_i);
+    double *in[4];
+    for (int i = 0; i < 4; i++) {
+        in[i] = malloc(n[i] * 8);
+        fgt_fill(in[i], n[i], &rng, 1.5);
+    }
+    fg_attn_params p;
+    params_for(&c, &p, 4242);
+    outs base;
+    gpu_run(&c, FG_FP64, &p, in, &base);
+    const double eps = 1e-6;
+    for (int t = 0; t < 3; t++) {
+        for (size_t e = 0; e < n[t]; e += 3) { /* every third element */
+            const double x0 = in[t][e];
+            double L[2];
+            for (int sgn = 0; sgn < 2; sgn++) {
+                in[t][e] = x0 + (sgn ? -eps : eps);
+                outs r;
+                gpu_run(&c, FG_FP64, &p, in, &r);
+                L[sgn] = 0;
+                for (size_t i = 0; i < nq; i++)
+                    L[sgn] += r.t[0][i] * in[3][i];
+                outs_free(&r);
+            }
+            in[t][e] = x0;
+            const double num = (L[0] - L[1]) / (2 * eps);
+            const double ana = base.t[1 + t][e];
+            ck_assert_msg(fabs(ana - num) <= 1e-5 + 1e-3 * fabs(num),
+                          "%s[%zu]: analytic %.10g numeric %.10g", names[1 + t],
+                          e, ana, num);
+        }
+    }
+    outs_free(&base);
+    for (int i = 0; i < 4; i++)
+        free(in[i]);
+}
+END_TEST
+
+/* Nq > Nk causal: rows with no visible key give O = 0, dQ = 0, m = -inf,
+ * l = 0, and nothing is NaN, in every dtype. */
+START_TEST(test_fully_masked)
+{
+    const gcase c = {1, 70, 20, 2, 1, 32, 1, 0, 0.2};
+    const fg_dtype dts[4] = {FG_FP64, FG_FP32, FG_FP16, FG_BF16};
+    const size_t nq = 70 * 2 * 32, nk = 20 * 32;
+    size_t n[4] = {nq, nk, nk, nq};
+    for (int di = 0; di < 4; di++) {
+        fgt_rng rng = fgt_rng_for(1300 + (uint64_t)di);
+        double *in[4];
+        for (int i = 0; i < 4; i++) {
+            in[i] = malloc(n[i] * 8);
+            fgt_fill(in[i], n[i], &rng, 1.0);
+        }
+        fg_attn_params p;
+        params_for(&c, &p, 77);
+        outs r;
+        gpu_run(&c, dts[di], &p, in, &r);
+        ck_assert(fgt_all_finite(r.t[0], nq) && fgt_all_finite(r.t[1], nq));
+        ck_assert(fgt_all_finite(r.t[2], nk) && fgt_all_finite(r.t[3], nk));
+        for (int64_t h = 0; h < 2; h++)
+            for (int64_t i = 0; i < 50; i++) {
+                ck_assert(isinf(r.m[h * 70 + i]) && r.l[h * 70 + i] == 0);
+                for (int64_t x = 0; x < 32; x++) {
+                    ck_assert(r.t[0][(i * 2 + h) * 32 + x] == 0);
+                    ck_assert(r.t[1][(i * 2 + h) * 32 + x] == 0);
+                }
+            }
+        outs_free(&r);
+        for (int i = 0; i < 4; i++)
+            free(in[i]);
+    }
+}
+END_TEST
+
+/* No O(N^2) memory: at N = 32k (an N^2 fp32 matrix would be 4 GiB) the
+ * forward + backward allocate only their O(B*H*N*d) workspace. */
+START_TEST(test_no_quadratic_memory)
+{
+    const int64_t N = 32768, H = 2, d = 64;
+    const size_t n = (size_t)(N * H * d);
+    void *buf[8];
+    for (int i = 0; i < 8; i++) {
+        CK_CUDA(cudaMalloc(&buf[i], n * 2));
+        CK_CUDA(cudaMemset(buf[i], 0x3c, n * 2)); /* 1.0 in bf16-ish bits */
+    }
+    void *m, *l;
+    CK_CUDA(cudaMalloc(&m, (size_t)(H * N) * 4));
+    CK_CUDA(cudaMalloc(&l, (size_t)(H * N) * 4));
+    fg_attn_params p;
+    fg_attn_params_init(&p, 1, N, N, H, H, d);
+    p.device = FG_DEVICE_CUDA;
+    p.causal = 1;
+    p.dropout_p = 0.1;
+    fg_attn_tensor t[8];
+    for (int i = 0; i < 8; i++)
+        t[i] = fg_attn_bshd(buf[i], FG_BF16, N, H, d);
+    fg_attn_stats st = {m, l, FG_FP32};
+    cudaMemPool_t pool;
+    CK_CUDA(cudaDeviceGetDefaultMemPool(&pool, 0));
+    uint64_t zero = 0, high = 0;
+    CK_CUDA(cudaDeviceSynchronize());
+    CK_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+    size_t free0, free1, total;
+    CK_CUDA(cudaMemGetInfo(&free0, &total));
+    ck_assert_msg(fg_attention_forward(&p, &t[0], &t[1], &t[2], &t[3], &st) == FG_OK,
+                  "%s", fg_last_error());
+    ck_assert_msg(fg_attention_backward(&p, &t[0], &t[1], &t[2], &t[3], &t[4], &st,
+                                        &t[5], &t[6], &t[7]) == FG_OK,
+                  "%s", fg_last_error());
+    CK_CUDA(cudaDeviceSynchronize());
+    CK_CUDA(cudaMemGetInfo(&free1, &total));
+    CK_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+    const double quad = (double)N * N * 4;
+    const size_t expect = (size_t)(H * N) * 4 * (1 + d); /* D + dQ acc */
+    fprintf(stderr, "N=%lld: workspace peak %.1f MiB (expected %.1f MiB), "
+            "free memory change %.1f MiB; an N^2 fp32 matrix is %.0f MiB\n",
+            (long long)N, high / 1048576.0, expect / 1048576.0,
+            ((double)free0 - (double)free1) / 1048576.0, quad / 1048576.0);
+    ck_assert(high <= expect + (1 << 20));
+    ck_assert((double)free0 - (double)free1 < quad / 16);
+    for (int i = 0; i < 8; i++)
+        CK_CUDA(cudaFree(buf[i]));
+    CK_CUDA(cudaFree(m));
+    CK_CUDA(cudaFree(l));
+}
+END_TEST
+
+/* Host pointers with device = cuda are rejected with a status. */
+START_TEST(test_host_pointer_rejected)
+{
+    float q[64], o[64], m[8], l[8];
+    for (int i = 0; i < 64; i++)
+        q[i] = 1.0f + i;
+    memset(o, 0x5a, sizeof o);
+    fg_attn_params p;
+    fg_attn_params_init(&p, 1, 8, 8, 1, 1, 8);
+    p.device = FG_DEVICE_CUDA;
+    fg_attn_tensor t = fg_attn_bshd(q, FG_FP32, 8, 1, 8);
+    fg_attn_tensor to = fg_attn_bshd(o, FG_FP32, 8, 1, 8);
+    fg_attn_stats st = {m, l, FG_FP32};
+    ck_assert(fg_attention_forward(&p, &t, &t, &t, &to, &st) ==
+              FG_ERR_INVALID_ARGUMENT);
+    ck_assert(strstr(fg_last_error(), "not device memory") != NULL);
+    for (size_t i = 0; i < sizeof o; i++)
+        ck_assert(((unsigned char *)o)[i] == 0x5a);
+}
+END_TEST
+
+int main(void)
+{
+    if (!fgt_gpu_present()) {
+        fprintf(stderr, "no CUDA GPU: skipping the GPU attention suite\n");
+        return 77;
+    }
+    fgt_base_seed();
+    Suite *s = suite_create("gpu_attention");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 900);
+    /* Under compute-sanitizer (FG_SANITIZE) run a representative subset. */
+    const int sanitize = getenv("FG_SANITIZE") != NULL;
+    const int ncases = (int)(sizeof cases / sizeof cases[0]);
+    tcase_add_loop_test(tc, test_vs_cpu, 0, sanitize ? 7 : ncases);
+    tcase_add_test(tc, test_dropout_mask);
+    tcase_add_test(tc, test_fully_masked);
+    tcase_add_test(tc, test_host_pointer_rejected);
+    if (!sanitize) {
+        tcase_add_loop_test(tc, test_gradcheck_fp64, 0, 2);
+        tcase_add_test(tc, test_no_quadratic_memory);
+    }
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
