@@ -16,6 +16,16 @@ fg_status attn_fwd_dispatch(fg_dtype dt, const AttnArgs &a, size_t smem_limit,
 fg_status attn_bwd_dispatch(fg_dtype dt, const AttnArgs &a, size_t smem_limit,
                             cudaStream_t st);
 
+/* Tensor-core fp16/bf16 paths (sm_80+). */
+fg_status attn_fwd_mma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st);
+size_t attn_fwd_mma_smem(int d);
+
+/* The tensor-core kernels copy 16-byte row chunks: every operand pointer
+ * must be 16-byte aligned and every stride a multiple of 8 elements.
+ * FG_ATTN_KERNEL=general in the environment forces the general kernels
+ * (tests and benchmarks use it to exercise both). */
+bool mma_path_ok(const AttnArgs &a, bool backward);
+
 } /* namespace fg */
 
 #endif /* FG_KERNELS_ATTN_KERNELS_H */

@@ -8,6 +8,9 @@
 #include "attn_kernels.h"
 #include "cuda_check.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 using fg::AttnArgs;
 using fg::Operand;
 
@@ -19,6 +22,24 @@ static Operand operand(const fg_attn_tensor *t)
     o.ss = t ? t->stride_s : 0;
     o.sh = t ? t->stride_h : 0;
     return o;
+}
+
+static bool aligned16(const Operand &t)
+{
+    return ((uintptr_t)t.ptr % 16) == 0 && t.sb % 8 == 0 && t.ss % 8 == 0 &&
+           t.sh % 8 == 0;
+}
+
+bool fg::mma_path_ok(const AttnArgs &a, bool backward)
+{
+    const char *force = getenv("FG_ATTN_KERNEL");
+    if (force && strcmp(force, "general") == 0)
+        return false;
+    bool ok = aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && aligned16(a.o);
+    if (backward)
+        ok = ok && aligned16(a.dout) && aligned16(a.dq) && aligned16(a.dk) &&
+             aligned16(a.dv);
+    return ok;
 }
 
 static fg_status base_args(const fg_attn_problem *pb, const char *fn,

@@ -20,7 +20,7 @@ mkdir -p "$bdir"
 cd "$bdir"
 if [ ! -f config.status ]; then
     "$src/configure" --disable-shared --enable-static-check --with-cuda \
-        --with-cuda-arch="$arch" ${FG_CONFIGURE_FLAGS:-}
+        --with-cuda-arch="$arch" --disable-cuda-ptx ${FG_CONFIGURE_FLAGS:-}
 fi
 make -j"$(nproc)"
 make -j"$(nproc)" check TESTS=
@@ -83,5 +83,6 @@ printf '%s\n' "${rows[@]}"
 exit $fail
 RUNALL
 chmod +x "$out/run-all.sh"
+strip "$out"/test_* "$out"/bench_* "$out"/attention_demo 2>/dev/null || true
 du -sh "$out"
 ls "$out"

@@ -334,6 +334,16 @@ START_TEST(test_vs_cpu)
 }
 END_TEST
 
+/* The general (non-tensor-core) kernels in fp16/bf16: the fast path takes
+ * these dtypes whenever it can, so force the general one here. */
+START_TEST(test_general_lowp)
+{
+    setenv("FG_ATTN_KERNEL", "general", 1);
+    run_case(&cases[_i], FG_BF16, 7000 + (uint64_t)_i);
+    run_case(&cases[_i], FG_FP16, 7100 + (uint64_t)_i);
+}
+END_TEST
+
 /* The GPU mask (cuRAND's Philox) equals the CPU mask bit for bit. */
 START_TEST(test_dropout_mask)
 {
@@ -529,6 +539,7 @@ int main(void)
     const int sanitize = getenv("FG_SANITIZE") != NULL;
     const int ncases = (int)(sizeof cases / sizeof cases[0]);
     tcase_add_loop_test(tc, test_vs_cpu, 0, sanitize ? 7 : ncases);
+    tcase_add_loop_test(tc, test_general_lowp, 0, 8);
     tcase_add_test(tc, test_dropout_mask);
     tcase_add_test(tc, test_fully_masked);
     tcase_add_test(tc, test_host_pointer_rejected);
