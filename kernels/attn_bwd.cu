@@ -189,13 +189,20 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
     const int64_t nrows = (int64_t)a.B * a.H * a.Nq;
     attn_bwd_preprocess<T><<<(unsigned)((nrows * 32 + 255) / 256), 256, 0, st>>>(a);
     FG_CUDA_TRY_LAUNCH();
-    const size_t smem = bwd_smem_bytes(t, t, a.d, sizeof(A));
-    FG_CUDA_TRY(cudaFuncSetAttribute(attn_bwd_kernel<T>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)smem));
-    dim3 grid((unsigned)((a.Nk + t - 1) / t), (unsigned)a.Hk, (unsigned)a.B);
-    attn_bwd_kernel<T><<<grid, kThreads, smem, st>>>(a);
-    FG_CUDA_TRY_LAUNCH();
+    if (sizeof(T) == 2 && mma_path_ok(a, true) &&
+        attn_bwd_mma_supported(a.d, smem_limit)) {
+        FG_TRY(attn_bwd_mma_dispatch(sizeof(T) == 2 && AccOf<T>::is_bf16 ? FG_BF16
+                                                                        : FG_FP16,
+                                     a, st));
+    } else {
+        const size_t smem = bwd_smem_bytes(t, t, a.d, sizeof(A));
+        FG_CUDA_TRY(cudaFuncSetAttribute(attn_bwd_kernel<T>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)smem));
+        dim3 grid((unsigned)((a.Nk + t - 1) / t), (unsigned)a.Hk, (unsigned)a.B);
+        attn_bwd_kernel<T><<<grid, kThreads, smem, st>>>(a);
+        FG_CUDA_TRY_LAUNCH();
+    }
     const int64_t n = nrows * a.d;
     const unsigned blocks = (unsigned)min((n + 255) / 256, (int64_t)65535);
     attn_bwd_write_dq<T><<<blocks, 256, 0, st>>>(a);

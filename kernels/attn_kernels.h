@@ -19,6 +19,8 @@ fg_status attn_bwd_dispatch(fg_dtype dt, const AttnArgs &a, size_t smem_limit,
 /* Tensor-core fp16/bf16 paths (sm_80+). */
 fg_status attn_fwd_mma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st);
 size_t attn_fwd_mma_smem(int d);
+fg_status attn_bwd_mma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st);
+bool attn_bwd_mma_supported(int d, size_t smem_limit);
 
 /* The tensor-core kernels copy 16-byte row chunks: every operand pointer
  * must be 16-byte aligned and every stride a multiple of 8 elements.

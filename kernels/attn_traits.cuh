@@ -21,8 +21,18 @@
 namespace fg {
 
 /* ---- dtype traits: storage type T, accumulator type A ------------------ */
-template <typename T> struct AccOf { typedef float type; };
-template <> struct AccOf<double> { typedef double type; };
+template <typename T> struct AccOf {
+    typedef float type;
+    static constexpr bool is_bf16 = false;
+};
+template <> struct AccOf<double> {
+    typedef double type;
+    static constexpr bool is_bf16 = false;
+};
+template <> struct AccOf<__nv_bfloat16> {
+    typedef float type;
+    static constexpr bool is_bf16 = true;
+};
 
 __device__ __forceinline__ float to_acc(float x) { return x; }
 __device__ __forceinline__ double to_acc(double x) { return x; }

@@ -56,10 +56,13 @@ run() { # name, command...
     "$@" >"$name.out" 2>&1
     rc=$?
     t1=$(date +%s.%N)
+    # racecheck reports hazards as warnings, which do not change its exit
+    # code: any hazard fails the run here.
+    if grep -Eq 'RACECHECK SUMMARY: [1-9]' "$name.out"; then rc=3; fi
     case $rc in 0) status=PASS ;; 77) status=SKIP ;; *) status="FAIL($rc)"; fail=1 ;; esac
     [ $rc -ne 0 ] && [ $rc -ne 77 ] && tail -n 30 "$name.out"
     local summary
-    summary=$(grep -E '^[0-9]+%: Checks|ERROR SUMMARY' "$name.out" |
+    summary=$(grep -E '^[0-9]+%: Checks|ERROR SUMMARY|RACECHECK SUMMARY' "$name.out" |
         sed 's/^========= //' | tr '\n' ' ')
     rows+=("$(printf '%-34s %-9s %7.1fs  %s' "$name" "$status" \
         "$(awk "BEGIN{print $t1 - $t0}")" "$summary")")

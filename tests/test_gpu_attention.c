@@ -7,13 +7,17 @@
  * the floor only matters for a reference that is zero up to cancellation,
  * e.g. dQ when Nk = 1). Tolerances:
  *   fp64 <= 1e-12, fp32 <= 1e-5;
- *   fp16/bf16, against a naive implementation in the same dtype
+ *   fp16/bf16 are judged against a naive implementation in the same dtype
  *   (tests/lowp.c: fp32 dot products, every intermediate rounded):
- *     RMS error  <= 1.0x the naive RMS error, and
- *     max error  <= 1.0x the naive max error + half an ulp of max |ref|
- *   (the output itself must be rounded to fp16/bf16; at the largest
- *   elements both versions round the same value to either side, so the max
- *   alone cannot separate them, see doc/design.md). */
+ *   - general kernels (fp32 inside, outputs rounded once):
+ *       RMS error <= 1.0x the naive RMS error, and
+ *       max error <= 1.0x the naive max error + half an ulp of max |ref|
+ *     (the max alone is decided by how the largest outputs round, where the
+ *     two land on either side of the exact value at random; doc/design.md);
+ *   - tensor-core kernels, which like FlashAttention-2/3 and cuDNN round P
+ *     and dS to fp16/bf16 before the second product, so their error is of
+ *     the naive one's size: max error <= 2x the naive max error (the bound
+ *     FlashAttention-2's own tests use). */
 #include <check.h>
 #include <cuda_runtime.h>
 
@@ -224,6 +228,8 @@ static const char *names[4] = {"O", "dQ", "dK", "dV"};
  * the rounded inputs, GPU result compared with the tolerance above. */
 static void run_case(const gcase *c, fg_dtype dt, uint64_t salt)
 {
+    const char *force = getenv("FG_ATTN_KERNEL");
+    const int general = force && strcmp(force, "general") == 0;
     const size_t nq = (size_t)(c->B * c->Nq * c->H * c->d);
     const size_t nk = (size_t)(c->B * c->Nk * c->Hk * c->d);
     const size_t ns = (size_t)(c->B * c->H * c->Nq);
@@ -271,8 +277,13 @@ static void run_case(const gcase *c, fg_dtype dt, uint64_t salt)
             /* half an ulp of the largest |ref| (ulp <= 2^-7 / 2^-10 of it),
              * relative to the error's denominator */
             const double rnd = half_ulp * mx / (mx > floor_ ? mx : floor_);
-            tol[i] = fgt_rel_err_floor(lp.t[i], ref.t[i], no[i], floor_) + rnd;
-            rms_tol[i] = fgt_rms_err(lp.t[i], ref.t[i], no[i], floor_);
+            const double naive = fgt_rel_err_floor(lp.t[i], ref.t[i], no[i], floor_);
+            if (general) {
+                tol[i] = naive + rnd;
+                rms_tol[i] = fgt_rms_err(lp.t[i], ref.t[i], no[i], floor_);
+            } else {
+                tol[i] = 2.0 * naive + 1e-6;
+            }
         }
         outs_free(&lp);
         free(mask);
@@ -539,7 +550,7 @@ int main(void)
     const int sanitize = getenv("FG_SANITIZE") != NULL;
     const int ncases = (int)(sizeof cases / sizeof cases[0]);
     tcase_add_loop_test(tc, test_vs_cpu, 0, sanitize ? 7 : ncases);
-    tcase_add_loop_test(tc, test_general_lowp, 0, 8);
+    tcase_add_loop_test(tc, test_general_lowp, 0, sanitize ? 4 : ncases);
     tcase_add_test(tc, test_dropout_mask);
     tcase_add_test(tc, test_fully_masked);
     tcase_add_test(tc, test_host_pointer_rejected);
