@@ -4,7 +4,7 @@
  * One block per (K/V block of Bc = 16*W keys, K/V head, batch); warp w owns
  * keys 16w..16w+15, so its dK and dV accumulators (fp32, registers) never
  * need another warp. For each query head of the group and each query block
- * of Br = 64 rows (Q_i, dO_i double-buffered with cp.async):
+ * of Br rows (Q_i, dO_i double-buffered with cp.async):
  *   S^T  = K Q_i^T                  P^T = exp2(S^T scale log2e - lse2)
  *   dV  += (P^T * Z) dO_i           dP^T = (V dO_i^T) * Z
  *   dS^T = P^T * (dP^T - D_i)       dK  += dS^T Q_i
@@ -13,7 +13,9 @@
  * layout that is also the A-fragment layout of the dV/dK products, so they
  * go from registers to tensor cores without a round trip. lse2 = log2 of
  * the softmax normaliser from the forward's m and l (+inf for empty rows).
- * D = rowsum(dO * O) and the dQ conversion are the general path's kernels. */
+ * D = rowsum(dO * O) and the dQ conversion are the general path's kernels.
+ * For d = 256 the dK/dV accumulators do not fit in registers: two launches
+ * each own half of d (and recompute S and dP); the first also does dQ. */
 #include "attn_common.cuh"
 #include "attn_kernels.h"
 #include "cuda_check.h"
@@ -21,11 +23,14 @@
 
 namespace fg {
 
-template <int D, int W> struct BwdTile {
+/* D: head dim (padded); W: warps (16 keys each); BR: queries per inner
+ * step; DH: width of the d slice whose dK/dV this launch accumulates (D, or
+ * D/2 for d = 256, run as two launches over the two halves). */
+template <int D, int W, int BR, int DH> struct BwdTile {
     static constexpr int kWarps = W;
     static constexpr int kThreads = 32 * W;
     static constexpr int kBc = 16 * W; /* keys per block */
-    static constexpr int kBr = 64;     /* queries per inner step */
+    static constexpr int kBr = BR;     /* queries per inner step */
     static constexpr int kC = D / 8;   /* 16-byte chunks per row */
     /* K, V; Q and dO double-buffered; dS [Br][Bc]; lse2 and D per query. */
     static constexpr size_t kSmem = (size_t)(2 * kBc * D + 4 * kBr * D + kBr * kBc) * 2 +
@@ -48,14 +53,15 @@ __device__ __forceinline__ void bwd_load_rows(uint32_t sbase, const Operand &t,
     }
 }
 
-template <typename T, int D, int W, bool kCausal, bool kDropout>
+template <typename T, int D, int W, int BR, int DH, bool kCausal, bool kDropout>
 __global__ void __launch_bounds__(32 * W)
-attn_bwd_mma_kernel(const AttnArgs a)
+attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
 {
-    using Tile = BwdTile<D, W>;
+    using Tile = BwdTile<D, W, BR, DH>;
     constexpr int Bc = Tile::kBc, Br = Tile::kBr, C = Tile::kC;
     constexpr int QT = Br / 8; /* n8 tiles over queries in S^T */
-    constexpr int DT = D / 8;  /* n8 tiles over d */
+    constexpr int DT = DH / 8; /* n8 tiles over this launch's d slice */
+    const int dbase = dslice * DH; /* first column of the slice */
     constexpr int NT = Tile::kThreads;
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t sK = smem_u32(smem);
@@ -215,10 +221,10 @@ attn_bwd_mma_kernel(const AttnArgs a)
 #pragma unroll
         for (int kk = 0; kk < QT / 2; kk++) {
 #pragma unroll
-            for (int d2 = 0; d2 < D / 16; d2++) {
+            for (int d2 = 0; d2 < DH / 16; d2++) {
                 uint32_t bg[4], bq[4];
                 const int k = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
-                const int ch = d2 * 2 + (lane >> 4);
+                const int ch = dbase / 8 + d2 * 2 + (lane >> 4);
                 ldmatrix_x4_trans(bg, sdO + swz(k, ch, C));
                 ldmatrix_x4_trans(bq, sQ + swz(k, ch, C));
                 Mma<T>::run(dv[2 * d2], pf[kk], bg[0], bg[1]);
@@ -229,11 +235,12 @@ attn_bwd_mma_kernel(const AttnArgs a)
         }
         __syncthreads(); /* dS complete in shared memory */
 
-        /* dQ_i += scale dS K (Alg4 L.22): warp w takes query m-tile w % 4
-         * and a 1/(W/4) slice of d; fp32 atomics into the accumulator. */
-        {
-            constexpr int parts = W / 4, DW = D / parts;
-            const int mt = warp & 3, part = warp >> 2;
+        /* dQ_i += scale dS K (Alg4 L.22), by the first slice's launch only:
+         * warp w takes query m-tile w % (Br/16) and a 1/parts slice of d;
+         * fp32 atomics into the accumulator. */
+        if (dslice == 0) {
+            constexpr int MTS = Br / 16, parts = W / MTS, DW = D / parts;
+            const int mt = warp % MTS, part = warp / MTS;
             float q[DW / 8][4];
 #pragma unroll
             for (int i = 0; i < DW / 8; i++)
@@ -262,8 +269,14 @@ attn_bwd_mma_kernel(const AttnArgs a)
                 for (int nt = 0; nt < DW / 8; nt++) {
                     const int c = part * DW + nt * 8 + 2 * t4;
                     if (c < a.d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+                        /* one vector reduction (red.global.add.v2.f32) */
+                        atomicAdd(reinterpret_cast<float2 *>(dqa + qi * a.d + c),
+                                  make_float2(q[nt][2 * r] * sc, q[nt][2 * r + 1] * sc));
+#else
                         atomicAdd(dqa + qi * a.d + c, q[nt][2 * r] * sc);
                         atomicAdd(dqa + qi * a.d + c + 1, q[nt][2 * r + 1] * sc);
+#endif
                     }
                 }
             }
@@ -281,7 +294,7 @@ attn_bwd_mma_kernel(const AttnArgs a)
         T *dkp = elem<T>(a.dk, b, j0 + kr, hk), *dvp = elem<T>(a.dv, b, j0 + kr, hk);
 #pragma unroll
         for (int dt = 0; dt < DT; dt++) {
-            const int c = dt * 8 + 2 * t4;
+            const int c = dbase + dt * 8 + 2 * t4;
             if (c < a.d) {
                 *reinterpret_cast<uint32_t *>(dkp + c) =
                     pack2<T>(dk[dt][2 * r] * sc, dk[dt][2 * r + 1] * sc);
@@ -292,42 +305,54 @@ attn_bwd_mma_kernel(const AttnArgs a)
     }
 }
 
-template <typename T, int D, int W, bool kCausal, bool kDropout>
+template <typename T, int D, int W, int BR, int DH, bool kCausal, bool kDropout>
 static fg_status launch(const AttnArgs &a, cudaStream_t st)
 {
-    using Tile = BwdTile<D, W>;
-    auto kern = attn_bwd_mma_kernel<T, D, W, kCausal, kDropout>;
+    using Tile = BwdTile<D, W, BR, DH>;
+    auto kern = attn_bwd_mma_kernel<T, D, W, BR, DH, kCausal, kDropout>;
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)Tile::kSmem));
     dim3 grid((unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc), (unsigned)a.Hk,
               (unsigned)a.B);
-    kern<<<grid, Tile::kThreads, Tile::kSmem, st>>>(a);
-    FG_CUDA_TRY_LAUNCH();
+    /* Slices past the real head dim have nothing to write. */
+    for (int slice = 0; slice < D / DH && slice * DH < a.d; slice++) {
+        kern<<<grid, Tile::kThreads, Tile::kSmem, st>>>(a, slice);
+        FG_CUDA_TRY_LAUNCH();
+    }
     return FG_OK;
 }
 
-template <typename T, int D, int W>
+template <typename T, int D, int W, int BR, int DH>
 static fg_status launch_opts(const AttnArgs &a, cudaStream_t st)
 {
     if (a.causal)
-        return a.dropout ? launch<T, D, W, true, true>(a, st)
-                         : launch<T, D, W, true, false>(a, st);
-    return a.dropout ? launch<T, D, W, false, true>(a, st)
-                     : launch<T, D, W, false, false>(a, st);
+        return a.dropout ? launch<T, D, W, BR, DH, true, true>(a, st)
+                         : launch<T, D, W, BR, DH, true, false>(a, st);
+    return a.dropout ? launch<T, D, W, BR, DH, false, true>(a, st)
+                     : launch<T, D, W, BR, DH, false, false>(a, st);
 }
+
+/* Tile configurations per padded head dim. */
+#define FG_BWD_CFG64 64, 8, 64, 64
+#define FG_BWD_CFG128 128, 8, 64, 128
+#define FG_BWD_CFG256 256, 4, 32, 128
 
 template <typename T>
 static fg_status launch_dim(const AttnArgs &a, cudaStream_t st)
 {
     if (a.d <= 64)
-        return launch_opts<T, 64, 8>(a, st);
-    return launch_opts<T, 128, 4>(a, st);
+        return launch_opts<T, FG_BWD_CFG64>(a, st);
+    if (a.d <= 128)
+        return launch_opts<T, FG_BWD_CFG128>(a, st);
+    return launch_opts<T, FG_BWD_CFG256>(a, st);
 }
 
 bool attn_bwd_mma_supported(int d, size_t smem_limit)
 {
-    return d <= 128 && BwdTile<128, 4>::kSmem <= smem_limit &&
-           BwdTile<64, 8>::kSmem <= smem_limit;
+    const size_t need = d <= 64 ? BwdTile<FG_BWD_CFG64>::kSmem
+                        : d <= 128 ? BwdTile<FG_BWD_CFG128>::kSmem
+                                   : BwdTile<FG_BWD_CFG256>::kSmem;
+    return need <= smem_limit;
 }
 
 fg_status attn_bwd_mma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st)

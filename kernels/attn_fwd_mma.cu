@@ -1,8 +1,8 @@
 /* kernels/attn_fwd_mma.cu - fast fp16/bf16 FlashAttention forward on tensor
  * cores (mma.sync m16n8k16, sm_80+), FlashAttention-2 style.
  *
- * One block of 8 warps per (128-row query block, head, batch). Each warp owns
- * 16 query rows, so the online softmax needs no cross-warp reduction: row
+ * One block of 4 warps per (query block, head, batch). Each warp owns 16 or
+ * 32 query rows, so the online softmax needs no cross-warp reduction: row
  * max and row sum are reduced over the 4 lanes of a quad. S = Q K^T and
  * O += P V run on tensor cores with fp32 accumulators; P is converted to
  * fp16/bf16 in registers and fed straight to the P V product (the S
@@ -22,10 +22,14 @@
 namespace fg {
 
 template <int D> struct FwdTile {
-    static constexpr int kWarps = 8;
+    /* m16 tiles per warp: two for d <= 128, so every K/V fragment read from
+     * shared memory feeds two MMAs (4 warps); one for d = 256, where the O
+     * accumulator fills the register budget (8 warps). */
+    static constexpr int kMT = D == 256 ? 1 : 2;
+    static constexpr int kWarps = D == 256 ? 8 : 4;
     static constexpr int kThreads = kWarps * 32;
-    static constexpr int kBr = 16 * kWarps;       /* 128 query rows */
-    static constexpr int kBc = D == 256 ? 32 : 64; /* keys per block */
+    static constexpr int kBr = 16 * kMT * kWarps;  /* 128 query rows */
+    static constexpr int kBc = D == 64 ? 64 : 32;  /* keys per block */
     static constexpr int kChunks = D / 8;         /* 16-byte chunks per row */
     static constexpr size_t kSmem =
         (size_t)(kBr * D + 4 * kBc * D) * 2;      /* Q + 2x(K, V) */
@@ -88,13 +92,22 @@ attn_fwd_mma_kernel(const AttnArgs a)
     }
     cp_async_commit();
 
-    float o[DT][4];
+    constexpr int MT = Tile::kMT;
+    float o[MT][DT][4];
 #pragma unroll
-    for (int i = 0; i < DT; i++)
-        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-    float m_raw[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.f, 0.f};
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < DT; i++)
+            o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+    float m_raw[MT][2], l_part[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        m_raw[mt][0] = m_raw[mt][1] = -INFINITY;
+        l_part[mt][0] = l_part[mt][1] = 0.f;
+    }
     const float scale_log2 = (float)(a.scale * 1.4426950408889634);
-    const int64_t row_g = i0 + warp * 16 + g; /* this thread's rows: +0, +8 */
+    /* Rows of m-tile mt for this thread: row_g(mt) + 0 and + 8. */
+    const int64_t row_w = i0 + warp * 16 * MT + g;
 
     for (int jb = 0; jb < nblocks; jb++) {
         const int64_t j0 = (int64_t)jb * Bc;
@@ -112,22 +125,31 @@ attn_fwd_mma_kernel(const AttnArgs a)
         }
         __syncthreads();
 
-        /* S = Q_i K_j^T (Alg1 L.9) on tensor cores. */
-        float s[NT][4];
+        /* S = Q_i K_j^T (Alg1 L.9) on tensor cores; each K fragment feeds
+         * the MT m-tiles of this warp. */
+        float s[MT][NT][4];
 #pragma unroll
-        for (int i = 0; i < NT; i++)
-            s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int i = 0; i < NT; i++)
+                s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
-            uint32_t af[4];
-            ldmatrix_x4(af, sQ + swz(warp * 16 + (lane & 15), kk * 2 + (lane >> 4), C));
+            uint32_t af[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+                ldmatrix_x4(af[mt], sQ + swz((warp * MT + mt) * 16 + (lane & 15),
+                                             kk * 2 + (lane >> 4), C));
 #pragma unroll
             for (int n2 = 0; n2 < NT / 2; n2++) {
                 uint32_t bf[4];
                 const int n = n2 * 16 + (lane & 7) + ((lane >> 4) << 3);
                 ldmatrix_x4(bf, sK + swz(n, kk * 2 + ((lane >> 3) & 1), C));
-                Mma<T>::run(s[2 * n2], af, bf[0], bf[1]);
-                Mma<T>::run(s[2 * n2 + 1], af, bf[2], bf[3]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    Mma<T>::run(s[mt][2 * n2], af[mt], bf[0], bf[1]);
+                    Mma<T>::run(s[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
+                }
             }
         }
 
@@ -136,83 +158,98 @@ attn_fwd_mma_kernel(const AttnArgs a)
                                (kCausal && j0 + Bc - 1 > i0 + a.shift);
         if (need_mask) {
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++)
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int64_t i = row_g + (e >> 1) * 8;
-                    const int64_t j = j0 + nt * 8 + 2 * t4 + (e & 1);
-                    if (j >= a.Nk || (kCausal && j > i + a.shift))
-                        s[nt][e] = -INFINITY;
-                }
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int64_t i = row_w + mt * 16 + (e >> 1) * 8;
+                        const int64_t j = j0 + nt * 8 + 2 * t4 + (e & 1);
+                        if (j >= a.Nk || (kCausal && j > i + a.shift))
+                            s[mt][nt][e] = -INFINITY;
+                    }
         }
 
-        /* Online softmax (Alg1 L.10-11), rows g and g+8 of this warp. */
-        float alpha[2];
+        /* Online softmax (Alg1 L.10-11), rows g and g+8 of each m-tile. */
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mx = m_raw[r];
+        for (int mt = 0; mt < MT; mt++) {
+            float alpha[2];
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-                mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float ms = mx == -INFINITY ? 0.f : mx * scale_log2;
-            alpha[r] = mx == -INFINITY ? 1.f : exp2f(m_raw[r] * scale_log2 - ms);
-            m_raw[r] = mx;
-            float sum = 0.f;
+            for (int r = 0; r < 2; r++) {
+                float mx = m_raw[mt][r];
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++)
+                for (int nt = 0; nt < NT; nt++)
+                    mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float ms = mx == -INFINITY ? 0.f : mx * scale_log2;
+                alpha[r] = mx == -INFINITY ? 1.f : exp2f(m_raw[mt][r] * scale_log2 - ms);
+                m_raw[mt][r] = mx;
+                float sum = 0.f;
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const float p = exp2f(fmaf(s[nt][2 * r + e], scale_log2, -ms));
-                    s[nt][2 * r + e] = p;
-                    sum += p;
-                }
-            l_part[r] = l_part[r] * alpha[r] + sum;
-        }
+                for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-        for (int dt = 0; dt < DT; dt++) {
-            o[dt][0] *= alpha[0];
-            o[dt][1] *= alpha[0];
-            o[dt][2] *= alpha[1];
-            o[dt][3] *= alpha[1];
+                    for (int e = 0; e < 2; e++) {
+                        const float p = exp2f(fmaf(s[mt][nt][2 * r + e], scale_log2, -ms));
+                        s[mt][nt][2 * r + e] = p;
+                        sum += p;
+                    }
+                l_part[mt][r] = l_part[mt][r] * alpha[r] + sum;
+            }
+#pragma unroll
+            for (int dt = 0; dt < DT; dt++) {
+                o[mt][dt][0] *= alpha[0];
+                o[mt][dt][1] *= alpha[0];
+                o[mt][dt][2] *= alpha[1];
+                o[mt][dt][3] *= alpha[1];
+            }
         }
 
         if (kDropout) { /* zero dropped P; 1/(1-p) is applied at the end */
             const uint2 key = make_uint2(fg_dropout_key_x(a.seed, a.offset),
                                          fg_dropout_key_y(a.seed, a.offset));
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++)
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    const int64_t j = j0 + nt * 8 + 2 * t4;
-                    const uint4 w = curand_Philox4x32_10(
-                        make_uint4(fg_dropout_ctr_x(j), fg_dropout_ctr_y(row_g + 8 * r),
-                                   fg_dropout_ctr_z(bh), fg_dropout_ctr_w(a.offset)),
-                        key);
-                    const uint32_t w0 = (j & 2) ? w.z : w.x, w1 = (j & 2) ? w.w : w.y;
-                    if (!fg_dropout_keep(w0, a.keep_threshold))
-                        s[nt][2 * r] = 0.f;
-                    if (!fg_dropout_keep(w1, a.keep_threshold))
-                        s[nt][2 * r + 1] = 0.f;
-                }
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const int64_t j = j0 + nt * 8 + 2 * t4;
+                        const uint4 w = curand_Philox4x32_10(
+                            make_uint4(fg_dropout_ctr_x(j),
+                                       fg_dropout_ctr_y(row_w + mt * 16 + 8 * r),
+                                       fg_dropout_ctr_z(bh), fg_dropout_ctr_w(a.offset)),
+                            key);
+                        const uint32_t w0 = (j & 2) ? w.z : w.x, w1 = (j & 2) ? w.w : w.y;
+                        if (!fg_dropout_keep(w0, a.keep_threshold))
+                            s[mt][nt][2 * r] = 0.f;
+                        if (!fg_dropout_keep(w1, a.keep_threshold))
+                            s[mt][nt][2 * r + 1] = 0.f;
+                    }
         }
 
-        /* O += P V_j (Alg1 L.12); P goes from accumulators to A fragments. */
+        /* O += P V_j (Alg1 L.12); P goes from accumulators to A fragments,
+         * each V fragment feeds the MT m-tiles. */
 #pragma unroll
         for (int kk = 0; kk < Bc / 16; kk++) {
-            uint32_t pf[4];
-            pf[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-            pf[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-            pf[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pf[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            uint32_t pf[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                pf[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                pf[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                pf[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                pf[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
 #pragma unroll
             for (int d2 = 0; d2 < D / 16; d2++) {
                 uint32_t bf[4];
                 const int k = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
                 ldmatrix_x4_trans(bf, sV + swz(k, d2 * 2 + (lane >> 4), C));
-                Mma<T>::run(o[2 * d2], pf, bf[0], bf[1]);
-                Mma<T>::run(o[2 * d2 + 1], pf, bf[2], bf[3]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    Mma<T>::run(o[mt][2 * d2], pf[mt], bf[0], bf[1]);
+                    Mma<T>::run(o[mt][2 * d2 + 1], pf[mt], bf[2], bf[3]);
+                }
             }
         }
         __syncthreads(); /* this buffer is refilled two iterations on */
@@ -220,28 +257,31 @@ attn_fwd_mma_kernel(const AttnArgs a)
 
     /* Epilogue: full row sums over the quad, O / l * 1/(1-p), m and l. */
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float l = l_part[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const int64_t i = row_g + 8 * r;
-        const float inv = l > 0.f ? (float)a.keep_scale / l : 0.f;
-        if (i < a.Nq) {
-            T *dst = elem<T>(a.o, b, i, h);
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int dt = 0; dt < DT; dt++) {
-                const int c = dt * 8 + 2 * t4;
-                if (c < a.d)
-                    *reinterpret_cast<uint32_t *>(dst + c) =
-                        pack2<T>(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
-            }
-            if (t4 == 0) {
-                ((float *)a.m)[bh * a.Nq + i] =
-                    m_raw[r] == -INFINITY ? -INFINITY : m_raw[r] * (float)a.scale;
-                ((float *)a.l)[bh * a.Nq + i] = l;
+        for (int r = 0; r < 2; r++) {
+            float l = l_part[mt][r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const int64_t i = row_w + mt * 16 + 8 * r;
+            const float inv = l > 0.f ? (float)a.keep_scale / l : 0.f;
+            if (i < a.Nq) {
+                T *dst = elem<T>(a.o, b, i, h);
+#pragma unroll
+                for (int dt = 0; dt < DT; dt++) {
+                    const int c = dt * 8 + 2 * t4;
+                    if (c < a.d)
+                        *reinterpret_cast<uint32_t *>(dst + c) =
+                            pack2<T>(o[mt][dt][2 * r] * inv, o[mt][dt][2 * r + 1] * inv);
+                }
+                if (t4 == 0) {
+                    const float mr = m_raw[mt][r];
+                    ((float *)a.m)[bh * a.Nq + i] =
+                        mr == -INFINITY ? -INFINITY : mr * (float)a.scale;
+                    ((float *)a.l)[bh * a.Nq + i] = l;
+                }
             }
         }
-    }
 }
 
 template <typename T, int D, bool kCausal, bool kDropout>

@@ -120,11 +120,13 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
     cudaStream_t s = (cudaStream_t)pb->stream;
     const size_t acc = pb->dtype == FG_FP64 ? sizeof(double) : sizeof(float);
     const size_t rows = (size_t)(pb->B * pb->H * pb->Nq);
-    const size_t bytes = acc * rows * (1 + (size_t)pb->d); /* D + dQ acc */
+    /* D, then the dQ accumulator at a 256-byte boundary (vector atomics). */
+    const size_t d_bytes = (acc * rows + 255) & ~(size_t)255;
+    const size_t bytes = d_bytes + acc * rows * (size_t)pb->d;
     void *ws = nullptr;
     FG_CUDA_TRY(cudaMallocAsync(&ws, bytes, s));
     a.D = ws;
-    a.dq_acc = (char *)ws + acc * rows;
+    a.dq_acc = (char *)ws + d_bytes;
     cudaError_t e = cudaMemsetAsync(a.dq_acc, 0, acc * rows * pb->d, s);
     fg_status status = FG_OK;
     if (e != cudaSuccess)
