@@ -26,7 +26,7 @@ MAIN_JOB=(./examples/attention_demo) # relative to the build folder
 # ---------------------------------------------------------------------------
 
 DEPS=(build-essential autoconf automake libtool pkg-config check
-      libsubunit-dev)
+      libsubunit-dev libopenblas-dev)
 
 say() { printf '==> %s\n' "$*"; }
 die() { printf 'quickstart: %s\n' "$*" >&2; exit 1; }

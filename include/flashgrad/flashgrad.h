@@ -18,7 +18,9 @@
  *     //                                            &st, &dq, &dk, &dv);
  *
  * Every function returns an fg_status; fg_last_error() says what went wrong.
- * Headers: status.h (errors), types.h (dtypes, devices), attention.h. */
+ * Headers: status.h (errors), types.h (dtypes, devices), attention.h (the
+ * FlashAttention kernels), tensor.h (tensors, arenas, random generator),
+ * autograd.h (the tape, hooks, differentiable ops), gradcheck.h. */
 #ifndef FLASHGRAD_FLASHGRAD_H
 #define FLASHGRAD_FLASHGRAD_H
 
@@ -26,5 +28,8 @@
 #include "flashgrad/status.h"
 #include "flashgrad/types.h"
 #include "flashgrad/attention.h"
+#include "flashgrad/tensor.h"
+#include "flashgrad/autograd.h"
+#include "flashgrad/gradcheck.h"
 
 #endif /* FLASHGRAD_FLASHGRAD_H */

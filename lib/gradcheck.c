@@ -1,0 +1,398 @@
+/* lib/gradcheck.c - finite-difference gradient check (see gradcheck.h).
+ *
+ * Jacobians are held densely on the host in double: one n_out x numel
+ * matrix per checked input, rows filled by vector-Jacobian products, columns
+ * by central differences. Everything the check allocates goes to the heap
+ * (it pushes "no arena"), so it can run inside a training loop's arena. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flashgrad/gradcheck.h"
+#include "autograd_internal.h"
+#include "error.h"
+
+void fg_gradcheck_options_init(fg_gradcheck_options *o)
+{
+    if (!o)
+        return;
+    o->eps = 1e-6;
+    o->atol = 1e-5;
+    o->rtol = 1e-3;
+    o->fast_mode = 0;
+    o->check_reentrant = 1;
+    o->allow_fp32 = 0;
+    o->seed = 0x5EEDull;
+}
+
+typedef struct gc {
+    fg_gradcheck_fn fn;
+    void *user;
+    fg_tensor *const *inputs;
+    int n_inputs;
+    fg_gradcheck_options o;
+    fg_gradcheck_report *rep;
+    int nt;               /* inputs that require grad */
+    int tidx[64];         /* their indices into inputs[] */
+    fg_tensor *targets[64];
+    int64_t n_out;
+    int out_nd;
+    int64_t out_shape[FG_MAX_DIMS];
+    fg_dtype out_dt;
+} gc;
+
+static void *xcalloc(size_t n, size_t size)
+{
+    return calloc(n ? n : 1, size);
+}
+
+/* fn(inputs) -> host doubles; checks the output's shape stays put. */
+/* Keeps the function's own message. */
+static fg_status fn_failed(fg_status s)
+{
+    char msg[400];
+    snprintf(msg, sizeof msg, "%s", fg_last_error());
+    return fg_error(s, "fg_gradcheck: the function failed (%s): %s",
+                    fg_status_string(s), msg);
+}
+
+static fg_status eval(gc *g, double *y)
+{
+    fg_tensor *out = NULL;
+    fg_status s = g->fn(g->inputs, g->n_inputs, &out, g->user);
+    if (s != FG_OK) {
+        fg_tensor_free(out);
+        return fn_failed(s);
+    }
+    if (!out)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "the function returned NULL");
+    if (!fg_same_shape(out->nd, out->shape, g->out_nd, g->out_shape)) {
+        fg_tensor_free(out);
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                       "the function's output shape changed between calls");
+    }
+    s = fg_tensor_copy_to_host(out, FG_FP64, y, g->n_out);
+    fg_tensor_free(out);
+    return s;
+}
+
+/* Records entry (a, n) of input t, in element j, out element k. */
+static void judge(gc *g, int t, int64_t j, int64_t k, double a, double n)
+{
+    fg_gradcheck_report *r = g->rep;
+    double err = fabs(a - n), tol = g->o.atol + g->o.rtol * fabs(n);
+    double ratio = (isnan(a) || isnan(n)) ? INFINITY : err / tol;
+    r->n_checked++;
+    if (!(ratio <= 1.0))
+        r->n_failed++;
+    if (err > r->max_abs_err || isnan(err))
+        r->max_abs_err = isnan(err) ? INFINITY : err;
+    if (r->worst_input < 0 || ratio > r->worst_ratio) {
+        r->worst_ratio = ratio;
+        r->worst_input = g->tidx[t];
+        r->worst_in_elem = j;
+        r->worst_out_elem = k;
+        r->worst_analytical = a;
+        r->worst_numerical = n;
+    }
+}
+
+/* Vector-Jacobian product for seed v (host, n_out) into host rows[t]. */
+static fg_status vjp(gc *g, fg_tensor *y0, const double *v, double **rows)
+{
+    fg_tensor *seed, *grads[64] = {0};
+    FG_TRY(fg_tensor_new(NULL, g->out_dt, FG_DEVICE_CPU, g->out_nd,
+                         g->out_shape, &seed));
+    fg_status s = FG_OK;
+    fg_no_grad_begin();
+    s = fg_tensor_copy_from_host(seed, FG_FP64, v, g->n_out);
+    fg_no_grad_end();
+    if (s == FG_OK)
+        s = fg_grad(y0, seed, g->targets, g->nt, grads,
+                    FG_BACKWARD_RETAIN_GRAPH);
+    for (int t = 0; t < g->nt; t++) {
+        int64_t n = g->targets[t]->numel;
+        if (s == FG_OK && grads[t])
+            s = fg_tensor_copy_to_host(grads[t], FG_FP64, rows[t], n);
+        else if (s == FG_OK)
+            memset(rows[t], 0, sizeof(double) * (size_t)n);
+        fg_tensor_free(grads[t]);
+    }
+    fg_tensor_free(seed);
+    return s;
+}
+
+static void set_elem(fg_tensor *x, int64_t j, double v)
+{
+    fg_store_elem(fg_tensor_elem_ptr(x, j), x->dtype, v);
+}
+static double get_elem(fg_tensor *x, int64_t j)
+{
+    return fg_load_elem(fg_tensor_elem_ptr(x, j), x->dtype);
+}
+
+static fg_status full_check(gc *g, fg_tensor *y0)
+{
+    const int64_t m = g->n_out;
+    double **ja = xcalloc((size_t)g->nt, sizeof *ja);
+    double **rows = xcalloc((size_t)g->nt, sizeof *rows);
+    double **again = xcalloc((size_t)g->nt, sizeof *again);
+    double *v = xcalloc((size_t)m, sizeof *v);
+    double *yp = xcalloc((size_t)m, sizeof *yp),
+           *ym = xcalloc((size_t)m, sizeof *ym);
+    fg_status s = (ja && rows && again && v && yp && ym)
+                      ? FG_OK
+                      : FG_FAIL(FG_ERR_OUT_OF_MEMORY, "gradcheck buffers");
+    for (int t = 0; t < g->nt && s == FG_OK; t++) {
+        size_t n = (size_t)g->targets[t]->numel;
+        ja[t] = xcalloc((size_t)m * n, sizeof(double));
+        rows[t] = xcalloc(n, sizeof(double));
+        again[t] = xcalloc(n, sizeof(double));
+        if (!ja[t] || !rows[t] || !again[t])
+            s = FG_FAIL(FG_ERR_OUT_OF_MEMORY, "gradcheck Jacobian");
+    }
+    /* Analytical: row k of every Jacobian from the VJP with e_k. */
+    for (int64_t k = 0; k < m && s == FG_OK; k++) {
+        v[k] = 1.0;
+        s = vjp(g, y0, v, rows);
+        if (s == FG_OK && g->o.check_reentrant) {
+            s = vjp(g, y0, v, again);
+            for (int t = 0; t < g->nt && s == FG_OK; t++)
+                if (memcmp(rows[t], again[t],
+                           sizeof(double) * (size_t)g->targets[t]->numel))
+                    g->rep->reentrant = 0;
+        }
+        v[k] = 0.0;
+        for (int t = 0; t < g->nt && s == FG_OK; t++) {
+            int64_t n = g->targets[t]->numel;
+            memcpy(ja[t] + k * n, rows[t], sizeof(double) * (size_t)n);
+        }
+    }
+    if (s == FG_OK)
+        fg_graph_free(y0);
+    /* Numerical: column j from central differences. */
+    fg_no_grad_begin();
+    for (int t = 0; t < g->nt && s == FG_OK; t++) {
+        fg_tensor *x = g->targets[t];
+        const int64_t n = x->numel;
+        for (int64_t j = 0; j < n && s == FG_OK; j++) {
+            const double x0 = get_elem(x, j);
+            set_elem(x, j, x0 + g->o.eps);
+            const double xp = get_elem(x, j); /* as stored (fp32 rounds) */
+            s = eval(g, yp);
+            set_elem(x, j, x0 - g->o.eps);
+            const double xm = get_elem(x, j);
+            if (s == FG_OK)
+                s = eval(g, ym);
+            set_elem(x, j, x0);
+            for (int64_t k = 0; k < m && s == FG_OK; k++)
+                judge(g, t, j, k, ja[t][k * n + j], (yp[k] - ym[k]) / (xp - xm));
+        }
+    }
+    fg_no_grad_end();
+    for (int t = 0; ja && rows && again && t < g->nt; t++) {
+        free(ja[t]);
+        free(rows[t]);
+        free(again[t]);
+    }
+    free(ja);
+    free(rows);
+    free(again);
+    free(v);
+    free(yp);
+    free(ym);
+    return s;
+}
+
+/* splitmix64 -> [-1, 1) */
+static double rnd(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+static fg_status fast_check(gc *g, fg_tensor *y0)
+{
+    const int64_t m = g->n_out;
+    uint64_t rs = g->o.seed;
+    double *v = xcalloc((size_t)m, sizeof *v);
+    double *yp = xcalloc((size_t)m, sizeof *yp),
+           *ym = xcalloc((size_t)m, sizeof *ym);
+    double **u = xcalloc((size_t)g->nt, sizeof *u),
+           **gr = xcalloc((size_t)g->nt, sizeof *gr),
+           **gr2 = xcalloc((size_t)g->nt, sizeof *gr2),
+           **x0 = xcalloc((size_t)g->nt, sizeof *x0);
+    fg_status s = (v && yp && ym && u && gr && gr2 && x0)
+                      ? FG_OK
+                      : FG_FAIL(FG_ERR_OUT_OF_MEMORY, "gradcheck buffers");
+    for (int t = 0; t < g->nt && s == FG_OK; t++) {
+        size_t n = (size_t)g->targets[t]->numel;
+        u[t] = xcalloc(n, sizeof(double));
+        gr[t] = xcalloc(n, sizeof(double));
+        gr2[t] = xcalloc(n, sizeof(double));
+        x0[t] = xcalloc(n, sizeof(double));
+        if (!u[t] || !gr[t] || !gr2[t] || !x0[t])
+            s = FG_FAIL(FG_ERR_OUT_OF_MEMORY, "gradcheck buffers");
+        for (size_t j = 0; s == FG_OK && j < n; j++)
+            u[t][j] = rnd(&rs);
+    }
+    for (int64_t k = 0; k < m && s == FG_OK; k++)
+        v[k] = rnd(&rs);
+    if (s == FG_OK)
+        s = vjp(g, y0, v, gr);
+    if (s == FG_OK && g->o.check_reentrant) {
+        s = vjp(g, y0, v, gr2);
+        for (int t = 0; t < g->nt && s == FG_OK; t++)
+            if (memcmp(gr[t], gr2[t],
+                       sizeof(double) * (size_t)g->targets[t]->numel))
+                g->rep->reentrant = 0;
+    }
+    if (s == FG_OK)
+        fg_graph_free(y0);
+    fg_no_grad_begin();
+    for (int t = 0; t < g->nt && s == FG_OK; t++) {
+        fg_tensor *x = g->targets[t];
+        const int64_t n = x->numel;
+        double a = 0, num = 0;
+        for (int64_t j = 0; j < n; j++) {
+            x0[t][j] = get_elem(x, j);
+            a += gr[t][j] * u[t][j];
+        }
+        for (int64_t j = 0; j < n; j++)
+            set_elem(x, j, x0[t][j] + g->o.eps * u[t][j]);
+        s = eval(g, yp);
+        for (int64_t j = 0; j < n; j++)
+            set_elem(x, j, x0[t][j] - g->o.eps * u[t][j]);
+        if (s == FG_OK)
+            s = eval(g, ym);
+        for (int64_t j = 0; j < n; j++)
+            set_elem(x, j, x0[t][j]);
+        for (int64_t k = 0; k < m; k++)
+            num += v[k] * (yp[k] - ym[k]) / (2 * g->o.eps);
+        if (s == FG_OK)
+            judge(g, t, -1, -1, a, num);
+    }
+    fg_no_grad_end();
+    for (int t = 0; u && gr && gr2 && x0 && t < g->nt; t++) {
+        free(u[t]);
+        free(gr[t]);
+        free(gr2[t]);
+        free(x0[t]);
+    }
+    free(u);
+    free(gr);
+    free(gr2);
+    free(x0);
+    free(v);
+    free(yp);
+    free(ym);
+    return s;
+}
+
+static void summarise(gc *g)
+{
+    fg_gradcheck_report *r = g->rep;
+    r->passed = r->n_failed == 0 && r->reentrant;
+    if (r->passed) {
+        snprintf(r->message, sizeof r->message,
+                 "ok: %lld %s, max |a - n| = %.3g", (long long)r->n_checked,
+                 g->o.fast_mode ? "probes" : "entries", r->max_abs_err);
+    } else if (r->n_failed) {
+        snprintf(r->message, sizeof r->message,
+                 "%lld of %lld %s outside tolerance; worst: input %d "
+                 "element %lld, output element %lld: analytical %.10g, "
+                 "numerical %.10g (ratio %.3g)%s",
+                 (long long)r->n_failed, (long long)r->n_checked,
+                 g->o.fast_mode ? "probes" : "entries", r->worst_input,
+                 (long long)r->worst_in_elem, (long long)r->worst_out_elem,
+                 r->worst_analytical, r->worst_numerical, r->worst_ratio,
+                 r->reentrant ? "" : "; backward not reentrant");
+    } else {
+        snprintf(r->message, sizeof r->message,
+                 "backward is not reentrant: two runs with the same "
+                 "gradient gave different results");
+    }
+}
+
+fg_status fg_gradcheck(fg_gradcheck_fn fn, void *user,
+                       fg_tensor *const *inputs, int n_inputs,
+                       const fg_gradcheck_options *opts,
+                       fg_gradcheck_report *report)
+{
+    if (!fn || !report || !inputs || n_inputs < 1)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                       "need fn, report and n_inputs >= 1 inputs");
+    gc g;
+    memset(&g, 0, sizeof g);
+    g.fn = fn;
+    g.user = user;
+    g.inputs = inputs;
+    g.n_inputs = n_inputs;
+    fg_gradcheck_options_init(&g.o);
+    if (opts)
+        g.o = *opts;
+    if (!(g.o.eps > 0) || !(g.o.atol >= 0) || !(g.o.rtol >= 0))
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                       "eps must be > 0, atol and rtol >= 0");
+    for (int i = 0; i < n_inputs; i++) {
+        const fg_tensor *x = inputs[i];
+        if (!x)
+            return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "input %d is NULL", i);
+        if (x->device != FG_DEVICE_CPU)
+            return FG_FAIL(FG_ERR_UNSUPPORTED, "input %d is a %s tensor", i,
+                           fg_device_name(x->device));
+        if (!x->requires_grad)
+            continue;
+        if (x->dtype != FG_FP64 && !(x->dtype == FG_FP32 && g.o.allow_fp32))
+            return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                           "input %d is %s: gradcheck needs fp64 (set "
+                           "allow_fp32 for fp32 with looser tolerances)",
+                           i, fg_dtype_name(x->dtype));
+        if (g.nt == 64)
+            return FG_FAIL(FG_ERR_UNSUPPORTED, "more than 64 inputs");
+        g.tidx[g.nt] = i;
+        g.targets[g.nt++] = inputs[i];
+    }
+    if (g.nt == 0)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                       "no input requires grad: nothing to check");
+    memset(report, 0, sizeof *report);
+    report->worst_input = -1;
+    report->worst_in_elem = report->worst_out_elem = -1;
+    report->reentrant = 1;
+    g.rep = report;
+
+    FG_TRY(fg_arena_push(NULL));
+    fg_tensor *y0 = NULL;
+    fg_status s = fn(inputs, n_inputs, &y0, user);
+    if (s != FG_OK) {
+        fg_tensor_free(y0);
+        y0 = NULL;
+        s = fn_failed(s);
+    } else if (!y0) {
+        s = FG_FAIL(FG_ERR_INVALID_ARGUMENT, "the function returned NULL");
+    } else if (y0->device != FG_DEVICE_CPU) {
+        s = FG_FAIL(FG_ERR_UNSUPPORTED, "output on %s",
+                    fg_device_name(y0->device));
+    } else if (!y0->requires_grad) {
+        s = FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                    "the output does not require grad (it does not depend "
+                    "on any checked input, or was computed under no_grad)");
+    }
+    if (s == FG_OK) {
+        g.n_out = y0->numel;
+        g.out_nd = y0->nd;
+        memcpy(g.out_shape, y0->shape, sizeof g.out_shape);
+        g.out_dt = y0->dtype;
+        s = g.o.fast_mode ? fast_check(&g, y0) : full_check(&g, y0);
+    }
+    fg_tensor_free(y0);
+    fg_arena_pop(NULL);
+    if (s == FG_OK)
+        summarise(&g);
+    return s;
+}
