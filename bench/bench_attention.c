@@ -4,7 +4,8 @@
  * warm-up, median of the repetitions, inputs rotated over several buffer
  * sets so the L2 does not hold them.
  *
- *   bench_attention [--csv FILE] [--reps R] [--quick]
+ *   bench_attention [--csv FILE] [--reps R] [--quick] [--d D] [--N N]
+ *                   [--causal 0|1]   (the last three select one cell)
  *   default grid: bf16/fp16, 16k tokens (B = 16384/N), hidden 2048
  *   (H = 2048/d), d in {64, 128, 256}, N in {512 .. 16384}, causal off/on. */
 #include <math.h>
@@ -152,7 +153,7 @@ static result run(fg_dtype dt, int B, int N, int H, int d, int causal, int reps)
 int main(int argc, char **argv)
 {
     const char *csv_path = NULL;
-    int reps = 10, quick = 0;
+    int reps = 10, quick = 0, one_d = 0, one_n = 0, one_causal = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--csv") && i + 1 < argc)
             csv_path = argv[++i];
@@ -160,8 +161,15 @@ int main(int argc, char **argv)
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
+        else if (!strcmp(argv[i], "--d") && i + 1 < argc)
+            one_d = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--N") && i + 1 < argc)
+            one_n = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--causal") && i + 1 < argc)
+            one_causal = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--csv FILE] [--reps R] [--quick]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--csv FILE] [--reps R] [--quick] "
+                            "[--d D] [--N N] [--causal 0|1]\n", argv[0]);
             return 2;
         }
     }
@@ -186,6 +194,9 @@ int main(int argc, char **argv)
                 for (int causal = 0; causal < 2; causal++) {
                     const int d = ds[a], N = Ns[b];
                     if (quick && N != 2048 && N != 8192)
+                        continue;
+                    if ((one_d && d != one_d) || (one_n && N != one_n) ||
+                        (one_causal >= 0 && causal != one_causal))
                         continue;
                     const int B = 16384 / N, H = 2048 / d;
                     result r = run(dts[di], B, N, H, d, causal, reps);

@@ -68,7 +68,7 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
     const uint32_t sV = sK + Bc * D * 2;
     const uint32_t sQ0 = sV + Bc * D * 2;          /* + buf * 2*Br*D*2 */
     const uint32_t qbuf = 2 * Br * D * 2;
-    const uint32_t sdS = sQ0 + 2 * qbuf;           /* [Br][Bc], swizzled */
+    const uint32_t sdS = sQ0 + 2 * qbuf;           /* dS^T [Bc][Br], swizzled */
     float *lse2_s = (float *)(smem + (sdS - sK) + Br * Bc * 2); /* [2][Br] */
     float *D_s = lse2_s + 2 * Br;                               /* [2][Br] */
 
@@ -180,12 +180,15 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
 #pragma unroll
         for (int qt = 0; qt < QT; qt++) {
             float p[4], ds[4];
+            /* lse2 and D of this thread's two queries in one load each */
+            const float2 L = *reinterpret_cast<const float2 *>(lse2 + 8 * qt + 2 * t4);
+            const float2 Dq = *reinterpret_cast<const float2 *>(Dv + 8 * qt + 2 * t4);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int qi = 8 * qt + 2 * t4 + (e & 1);
                 const int64_t j = j0 + 16 * warp + g + 8 * (e >> 1);
                 const int64_t i = i0 + qi;
-                float pe = exp2f(fmaf(s[qt][e], scale_log2, -lse2[qi]));
+                float pe = exp2f(fmaf(s[qt][e], scale_log2, -((e & 1) ? L.y : L.x)));
                 if (need_mask && (j >= a.Nk || (kCausal && j > i + a.shift)))
                     pe = 0.f;
                 float z = 1.f;
@@ -198,23 +201,22 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
                                         : (j & 3) == 2 ? w.z : w.w;
                     z = fg_dropout_keep(word, a.keep_threshold) ? (float)a.keep_scale : 0.f;
                 }
-                p[e] = pe * z;                          /* for dV */
-                ds[e] = pe * (dp[qt][e] * z - Dv[qi]);  /* dS^T */
+                p[e] = pe * z;                                        /* for dV */
+                ds[e] = pe * (dp[qt][e] * z - ((e & 1) ? Dq.y : Dq.x)); /* dS^T */
             }
             const int kk = qt >> 1, half = (qt & 1) * 2;
             pf[kk][half] = pack2<T>(p[0], p[1]);
             pf[kk][half + 1] = pack2<T>(p[2], p[3]);
             sf[kk][half] = pack2<T>(ds[0], ds[1]);
             sf[kk][half + 1] = pack2<T>(ds[2], ds[3]);
-            /* dS (not transposed) to shared memory for dQ: [query][key]. */
-            T *dsm = (T *)(smem + (sdS - sK));
+            /* dS^T to shared memory for dQ, [key][query]: the two queries
+             * of a register pair are adjacent, one 4-byte store each. */
+            unsigned char *dsm = smem + (sdS - sK);
             const int key0 = 16 * warp + g;
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int qi = 8 * qt + 2 * t4 + (e & 1), kj = key0 + 8 * (e >> 1);
-                const uint32_t off = swz(qi, kj >> 3, Bc / 8) + (kj & 7) * 2;
-                *(T *)((unsigned char *)dsm + off) = from_acc<T>(ds[e]);
-            }
+            *reinterpret_cast<uint32_t *>(dsm + swz(key0, qt, Br / 8) + 4 * t4) =
+                sf[kk][half];
+            *reinterpret_cast<uint32_t *>(dsm + swz(key0 + 8, qt, Br / 8) + 4 * t4) =
+                sf[kk][half + 1];
         }
 
         /* dV += (P^T Z) dO_i (Alg4 L.17), dK += dS^T Q_i (L.23). */
@@ -248,7 +250,9 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
 #pragma unroll
             for (int kk = 0; kk < Bc / 16; kk++) {
                 uint32_t af[4];
-                ldmatrix_x4(af, sdS + swz(mt * 16 + (lane & 15), kk * 2 + (lane >> 4), Bc / 8));
+                /* A = dS (queries x keys) from the [key][query] tile */
+                ldmatrix_x4_trans(af, sdS + swz(kk * 16 + (lane & 7) + ((lane >> 4) << 3),
+                                                mt * 2 + ((lane >> 3) & 1), Br / 8));
 #pragma unroll
                 for (int d2 = 0; d2 < DW / 16; d2++) {
                     uint32_t bk[4];

@@ -91,10 +91,12 @@ template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi
 }
 
 /* Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile whose
- * rows hold `chunks` chunks (a multiple of 8). */
+ * rows hold `chunks` chunks (a power of two >= 4; with 4 chunks per row an
+ * 8-row ldmatrix phase still has 2-way conflicts). */
 __device__ __forceinline__ uint32_t swz(int row, int chunk, int chunks)
 {
-    return (uint32_t)((row * chunks + (chunk ^ (row & 7))) * 16);
+    const int mask = (chunks < 8 ? chunks : 8) - 1;
+    return (uint32_t)((row * chunks + (chunk ^ (row & mask))) * 16);
 }
 
 } /* namespace fg */
