@@ -38,6 +38,33 @@ static int fg_cpu_thread_id(void)
 #endif
 }
 
+/* Per-thread workspace reused across calls, so a training step's attention
+ * calls stop allocating once the largest size has been seen (the "memory
+ * plan" of the autograd layer). Grown, never shrunk; released by
+ * fg_attention_release_workspace() or at thread exit by the OS. */
+static _Thread_local void *tls_ws;
+static _Thread_local size_t tls_ws_size;
+
+static void *fg_cpu_workspace(size_t bytes)
+{
+    if (bytes <= tls_ws_size)
+        return tls_ws;
+    void *p = malloc(bytes);
+    if (!p)
+        return NULL;
+    free(tls_ws);
+    tls_ws = p;
+    tls_ws_size = bytes;
+    return p;
+}
+
+void fg_attention_release_workspace(void)
+{
+    free(tls_ws);
+    tls_ws = NULL;
+    tls_ws_size = 0;
+}
+
 void fg_dropout_row(const fg_attn_problem *pb, int64_t b, int64_t h, int64_t i,
                     int64_t j0, int64_t n, uint8_t *out)
 {

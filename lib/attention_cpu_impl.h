@@ -189,7 +189,7 @@ static fg_status FN(forward)(const fg_attn_problem *pb, const fg_attn_tensor *q,
     const int nt = fg_cpu_threads(pb->num_threads, ntasks);
     const size_t wsb = FN(fwd_ws_bytes)(Br, Bc, d);
     /* All workspace up front: an allocation failure leaves O untouched. */
-    char *mem = (char *)malloc(wsb * (size_t)nt);
+    char *mem = (char *)fg_cpu_workspace(wsb * (size_t)nt);
     if (!mem)
         return fg_error(FG_ERR_OUT_OF_MEMORY,
                         "fg_attention_forward: cannot allocate %zu bytes of "
@@ -210,7 +210,6 @@ static fg_status FN(forward)(const fg_attn_problem *pb, const fg_attn_tensor *q,
                           st);
         }
     }
-    free(mem);
     return FG_OK;
 }
 
@@ -395,11 +394,11 @@ static fg_status FN(backward)(const fg_attn_problem *pb,
     const int nt = fg_cpu_threads(pb->num_threads, ntasks);
     const size_t wsb = FN(bwd_ws_bytes)(Bc, d);
     /* D [B, H, Nq] and per-thread tiles, allocated before any write. */
-    T *D = (T *)malloc(sizeof(T) * (size_t)nrows);
-    char *mem = (char *)malloc(wsb * (size_t)nt);
-    if (!D || !mem) {
-        free(D);
-        free(mem);
+    const size_t dbytes = (sizeof(T) * (size_t)nrows + 63) & ~(size_t)63;
+    char *mem = (char *)fg_cpu_workspace(dbytes + wsb * (size_t)nt);
+    T *D = (T *)mem;
+    mem += dbytes;
+    if (!D) {
         return fg_error(FG_ERR_OUT_OF_MEMORY,
                         "fg_attention_backward: cannot allocate %zu bytes of "
                         "CPU workspace",
@@ -431,8 +430,6 @@ static fg_status FN(backward)(const fg_attn_problem *pb,
             FN(bwd_task)(pb, &w, t / pb->Hk, t % pb->Hk, q, k, v, dout, st, D,
                          dq, dk, dv);
     }
-    free(mem);
-    free(D);
     return FG_OK;
 }
 

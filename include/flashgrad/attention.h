@@ -154,6 +154,11 @@ FG_API fg_status fg_attention_backward(const fg_attn_params *p,
 FG_API fg_status fg_attention_dropout_mask(const fg_attn_params *p,
                                            uint8_t *mask);
 
+/* The CPU backend keeps one workspace per calling thread and reuses it, so
+ * repeated calls of the same (or smaller) size do not allocate. This frees
+ * the calling thread's workspace (e.g. before the thread exits). */
+FG_API void fg_attention_release_workspace(void);
+
 /* Dropout keep threshold T = floor((1 - p) * 2^24) used above. */
 FG_API uint32_t fg_dropout_threshold(double p);
 
