@@ -29,7 +29,7 @@ template <int D> struct FwdTile {
     static constexpr int kWarps = D == 256 ? 8 : 4;
     static constexpr int kThreads = kWarps * 32;
     static constexpr int kBr = 16 * kMT * kWarps;  /* 128 query rows */
-    static constexpr int kBc = D == 64 ? 64 : 32;  /* keys per block */
+    static constexpr int kBc = D == 256 ? 32 : 64; /* keys per block */
     static constexpr int kChunks = D / 8;         /* 16-byte chunks per row */
     static constexpr size_t kSmem =
         (size_t)(kBr * D + 4 * kBc * D) * 2;      /* Q + 2x(K, V) */
