@@ -9,6 +9,8 @@
  *     a [B, H, Nq, d] buffer of the accumulator type (so fp32/fp64 summation
  *     order varies between runs at the rounding level).
  *  3. attn_bwd_write_dq: that buffer converted to dQ's dtype and strides.
+ * With params.deterministic the main kernels skip dQ and attn_bwd_dq_kernel
+ * computes it per query block in a fixed order (bitwise-reproducible).
  * Nothing of size Nq x Nk exists anywhere. */
 #include "attn_common.cuh"
 #include "attn_kernels.h"
@@ -153,9 +155,11 @@ attn_bwd_kernel(const AttnArgs a)
                 dVs[idx] += dv;
                 dKs[idx] += dk * scale;
             }
-            /* Alg4 L.22: dQ_i += scale dS K_j (atomics across K/V blocks). */
+            /* Alg4 L.22: dQ_i += scale dS K_j (atomics across K/V blocks;
+             * in deterministic mode attn_bwd_dq_kernel does it instead). */
             A *dqa = (A *)a.dq_acc + (bh * a.Nq + i0) * d;
-            for (int idx = threadIdx.x; idx < rows * d; idx += blockDim.x) {
+            for (int idx = threadIdx.x; idx < (a.deterministic ? 0 : rows * d);
+                 idx += blockDim.x) {
                 const int r = idx / d, x = idx - r * d;
                 A acc = 0;
                 for (int c = 0; c < cols; c++)
@@ -172,6 +176,100 @@ attn_bwd_kernel(const AttnArgs a)
         elem<T>(a.dk, b, j0 + c, hk)[x] = from_acc<T>(dKs[idx]);
         elem<T>(a.dv, b, j0 + c, hk)[x] = from_acc<T>(dVs[idx]);
     }
+}
+
+/* Deterministic dQ (no atomics): one block per (query block, head, batch)
+ * streams the K/V blocks past its Q_i, dO_i, recomputes P and dS exactly as
+ * the main kernel does, and sums dQ_i += scale dS K_j in a fixed order in
+ * shared memory; dQ is written once. Costs a second recomputation of S and
+ * dP. */
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+attn_bwd_dq_kernel(const AttnArgs a)
+{
+    typedef typename AccOf<T>::type A;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int d = a.d, Br = a.Br, Bc = a.Bc, ld = d + 1;
+    A *Qs = (A *)smem_raw;
+    A *dOs = Qs + Br * ld;
+    A *Ks = dOs + Br * ld;
+    A *Vs = Ks + Bc * ld;
+    A *P = Vs + Bc * ld;
+    A *dP = P + Br * Bc;
+    A *dQs = dP + Br * Bc;
+    A *ms = dQs + Br * d, *ls = ms + Br, *Ds = ls + Br;
+
+    const int64_t i0 = (int64_t)blockIdx.x * Br;
+    const int h = blockIdx.y, b = blockIdx.z, hk = h / a.group;
+    const int64_t bh = (int64_t)b * a.H + h;
+    const int rows = (int)min((int64_t)Br, (int64_t)a.Nq - i0);
+    const A scale = (A)a.scale;
+
+    load_tile<T, A>(Qs, ld, a.q, b, i0, h, Br, rows, d);
+    load_tile<T, A>(dOs, ld, a.dout, b, i0, h, Br, rows, d);
+    for (int idx = threadIdx.x; idx < Br * d; idx += blockDim.x)
+        dQs[idx] = 0;
+    for (int r = threadIdx.x; r < Br; r += blockDim.x) {
+        const bool in = r < rows;
+        ms[r] = in ? ((const A *)a.m)[bh * a.Nq + i0 + r] : A(0);
+        ls[r] = in ? ((const A *)a.l)[bh * a.Nq + i0 + r] : A(0);
+        Ds[r] = in ? ((const A *)a.D)[bh * a.Nq + i0 + r] : A(0);
+    }
+    int64_t n_keys = a.Nk;
+    if (a.causal) {
+        const int64_t last = i0 + rows - 1 + a.shift + 1;
+        n_keys = last < 0 ? 0 : min(last, n_keys);
+    }
+    for (int64_t j0 = 0; j0 < n_keys; j0 += Bc) {
+        const int cols = (int)min((int64_t)Bc, (int64_t)a.Nk - j0);
+        __syncthreads();
+        load_tile<T, A>(Ks, ld, a.k, b, j0, hk, Bc, cols, d);
+        load_tile<T, A>(Vs, ld, a.v, b, j0, hk, Bc, cols, d);
+        __syncthreads();
+        bwd_recompute<A>(a, Qs, dOs, Ks, Vs, ms, ls, P, dP, i0, j0);
+        __syncthreads();
+        if (a.dropout) {
+            apply_dropout<A>(a, dP, (A *)nullptr, Bc, Br, Bc, bh, i0, j0);
+            __syncthreads();
+        }
+        for (int idx = threadIdx.x; idx < Br * Bc; idx += blockDim.x)
+            dP[idx] = P[idx] * (dP[idx] - Ds[idx / Bc]);
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < rows * d; idx += blockDim.x) {
+            const int r = idx / d, x = idx - r * d;
+            A acc = 0;
+            for (int c = 0; c < cols; c++)
+                acc += dP[r * Bc + c] * Ks[c * ld + x];
+            dQs[idx] += acc * scale;
+        }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < rows * d; idx += blockDim.x) {
+        const int r = idx / d, x = idx - r * d;
+        elem<T>(a.dq, b, i0 + r, h)[x] = from_acc<T>(dQs[idx]);
+    }
+}
+
+template <typename T>
+static fg_status launch_bwd_dq(AttnArgs a, size_t smem_limit, cudaStream_t st)
+{
+    typedef typename AccOf<T>::type A;
+    const int t = pick_tile([&](int x) { return bwd_dq_smem_bytes(x, x, a.d, sizeof(A)); },
+                            smem_limit);
+    if (t == 0)
+        return fg_error(FG_ERR_UNSUPPORTED,
+                        "fg_attention_backward: head_dim %d needs more shared "
+                        "memory than this GPU has (deterministic dQ)",
+                        a.d);
+    a.Br = a.Bc = t;
+    const size_t smem = bwd_dq_smem_bytes(t, t, a.d, sizeof(A));
+    FG_CUDA_TRY(cudaFuncSetAttribute(attn_bwd_dq_kernel<T>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)smem));
+    dim3 grid((unsigned)((a.Nq + t - 1) / t), (unsigned)a.H, (unsigned)a.B);
+    attn_bwd_dq_kernel<T><<<grid, kThreads, smem, st>>>(a);
+    FG_CUDA_TRY_LAUNCH();
+    return FG_OK;
 }
 
 template <typename T>
@@ -203,6 +301,8 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
         attn_bwd_kernel<T><<<grid, kThreads, smem, st>>>(a);
         FG_CUDA_TRY_LAUNCH();
     }
+    if (a.deterministic)
+        return launch_bwd_dq<T>(a, smem_limit, st);
     const int64_t n = nrows * a.d;
     const unsigned blocks = (unsigned)min((n + 255) / 256, (int64_t)65535);
     attn_bwd_write_dq<T><<<blocks, 256, 0, st>>>(a);

@@ -240,7 +240,7 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
         /* dQ_i += scale dS K (Alg4 L.22), by the first slice's launch only:
          * warp w takes query m-tile w % (Br/16) and a 1/parts slice of d;
          * fp32 atomics into the accumulator. */
-        if (dslice == 0) {
+        if (dslice == 0 && !a.deterministic) {
             constexpr int MTS = Br / 16, parts = W / MTS, DW = D / parts;
             const int mt = warp % MTS, part = warp / MTS;
             float q[DW / 8][4];

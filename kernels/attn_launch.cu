@@ -70,6 +70,7 @@ static fg_status base_args(const fg_attn_problem *pb, const char *fn,
     a->keep_scale = pb->keep_scale;
     a->seed = pb->seed;
     a->offset = pb->offset;
+    a->deterministic = pb->deterministic;
     return FG_OK;
 }
 
@@ -122,12 +123,14 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
     const size_t rows = (size_t)(pb->B * pb->H * pb->Nq);
     /* D, then the dQ accumulator at a 256-byte boundary (vector atomics). */
     const size_t d_bytes = (acc * rows + 255) & ~(size_t)255;
-    const size_t bytes = d_bytes + acc * rows * (size_t)pb->d;
+    /* Deterministic mode writes dQ directly: no accumulator. */
+    const size_t dq_bytes = pb->deterministic ? 0 : acc * rows * (size_t)pb->d;
+    const size_t bytes = d_bytes + dq_bytes;
     void *ws = nullptr;
     FG_CUDA_TRY(cudaMallocAsync(&ws, bytes, s));
     a.D = ws;
     a.dq_acc = (char *)ws + d_bytes;
-    cudaError_t e = cudaMemsetAsync(a.dq_acc, 0, acc * rows * pb->d, s);
+    cudaError_t e = dq_bytes ? cudaMemsetAsync(a.dq_acc, 0, dq_bytes, s) : cudaSuccess;
     fg_status status = FG_OK;
     if (e != cudaSuccess)
         status = fg_cuda_status(e, "cudaMemsetAsync", __FILE__, __LINE__);

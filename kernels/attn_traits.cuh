@@ -73,6 +73,7 @@ struct AttnArgs {
     double keep_scale;
     uint64_t seed, offset;
     int Br, Bc;           /* tile rows (queries) and columns (keys) */
+    int deterministic;    /* backward: dQ by attn_bwd_dq_kernel, no atomics */
 };
 
 /* Threads per block of the general kernels. */
@@ -89,6 +90,16 @@ inline size_t fwd_smem_bytes(int Br, int Bc, int d, size_t acc_size)
              + (size_t)Br * Bc           /* S / P */
              + (size_t)Br * d            /* O accumulator */
              + 3 * (size_t)Br;           /* m, l, alpha */
+    return n * acc_size;
+}
+
+inline size_t bwd_dq_smem_bytes(int Br, int Bc, int d, size_t acc_size)
+{
+    size_t n = 2 * (size_t)Br * (d + 1)  /* Q_i, dO_i */
+             + 2 * (size_t)Bc * (d + 1)  /* K_j, V_j */
+             + 2 * (size_t)Br * Bc       /* P, dP -> dS */
+             + (size_t)Br * d            /* dQ accumulator */
+             + 3 * (size_t)Br;           /* m, l, D */
     return n * acc_size;
 }
 

@@ -125,6 +125,7 @@ static fg_status check_params(const fg_attn_params *p, fg_attn_problem *pb,
     pb->block_k = p->block_k ? p->block_k : FG_ATTN_DEFAULT_BLOCK_K;
     pb->num_threads = p->num_threads;
     pb->stream = p->cuda_stream;
+    pb->deterministic = p->deterministic != 0;
     return FG_OK;
 }
 

@@ -28,6 +28,7 @@ typedef struct fg_attn_problem {
     fg_dtype dtype;          /* operand dtype */
     fg_dtype stats_dtype;    /* FG_FP64 for fp64 operands, else FG_FP32 */
     void *stream;            /* cudaStream_t (CUDA only) */
+    int deterministic;       /* CUDA backward without dQ atomics */
 } fg_attn_problem;
 
 /* CPU backend (attention_cpu.c). */

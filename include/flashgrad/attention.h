@@ -108,6 +108,10 @@ typedef struct fg_attn_params {
                           identical for every thread count */
     void *cuda_stream; /* cudaStream_t for device = CUDA, NULL = default
                           stream; CUDA calls are asynchronous on it */
+    int deterministic; /* CUDA backward: compute dQ in a separate pass with
+                          a fixed summation order instead of atomics, so
+                          reruns are bitwise identical (slower). The CPU
+                          backend is always deterministic. */
 } fg_attn_params;
 
 /* Defaults: CPU, scale 1/sqrt(d), no causal mask, no dropout. */
