@@ -22,7 +22,7 @@ set -euo pipefail
 # after `run`). Today it is the attention demo: CPU attention forward and
 # backward checked against a naive computation. When the toy-transformer
 # trainer lands, point this at it; nothing else in this script needs to change.
-MAIN_JOB=(./examples/attention_demo) # relative to the build folder
+MAIN_JOB=(./examples/flashgrad-train) # relative to the build folder
 # ---------------------------------------------------------------------------
 
 DEPS=(build-essential autoconf automake libtool pkg-config check

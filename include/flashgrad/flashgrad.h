@@ -20,7 +20,9 @@
  * Every function returns an fg_status; fg_last_error() says what went wrong.
  * Headers: status.h (errors), types.h (dtypes, devices), attention.h (the
  * FlashAttention kernels), tensor.h (tensors, arenas, random generator),
- * autograd.h (the tape, hooks, differentiable ops), gradcheck.h. */
+ * autograd.h (the tape, hooks, differentiable ops), gradcheck.h, nn.h
+ * (layers, the GPT model, toy data, sampling), optim.h (AdamW, clipping,
+ * LR schedule, checkpoints). */
 #ifndef FLASHGRAD_FLASHGRAD_H
 #define FLASHGRAD_FLASHGRAD_H
 
@@ -31,5 +33,7 @@
 #include "flashgrad/tensor.h"
 #include "flashgrad/autograd.h"
 #include "flashgrad/gradcheck.h"
+#include "flashgrad/nn.h"
+#include "flashgrad/optim.h"
 
 #endif /* FLASHGRAD_FLASHGRAD_H */

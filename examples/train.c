@@ -1,0 +1,576 @@
+/* examples/train.c - flashgrad-train: trains a small GPT with flashgrad.
+ *
+ *   flashgrad-train                      built-in task: sort digits
+ *   flashgrad-train --data FILE          character-level language model
+ *   flashgrad-train --help               every option
+ *
+ * Prints one progress line per interval, writes a CSV log (and a PNG loss
+ * curve when gnuplot is installed), saves a checkpoint at the end and on
+ * Ctrl-C, and resumes bit for bit from one (--resume). */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <flashgrad/flashgrad.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef struct opts {
+    char data[1024];   /* text file; empty: the sort task */
+    int sort_len, sort_digits;
+    int64_t layers, heads, width, ctx;
+    int64_t batch, accum, steps, warmup;
+    double lr, min_lr, wd, clip, dropout;
+    uint64_t seed;
+    char device[8], dtype[8];
+    int64_t eval_interval, eval_examples, final_examples, eval_batches;
+    double target_acc;
+    char ckpt[1024], resume[1024], log[1024], plot[1024];
+    int samples, sample_len, top_k;
+    int threads;
+    double temperature;
+} opts;
+
+static void defaults(opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->sort_len = 8;
+    o->sort_digits = 10;
+    o->layers = 2;
+    o->heads = 4;
+    o->width = 64;
+    o->ctx = 0; /* sort: 2 * len; text: 64 */
+    o->batch = 0; /* sort: 64; text: 32 */
+    o->accum = 1;
+    o->steps = 0; /* sort: 1500; text: 2000 */
+    o->warmup = 100;
+    o->lr = 3e-3;
+    o->min_lr = -1; /* lr / 10 */
+    o->wd = 0.1;
+    o->clip = 1.0;
+    o->dropout = 0;
+    o->seed = 1337;
+    strcpy(o->device, "auto");
+    strcpy(o->dtype, "fp32");
+    o->eval_interval = 100;
+    o->eval_examples = 1000;
+    o->final_examples = 10000;
+    o->eval_batches = 10;
+    o->target_acc = 0.999;
+    strcpy(o->ckpt, "flashgrad-train.ckpt");
+    strcpy(o->log, "flashgrad-train.csv");
+    strcpy(o->plot, "flashgrad-train.png");
+    o->samples = 2;
+    o->sample_len = 300;
+    o->top_k = 0;
+    o->temperature = 0.8;
+    o->threads = 1;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: flashgrad-train [options]\n"
+"Trains a small GPT. Without --data: the built-in task (sort a sequence of\n"
+"digits), reporting exact-match accuracy on held-out sequences.\n"
+"  --data FILE          character-level model of a text file (90/10 split)\n"
+"  --sort-len N         digits per sequence (default 8)\n"
+"  --sort-digits N      distinct digits (default 10)\n"
+"  --layers N --heads N --width N      model size (2, 4, 64)\n"
+"  --ctx N              context (text; default 64)\n"
+"  --batch N            sequences per micro-batch (sort 64, text 32)\n"
+"  --accum N            micro-batches per step (1)\n"
+"  --steps N            optimizer steps (sort 800, text 2000)\n"
+"  --lr X --min-lr X --warmup N        warmup + cosine schedule\n"
+"                       (lr 3e-3, min-lr lr/10, warmup 100)\n"
+"  --wd X               AdamW weight decay (0.1)\n"
+"  --clip X             gradient clipping by global norm (1.0; 0 = off)\n"
+"  --dropout X          dropout (0)\n"
+"  --seed N             seed of init, data and dropout (1337)\n"
+"  --device cpu|cuda|auto   (auto: cuda when a GPU is usable, else cpu)\n"
+"  --dtype fp32|fp64    parameter and activation dtype (fp32)\n"
+"  --threads N          CPU threads (1: toy models are too small to gain\n"
+"                       from more; 0 = OpenMP default)\n"
+"  --eval-interval N    steps between progress lines/evaluations (100)\n"
+"  --eval-examples N    held-out sequences per evaluation (sort, 1000)\n"
+"  --final-examples N   held-out sequences for the final accuracy (10000)\n"
+"  --target-acc X       stop once an evaluation reaches it (sort, 0.999)\n"
+"  --ckpt PATH          checkpoint written at the end and on Ctrl-C\n"
+"                       (flashgrad-train.ckpt; 'none' to skip)\n"
+"  --resume PATH        continue a run from its checkpoint\n"
+"  --log PATH           CSV log (flashgrad-train.csv)\n"
+"  --plot PATH          loss curve PNG via gnuplot (flashgrad-train.png;\n"
+"                       'none' to skip)\n"
+"  --samples N --sample-len N --temperature X --top-k N   text samples\n");
+}
+
+/* ---- option parsing (also used for the options saved in checkpoints) --- */
+
+static int parse(opts *o, int argc, char **argv, int from_ckpt)
+{
+    for (int i = 0; i < argc; i++) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(k, "-h") || !strcmp(k, "--help")) {
+            usage(stdout);
+            exit(0);
+        }
+        if (!v) {
+            fprintf(stderr, "flashgrad-train: %s needs a value\n", k);
+            return -1;
+        }
+        i++;
+#define S(name, field)                                                    \
+        if (!strcmp(k, name)) {                                           \
+            snprintf(o->field, sizeof o->field, "%s", v);                 \
+            continue;                                                     \
+        }
+#define I(name, field)                                                    \
+        if (!strcmp(k, name)) {                                           \
+            o->field = strtoll(v, NULL, 10);                              \
+            continue;                                                     \
+        }
+#define D(name, field)                                                    \
+        if (!strcmp(k, name)) {                                           \
+            o->field = strtod(v, NULL);                                   \
+            continue;                                                     \
+        }
+        S("--data", data) I("--sort-len", sort_len)
+        I("--sort-digits", sort_digits) I("--layers", layers)
+        I("--heads", heads) I("--width", width) I("--ctx", ctx)
+        I("--batch", batch) I("--accum", accum) I("--steps", steps)
+        I("--warmup", warmup) D("--lr", lr) D("--min-lr", min_lr)
+        D("--wd", wd) D("--clip", clip) D("--dropout", dropout)
+        I("--seed", seed) S("--device", device) S("--dtype", dtype)
+        I("--eval-interval", eval_interval)
+        I("--eval-examples", eval_examples)
+        I("--final-examples", final_examples)
+        D("--target-acc", target_acc) I("--samples", samples)
+        I("--sample-len", sample_len) D("--temperature", temperature)
+        I("--top-k", top_k) I("--threads", threads)
+        if (!from_ckpt) {
+            S("--ckpt", ckpt) S("--resume", resume) S("--log", log)
+            S("--plot", plot)
+        }
+#undef S
+#undef I
+#undef D
+        fprintf(stderr, "flashgrad-train: unknown option %s (see --help)\n",
+                k);
+        return -1;
+    }
+    return 0;
+}
+
+/* The options that define a run, as a string stored in the checkpoint. */
+static void describe(const opts *o, char *buf, size_t n)
+{
+    snprintf(buf, n,
+             "--data %s --sort-len %d --sort-digits %d --layers %lld "
+             "--heads %lld --width %lld --ctx %lld --batch %lld --accum %lld "
+             "--steps %lld --warmup %lld --lr %.17g --min-lr %.17g --wd %.17g "
+             "--clip %.17g --dropout %.17g --seed %llu --dtype %s",
+             o->data[0] ? o->data : "-", o->sort_len, o->sort_digits,
+             (long long)o->layers, (long long)o->heads, (long long)o->width,
+             (long long)o->ctx, (long long)o->batch, (long long)o->accum,
+             (long long)o->steps, (long long)o->warmup, o->lr, o->min_lr,
+             o->wd, o->clip, o->dropout, (unsigned long long)o->seed,
+             o->dtype);
+}
+
+static int parse_string(opts *o, char *s)
+{
+    char *argv[64];
+    int argc = 0;
+    for (char *t = strtok(s, " "); t && argc < 64; t = strtok(NULL, " "))
+        argv[argc++] = t;
+    if (parse(o, argc, argv, 1) != 0)
+        return -1;
+    if (!strcmp(o->data, "-"))
+        o->data[0] = 0;
+    return 0;
+}
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static volatile sig_atomic_t interrupted;
+/* The first Ctrl-C asks the loop to checkpoint and stop at the next step
+ * boundary; a second one kills the program as usual. */
+static void on_sigint(int sig)
+{
+    interrupted = 1;
+    signal(sig, SIG_DFL);
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static const char *hms(double s, char *buf)
+{
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        sprintf(buf, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else
+        sprintf(buf, "%ld:%02ld", t / 60, t % 60);
+    return buf;
+}
+
+#define CHECK(expr)                                                       \
+    do {                                                                  \
+        if ((expr) != FG_OK) {                                            \
+            fprintf(stderr, "flashgrad-train: %s\n", fg_last_error());    \
+            return 1;                                                     \
+        }                                                                 \
+    } while (0)
+
+typedef struct run {
+    opts o;
+    fg_sort_task task;
+    fg_text_data text;
+    int is_text;
+    int64_t T;
+    fg_gpt *m;
+    fg_adamw *opt;
+    fg_train_state st;
+    int64_t *x, *y;
+} run;
+
+/* Mean loss over the text split's fixed evaluation windows (no dropout). */
+static int eval_loss(run *r, int split, double *out)
+{
+    const int64_t B = r->o.batch, T = r->T;
+    uint64_t rng = r->o.seed * 31 + (uint64_t)split;
+    double sum = 0;
+    fg_no_grad_begin();
+    for (int64_t i = 0; i < r->o.eval_batches; i++) {
+        fg_tensor *loss = NULL;
+        double l = 0;
+        fg_status s = fg_text_data_batch(&r->text, split, &rng, B, T, r->x,
+                                         r->y);
+        if (s == FG_OK)
+            s = fg_gpt_forward(r->m, r->x, B, T, r->y, NULL, NULL, &loss);
+        if (s == FG_OK)
+            s = fg_tensor_item(loss, &l);
+        fg_tensor_free(loss);
+        if (s != FG_OK) {
+            fg_no_grad_end();
+            fprintf(stderr, "flashgrad-train: %s\n", fg_last_error());
+            return 1;
+        }
+        sum += l;
+    }
+    fg_no_grad_end();
+    *out = sum / (double)r->o.eval_batches;
+    return 0;
+}
+
+static int save(run *r, const char *why)
+{
+    if (!strcmp(r->o.ckpt, "none"))
+        return 0;
+    char meta[2048];
+    describe(&r->o, meta, sizeof meta);
+    if (fg_checkpoint_save(r->o.ckpt, r->m, r->opt, &r->st, meta) != FG_OK) {
+        fprintf(stderr, "flashgrad-train: %s\n", fg_last_error());
+        return 1;
+    }
+    printf("checkpoint (%s): %s at step %lld\n", why, r->o.ckpt,
+           (long long)r->st.step);
+    return 0;
+}
+
+static void plot(const opts *o)
+{
+    if (!strcmp(o->plot, "none") || !strcmp(o->log, "none"))
+        return;
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+        printf("note: gnuplot not found, no loss-curve PNG (the CSV log %s "
+               "has the numbers)\n", o->log);
+        return;
+    }
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "gnuplot -e \"set terminal png size 800,500; set output '%s'; "
+             "set datafile separator ','; set key autotitle columnhead; "
+             "set xlabel 'step'; set ylabel 'loss'; set logscale y; "
+             "plot '%s' using 1:2 with lines title 'train', "
+             "'' using 1:3 with linespoints title 'val'\" 2>/dev/null",
+             o->plot, o->log);
+    if (system(cmd) == 0)
+        printf("loss curve: %s\n", o->plot);
+    else
+        printf("note: gnuplot failed, no PNG\n");
+}
+
+static int setup(run *r, int argc, char **argv)
+{
+    opts *o = &r->o;
+    defaults(o);
+    if (parse(o, argc - 1, argv + 1, 0) != 0)
+        return 2;
+    if (o->resume[0]) { /* the run's own options, then the command line's */
+        char meta[2048];
+        CHECK(fg_checkpoint_peek(o->resume, NULL, NULL, meta, sizeof meta));
+        opts cmd = *o;
+        defaults(o);
+        if (parse_string(o, meta) != 0)
+            return 2;
+        parse(o, argc - 1, argv + 1, 0); /* overrides, e.g. --steps */
+        (void)cmd;
+    }
+    r->is_text = o->data[0] != 0;
+    if (!o->steps)
+        o->steps = r->is_text ? 2000 : 800;
+    if (!o->batch)
+        o->batch = r->is_text ? 32 : 64;
+    if (o->min_lr < 0)
+        o->min_lr = o->lr / 10;
+    if (!o->ctx)
+        o->ctx = r->is_text ? 64 : 2 * o->sort_len;
+    if (o->steps <= 0 || o->batch <= 0 || o->accum < 1 || o->warmup < 0 ||
+        o->eval_interval <= 0 || o->eval_examples <= 0 ||
+        o->final_examples <= 0 || o->samples < 0 || o->sample_len <= 0 ||
+        !(o->lr > 0) || !(o->dropout >= 0 && o->dropout < 1)) {
+        fprintf(stderr, "flashgrad-train: counts must be positive, lr > 0, "
+                        "dropout in [0, 1) (see --help)\n");
+        return 2;
+    }
+    if (strchr(o->data, ' ')) {
+        fprintf(stderr, "flashgrad-train: --data path must not contain "
+                        "spaces (it is stored in checkpoints)\n");
+        return 2;
+    }
+    return 0;
+}
+
+static fg_device pick_device(const char *name, int *ok)
+{
+    *ok = 1;
+    if (!strcmp(name, "cpu"))
+        return FG_DEVICE_CPU;
+    if (!strcmp(name, "cuda"))
+        return FG_DEVICE_CUDA;
+    if (strcmp(name, "auto")) {
+        *ok = 0;
+        return FG_DEVICE_CPU;
+    }
+    /* auto: CUDA when a GPU is present and this build can train on it. */
+    fg_tensor *t = NULL;
+    if (fg_cuda_available() &&
+        fg_tensor_empty(FG_FP32, FG_DEVICE_CUDA, FG_SHAPE(1), &t) == FG_OK) {
+        fg_tensor_free(t);
+        return FG_DEVICE_CUDA;
+    }
+    fg_clear_error();
+    return FG_DEVICE_CPU;
+}
+
+int main(int argc, char **argv)
+{
+    run R = {0}, *r = &R;
+    int rc = setup(r, argc, argv);
+    if (rc)
+        return rc;
+    opts *o = &r->o;
+#ifdef _OPENMP
+    if (o->threads > 0)
+        omp_set_num_threads(o->threads);
+#endif
+    int dev_ok;
+    fg_gpt_config c;
+    fg_gpt_config_init(&c);
+    c.device = pick_device(o->device, &dev_ok);
+    if (!dev_ok || (strcmp(o->dtype, "fp32") && strcmp(o->dtype, "fp64"))) {
+        fprintf(stderr, "flashgrad-train: bad --device or --dtype\n");
+        return 2;
+    }
+    c.dtype = strcmp(o->dtype, "fp64") ? FG_FP32 : FG_FP64;
+    if (r->is_text) {
+        CHECK(fg_text_data_load(o->data, &r->text));
+        c.vocab = r->text.vocab;
+        r->T = o->ctx;
+    } else {
+        r->task.len = o->sort_len;
+        r->task.digits = o->sort_digits;
+        c.vocab = fg_sort_task_vocab(&r->task);
+        r->T = fg_sort_task_seqlen(&r->task);
+        o->ctx = r->T;
+    }
+    c.ctx = o->ctx;
+    c.n_layer = o->layers;
+    c.n_head = o->heads;
+    c.n_embd = o->width;
+    c.dropout = o->dropout;
+    CHECK(fg_gpt_create(&c, o->seed, &r->m));
+    int n;
+    const fg_param *ps = fg_gpt_params(r->m, &n);
+    fg_adamw_config oc;
+    fg_adamw_config_init(&oc);
+    oc.lr = o->lr;
+    oc.weight_decay = o->wd;
+    CHECK(fg_adamw_create(ps, n, &oc, &r->opt));
+    fg_generator_init(&r->st.rng, o->seed ^ 0xD50F);
+    r->st.data_rng = o->seed * 0x9E3779B97F4A7C15ull + 1;
+    r->st.best_val = INFINITY;
+    if (o->resume[0]) {
+        CHECK(fg_checkpoint_load(o->resume, r->m, r->opt, &r->st));
+        printf("resumed from %s at step %lld\n", o->resume,
+               (long long)r->st.step);
+    }
+    const int64_t B = o->batch, T = r->T, rows = B * o->accum;
+    r->x = malloc((size_t)(rows * T) * sizeof *r->x);
+    r->y = malloc((size_t)(rows * T) * sizeof *r->y);
+    fg_arena *arena;
+    CHECK(fg_arena_create(0, &arena));
+    if (!r->x || !r->y)
+        return 1;
+    char desc[2048];
+    describe(o, desc, sizeof desc);
+    printf("flashgrad %s | %s | %s on %s, %s | %lld parameters\n",
+           fg_version(),
+           r->is_text ? o->data : "task: sort digits",
+           r->is_text ? "char LM" : "exact match on held-out sequences",
+           fg_device_name(c.device), fg_dtype_name(c.dtype),
+           (long long)fg_gpt_num_params(r->m));
+    printf("config: %s\n", desc);
+    FILE *csv = NULL;
+    if (strcmp(o->log, "none")) {
+        csv = fopen(o->log, r->st.step ? "a" : "w");
+        if (!csv) {
+            fprintf(stderr, "flashgrad-train: cannot write %s\n", o->log);
+            return 1;
+        }
+        if (!r->st.step)
+            fprintf(csv, "step,loss,val_loss,accuracy,grad_norm,lr,"
+                         "ms_per_step,tokens_per_s,elapsed_s\n");
+    }
+    signal(SIGINT, on_sigint);
+    fg_lr_schedule sched = {o->lr, o->min_lr, o->warmup, o->steps};
+    const double t0 = now();
+    double t_int = t0, loss_sum = 0, gn = 0, lr = 0, acc = -1, val = NAN;
+    int64_t int_steps = 0, start = r->st.step;
+    int stop = 0;
+    while (r->st.step < o->steps && !stop) {
+        if (interrupted) {
+            printf("\ninterrupted at step %lld\n", (long long)r->st.step);
+            save(r, "Ctrl-C");
+            if (csv)
+                fclose(csv);
+            return 130;
+        }
+        if (r->is_text)
+            CHECK(fg_text_data_batch(&r->text, 0, &r->st.data_rng, rows, T,
+                                     r->x, r->y));
+        else
+            CHECK(fg_sort_task_batch(&r->task, 0, &r->st.data_rng, rows,
+                                     r->x, r->y));
+        lr = fg_lr_at(&sched, r->st.step);
+        fg_step_stats ss;
+        CHECK(fg_gpt_train_step(r->m, r->opt, r->x, r->y, B, T,
+                                (int)o->accum, o->clip, lr, &r->st.rng,
+                                arena, &ss));
+        r->st.step++;
+        loss_sum += ss.loss;
+        gn = ss.grad_norm;
+        int_steps++;
+        if (!isfinite(ss.loss)) {
+            fprintf(stderr, "flashgrad-train: loss is %g at step %lld\n",
+                    ss.loss, (long long)r->st.step);
+            return 1;
+        }
+        if (r->st.step % o->eval_interval && r->st.step != o->steps)
+            continue;
+        const double t1 = now(), ms = (t1 - t_int) * 1e3 / int_steps;
+        char extra[96] = "", eta[32];
+        if (r->is_text) {
+            if (eval_loss(r, 1, &val))
+                return 1;
+            snprintf(extra, sizeof extra, " | val %.4f", val);
+        } else {
+            CHECK(fg_sort_task_accuracy(r->m, &r->task, o->eval_examples,
+                                        o->seed + 1000, &acc));
+            snprintf(extra, sizeof extra, " | held-out acc %5.1f%%",
+                     100 * acc);
+            stop = acc >= o->target_acc;
+        }
+        const double tps = (double)(rows * T) / (ms / 1e3);
+        printf("step %5lld/%lld | loss %.4f%s | gnorm %.3f | lr %.2e | "
+               "%.1f ms/step | %.0f tok/s | ETA %s\n",
+               (long long)r->st.step, (long long)o->steps,
+               loss_sum / int_steps, extra, gn, lr, ms, tps,
+               hms((double)(o->steps - r->st.step) * ms / 1e3, eta));
+        fflush(stdout);
+        if (csv) {
+            fprintf(csv, "%lld,%.6f,", (long long)r->st.step,
+                    loss_sum / int_steps);
+            if (r->is_text)
+                fprintf(csv, "%.6f,", val);
+            else
+                fprintf(csv, ",");
+            if (acc >= 0)
+                fprintf(csv, "%.6f", acc);
+            fprintf(csv, ",%.6f,%.6e,%.3f,%.1f,%.2f\n", gn, lr, ms, tps,
+                    now() - t0);
+            fflush(csv);
+        }
+        loss_sum = 0;
+        int_steps = 0;
+        t_int = now();
+    }
+    const double wall = now() - t0;
+    char w[32];
+    if (stop)
+        printf("target accuracy %.1f%% reached at step %lld\n",
+               100 * o->target_acc, (long long)r->st.step);
+    printf("trained %lld steps in %s (%.1f s)\n",
+           (long long)(r->st.step - start), hms(wall, w), wall);
+    if (csv)
+        fclose(csv);
+    int ret = 0;
+    if (r->is_text) {
+        double tr;
+        if (eval_loss(r, 0, &tr) || eval_loss(r, 1, &val))
+            return 1;
+        printf("final: train loss %.4f | val loss %.4f\n", tr, val);
+        fg_sample_options so;
+        fg_sample_options_init(&so);
+        so.temperature = o->temperature;
+        so.top_k = o->top_k;
+        int64_t *tok = malloc((size_t)(o->sample_len + 1) * sizeof *tok);
+        for (int i = 0; tok && i < o->samples; i++) {
+            so.seed = o->seed + (uint64_t)i;
+            tok[0] = r->text.stoi['\n'] >= 0 ? r->text.stoi['\n'] : 0;
+            CHECK(fg_gpt_sample(r->m, tok, 1, o->sample_len, &so));
+            printf("---- sample %d (temperature %.2f, top-k %d) ----\n",
+                   i + 1, o->temperature, o->top_k);
+            for (int j = 1; j <= o->sample_len; j++)
+                putchar(r->text.itos[tok[j]]);
+            printf("\n");
+        }
+        free(tok);
+        fg_text_data_release(&r->text);
+    } else {
+        CHECK(fg_sort_task_accuracy(r->m, &r->task, o->final_examples,
+                                    o->seed + 2000, &acc));
+        printf("held-out exact-match accuracy: %.2f%% (%lld sequences never "
+               "seen in training)\n",
+               100 * acc, (long long)o->final_examples);
+        ret = acc >= 0.99 ? 0 : 3;
+    }
+    if (save(r, "final"))
+        ret = 1;
+    plot(o);
+    fg_arena_free(arena);
+    fg_adamw_free(r->opt);
+    fg_gpt_free(r->m);
+    free(r->x);
+    free(r->y);
+    return ret;
+}

@@ -1,0 +1,134 @@
+/* flashgrad/optim.h - training machinery: AdamW, gradient clipping, the
+ * learning-rate schedule, and checkpoints.
+ *
+ *     fg_adamw_config oc;
+ *     fg_adamw_config_init(&oc);                  // lr 3e-4, wd 0.1, ...
+ *     fg_adamw *opt;
+ *     fg_adamw_create(params, n, &oc, &opt);      // params from fg_gpt_params
+ *     for (step ...) {
+ *         ... forward, fg_backward(loss) (once per micro-batch) ...
+ *         fg_clip_grad_norm(params, n, 1.0, &norm);
+ *         fg_adamw_step(opt, fg_lr_at(&sched, step));
+ *         fg_zero_grad(...);
+ *     }
+ *
+ * The updates run outside the graph, in place on the parameters' storage,
+ * in a fixed order: the same gradients give the same bits every time
+ * (this is what makes a resumed run identical to an uninterrupted one).
+ * CPU only for now; CUDA parameters give FG_ERR_UNSUPPORTED. */
+#ifndef FLASHGRAD_OPTIM_H
+#define FLASHGRAD_OPTIM_H
+
+#include <stdint.h>
+
+#include "flashgrad/export.h"
+#include "flashgrad/nn.h"
+#include "flashgrad/status.h"
+#include "flashgrad/tensor.h"
+
+FG_BEGIN_DECLS
+
+/* ---- AdamW ---------------------------------------------------------------- */
+
+typedef struct fg_adamw_config {
+    double lr;           /* used when fg_adamw_step gets lr < 0 */
+    double beta1, beta2; /* 0.9, 0.95 */
+    double eps;          /* 1e-8 */
+    double weight_decay; /* 0.1; decoupled, only on params with decay = 1 */
+} fg_adamw_config;
+FG_API void fg_adamw_config_init(fg_adamw_config *c);
+
+typedef struct fg_adamw fg_adamw;
+
+/* An optimizer over n parameters (the array is copied; the tensors are
+ * retained). The moment buffers start at zero. */
+FG_API fg_status fg_adamw_create(const fg_param *params, int n,
+                                 const fg_adamw_config *c, fg_adamw **out);
+FG_API void fg_adamw_free(fg_adamw *o);
+/* One update with learning rate lr (lr < 0: the config's):
+ *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+ *   p -= lr * (wd * p)                       (decoupled, decay params only)
+ *   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps).
+ * Parameters without a .grad are skipped (their moments unchanged). */
+FG_API fg_status fg_adamw_step(fg_adamw *o, double lr);
+/* Updates done so far (t). */
+FG_API int64_t fg_adamw_steps(const fg_adamw *o);
+/* Borrowed first/second moment tensors of parameter i (checkpoints). */
+FG_API fg_status fg_adamw_state(const fg_adamw *o, int i, fg_tensor **m,
+                                fg_tensor **v);
+FG_API fg_status fg_adamw_set_steps(fg_adamw *o, int64_t t);
+
+/* Global L2 norm of the gradients of the n parameters (computed in double,
+ * in a fixed order) into *norm; if it exceeds max_norm > 0, every gradient
+ * is scaled by max_norm / (norm + 1e-6). max_norm <= 0 only measures. */
+FG_API fg_status fg_clip_grad_norm(const fg_param *params, int n,
+                                   double max_norm, double *norm);
+
+/* ---- one training step ------------------------------------------------------ */
+
+typedef struct fg_step_stats {
+    double loss;      /* mean over the micro-batches */
+    double grad_norm; /* global norm before clipping */
+} fg_step_stats;
+
+/* One optimizer step of a GPT on `accum` micro-batches of B sequences of
+ * length T (x, y hold accum * B * T ids, y -1 = ignored): for each, reset
+ * `arena` (may be NULL: heap), forward in training mode with dropout masks
+ * from rng, backward of loss / accum (gradients accumulate); then clip to
+ * `clip` (<= 0: no clipping), fg_adamw_step(opt, lr), zero the gradients.
+ * With an arena the steady state allocates nothing in the tensor layer. */
+FG_API fg_status fg_gpt_train_step(const fg_gpt *m, fg_adamw *opt,
+                                   const int64_t *x, const int64_t *y,
+                                   int64_t B, int64_t T, int accum,
+                                   double clip, double lr, fg_generator *rng,
+                                   fg_arena *arena, fg_step_stats *stats);
+
+/* ---- learning-rate schedule ------------------------------------------------ */
+
+/* Linear warmup from 0 to lr over `warmup` steps, then cosine decay to
+ * min_lr at step `total`, min_lr after. */
+typedef struct fg_lr_schedule {
+    double lr, min_lr;
+    int64_t warmup, total;
+} fg_lr_schedule;
+/* The learning rate for step (0-based). */
+FG_API double fg_lr_at(const fg_lr_schedule *s, int64_t step);
+
+/* ---- checkpoints -------------------------------------------------------------
+ * One file: magic "FGCKPT01", format version, the model config, the
+ * training state, a caller's text blob (e.g. the trainer's options), every
+ * parameter and both AdamW moments (name, dtype, shape, raw bytes), and a
+ * trailing 64-bit FNV-1a checksum of everything before it. Numbers are
+ * little-endian. Loading checks magic, version, sizes, checksum, and that
+ * the model's config and parameter shapes match; a truncated or corrupted
+ * file gives FG_ERR_IO with a message saying what is wrong, and nothing is
+ * modified. Saving writes PATH.tmp and renames it over PATH. */
+
+#define FG_CHECKPOINT_VERSION 1
+
+typedef struct fg_train_state {
+    int64_t step;          /* optimizer steps done */
+    fg_generator rng;      /* dropout generator */
+    uint64_t data_rng;     /* data sampler state */
+    double best_val;       /* trainer's bookkeeping */
+} fg_train_state;
+
+FG_API fg_status fg_checkpoint_save(const char *path, const fg_gpt *m,
+                                    const fg_adamw *opt,
+                                    const fg_train_state *st,
+                                    const char *meta);
+/* Validates the whole file and reads its config, state and meta (copied
+ * into meta[0..meta_cap-1], NUL-terminated, truncated to fit; NULL to
+ * skip). Any output pointer may be NULL. */
+FG_API fg_status fg_checkpoint_peek(const char *path, fg_gpt_config *cfg,
+                                    fg_train_state *st, char *meta,
+                                    size_t meta_cap);
+/* Loads parameters (and the optimizer's moments and step count when opt
+ * is non-NULL; the file must have them) and the state into an existing
+ * model built with the same config. */
+FG_API fg_status fg_checkpoint_load(const char *path, fg_gpt *m,
+                                    fg_adamw *opt, fg_train_state *st);
+
+FG_END_DECLS
+
+#endif /* FLASHGRAD_OPTIM_H */

@@ -1,0 +1,253 @@
+/* tests/test_checkpoint.c - checkpoints: round trip of parameters,
+ * optimizer moments and training state; a run resumed from a checkpoint
+ * continues bit for bit like the uninterrupted run (dropout on); truncated,
+ * corrupted, foreign and mismatched files are rejected with a clear error
+ * and leave the model untouched. */
+#include <unistd.h>
+
+#include "test_ops_util.h"
+
+static const fg_sort_task TASK = {4, 6};
+enum { B = 16 };
+
+static fg_gpt *model(uint64_t seed, int64_t width)
+{
+    fg_gpt_config c;
+    fg_gpt_config_init(&c);
+    c.vocab = fg_sort_task_vocab(&TASK);
+    c.ctx = fg_sort_task_seqlen(&TASK);
+    c.n_layer = 2;
+    c.n_head = 2;
+    c.n_embd = width;
+    c.dropout = 0.1;
+    fg_gpt *m;
+    FGT_OK(fg_gpt_create(&c, seed, &m));
+    return m;
+}
+
+static fg_adamw *optimizer(fg_gpt *m)
+{
+    int n;
+    const fg_param *ps = fg_gpt_params(m, &n);
+    fg_adamw_config oc;
+    fg_adamw_config_init(&oc);
+    fg_adamw *o;
+    FGT_OK(fg_adamw_create(ps, n, &oc, &o));
+    return o;
+}
+
+static void train(fg_gpt *m, fg_adamw *o, fg_train_state *st, int steps)
+{
+    const int64_t T = fg_sort_task_seqlen(&TASK);
+    int64_t x[B * 8], y[B * 8];
+    for (int i = 0; i < steps; i++) {
+        FGT_OK(fg_sort_task_batch(&TASK, 0, &st->data_rng, B, x, y));
+        FGT_OK(fg_gpt_train_step(m, o, x, y, B / 2, T, 2, 0.5,
+                                 1e-3 * (1 + st->step % 3), &st->rng, NULL,
+                                 NULL));
+        st->step++;
+    }
+}
+
+static void init_state(fg_train_state *st)
+{
+    memset(st, 0, sizeof *st);
+    fg_generator_init(&st->rng, 42);
+    st->data_rng = 17;
+    st->best_val = 1.5;
+}
+
+/* 1 if every parameter of a and b is bitwise equal. */
+static int same_params(const fg_gpt *a, const fg_gpt *b)
+{
+    int n, nb;
+    const fg_param *pa = fg_gpt_params(a, &n), *pb = fg_gpt_params(b, &nb);
+    ck_assert_int_eq(n, nb);
+    for (int i = 0; i < n; i++)
+        if (memcmp(fg_tensor_data(pa[i].tensor), fg_tensor_data(pb[i].tensor),
+                   fg_tensor_nbytes(pa[i].tensor)))
+            return 0;
+    return 1;
+}
+
+static void tmp_path(char *buf, const char *tag)
+{
+    sprintf(buf, "test_checkpoint_%s_%ld.ckpt", tag, (long)getpid());
+}
+
+START_TEST(test_round_trip)
+{
+    char path[256];
+    tmp_path(path, "rt");
+    fg_gpt *m = model(1, 32);
+    fg_adamw *o = optimizer(m);
+    fg_train_state st;
+    init_state(&st);
+    train(m, o, &st, 3);
+    FGT_OK(fg_checkpoint_save(path, m, o, &st, "--task sort"));
+    fg_gpt_config cfg;
+    fg_train_state st2;
+    char meta[64];
+    FGT_OK(fg_checkpoint_peek(path, &cfg, &st2, meta, sizeof meta));
+    ck_assert_str_eq(meta, "--task sort");
+    ck_assert_int_eq(cfg.n_embd, 32);
+    ck_assert(cfg.dropout == 0.1);
+    fg_gpt *m2 = model(2, 32);
+    fg_adamw *o2 = optimizer(m2);
+    ck_assert(!same_params(m, m2));
+    memset(&st2, 0, sizeof st2);
+    FGT_OK(fg_checkpoint_load(path, m2, o2, &st2));
+    ck_assert(same_params(m, m2));
+    ck_assert(memcmp(&st, &st2, sizeof st) == 0);
+    ck_assert_int_eq(fg_adamw_steps(o2), 3);
+    int n;
+    fg_gpt_params(m, &n);
+    for (int i = 0; i < n; i++) {
+        fg_tensor *a, *b, *c, *d;
+        FGT_OK(fg_adamw_state(o, i, &a, &b));
+        FGT_OK(fg_adamw_state(o2, i, &c, &d));
+        ck_assert(!memcmp(fg_tensor_data(a), fg_tensor_data(c),
+                          fg_tensor_nbytes(a)));
+        ck_assert(!memcmp(fg_tensor_data(b), fg_tensor_data(d),
+                          fg_tensor_nbytes(b)));
+    }
+    /* Parameters only (no optimizer) also load. */
+    fg_gpt *m3 = model(3, 32);
+    FGT_OK(fg_checkpoint_load(path, m3, NULL, NULL));
+    ck_assert(same_params(m, m3));
+    /* A model of another shape is refused. */
+    fg_gpt *w = model(1, 48);
+    FGT_FAILS(fg_checkpoint_load(path, w, NULL, NULL), FG_ERR_IO);
+    ck_assert(strstr(fg_last_error(), "config"));
+    remove(path);
+    fg_gpt_free(w);
+    fg_gpt_free(m3);
+    fg_adamw_free(o2);
+    fg_gpt_free(m2);
+    fg_adamw_free(o);
+    fg_gpt_free(m);
+}
+END_TEST
+
+START_TEST(test_resume_is_bitwise_identical)
+{
+    char path[256];
+    tmp_path(path, "resume");
+    /* uninterrupted: 10 steps */
+    fg_gpt *a = model(5, 32);
+    fg_adamw *oa = optimizer(a);
+    fg_train_state sa;
+    init_state(&sa);
+    train(a, oa, &sa, 10);
+    /* interrupted after 4, resumed in a fresh process-like setup */
+    fg_gpt *b = model(5, 32);
+    fg_adamw *ob = optimizer(b);
+    fg_train_state sb;
+    init_state(&sb);
+    train(b, ob, &sb, 4);
+    FGT_OK(fg_checkpoint_save(path, b, ob, &sb, NULL));
+    fg_adamw_free(ob);
+    fg_gpt_free(b);
+    fg_gpt *c = model(99, 32);
+    fg_adamw *oc = optimizer(c);
+    fg_train_state sc;
+    memset(&sc, 0, sizeof sc);
+    FGT_OK(fg_checkpoint_load(path, c, oc, &sc));
+    ck_assert_int_eq(sc.step, 4);
+    train(c, oc, &sc, 6);
+    ck_assert_msg(same_params(a, c), "resumed run differs");
+    ck_assert(memcmp(&sa, &sc, sizeof sa) == 0);
+    remove(path);
+    fg_adamw_free(oc);
+    fg_gpt_free(c);
+    fg_adamw_free(oa);
+    fg_gpt_free(a);
+}
+END_TEST
+
+static void write_bytes(const char *path, const unsigned char *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(p, 1, n, f), n);
+    fclose(f);
+}
+
+START_TEST(test_bad_files_rejected)
+{
+    char path[256], bad[256];
+    tmp_path(path, "good");
+    tmp_path(bad, "bad");
+    fg_gpt *m = model(1, 32);
+    fg_adamw *o = optimizer(m);
+    fg_train_state st;
+    init_state(&st);
+    FGT_OK(fg_checkpoint_save(path, m, o, &st, "meta"));
+    FILE *f = fopen(path, "rb");
+    fseek(f, 0, SEEK_END);
+    const size_t size = (size_t)ftell(f);
+    rewind(f);
+    unsigned char *buf = malloc(size);
+    ck_assert_uint_eq(fread(buf, 1, size, f), size);
+    fclose(f);
+    fg_gpt *t = model(7, 32);
+    fg_adamw *ot = optimizer(t);
+    fg_gpt *ref = model(7, 32);
+    /* truncated anywhere */
+    const size_t cuts[] = {0, 5, 8, 20, 31, 200, size / 2, size - 9, size - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++) {
+        write_bytes(bad, buf, cuts[i]);
+        FGT_FAILS(fg_checkpoint_load(bad, t, ot, &st), FG_ERR_IO);
+        ck_assert_msg(strstr(fg_last_error(), "truncated") ||
+                          (cuts[i] < 8 && strstr(fg_last_error(), "magic")),
+                      "cut %zu: %s", cuts[i], fg_last_error());
+        FGT_FAILS(fg_checkpoint_peek(bad, NULL, NULL, NULL, 0), FG_ERR_IO);
+    }
+    /* one flipped bit anywhere after the magic */
+    const size_t flips[] = {9, 30, 100, size / 3, size - 20, size - 3};
+    for (size_t i = 0; i < sizeof flips / sizeof *flips; i++) {
+        buf[flips[i]] ^= 0x10;
+        write_bytes(bad, buf, size);
+        FGT_FAILS(fg_checkpoint_load(bad, t, ot, &st), FG_ERR_IO);
+        ck_assert_msg(strstr(fg_last_error(), "checksum") ||
+                          strstr(fg_last_error(), "version") ||
+                          strstr(fg_last_error(), "truncated") ||
+                          strstr(fg_last_error(), "trailing"),
+                      "flip at %zu: %s", flips[i], fg_last_error());
+        buf[flips[i]] ^= 0x10;
+    }
+    /* not a checkpoint; extra bytes; missing file */
+    write_bytes(bad, (const unsigned char *)"hello world, not a checkpoint",
+                29);
+    FGT_FAILS(fg_checkpoint_load(bad, t, NULL, NULL), FG_ERR_IO);
+    ck_assert(strstr(fg_last_error(), "magic"));
+    unsigned char *longer = calloc(size + 4, 1);
+    memcpy(longer, buf, size);
+    write_bytes(bad, longer, size + 4);
+    FGT_FAILS(fg_checkpoint_load(bad, t, NULL, NULL), FG_ERR_IO);
+    free(longer);
+    FGT_FAILS(fg_checkpoint_load("/nonexistent/x.ckpt", t, NULL, NULL),
+              FG_ERR_IO);
+    /* after all of that the model is untouched */
+    ck_assert(same_params(t, ref));
+    ck_assert_int_eq(fg_adamw_steps(ot), 0);
+    /* the intact file still loads */
+    write_bytes(bad, buf, size);
+    FGT_OK(fg_checkpoint_load(bad, t, ot, &st));
+    ck_assert(same_params(t, m));
+    remove(bad);
+    remove(path);
+    free(buf);
+    fg_gpt_free(ref);
+    fg_adamw_free(ot);
+    fg_gpt_free(t);
+    fg_adamw_free(o);
+    fg_gpt_free(m);
+}
+END_TEST
+
+FGT_MAIN_BEGIN("checkpoint")
+FGT_TEST(test_round_trip)
+FGT_TEST(test_resume_is_bitwise_identical)
+FGT_TEST(test_bad_files_rejected)
+FGT_MAIN_END()

@@ -1,0 +1,356 @@
+/* tests/test_nn.c - nn layers, the GPT model, AdamW, clipping, schedule:
+ * shapes and initialisation, the loss at init, gradients of the whole
+ * model (gradcheck, fp64), the LR schedule, clipping, and overfitting one
+ * small batch to a loss below 0.05. */
+#include <math.h>
+#include <unistd.h>
+
+#include "test_ops_util.h"
+
+static fg_gpt *small_model(fg_dtype dt, double dropout, int tie, uint64_t seed)
+{
+    fg_gpt_config c;
+    fg_gpt_config_init(&c);
+    c.vocab = 13;
+    c.ctx = 8;
+    c.n_layer = 2;
+    c.n_head = 2;
+    c.n_embd = 16;
+    c.dropout = dropout;
+    c.tie_weights = tie;
+    c.dtype = dt;
+    fg_gpt *m;
+    FGT_OK(fg_gpt_create(&c, seed, &m));
+    return m;
+}
+
+START_TEST(test_params_and_init)
+{
+    fg_gpt *m = small_model(FG_FP32, 0, 1, 1);
+    int n;
+    const fg_param *ps = fg_gpt_params(m, &n);
+    ck_assert_int_eq(n, 2 + 12 * 2 + 2);
+    /* C=16, V=13, ctx=8: wte 208, wpe 128, per block 2*16*4 + 16*48+48 +
+     * 16*16+16 + 16*64+64 + 64*16+16, ln_f 32 */
+    const int64_t blk = 4 * 16 + 16 * 48 + 48 + 16 * 16 + 16 + 16 * 64 + 64 +
+                        64 * 16 + 16;
+    ck_assert_int_eq(fg_gpt_num_params(m), 208 + 128 + 2 * blk + 32);
+    for (int i = 0; i < n; i++) {
+        ck_assert(fg_tensor_requires_grad(ps[i].tensor));
+        ck_assert_int_eq(ps[i].decay, fg_tensor_ndim(ps[i].tensor) == 2);
+    }
+    /* residual projections: std 0.02 / sqrt(2 * 2) = 0.01 */
+    const float *w = fg_tensor_data(ps[2 + 4].tensor); /* h0.attn.proj.w */
+    ck_assert_str_eq(ps[2 + 4].name, "h0.attn.proj.w");
+    double ss = 0;
+    for (int i = 0; i < 256; i++)
+        ss += (double)w[i] * w[i];
+    ck_assert(fabs(sqrt(ss / 256) - 0.01) < 0.003);
+    fg_gpt_free(m);
+    fg_gpt *u = small_model(FG_FP32, 0, 0, 1);
+    fg_gpt_params(u, &n);
+    ck_assert_int_eq(n, 2 + 12 * 2 + 3); /* untied: own LM head */
+    fg_gpt_free(u);
+}
+END_TEST
+
+START_TEST(test_forward_shapes_and_initial_loss)
+{
+    fg_gpt *m = small_model(FG_FP32, 0, 1, 2);
+    int64_t tok[2 * 8], tgt[2 * 8];
+    for (int i = 0; i < 16; i++) {
+        tok[i] = (i * 5) % 13;
+        tgt[i] = (i * 7) % 13;
+    }
+    fg_tensor *lg, *loss;
+    FGT_OK(fg_gpt_forward(m, tok, 2, 8, tgt, NULL, &lg, &loss));
+    ck_assert_int_eq(fg_tensor_ndim(lg), 3);
+    ck_assert_int_eq(fg_tensor_size(lg, 2), 13);
+    ck_assert(fabs(fgt_item(loss) - log(13.0)) < 0.05); /* ~uniform */
+    fg_tensor_free(lg);
+    fg_tensor_free(loss);
+    /* errors: bad token, too long */
+    tok[3] = 13;
+    FGT_FAILS(fg_gpt_forward(m, tok, 2, 8, NULL, NULL, &lg, NULL),
+              FG_ERR_INVALID_ARGUMENT);
+    tok[3] = 0;
+    FGT_FAILS(fg_gpt_forward(m, tok, 1, 9, NULL, NULL, &lg, NULL),
+              FG_ERR_INVALID_ARGUMENT);
+    fg_gpt_config c;
+    fg_gpt_config_init(&c);
+    c.vocab = 5;
+    c.n_embd = 20; /* head size 5: not a multiple of 8 */
+    fg_gpt *bad = NULL;
+    FGT_FAILS(fg_gpt_create(&c, 1, &bad), FG_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_null(bad);
+    fg_gpt_free(m);
+}
+END_TEST
+
+/* Gradcheck through the whole model (fp64, dropout on with fixed masks):
+ * the loss as a function of the LN-f weight, a block's QKV bias and the
+ * position embedding. */
+typedef struct gc_ctx {
+    fg_gpt *m;
+    const int64_t *tok, *tgt;
+} gc_ctx;
+
+static fg_status gc_fn(fg_tensor *const *in, int n, fg_tensor **out,
+                       void *user)
+{
+    gc_ctx *c = user;
+    fg_generator g;
+    fg_generator_init(&g, 77); /* the same masks on every evaluation */
+    fg_nn_mode mode = {1, &g};
+    return fg_gpt_forward(c->m, c->tok, 2, 6, c->tgt, &mode, NULL, out);
+}
+
+START_TEST(test_gpt_gradcheck)
+{
+    fg_gpt *m = small_model(FG_FP64, 0.1, 1, 3);
+    int n;
+    const fg_param *ps = fg_gpt_params(m, &n);
+    int64_t tok[12], tgt[12];
+    for (int i = 0; i < 12; i++) {
+        tok[i] = (i * 5 + 1) % 13;
+        tgt[i] = i % 4 == 0 ? -1 : (i * 3) % 13;
+    }
+    gc_ctx c = {m, tok, tgt};
+    fg_tensor *in[3] = {ps[n - 2].tensor, ps[2 + 12 + 3].tensor,
+                        ps[1].tensor};
+    ck_assert_str_eq(ps[2 + 12 + 3].name, "h1.attn.qkv.b");
+    fgt_gradcheck("gpt", gc_fn, &c, in, 3, 0);
+    fg_gpt_free(m);
+}
+END_TEST
+
+START_TEST(test_lr_schedule)
+{
+    fg_lr_schedule s = {1e-3, 1e-4, 10, 110};
+    ck_assert(fabs(fg_lr_at(&s, 0) - 1e-4) < 1e-12);
+    ck_assert(fabs(fg_lr_at(&s, 9) - 1e-3) < 1e-12);
+    ck_assert(fabs(fg_lr_at(&s, 10) - 1e-3) < 1e-12);
+    ck_assert(fabs(fg_lr_at(&s, 60) - 5.5e-4) < 1e-12); /* cosine middle */
+    ck_assert(fabs(fg_lr_at(&s, 110) - 1e-4) < 1e-12);
+    ck_assert(fabs(fg_lr_at(&s, 500) - 1e-4) < 1e-12);
+    for (int i = 11; i < 110; i++)
+        ck_assert(fg_lr_at(&s, i) <= fg_lr_at(&s, i - 1));
+}
+END_TEST
+
+START_TEST(test_clip_and_adamw)
+{
+    fg_tensor *w, *b;
+    FGT_OK(fg_tensor_full(FG_FP64, FG_DEVICE_CPU, FG_SHAPE(2, 2), 1.0, &w));
+    FGT_OK(fg_tensor_full(FG_FP64, FG_DEVICE_CPU, FG_SHAPE(2), 1.0, &b));
+    FGT_OK(fg_tensor_set_requires_grad(w, 1));
+    FGT_OK(fg_tensor_set_requires_grad(b, 1));
+    fg_param ps[2] = {{w, "w", 1}, {b, "b", 0}};
+    fg_tensor *s1, *s2, *l;
+    FGT_OK(fg_scale(w, 3.0, &s1)); /* d/dw sum(3w + 4b) = 3, d/db = 4 */
+    FGT_OK(fg_sum(s1, NULL, 0, 0, &s2));
+    fg_tensor *t, *u;
+    FGT_OK(fg_scale(b, 4.0, &t));
+    FGT_OK(fg_sum(t, NULL, 0, 0, &u));
+    FGT_OK(fg_add(s2, u, &l));
+    FGT_OK(fg_backward(l));
+    double norm;
+    FGT_OK(fg_clip_grad_norm(ps, 2, 0, &norm));
+    ck_assert(fabs(norm - sqrt(4 * 9 + 2 * 16.0)) < 1e-12);
+    FGT_OK(fg_clip_grad_norm(ps, 2, 1.0, &norm));
+    FGT_OK(fg_clip_grad_norm(ps, 2, 0, &norm));
+    ck_assert(fabs(norm - 1.0) < 1e-5);
+    fg_adamw_config oc;
+    fg_adamw_config_init(&oc);
+    oc.weight_decay = 0.5;
+    fg_adamw *opt;
+    FGT_OK(fg_adamw_create(ps, 2, &oc, &opt));
+    FGT_OK(fg_adamw_step(opt, 0.1));
+    /* step 1: the update is lr * sign(g) (bias-corrected); decay on w only */
+    const double *wd = fg_tensor_data(w), *bd = fg_tensor_data(b);
+    ck_assert(fabs(wd[0] - (1 * (1 - 0.1 * 0.5) - 0.1)) < 1e-6);
+    ck_assert(fabs(bd[0] - (1 - 0.1)) < 1e-6);
+    ck_assert_int_eq(fg_adamw_steps(opt), 1);
+    fg_adamw_free(opt);
+    fg_tensor *all[] = {s1, s2, t, u, l, w, b};
+    fgt_free_all(all, 7);
+}
+END_TEST
+
+/* The test: one small batch, overfitted below 0.05. */
+START_TEST(test_overfit_one_batch)
+{
+    fg_gpt_config c;
+    fg_gpt_config_init(&c);
+    c.vocab = 16;
+    c.ctx = 16;
+    c.n_layer = 2;
+    c.n_head = 2;
+    c.n_embd = 32;
+    fg_gpt *m;
+    FGT_OK(fg_gpt_create(&c, 11, &m));
+    enum { B = 4, T = 16 };
+    int64_t tok[B * T], tgt[B * T];
+    uint64_t r = 5;
+    for (int i = 0; i < B * T; i++)
+        tok[i] = (int64_t)(fg_rng_next(&r) % 16);
+    for (int i = 0; i < B * T; i++)
+        tgt[i] = (int64_t)(fg_rng_next(&r) % 16); /* arbitrary: memorise */
+    int n;
+    const fg_param *ps = fg_gpt_params(m, &n);
+    fg_adamw_config oc;
+    fg_adamw_config_init(&oc);
+    oc.weight_decay = 0;
+    fg_adamw *opt;
+    FGT_OK(fg_adamw_create(ps, n, &oc, &opt));
+    fg_tensor **pt = malloc((size_t)n * sizeof *pt);
+    for (int i = 0; i < n; i++)
+        pt[i] = ps[i].tensor;
+    fg_arena *a;
+    FGT_OK(fg_arena_create(0, &a));
+    double first = 0, loss = 0;
+    for (int it = 0; it < 300; it++) {
+        FGT_OK(fg_arena_reset(a));
+        FGT_OK(fg_arena_push(a));
+        fg_tensor *l;
+        FGT_OK(fg_gpt_forward(m, tok, B, T, tgt, NULL, NULL, &l));
+        loss = fgt_item(l);
+        FGT_OK(fg_backward(l));
+        FGT_OK(fg_arena_pop(a));
+        if (it == 0)
+            first = loss;
+        if (loss < 0.05)
+            break;
+        double norm;
+        FGT_OK(fg_clip_grad_norm(ps, n, 1.0, &norm));
+        FGT_OK(fg_adamw_step(opt, 1e-2));
+        FGT_OK(fg_zero_grad(pt, n));
+    }
+    fprintf(stderr, "overfit: loss %g -> %g\n", first, loss);
+    ck_assert_msg(loss < 0.05, "loss %g -> %g", first, loss);
+    fg_arena_free(a);
+    free(pt);
+    fg_adamw_free(opt);
+    fg_gpt_free(m);
+}
+END_TEST
+
+/* Two micro-batches of 4 give the update of one batch of 8 (every target
+ * counted, so the mean of the two means is the overall mean). */
+START_TEST(test_gradient_accumulation)
+{
+    enum { T = 8 };
+    int64_t x[8 * T], y[8 * T];
+    uint64_t r = 21;
+    for (int i = 0; i < 8 * T; i++) {
+        x[i] = (int64_t)(fg_rng_next(&r) % 13);
+        y[i] = (int64_t)(fg_rng_next(&r) % 13);
+    }
+    fg_gpt *a = small_model(FG_FP64, 0, 1, 8),
+           *b = small_model(FG_FP64, 0, 1, 8);
+    int n;
+    const fg_param *pa = fg_gpt_params(a, &n), *pb = fg_gpt_params(b, NULL);
+    fg_adamw_config oc;
+    fg_adamw_config_init(&oc);
+    fg_adamw *oa, *ob;
+    FGT_OK(fg_adamw_create(pa, n, &oc, &oa));
+    FGT_OK(fg_adamw_create(pb, n, &oc, &ob));
+    fg_step_stats sa, sb;
+    for (int it = 0; it < 3; it++) {
+        FGT_OK(fg_gpt_train_step(a, oa, x, y, 8, T, 1, 0.5, 1e-2, NULL, NULL,
+                                 &sa));
+        FGT_OK(fg_gpt_train_step(b, ob, x, y, 4, T, 2, 0.5, 1e-2, NULL, NULL,
+                                 &sb));
+        ck_assert(fabs(sa.loss - sb.loss) < 1e-12);
+        ck_assert(fabs(sa.grad_norm - sb.grad_norm) < 1e-10);
+    }
+    for (int i = 0; i < n; i++) {
+        const double *u = fg_tensor_data(pa[i].tensor),
+                     *v = fg_tensor_data(pb[i].tensor);
+        for (int64_t j = 0; j < fg_tensor_numel(pa[i].tensor); j++)
+            ck_assert_msg(fabs(u[j] - v[j]) < 1e-9, "%s[%lld]", pa[i].name,
+                          (long long)j);
+        ck_assert_ptr_nonnull(fg_tensor_grad(pa[i].tensor));
+    }
+    fg_adamw_free(oa);
+    fg_adamw_free(ob);
+    fg_gpt_free(a);
+    fg_gpt_free(b);
+}
+END_TEST
+
+START_TEST(test_text_data)
+{
+    char path[64];
+    sprintf(path, "test_nn_text_%ld.txt", (long)getpid());
+    FILE *f = fopen(path, "w");
+    for (int i = 0; i < 50; i++)
+        fputs("abcab\n", f);
+    fclose(f);
+    fg_text_data d;
+    FGT_OK(fg_text_data_load(path, &d));
+    ck_assert_int_eq(d.vocab, 4); /* '\n' a b c */
+    ck_assert_int_eq(d.itos[0], '\n');
+    ck_assert_int_eq(d.stoi['c'], 3);
+    ck_assert_int_eq(d.n, 300);
+    ck_assert_int_eq(d.n_train, 270);
+    int64_t x[3 * 10], y[3 * 10];
+    uint64_t r = 1;
+    for (int split = 0; split < 2; split++) {
+        FGT_OK(fg_text_data_batch(&d, split, &r, 3, 10, x, y));
+        for (int b = 0; b < 3; b++)
+            for (int i = 0; i + 1 < 10; i++)
+                ck_assert_int_eq(y[b * 10 + i], x[b * 10 + i + 1]);
+    }
+    FGT_FAILS(fg_text_data_batch(&d, 1, &r, 1, 40, x, y),
+              FG_ERR_INVALID_ARGUMENT); /* val split has 30 characters */
+    fg_text_data_release(&d);
+    remove(path);
+    FGT_FAILS(fg_text_data_load("/nonexistent/file", &d), FG_ERR_IO);
+}
+END_TEST
+
+START_TEST(test_sampling)
+{
+    fg_gpt *m = small_model(FG_FP32, 0, 1, 4);
+    int64_t a[20] = {1, 2}, b[20] = {1, 2};
+    fg_sample_options o;
+    fg_sample_options_init(&o);
+    o.seed = 9;
+    o.top_k = 3;
+    o.temperature = 0.8;
+    FGT_OK(fg_gpt_sample(m, a, 2, 18, &o)); /* longer than ctx 8 */
+    FGT_OK(fg_gpt_sample(m, b, 2, 18, &o));
+    for (int i = 0; i < 20; i++) {
+        ck_assert_int_eq(a[i], b[i]);
+        ck_assert(a[i] >= 0 && a[i] < 13);
+    }
+    o.top_k = 1; /* greedy: the argmax */
+    FGT_OK(fg_gpt_sample(m, a, 2, 1, &o));
+    fg_tensor *lg;
+    FGT_OK(fg_gpt_forward(m, a, 1, 2, NULL, NULL, &lg, NULL));
+    double *h = fgt_host(lg);
+    int best = 0;
+    for (int v = 1; v < 13; v++)
+        if (h[13 + v] > h[13 + best])
+            best = v;
+    ck_assert_int_eq(a[2], best);
+    free(h);
+    fg_tensor_free(lg);
+    o.temperature = 0;
+    FGT_FAILS(fg_gpt_sample(m, a, 2, 1, &o), FG_ERR_INVALID_ARGUMENT);
+    fg_gpt_free(m);
+}
+END_TEST
+
+FGT_MAIN_BEGIN("nn")
+FGT_TEST(test_params_and_init)
+FGT_TEST(test_forward_shapes_and_initial_loss)
+FGT_TEST(test_gpt_gradcheck)
+FGT_TEST(test_lr_schedule)
+FGT_TEST(test_clip_and_adamw)
+FGT_TEST(test_overfit_one_batch)
+FGT_TEST(test_sampling)
+FGT_TEST(test_gradient_accumulation)
+FGT_TEST(test_text_data)
+FGT_MAIN_END()
