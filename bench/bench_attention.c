@@ -6,6 +6,9 @@
  *
  *   bench_attention [--csv FILE] [--reps R] [--quick] [--d D] [--N N]
  *                   [--causal 0|1]   (the last three select one cell)
+ *                   [--check]  also compare every cell's O, dQ, dK, dV with
+ *                              the general kernels (fp32 inside; slow)
+ *                   [--mem]    peak memory of fwd+bwd at N = 16k and 64k
  *   default grid: bf16/fp16, 16k tokens (B = 16384/N), hidden 2048
  *   (H = 2048/d), d in {64, 128, 256}, N in {512 .. 16384}, causal off/on. */
 #include <math.h>
@@ -77,9 +80,89 @@ static void fill_random(void *dev, size_t n, fg_dtype dt, unsigned long long *s)
 
 typedef struct result {
     double fwd_ms, bwd_ms, fwd_tf, bwd_tf, peak_mib;
+    double check_err; /* max rel. error of O/dQ/dK/dV vs the general
+                         kernels (fp32 inside) on the same inputs; <0: off */
 } result;
 
-static result run(fg_dtype dt, int B, int N, int H, int d, int causal, int reps)
+static float half_bits_to_float(uint16_t h, fg_dtype dt)
+{
+    uint32_t u;
+    if (dt == FG_BF16) {
+        u = (uint32_t)h << 16;
+    } else { /* IEEE half */
+        uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu,
+                 m = h & 0x3ffu;
+        if (e == 0 && m == 0) {
+            u = sign;
+        } else if (e == 0) {
+            float f = (float)m * (1.0f / 16777216.0f); /* m * 2^-24 */
+            memcpy(&u, &f, 4);
+            u |= sign;
+        } else if (e == 31) {
+            u = sign | 0x7f800000u | (m << 13);
+        } else {
+            u = sign | ((e + 112u) << 23) | (m << 13);
+        }
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Copy n device elements of dtype dt to a host float array. */
+static float *to_host(const void *dev, size_t n, fg_dtype dt)
+{
+    uint16_t *h = malloc(n * 2);
+    float *f = malloc(n * sizeof(float));
+    CK(cudaMemcpy(h, dev, n * 2, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++)
+        f[i] = half_bits_to_float(h[i], dt);
+    free(h);
+    return f;
+}
+
+/* Max over O, dQ, dK, dV of max|fast - general| / max|general|: a wrong
+ * fast kernel cannot hide behind a good time. */
+static double check_against_general(const fg_attn_params *p, fg_dtype dt,
+                                    void *buf[8], void *m, void *l, size_t n,
+                                    int N, int H, int d)
+{
+    fg_attn_tensor t[8];
+    for (int i = 0; i < 8; i++)
+        t[i] = fg_attn_bshd(buf[i], dt, N, H, d);
+    fg_attn_stats st = {m, l, FG_FP32};
+    float *out[2][4];
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            setenv("FG_ATTN_KERNEL", "general", 1);
+        FG(fg_attention_forward(p, &t[0], &t[1], &t[2], &t[3], &st));
+        FG(fg_attention_backward(p, &t[0], &t[1], &t[2], &t[3], &t[4], &st,
+                                 &t[5], &t[6], &t[7]));
+        CK(cudaDeviceSynchronize());
+        const int idx[4] = {3, 5, 6, 7};
+        for (int k = 0; k < 4; k++)
+            out[pass][k] = to_host(buf[idx[k]], n, dt);
+    }
+    unsetenv("FG_ATTN_KERNEL");
+    double worst = 0;
+    for (int k = 0; k < 4; k++) {
+        double num = 0, den = 0;
+        for (size_t i = 0; i < n; i++) {
+            double a = out[0][k][i], g = out[1][k][i];
+            if (a != a)
+                num = INFINITY;
+            num = fmax(num, fabs(a - g));
+            den = fmax(den, fabs(g));
+        }
+        worst = fmax(worst, num / (den > 0 ? den : 1));
+        free(out[0][k]);
+        free(out[1][k]);
+    }
+    return worst;
+}
+
+static result run(fg_dtype dt, int B, int N, int H, int d, int causal, int reps,
+                  int check)
 {
     const size_t n = (size_t)B * N * H * d, es = fg_dtype_size(dt);
     const size_t ns = (size_t)B * H * N;
@@ -137,6 +220,9 @@ static result run(fg_dtype dt, int B, int N, int H, int d, int causal, int reps)
     size_t fr, tot;
     CK(cudaMemGetInfo(&fr, &tot));
     r.peak_mib = (double)(tot - fr) / 1048576.0;
+    r.check_err = check ? check_against_general(&p, dt, buf[0], m[0], l[0], n,
+                                                N, H, d)
+                        : -1.0;
     for (int s = 0; s < NSETS; s++) {
         for (int i = 0; i < 8; i++)
             CK(cudaFree(buf[s][i]));
@@ -150,10 +236,49 @@ static result run(fg_dtype dt, int B, int N, int H, int d, int causal, int reps)
     return r;
 }
 
+/* Peak device memory of one fwd+bwd including inputs, outputs, gradients
+ * and workspace (bf16, B = 1, H = 16, d = 128), the figure PyTorch reports
+ * as torch.cuda.max_memory_allocated. */
+static double peak_memory_mib(int N)
+{
+    const int H = 16, d = 128;
+    const size_t n = (size_t)N * H * d;
+    void *buf[8], *m, *l;
+    for (int i = 0; i < 8; i++) {
+        CK(cudaMalloc(&buf[i], n * 2));
+        CK(cudaMemset(buf[i], 0x3c, n * 2));
+    }
+    CK(cudaMalloc(&m, (size_t)H * N * 4));
+    CK(cudaMalloc(&l, (size_t)H * N * 4));
+    cudaMemPool_t pool;
+    CK(cudaDeviceGetDefaultMemPool(&pool, 0));
+    uint64_t zero = 0, high = 0;
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+    fg_attn_params p;
+    fg_attn_params_init(&p, 1, N, N, H, H, d);
+    p.device = FG_DEVICE_CUDA;
+    fg_attn_tensor t[8];
+    for (int i = 0; i < 8; i++)
+        t[i] = fg_attn_bshd(buf[i], FG_BF16, N, H, d);
+    fg_attn_stats st = {m, l, FG_FP32};
+    FG(fg_attention_forward(&p, &t[0], &t[1], &t[2], &t[3], &st));
+    FG(fg_attention_backward(&p, &t[0], &t[1], &t[2], &t[3], &t[4], &st, &t[5],
+                             &t[6], &t[7]));
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+    for (int i = 0; i < 8; i++)
+        CK(cudaFree(buf[i]));
+    CK(cudaFree(m));
+    CK(cudaFree(l));
+    return (8.0 * n * 2 + 2.0 * H * N * 4 + (double)high) / 1048576.0;
+}
+
 int main(int argc, char **argv)
 {
     const char *csv_path = NULL;
     int reps = 10, quick = 0, one_d = 0, one_n = 0, one_causal = -1;
+    int check = 0, mem = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--csv") && i + 1 < argc)
             csv_path = argv[++i];
@@ -161,6 +286,10 @@ int main(int argc, char **argv)
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
+        else if (!strcmp(argv[i], "--check"))
+            check = 1;
+        else if (!strcmp(argv[i], "--mem"))
+            mem = 1;
         else if (!strcmp(argv[i], "--d") && i + 1 < argc)
             one_d = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--N") && i + 1 < argc)
@@ -169,7 +298,8 @@ int main(int argc, char **argv)
             one_causal = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: %s [--csv FILE] [--reps R] [--quick] "
-                            "[--d D] [--N N] [--causal 0|1]\n", argv[0]);
+                            "[--d D] [--N N] [--causal 0|1] [--check] [--mem]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -180,11 +310,19 @@ int main(int argc, char **argv)
     struct cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("flashgrad %s on %s\n", fg_version(), prop.name);
+    if (mem) {
+        for (int N = 16384; N <= 65536; N *= 4)
+            printf("peak memory fwd+bwd bf16 B=1 H=16 d=128 N=%d: %.0f MiB "
+                   "(inputs, outputs, gradients, workspace)\n",
+                   N, peak_memory_mib(N));
+        return 0;
+    }
     FILE *csv = csv_path ? fopen(csv_path, "w") : NULL;
     if (csv)
-        fprintf(csv, "dtype,d,N,B,H,causal,fwd_ms,bwd_ms,fwd_tflops,bwd_tflops\n");
-    printf("%-5s %4s %6s %4s %4s %6s %9s %9s %8s %8s\n", "dtype", "d", "N", "B",
-           "H", "causal", "fwd ms", "bwd ms", "fwd TF", "bwd TF");
+        fprintf(csv, "dtype,d,N,B,H,causal,fwd_ms,bwd_ms,fwd_tflops,bwd_tflops,"
+                     "check_err\n");
+    printf("%-5s %4s %6s %4s %4s %6s %9s %9s %8s %8s %10s\n", "dtype", "d", "N", "B",
+           "H", "causal", "fwd ms", "bwd ms", "fwd TF", "bwd TF", "check err");
     const int ds[] = {64, 128, 256};
     const int Ns[] = {512, 1024, 2048, 4096, 8192, 16384};
     const fg_dtype dts[] = {FG_BF16, FG_FP16};
@@ -199,15 +337,16 @@ int main(int argc, char **argv)
                         (one_causal >= 0 && causal != one_causal))
                         continue;
                     const int B = 16384 / N, H = 2048 / d;
-                    result r = run(dts[di], B, N, H, d, causal, reps);
-                    printf("%-5s %4d %6d %4d %4d %6d %9.3f %9.3f %8.1f %8.1f\n",
+                    result r = run(dts[di], B, N, H, d, causal, reps, check);
+                    printf("%-5s %4d %6d %4d %4d %6d %9.3f %9.3f %8.1f %8.1f %10.2e%s\n",
                            fg_dtype_name(dts[di]), d, N, B, H, causal, r.fwd_ms,
-                           r.bwd_ms, r.fwd_tf, r.bwd_tf);
+                           r.bwd_ms, r.fwd_tf, r.bwd_tf, r.check_err,
+                           r.check_err > 5e-2 ? "  CHECK FAILED" : "");
                     fflush(stdout);
                     if (csv)
-                        fprintf(csv, "%s,%d,%d,%d,%d,%d,%.4f,%.4f,%.2f,%.2f\n",
+                        fprintf(csv, "%s,%d,%d,%d,%d,%d,%.4f,%.4f,%.2f,%.2f,%.3e\n",
                                 fg_dtype_name(dts[di]), d, N, B, H, causal,
-                                r.fwd_ms, r.bwd_ms, r.fwd_tf, r.bwd_tf);
+                                r.fwd_ms, r.bwd_ms, r.fwd_tf, r.bwd_tf, r.check_err);
                 }
     if (csv)
         fclose(csv);

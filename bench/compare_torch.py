@@ -60,6 +60,23 @@ def time_torch(backend, dtype, b, h, n, d, causal, reps):
     return statistics.median(fwd), statistics.median(bwd)
 
 
+def torch_peak_mib(n, backend="flash"):
+    """Peak memory of one fwd+bwd (bf16, B=1, H=16, d=128), inputs and
+    gradients included, as torch.cuda.max_memory_allocated reports it."""
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    q, k, v = (torch.empty(1, 16, n, 128, device="cuda", dtype=torch.bfloat16)
+               .uniform_(-1, 1).requires_grad_() for _ in range(3))
+    g = torch.empty(1, 16, n, 128, device="cuda", dtype=torch.bfloat16).uniform_(-1, 1)
+    with sdpa_kernel([BACKENDS[backend]]):
+        out = F.scaled_dot_product_attention(q, k, v)
+        out.backward(g)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() / 2**20
+    del q, k, v, g, out
+    return peak
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -68,12 +85,25 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     ap.add_argument("--csv", default=None)
+    ap.add_argument("--check", action="store_true",
+                    help="pass --check to bench_attention (fast vs general kernels)")
+    ap.add_argument("--mem", action="store_true",
+                    help="only compare peak memory at N = 16k and 64k")
     args = ap.parse_args()
+
+    if args.mem:
+        subprocess.run([args.bench, "--mem"], check=True)
+        for n in (16384, 65536):
+            print(f"torch flash peak memory fwd+bwd bf16 B=1 H=16 d=128 N={n}: "
+                  f"{torch_peak_mib(n):.0f} MiB")
+        return
 
     with tempfile.NamedTemporaryFile(suffix=".csv") as tmp:
         cmd = [args.bench, "--csv", tmp.name, "--reps", str(args.reps)]
         if args.quick:
             cmd.append("--quick")
+        if args.check:
+            cmd.append("--check")
         print("running", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True)
         ours = [r for r in csv.DictReader(open(tmp.name)) if r["dtype"] == args.dtype]
