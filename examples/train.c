@@ -15,9 +15,6 @@
 #include <time.h>
 
 #include <flashgrad/flashgrad.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 typedef struct opts {
     char data[1024];   /* text file; empty: the sort task */
@@ -379,10 +376,7 @@ int main(int argc, char **argv)
     if (rc)
         return rc;
     opts *o = &r->o;
-#ifdef _OPENMP
-    if (o->threads > 0)
-        omp_set_num_threads(o->threads);
-#endif
+    fg_set_num_threads(o->threads);
     int dev_ok;
     fg_gpt_config c;
     fg_gpt_config_init(&c);

@@ -3,6 +3,26 @@
 
 #include "config.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+void openblas_set_num_threads(int num_threads);
+#endif
+
+void fg_set_num_threads(int n)
+{
+#ifdef _OPENMP
+    if (n > 0)
+        omp_set_num_threads(n);
+#else
+    (void)n;
+#endif
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+    openblas_set_num_threads(1);
+#endif
+}
+
 size_t fg_dtype_size(fg_dtype dt)
 {
     switch (dt) {

@@ -30,6 +30,13 @@ FG_API const char *fg_device_name(fg_device dev);
 /* Library version, "MAJOR.MINOR.PATCH". */
 FG_API const char *fg_version(void);
 
+/* CPU threads for flashgrad's OpenMP loops (n <= 0 keeps the OpenMP
+ * default). flashgrad parallelises around its matrix products, so this also
+ * pins an OpenBLAS backend to one thread: its spinning worker threads would
+ * otherwise compete with ours for the same cores (measured: 2 OpenMP threads
+ * on 2 cores ran the toy GPT step 2.7x slower with OpenBLAS threads on). */
+FG_API void fg_set_num_threads(int n);
+
 /* 1 if this build has CUDA support and a GPU is usable now, else 0.
  * Never fails; on a machine without a driver it simply returns 0. */
 FG_API int fg_cuda_available(void);
