@@ -52,6 +52,21 @@ __global__ void attn_bwd_write_dq(const AttnArgs a)
     }
 }
 
+/* m, l and D of query rows i0 .. i0+Br-1 of (b, h) into shared memory;
+ * rows past the end read as l = 0 (P = 0). */
+template <typename A>
+__device__ __forceinline__ void load_row_stats(const AttnArgs &a, int64_t bh,
+                                               int64_t i0, int Br, int rows,
+                                               A *ms, A *ls, A *Ds)
+{
+    for (int r = threadIdx.x; r < Br; r += blockDim.x) {
+        const bool in = r < rows;
+        ms[r] = in ? ((const A *)a.m)[bh * a.Nq + i0 + r] : A(0);
+        ls[r] = in ? ((const A *)a.l)[bh * a.Nq + i0 + r] : A(0);
+        Ds[r] = in ? ((const A *)a.D)[bh * a.Nq + i0 + r] : A(0);
+    }
+}
+
 /* Alg4 L.12-14: P = exp(scale Q_i K_j^T - m) / l, masked entries 0; and
  * L.18: dP = dO_i V_j^T (before dropout). */
 template <typename A>
@@ -122,12 +137,7 @@ attn_bwd_kernel(const AttnArgs a)
             /* Alg4 L.11: Q_i, dO_i, m_i, l_i (and D_i) on chip. */
             load_tile<T, A>(Qs, ld, a.q, b, i0, h, Br, rows, d);
             load_tile<T, A>(dOs, ld, a.dout, b, i0, h, Br, rows, d);
-            for (int r = threadIdx.x; r < Br; r += blockDim.x) {
-                const bool in = r < rows;
-                ms[r] = in ? ((const A *)a.m)[bh * a.Nq + i0 + r] : A(0);
-                ls[r] = in ? ((const A *)a.l)[bh * a.Nq + i0 + r] : A(0);
-                Ds[r] = in ? ((const A *)a.D)[bh * a.Nq + i0 + r] : A(0);
-            }
+            load_row_stats<A>(a, bh, i0, Br, rows, ms, ls, Ds);
             __syncthreads();
             bwd_recompute<A>(a, Qs, dOs, Ks, Vs, ms, ls, P, dP, i0, j0);
             __syncthreads();
@@ -209,12 +219,7 @@ attn_bwd_dq_kernel(const AttnArgs a)
     load_tile<T, A>(dOs, ld, a.dout, b, i0, h, Br, rows, d);
     for (int idx = threadIdx.x; idx < Br * d; idx += blockDim.x)
         dQs[idx] = 0;
-    for (int r = threadIdx.x; r < Br; r += blockDim.x) {
-        const bool in = r < rows;
-        ms[r] = in ? ((const A *)a.m)[bh * a.Nq + i0 + r] : A(0);
-        ls[r] = in ? ((const A *)a.l)[bh * a.Nq + i0 + r] : A(0);
-        Ds[r] = in ? ((const A *)a.D)[bh * a.Nq + i0 + r] : A(0);
-    }
+    load_row_stats<A>(a, bh, i0, Br, rows, ms, ls, Ds);
     int64_t n_keys = a.Nk;
     if (a.causal) {
         const int64_t last = i0 + rows - 1 + a.shift + 1;

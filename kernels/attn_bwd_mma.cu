@@ -37,22 +37,6 @@ template <int D, int W, int BR, int DH> struct BwdTile {
                                     2 * 2 * kBr * sizeof(float);
 };
 
-template <typename T, int D>
-__device__ __forceinline__ void bwd_load_rows(uint32_t sbase, const Operand &t,
-                                              int64_t b, int64_t s0, int64_t h,
-                                              int rows, int valid, int d,
-                                              int nthreads)
-{
-    constexpr int C = D / 8;
-    const T *base = (const T *)t.ptr + b * t.sb + h * t.sh;
-    for (int idx = threadIdx.x; idx < rows * C; idx += nthreads) {
-        const int r = idx / C, c = idx - r * C;
-        const bool ok = r < valid && c * 8 < d;
-        const T *src = ok ? base + (s0 + r) * t.ss + c * 8 : base;
-        cp_async16(sbase + swz(r, c, C), src, ok ? 16 : 0);
-    }
-}
-
 template <typename T, int D, int W, int BR, int DH, bool kCausal, bool kDropout>
 __global__ void __launch_bounds__(32 * W)
 attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
@@ -79,8 +63,8 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
     const int kvalid = (int)min((int64_t)Bc, (int64_t)a.Nk - j0);
     const float scale_log2 = (float)(a.scale * 1.4426950408889634);
 
-    bwd_load_rows<T, D>(sK, a.k, b, j0, hk, Bc, kvalid, a.d, NT);
-    bwd_load_rows<T, D>(sV, a.v, b, j0, hk, Bc, kvalid, a.d, NT);
+    load_rows<T, D>(sK, a.k, b, j0, hk, Bc, kvalid, a.d, NT);
+    load_rows<T, D>(sV, a.v, b, j0, hk, Bc, kvalid, a.d, NT);
     cp_async_commit();
 
     /* Query blocks to visit: causal skips rows that see none of our keys. */
@@ -98,8 +82,8 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
         const int h = hk * a.group + gh;
         const int valid = (int)min((int64_t)Br, (int64_t)a.Nq - i0);
         const uint32_t buf = (uint32_t)(st & 1) * qbuf;
-        bwd_load_rows<T, D>(sQ0 + buf, a.q, b, i0, h, Br, valid, a.d, NT);
-        bwd_load_rows<T, D>(sQ0 + buf + Br * D * 2, a.dout, b, i0, h, Br, valid, a.d, NT);
+        load_rows<T, D>(sQ0 + buf, a.q, b, i0, h, Br, valid, a.d, NT);
+        load_rows<T, D>(sQ0 + buf + Br * D * 2, a.dout, b, i0, h, Br, valid, a.d, NT);
         const int64_t bh = (int64_t)b * a.H + h;
         for (int r = threadIdx.x; r < Br; r += NT) {
             const int64_t i = i0 + r;

@@ -35,24 +35,6 @@ template <int D> struct FwdTile {
         (size_t)(kBr * D + 4 * kBc * D) * 2;      /* Q + 2x(K, V) */
 };
 
-/* Async copy of `rows` rows (s0 ..) of one head into a swizzled tile;
- * rows >= valid and columns >= d are zero-filled. */
-template <typename T, int D>
-__device__ __forceinline__ void load_rows(uint32_t sbase, const Operand &t,
-                                          int64_t b, int64_t s0, int64_t h,
-                                          int rows, int valid, int d,
-                                          int nthreads)
-{
-    constexpr int C = D / 8;
-    const T *base = (const T *)t.ptr + b * t.sb + h * t.sh;
-    for (int idx = threadIdx.x; idx < rows * C; idx += nthreads) {
-        const int r = idx / C, c = idx - r * C;
-        const bool ok = r < valid && c * 8 < d;
-        const T *src = ok ? base + (s0 + r) * t.ss + c * 8 : base;
-        cp_async16(sbase + swz(r, c, C), src, ok ? 16 : 0);
-    }
-}
-
 template <typename T, int D, bool kCausal, bool kDropout>
 __global__ void __launch_bounds__(FwdTile<D>::kThreads, 1)
 attn_fwd_mma_kernel(const AttnArgs a)

@@ -15,6 +15,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "attn_traits.cuh"
+
 namespace fg {
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p)
@@ -97,6 +99,25 @@ __device__ __forceinline__ uint32_t swz(int row, int chunk, int chunks)
 {
     const int mask = (chunks < 8 ? chunks : 8) - 1;
     return (uint32_t)((row * chunks + (chunk ^ (row & mask))) * 16);
+}
+
+/* Async copy of `rows` rows (s0 ..) of one head of a strided operand into a
+ * swizzled [rows][D] tile; rows >= valid and columns >= d are zero-filled
+ * (cp.async with a source size of 0). */
+template <typename T, int D>
+__device__ __forceinline__ void load_rows(uint32_t sbase, const Operand &t,
+                                          int64_t b, int64_t s0, int64_t h,
+                                          int rows, int valid, int d,
+                                          int nthreads)
+{
+    constexpr int C = D / 8;
+    const T *base = (const T *)t.ptr + b * t.sb + h * t.sh;
+    for (int idx = threadIdx.x; idx < rows * C; idx += nthreads) {
+        const int r = idx / C, c = idx - r * C;
+        const bool ok = r < valid && c * 8 < d;
+        const T *src = ok ? base + (s0 + r) * t.ss + c * 8 : base;
+        cp_async16(sbase + swz(r, c, C), src, ok ? 16 : 0);
+    }
 }
 
 } /* namespace fg */

@@ -4,75 +4,14 @@
 #include <string.h>
 
 #include "lowp.h"
+#include "tensor_internal.h"
 
-uint16_t fgt_f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return 0x7fc0;
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-float fgt_bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-uint16_t fgt_f32_to_f16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    const uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u)
-        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0));
-    if (ax >= 0x477ff000u) /* >= 65520 rounds to infinity */
-        return (uint16_t)(sign | 0x7c00u);
-    if (ax < 0x38800000u) { /* below 2^-14: half subnormal or zero */
-        if (ax < 0x33000000u)
-            return (uint16_t)sign;
-        const uint32_t m = (ax & 0x7fffffu) | 0x800000u;
-        const int shift = 126 - (int)(ax >> 23);
-        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (r & 1u)))
-            r++;
-        return (uint16_t)(sign | r);
-    }
-    const uint32_t v = ax - ((127u - 15u) << 23);
-    uint32_t r = v >> 13, rem = v & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u)))
-        r++;
-    return (uint16_t)(sign | r);
-}
-
-float fgt_f16_to_f32(uint16_t h)
-{
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
-    if (e == 0) {
-        if (m == 0) {
-            u = sign;
-        } else { /* subnormal: normalise */
-            int sh = 0;
-            while (!(m & 0x400u)) {
-                m <<= 1;
-                sh++;
-            }
-            u = sign | ((uint32_t)(127 - 15 + 1 - sh) << 23) | ((m & 0x3ffu) << 13);
-        }
-    } else if (e == 31) {
-        u = sign | 0x7f800000u | (m << 13);
-    } else {
-        u = sign | ((e + 127 - 15) << 23) | (m << 13);
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+/* The library's own converters (lib/tensor.c), so the tests round exactly
+ * as fg_tensor copies do. */
+uint16_t fgt_f32_to_bf16(float f) { return fg_float_to_bf16(f); }
+float fgt_bf16_to_f32(uint16_t h) { return fg_bf16_to_float(h); }
+uint16_t fgt_f32_to_f16(float f) { return fg_float_to_half(f); }
+float fgt_f16_to_f32(uint16_t h) { return fg_half_to_float(h); }
 
 double fgt_round_to(fg_dtype dt, double x)
 {
