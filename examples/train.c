@@ -52,7 +52,7 @@ static void defaults(opts *o)
     o->dropout = 0;
     o->seed = 1337;
     strcpy(o->device, "auto");
-    strcpy(o->dtype, "fp32");
+    strcpy(o->dtype, "auto");
     o->eval_interval = 100;
     o->eval_examples = 1000;
     o->final_examples = 10000;
@@ -89,7 +89,9 @@ static void usage(FILE *f)
 "  --dropout X          dropout (0)\n"
 "  --seed N             seed of init, data and dropout (1337)\n"
 "  --device cpu|cuda|auto   (auto: cuda when a GPU is usable, else cpu)\n"
-"  --dtype fp32|fp64    parameter and activation dtype (fp32)\n"
+"  --dtype auto|fp32|fp64|bf16  bf16: fp32 parameters, bf16 matrix\n"
+"                       products and attention (CUDA; like torch.autocast);\n"
+"                       auto: bf16 on cuda, fp32 on cpu\n"
 "  --threads N          CPU threads (1: toy models are too small to gain\n"
 "                       from more; 0 = OpenMP default)\n"
 "  --eval-interval N    steps between progress lines/evaluations (100)\n"
@@ -381,11 +383,19 @@ int main(int argc, char **argv)
     fg_gpt_config c;
     fg_gpt_config_init(&c);
     c.device = pick_device(o->device, &dev_ok);
-    if (!dev_ok || (strcmp(o->dtype, "fp32") && strcmp(o->dtype, "fp64"))) {
-        fprintf(stderr, "flashgrad-train: bad --device or --dtype\n");
+    if (!strcmp(o->dtype, "auto"))
+        strcpy(o->dtype, c.device == FG_DEVICE_CUDA ? "bf16" : "fp32");
+    int bf16 = !strcmp(o->dtype, "bf16");
+    if (!dev_ok || (strcmp(o->dtype, "fp32") && strcmp(o->dtype, "fp64") &&
+                    !bf16) ||
+        (bf16 && c.device != FG_DEVICE_CUDA)) {
+        fprintf(stderr, "flashgrad-train: bad --device or --dtype (bf16 "
+                        "needs cuda)\n");
         return 2;
     }
     c.dtype = strcmp(o->dtype, "fp64") ? FG_FP32 : FG_FP64;
+    if (bf16) /* the whole run: parameters fp32, compute in bf16 */
+        CHECK(fg_autocast_begin(FG_BF16));
     if (r->is_text) {
         CHECK(fg_text_data_load(o->data, &r->text));
         c.vocab = r->text.vocab;
@@ -431,7 +441,8 @@ int main(int argc, char **argv)
            fg_version(),
            r->is_text ? o->data : "task: sort digits",
            r->is_text ? "char LM" : "exact match on held-out sequences",
-           fg_device_name(c.device), fg_dtype_name(c.dtype),
+           fg_device_name(c.device), bf16 ? "bf16 autocast, fp32 params"
+                                          : fg_dtype_name(c.dtype),
            (long long)fg_gpt_num_params(r->m));
     printf("config: %s\n", desc);
     FILE *csv = NULL;

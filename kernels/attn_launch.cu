@@ -6,7 +6,9 @@
 
 #include "attention_internal.h"
 #include "attn_kernels.h"
+#include "cuda_backend.h"
 #include "cuda_check.h"
+#include "cuda_context.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -127,7 +129,14 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
     const size_t dq_bytes = pb->deterministic ? 0 : acc * rows * (size_t)pb->d;
     const size_t bytes = d_bytes + dq_bytes;
     void *ws = nullptr;
-    FG_CUDA_TRY(cudaMallocAsync(&ws, bytes, s));
+    /* On the context stream (the autograd path) the caching allocator
+     * serves the workspace, so a training step allocates nothing once
+     * warm; other streams get stream-ordered pool memory. */
+    const bool cached = s == fg_cuda_stream();
+    if (cached)
+        FG_TRY(fg_cuda_mem_alloc(bytes, &ws));
+    else
+        FG_CUDA_TRY(cudaMallocAsync(&ws, bytes, s));
     a.D = ws;
     a.dq_acc = (char *)ws + d_bytes;
     cudaError_t e = dq_bytes ? cudaMemsetAsync(a.dq_acc, 0, dq_bytes, s) : cudaSuccess;
@@ -136,6 +145,10 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
         status = fg_cuda_status(e, "cudaMemsetAsync", __FILE__, __LINE__);
     else
         status = fg::attn_bwd_dispatch(pb->dtype, a, limit, s);
+    if (cached) {
+        fg_cuda_mem_free(ws, bytes);
+        return status;
+    }
     e = cudaFreeAsync(ws, s);
     if (e != cudaSuccess && status == FG_OK)
         status = fg_cuda_status(e, "cudaFreeAsync", __FILE__, __LINE__);

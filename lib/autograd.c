@@ -216,7 +216,7 @@ fg_status fg_tensor_zero_grad(fg_tensor *t)
     if (!t)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "tensor is NULL");
     if (t->grad) {
-        fg_fill_strided(t->grad, 0.0);
+        FG_TRY(fg_fill_strided(t->grad, 0.0));
         fg_tensor_bump_version(t->grad);
     }
     return FG_OK;

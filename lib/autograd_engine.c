@@ -16,8 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
+
 #include "autograd_internal.h"
 #include "error.h"
+#ifdef FG_HAVE_CUDA
+#include "cuda_ops_ew.h"
+#endif
 #include "tensor_iter.h"
 
 typedef struct engine {
@@ -78,23 +83,32 @@ static void add_row(void *c, char **p, const int64_t *s, int64_t n)
     }
 }
 
-/* dst += src, same shape and dtype. */
-static void add_into(fg_tensor *dst, const fg_tensor *src)
+/* dst += src, same shape and dtype (dst contiguous). */
+static fg_status add_into(fg_tensor *dst, const fg_tensor *src)
 {
+#ifdef FG_HAVE_CUDA
+    if (dst->device == FG_DEVICE_CUDA) /* in place: same index in and out */
+        return fg_cuda_ew_binary(FG_EW_ADD, dst, dst, src);
+#endif
     fg_iter it;
     char *base[2] = {fg_tensor_base(dst), fg_tensor_base(src)};
     const int64_t *str[2] = {dst->stride, src->stride};
     size_t es[2] = {fg_dtype_size(dst->dtype), fg_dtype_size(src->dtype)};
     fg_iter_init(&it, dst->nd, dst->shape, 2, base, str, es);
     fg_iter_run_parallel(&it, add_row, &dst->dtype);
+    return FG_OK;
 }
 
 /* Contiguous copy of g in domain a. */
 static fg_status clone(fg_arena *a, const fg_tensor *g, fg_tensor **out)
 {
     FG_TRY(fg_tensor_new_like(a, g, 0, out));
-    fg_copy_strided(*out, g);
-    return FG_OK;
+    fg_status s = fg_copy_strided(*out, g);
+    if (s != FG_OK) {
+        fg_tensor_free(*out);
+        *out = NULL;
+    }
+    return s;
 }
 
 /* *slot += g, consuming the reference g. */
@@ -107,26 +121,27 @@ static fg_status accumulate(fg_arena *a, fg_tensor **slot, fg_tensor *g)
         *slot = g;
         return FG_OK;
     }
+    fg_status st;
     if (exclusive(s)) {
-        add_into(s, g);
+        st = add_into(s, g);
         fg_tensor_free(g);
     } else if (exclusive(g)) {
-        add_into(g, s);
+        st = add_into(g, s);
         fg_tensor_free(s);
         *slot = g;
     } else {
         fg_tensor *sum;
-        fg_status st = clone(a, s, &sum);
+        st = clone(a, s, &sum);
         if (st != FG_OK) {
             fg_tensor_free(g);
             return st;
         }
-        add_into(sum, g);
+        st = add_into(sum, g);
         fg_tensor_free(s);
         fg_tensor_free(g);
         *slot = sum;
     }
-    return FG_OK;
+    return st;
 }
 
 static int matches(const fg_tensor *g, int nd, const int64_t *shape,
@@ -527,7 +542,11 @@ static fg_status run(engine *e, fg_tensor *out, fg_tensor *grad,
         if (!seed) {
             s = fg_tensor_new_like(e->dom, out, 0, &seed);
             if (s == FG_OK)
-                fg_fill_strided(seed, 1.0);
+                s = fg_fill_strided(seed, 1.0);
+            if (s != FG_OK) {
+                fg_tensor_free(seed);
+                seed = NULL;
+            }
         }
         fg_no_grad_begin();
         if (s == FG_OK && out->grad_fn) {

@@ -90,7 +90,34 @@ static void put_tensor(wbuf *b, const char *name, const char *suffix,
     for (int i = 0; i < fg_tensor_ndim(t); i++)
         put_u64(b, (uint64_t)fg_tensor_shape(t)[i]);
     put_u64(b, fg_tensor_nbytes(t));
-    put(b, fg_tensor_data(t), fg_tensor_nbytes(t)); /* host order: LE hosts */
+    if (fg_tensor_device(t) == FG_DEVICE_CPU) {
+        put(b, fg_tensor_data(t), fg_tensor_nbytes(t)); /* LE hosts */
+        return;
+    }
+    /* Device tensors (contiguous parameters and optimizer state) go
+     * through a host copy; a failure marks the buffer like an OOM. */
+    void *tmp = malloc(fg_tensor_nbytes(t) ? fg_tensor_nbytes(t) : 1);
+    if (!tmp || fg_tensor_copy_to_host(t, fg_tensor_dtype(t), tmp,
+                                       fg_tensor_numel(t)) != FG_OK)
+        b->oom = 1;
+    else
+        put(b, tmp, fg_tensor_nbytes(t));
+    free(tmp);
+}
+
+/* dst (a parameter or optimizer state, any device) = raw bytes of the
+ * file. Not recorded: parameters are leaves requiring grad. */
+static fg_status load_tensor(fg_tensor *dst, const void *src)
+{
+    if (fg_tensor_device(dst) == FG_DEVICE_CPU) {
+        memcpy(fg_tensor_data(dst), src, fg_tensor_nbytes(dst));
+        return FG_OK;
+    }
+    fg_no_grad_begin();
+    fg_status s = fg_tensor_copy_from_host(dst, fg_tensor_dtype(dst), src,
+                                           fg_tensor_numel(dst));
+    fg_no_grad_end();
+    return s;
 }
 
 static void put_config(wbuf *b, const fg_gpt_config *c)
@@ -148,7 +175,9 @@ fg_status fg_checkpoint_save(const char *path, const fg_gpt *m,
     }
     if (b.oom) {
         free(b.p);
-        return FG_FAIL(FG_ERR_OUT_OF_MEMORY, "checkpoint buffer");
+        return FG_FAIL(FG_ERR_OUT_OF_MEMORY,
+                       "checkpoint buffer (out of memory, or a device "
+                       "tensor could not be copied to the host)");
     }
     const uint64_t body = b.n - HEAD;
     for (int i = 0; i < 8; i++)
@@ -435,19 +464,25 @@ fg_status fg_checkpoint_load(const char *path, fg_gpt *m, fg_adamw *opt,
         free(c.file);
         return FG_FAIL(FG_ERR_IO, "%s: %s", path, why);
     }
-    /* Pass 2: copy. */
-    for (int i = 0; i < n; i++)
-        memcpy(fg_tensor_data(ps[i].tensor), src[i],
-               fg_tensor_nbytes(ps[i].tensor));
+    /* Pass 2: copy (only a device error can fail here). */
+    fg_status ls = FG_OK;
+    for (int i = 0; i < n && ls == FG_OK; i++)
+        ls = load_tensor(ps[i].tensor, src[i]);
     if (opt) {
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < n && ls == FG_OK; i++) {
             fg_tensor *mt, *vt;
             fg_adamw_state(opt, i, &mt, &vt);
-            memcpy(fg_tensor_data(mt), src[n + 2 * i], fg_tensor_nbytes(mt));
-            memcpy(fg_tensor_data(vt), src[n + 2 * i + 1],
-                   fg_tensor_nbytes(vt));
+            ls = load_tensor(mt, src[n + 2 * i]);
+            if (ls == FG_OK)
+                ls = load_tensor(vt, src[n + 2 * i + 1]);
         }
-        fg_adamw_set_steps(opt, c.opt_steps);
+        if (ls == FG_OK)
+            fg_adamw_set_steps(opt, c.opt_steps);
+    }
+    if (ls != FG_OK) {
+        free(src);
+        free(c.file);
+        return ls;
     }
     if (st)
         *st = c.st;

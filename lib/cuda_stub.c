@@ -1,6 +1,9 @@
 /* lib/cuda_stub.c - the CUDA backend entry points of a build without CUDA:
  * each reports FG_ERR_UNSUPPORTED, so callers get a status, not a link error. */
+#include <string.h>
+
 #include "attention_internal.h"
+#include "flashgrad/cuda.h"
 #include "error.h"
 
 #define NO_CUDA(fn)                                                         \
@@ -48,3 +51,35 @@ fg_status fg_attn_cuda_dropout_mask(const fg_attn_problem *pb, uint8_t *mask)
     (void)mask;
     return NO_CUDA("fg_attention_dropout_mask");
 }
+
+/* ---- flashgrad/cuda.h --------------------------------------------------- */
+
+fg_status fg_cuda_set_stream(void *stream)
+{
+    (void)stream;
+    return NO_CUDA("fg_cuda_set_stream");
+}
+
+void *fg_cuda_get_stream(void) { return NULL; }
+
+fg_status fg_cuda_synchronize(void) { return NO_CUDA("fg_cuda_synchronize"); }
+
+fg_status fg_cuda_set_allow_tf32(int allow)
+{
+    (void)allow;
+    return NO_CUDA("fg_cuda_set_allow_tf32");
+}
+
+fg_status fg_cuda_memory_get_stats(fg_cuda_memory_stats *st)
+{
+    if (st)
+        memset(st, 0, sizeof *st);
+    return NO_CUDA("fg_cuda_memory_get_stats");
+}
+
+fg_status fg_cuda_memory_reset_peak(void)
+{
+    return NO_CUDA("fg_cuda_memory_reset_peak");
+}
+
+fg_status fg_cuda_empty_cache(void) { return NO_CUDA("fg_cuda_empty_cache"); }

@@ -20,6 +20,61 @@ static fg_status param(fg_tensor *t)
     return fg_tensor_set_requires_grad(t, 1);
 }
 
+/* ---- autocast ---------------------------------------------------------------- */
+
+static _Thread_local int tls_ac_depth;
+static _Thread_local fg_dtype tls_ac_dtype;
+
+fg_status fg_autocast_begin(fg_dtype dt)
+{
+    if (dt != FG_BF16 && dt != FG_FP16 && dt != FG_FP32 && dt != FG_FP64)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "unknown dtype %d", (int)dt);
+    if (tls_ac_depth > 0 && dt != tls_ac_dtype)
+        return FG_FAIL(FG_ERR_STATE, "autocast to %s is already active",
+                       fg_dtype_name(tls_ac_dtype));
+    tls_ac_dtype = dt;
+    tls_ac_depth++;
+    return FG_OK;
+}
+
+fg_status fg_autocast_end(void)
+{
+    if (tls_ac_depth == 0)
+        return FG_FAIL(FG_ERR_STATE, "no autocast region is active");
+    tls_ac_depth--;
+    return FG_OK;
+}
+
+int fg_autocast_get(fg_dtype *dt)
+{
+    if (dt && tls_ac_depth > 0)
+        *dt = tls_ac_dtype;
+    return tls_ac_depth > 0;
+}
+
+/* x in the autocast dtype when a region is active and x is a CUDA tensor
+ * of another dtype (a recorded cast, so its gradient returns in x's
+ * dtype); otherwise a new reference to x. NULL stays NULL. */
+static fg_status ac_cast(fg_tensor *x, fg_tensor **y)
+{
+    fg_dtype dt;
+    if (x && fg_autocast_get(&dt) && fg_tensor_device(x) == FG_DEVICE_CUDA &&
+        fg_tensor_dtype(x) != dt)
+        return fg_cast(x, dt, y);
+    *y = fg_tensor_retain(x);
+    return FG_OK;
+}
+
+/* x cast to dt if it differs (a residual branch computed in the autocast
+ * dtype joining the fp32 stream). */
+static fg_status to_dtype(fg_tensor *x, fg_dtype dt, fg_tensor **y)
+{
+    if (fg_tensor_dtype(x) != dt)
+        return fg_cast(x, dt, y);
+    *y = fg_tensor_retain(x);
+    return FG_OK;
+}
+
 /* ---- Linear ---------------------------------------------------------------- */
 
 fg_status fg_nn_linear_init(fg_nn_linear *l, int64_t in, int64_t out,
@@ -46,11 +101,19 @@ fg_status fg_nn_linear_forward(const fg_nn_linear *l, fg_tensor *x,
 {
     if (!l || !l->weight)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "uninitialised layer");
-    if (!l->bias)
-        return fg_matmul(x, l->weight, 0, 0, y);
-    fg_tensor *t = NULL;
-    fg_status s = fg_matmul(x, l->weight, 0, 0, &t);
-    NN_T(fg_add(t, l->bias, y));
+    fg_tensor *xa = NULL, *wa = NULL, *ba = NULL, *t = NULL;
+    fg_status s = ac_cast(x, &xa);
+    NN_T(ac_cast(l->weight, &wa));
+    NN_T(ac_cast(l->bias, &ba));
+    if (!l->bias) {
+        NN_T(fg_matmul(xa, wa, 0, 0, y));
+    } else {
+        NN_T(fg_matmul(xa, wa, 0, 0, &t));
+        NN_T(fg_add(t, ba, y));
+    }
+    fg_tensor_free(xa);
+    fg_tensor_free(wa);
+    fg_tensor_free(ba);
     fg_tensor_free(t);
     return s;
 }
@@ -315,13 +378,16 @@ fg_status fg_nn_block_forward(const fg_nn_block *b, fg_tensor *x,
     fg_tensor *h1 = NULL, *a = NULL, *x1 = NULL, *h2 = NULL, *m = NULL;
     fg_status s = FG_OK;
     NN_T(b ? FG_OK : FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL layer"));
+    fg_tensor *ac = NULL, *mc = NULL;
     NN_T(fg_nn_layernorm_forward(&b->ln1, x, &h1));
     NN_T(fg_nn_attention_forward(&b->attn, h1, mode, &a));
-    NN_T(fg_add(x, a, &x1));
+    NN_T(to_dtype(a, fg_tensor_dtype(x), &ac)); /* the stream's dtype */
+    NN_T(fg_add(x, ac, &x1));
     NN_T(fg_nn_layernorm_forward(&b->ln2, x1, &h2));
     NN_T(fg_nn_mlp_forward(&b->mlp, h2, mode, &m));
-    NN_T(fg_add(x1, m, y));
-    fg_tensor *all[] = {h1, a, x1, h2, m};
+    NN_T(to_dtype(m, fg_tensor_dtype(x), &mc));
+    NN_T(fg_add(x1, mc, y));
+    fg_tensor *all[] = {h1, a, ac, x1, h2, m, mc};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         fg_tensor_free(all[i]);
     return s;

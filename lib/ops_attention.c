@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "flashgrad/attention.h"
+#include "flashgrad/cuda.h"
 #include "ops_internal.h"
 
 void fg_attention_options_init(fg_attention_options *o)
@@ -107,6 +108,8 @@ fg_status fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v,
     fg_attn_params_init(&p, q->shape[0], q->shape[1], k->shape[1],
                         q->shape[2], k->shape[2], q->shape[3]);
     p.device = q->device;
+    if (q->device == FG_DEVICE_CUDA) /* the context stream, like every op */
+        p.cuda_stream = fg_cuda_get_stream();
     p.softmax_scale = o.scale;
     p.causal = o.causal;
     p.dropout_p = o.dropout_p;

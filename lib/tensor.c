@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "autograd_internal.h"
+#include "config.h"
+#include "cuda_backend.h"
 #include "error.h"
 #include "tensor_internal.h"
 #include "tensor_iter.h"
@@ -34,6 +36,8 @@ void fg_memory_get_stats(fg_memory_stats *st)
     st->host_live_bytes = atomic_load(&g_live);
 }
 
+static void storage_drop(fg_storage *s);
+
 /* ---- objects ------------------------------------------------------------- */
 
 void *fg_obj_new(fg_arena *a, size_t bytes, fg_obj_kind kind)
@@ -62,7 +66,8 @@ void fg_obj_drop_refs(fg_obj *o)
     switch (o->kind) {
     case FG_OBJ_TENSOR: fg_tensor_drop_refs((fg_tensor *)o); break;
     case FG_OBJ_NODE: fg_node_drop_refs((fg_node *)o); break;
-    default: break; /* storages reference nothing */
+    case FG_OBJ_STORAGE: storage_drop((fg_storage *)o); break;
+    default: break;
     }
 }
 
@@ -84,33 +89,63 @@ void fg_obj_release(fg_obj *o)
 #define STORAGE_HDR \
     ((sizeof(fg_storage) + FG_ALIGN - 1) / FG_ALIGN * FG_ALIGN)
 
-/* The per-device allocation point: CUDA storage arrives with the CUDA ops. */
+/* The per-device allocation point. A CPU storage is one block, header and
+ * data; a CUDA storage is a host header (heap or arena, like any object)
+ * pointing at a block of the caching device allocator. */
 static fg_status storage_new(fg_arena *a, fg_device dev, size_t nbytes,
                              fg_storage **out)
 {
-    if (dev != FG_DEVICE_CPU)
+    const int cuda = dev == FG_DEVICE_CUDA;
+    if (dev != FG_DEVICE_CPU && !cuda)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "unknown device %d", (int)dev);
+#ifndef FG_HAVE_CUDA
+    if (cuda)
         return FG_FAIL(FG_ERR_UNSUPPORTED,
-                       "%s tensors are not implemented yet (CPU only)",
-                       fg_device_name(dev));
+                       "cuda tensors: flashgrad was built without CUDA "
+                       "(configure --with-cuda)");
+#endif
     if (nbytes > SIZE_MAX - STORAGE_HDR - FG_ALIGN)
         return FG_FAIL(FG_ERR_OUT_OF_MEMORY, "tensor of %zu bytes", nbytes);
+    void *dev_data = NULL;
+#ifdef FG_HAVE_CUDA
+    if (cuda && nbytes)
+        FG_TRY(fg_cuda_mem_alloc(nbytes, &dev_data));
+#endif
+    const size_t block = STORAGE_HDR + (cuda ? 0 : nbytes);
     /* Header and data are one block; only the header is zeroed. */
-    fg_storage *s = fg_mem_alloc(a, STORAGE_HDR + nbytes);
-    if (!s)
+    fg_storage *s = fg_mem_alloc(a, block);
+    if (!s) {
+#ifdef FG_HAVE_CUDA
+        fg_cuda_mem_free(dev_data, nbytes);
+#endif
         return FG_FAIL(FG_ERR_OUT_OF_MEMORY,
                        "cannot allocate a tensor of %zu bytes", nbytes);
+    }
     memset(s, 0, sizeof *s);
     s->obj.arena = a;
-    s->obj.block_bytes = STORAGE_HDR + nbytes;
+    s->obj.block_bytes = block;
     s->obj.refcount = 1;
     s->obj.kind = FG_OBJ_STORAGE;
     if (a)
         fg_arena_link(a, &s->obj);
     s->device = dev;
     s->nbytes = nbytes;
-    s->data = (char *)s + STORAGE_HDR;
+    s->data = cuda ? dev_data : (char *)s + STORAGE_HDR;
     *out = s;
     return FG_OK;
+}
+
+/* A storage references nothing but, on CUDA, its device block. */
+static void storage_drop(fg_storage *s)
+{
+#ifdef FG_HAVE_CUDA
+    if (s->device == FG_DEVICE_CUDA && s->data) {
+        fg_cuda_mem_free(s->data, s->nbytes);
+        s->data = NULL;
+    }
+#else
+    (void)s;
+#endif
 }
 
 /* ---- tensors ------------------------------------------------------------- */
@@ -183,8 +218,14 @@ fg_status fg_tensor_new_like(fg_arena *a, const fg_tensor *t, int zero,
                              fg_tensor **out)
 {
     FG_TRY(fg_tensor_new(a, t->dtype, t->device, t->nd, t->shape, out));
-    if (zero)
-        memset((*out)->storage->data, 0, (*out)->storage->nbytes);
+    if (zero) {
+        fg_status st = fg_tensor_zero_storage(*out);
+        if (st != FG_OK) {
+            fg_tensor_free(*out);
+            *out = NULL;
+            return st;
+        }
+    }
     return FG_OK;
 }
 
@@ -439,8 +480,12 @@ static void copy_row(void *c, char **p, const int64_t *s, int64_t n)
     }
 }
 
-void fg_copy_strided(fg_tensor *dst, const fg_tensor *src)
+fg_status fg_copy_strided(fg_tensor *dst, const fg_tensor *src)
 {
+#ifdef FG_HAVE_CUDA
+    if (dst->device == FG_DEVICE_CUDA)
+        return fg_cuda_copy_strided(dst, src);
+#endif
     fg_iter it;
     char *base[2] = {fg_tensor_base(dst), fg_tensor_base(src)};
     int64_t sstr[FG_MAX_DIMS];
@@ -450,6 +495,7 @@ void fg_copy_strided(fg_tensor *dst, const fg_tensor *src)
     fg_iter_init(&it, dst->nd, dst->shape, 2, base, str, es);
     cast_ctx cc = {dst->dtype, src->dtype};
     fg_iter_run_parallel(&it, copy_row, &cc);
+    return FG_OK;
 }
 
 typedef struct fill_ctx {
@@ -474,8 +520,12 @@ static void fill_row(void *c, char **p, const int64_t *s, int64_t n)
     }
 }
 
-void fg_fill_strided(fg_tensor *t, double v)
+fg_status fg_fill_strided(fg_tensor *t, double v)
 {
+#ifdef FG_HAVE_CUDA
+    if (t->device == FG_DEVICE_CUDA)
+        return fg_cuda_fill_strided(t, v);
+#endif
     fg_iter it;
     char *base[1] = {fg_tensor_base(t)};
     const int64_t *str[1] = {t->stride};
@@ -483,4 +533,15 @@ void fg_fill_strided(fg_tensor *t, double v)
     fg_iter_init(&it, t->nd, t->shape, 1, base, str, es);
     fill_ctx fc = {t->dtype, v};
     fg_iter_run_parallel(&it, fill_row, &fc);
+    return FG_OK;
+}
+
+fg_status fg_tensor_zero_storage(fg_tensor *t)
+{
+#ifdef FG_HAVE_CUDA
+    if (t->device == FG_DEVICE_CUDA)
+        return fg_cuda_memset_zero(t->storage->data, t->storage->nbytes);
+#endif
+    memset(t->storage->data, 0, t->storage->nbytes);
+    return FG_OK;
 }

@@ -3,11 +3,42 @@
 #include <math.h>
 #include <string.h>
 
+#include "config.h"
+
 #include "autograd_internal.h"
+#include "cuda_backend.h"
 #include "error.h"
 #include "philox.h"
 #include "tensor_internal.h"
 #include "tensor_iter.h"
+
+/* ---- raw host <-> storage copies -------------------------------------- */
+
+static fg_status raw_from_host(void *dst, fg_device dev, const void *src,
+                               size_t bytes)
+{
+#ifdef FG_HAVE_CUDA
+    if (dev == FG_DEVICE_CUDA)
+        return fg_cuda_memcpy_h2d(dst, src, bytes);
+#endif
+    (void)dev;
+    if (bytes)
+        memcpy(dst, src, bytes);
+    return FG_OK;
+}
+
+static fg_status raw_to_host(void *dst, fg_device dev, const void *src,
+                             size_t bytes)
+{
+#ifdef FG_HAVE_CUDA
+    if (dev == FG_DEVICE_CUDA)
+        return fg_cuda_memcpy_d2h(dst, src, bytes);
+#endif
+    (void)dev;
+    if (bytes)
+        memcpy(dst, src, bytes);
+    return FG_OK;
+}
 
 /* ---- creation -------------------------------------------------------- */
 
@@ -33,7 +64,11 @@ fg_status fg_tensor_zeros(fg_dtype dt, fg_device dev, int nd,
     if (!out)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "out is NULL");
     FG_TRY(create("fg_tensor_zeros", dt, dev, nd, shape, &t));
-    memset(t->storage->data, 0, t->storage->nbytes); /* 0.0 is all-zero bits */
+    fg_status s = fg_tensor_zero_storage(t); /* 0.0 is all-zero bits */
+    if (s != FG_OK) {
+        fg_tensor_free(t);
+        return s;
+    }
     *out = t;
     return FG_OK;
 }
@@ -45,7 +80,11 @@ fg_status fg_tensor_full(fg_dtype dt, fg_device dev, int nd,
     if (!out)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "out is NULL");
     FG_TRY(create("fg_tensor_full", dt, dev, nd, shape, &t));
-    fg_fill_strided(t, value);
+    fg_status s = fg_fill_strided(t, value);
+    if (s != FG_OK) {
+        fg_tensor_free(t);
+        return s;
+    }
     *out = t;
     return FG_OK;
 }
@@ -70,7 +109,12 @@ fg_status fg_tensor_from_host(fg_dtype dt, fg_device dev, int nd,
     if (!src || !out)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "src or out is NULL");
     FG_TRY(create("fg_tensor_from_host", dt, dev, nd, shape, &t));
-    memcpy(t->storage->data, src, t->storage->nbytes);
+    fg_status s = raw_from_host(t->storage->data, dev, src,
+                                t->storage->nbytes);
+    if (s != FG_OK) {
+        fg_tensor_free(t);
+        return s;
+    }
     *out = t;
     return FG_OK;
 }
@@ -128,7 +172,9 @@ static fg_status fill_random(rand_ctx *rc, const char *fn, fg_dtype dt,
     fg_tensor *t;
     if (!out)
         return fg_error(FG_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
-    FG_TRY(create(fn, dt, dev, nd, shape, &t));
+    FG_TRY(fg_check_shape(nd, shape, NULL, fn));
+    /* Drawn on the host (same values on every device), then uploaded. */
+    FG_TRY(fg_tensor_new(NULL, dt, FG_DEVICE_CPU, nd, shape, &t));
     const int64_t n = t->numel;
     char *base = t->storage->data;
     const size_t es = fg_dtype_size(dt);
@@ -149,7 +195,20 @@ static fg_status fill_random(rand_ctx *rc, const char *fn, fg_dtype dt,
         if (2 * c + 1 < n)
             fg_store_elem(base + (size_t)(2 * c + 1) * es, dt, v1);
     }
-    *out = t;
+    if (dev == FG_DEVICE_CPU && !fg_alloc_domain(NULL, 0)) {
+        *out = t;
+        return FG_OK;
+    }
+    fg_tensor *d = NULL;
+    fg_status s = create(fn, dt, dev, nd, shape, &d);
+    if (s == FG_OK)
+        s = raw_from_host(d->storage->data, dev, base, t->storage->nbytes);
+    fg_tensor_free(t);
+    if (s != FG_OK) {
+        fg_tensor_free(d);
+        return s;
+    }
+    *out = d;
     return FG_OK;
 }
 
@@ -197,9 +256,6 @@ static fg_status check_writable(const fg_tensor *t, const char *fn)
                         "%s: in-place write to a leaf that requires grad; "
                         "wrap it in fg_no_grad_begin()/fg_no_grad_end()",
                         fn);
-    if (t->device != FG_DEVICE_CPU)
-        return fg_error(FG_ERR_UNSUPPORTED, "%s: %s tensors", fn,
-                        fg_device_name(t->device));
     return FG_OK;
 }
 
@@ -210,12 +266,15 @@ static void host_view(fg_tensor *h, fg_storage *s, const fg_tensor *like,
     memset(h, 0, sizeof *h);
     memset(s, 0, sizeof *s);
     s->data = (void *)p;
+    s->device = FG_DEVICE_CPU;
+    s->nbytes = (size_t)like->numel * fg_dtype_size(dt);
     h->storage = s;
     h->nd = like->nd;
     memcpy(h->shape, like->shape, sizeof h->shape);
     fg_contiguous_strides(h->nd, h->shape, h->stride);
     h->numel = like->numel;
     h->dtype = dt;
+    h->device = FG_DEVICE_CPU;
 }
 
 static fg_status check_host(const fg_tensor *t, fg_dtype dt, const void *p,
@@ -230,21 +289,57 @@ static fg_status check_host(const fg_tensor *t, fg_dtype dt, const void *p,
         return fg_error(FG_ERR_INVALID_ARGUMENT,
                         "%s: buffer has %lld elements, tensor %lld", fn,
                         (long long)n, (long long)t->numel);
-    if (t->device != FG_DEVICE_CPU)
-        return fg_error(FG_ERR_UNSUPPORTED, "%s: %s tensors", fn,
-                        fg_device_name(t->device));
     return FG_OK;
+}
+
+/* dst = src for any pair of devices (src broadcast to dst's shape, any
+ * dtypes and strides). Across devices the data crosses once, contiguous,
+ * in src's dtype; conversion and striding happen on the destination. */
+static fg_status copy_any(fg_tensor *dst, const fg_tensor *src)
+{
+    if (dst->device == src->device)
+        return fg_copy_strided(dst, src);
+    fg_tensor *sc = NULL, *dc = NULL;
+    fg_status s = FG_OK;
+    /* contiguous staging copy on src's device, then one on dst's */
+    if (fg_tensor_is_contiguous(src)) {
+        sc = fg_tensor_retain((fg_tensor *)src);
+    } else {
+        s = fg_tensor_new(NULL, src->dtype, src->device, src->nd, src->shape,
+                          &sc);
+        if (s == FG_OK)
+            s = fg_copy_strided(sc, src);
+    }
+    if (s == FG_OK)
+        s = fg_tensor_new(NULL, src->dtype, dst->device, src->nd, src->shape,
+                          &dc);
+    if (s == FG_OK) {
+        size_t bytes = (size_t)src->numel * fg_dtype_size(src->dtype);
+        s = src->device == FG_DEVICE_CPU
+                ? raw_from_host(fg_tensor_base(dc), dst->device,
+                                fg_tensor_base(sc), bytes)
+                : raw_to_host(fg_tensor_base(dc), src->device,
+                              fg_tensor_base(sc), bytes);
+    }
+    if (s == FG_OK)
+        s = fg_copy_strided(dst, dc);
+    fg_tensor_free(sc);
+    fg_tensor_free(dc);
+    return s;
 }
 
 fg_status fg_tensor_copy_to_host(const fg_tensor *t, fg_dtype host_dtype,
                                  void *dst, int64_t n)
 {
     FG_TRY(check_host(t, host_dtype, dst, n, "fg_tensor_copy_to_host"));
+    if (t->device != FG_DEVICE_CPU && host_dtype == t->dtype &&
+        fg_tensor_is_contiguous(t))
+        return raw_to_host(dst, t->device, fg_tensor_base(t),
+                           (size_t)n * fg_dtype_size(host_dtype));
     fg_tensor h;
     fg_storage s;
     host_view(&h, &s, t, host_dtype, dst);
-    fg_copy_strided(&h, t);
-    return FG_OK;
+    return copy_any(&h, t);
 }
 
 fg_status fg_tensor_copy_from_host(fg_tensor *t, fg_dtype host_dtype,
@@ -256,7 +351,12 @@ fg_status fg_tensor_copy_from_host(fg_tensor *t, fg_dtype host_dtype,
     fg_tensor h;
     fg_storage s;
     host_view(&h, &s, t, host_dtype, src);
-    fg_copy_strided(t, &h);
+    if (t->device != FG_DEVICE_CPU && host_dtype == t->dtype &&
+        fg_tensor_is_contiguous(t))
+        FG_TRY(raw_from_host(fg_tensor_base(t), t->device, src,
+                             (size_t)n * fg_dtype_size(host_dtype)));
+    else
+        FG_TRY(copy_any(t, &h));
     fg_tensor_bump_version(t);
     return FG_OK;
 }
@@ -268,9 +368,6 @@ fg_status fg_tensor_copy(fg_tensor *dst, const fg_tensor *src)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL argument");
     if (!fg_same_shape(dst->nd, dst->shape, src->nd, src->shape))
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "shapes differ");
-    if (src->device != FG_DEVICE_CPU)
-        return FG_FAIL(FG_ERR_UNSUPPORTED, "%s tensors",
-                       fg_device_name(src->device));
     FG_TRY(check_writable(dst, fn));
     int same_view = dst->storage == src->storage &&
                     dst->offset == src->offset && dst->dtype == src->dtype &&
@@ -279,8 +376,23 @@ fg_status fg_tensor_copy(fg_tensor *dst, const fg_tensor *src)
     if (!same_view && fg_tensors_may_overlap(dst, src))
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
                        "dst and src overlap in memory");
-    fg_copy_strided(dst, src);
+    FG_TRY(copy_any(dst, src));
     fg_tensor_bump_version(dst);
+    return FG_OK;
+}
+
+fg_status fg_tensor_to(const fg_tensor *t, fg_device dev, fg_tensor **out)
+{
+    if (!t || !out)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL argument");
+    fg_tensor *y;
+    FG_TRY(create("fg_tensor_to", t->dtype, dev, t->nd, t->shape, &y));
+    fg_status s = copy_any(y, t);
+    if (s != FG_OK) {
+        fg_tensor_free(y);
+        return s;
+    }
+    *out = y;
     return FG_OK;
 }
 
@@ -289,7 +401,7 @@ fg_status fg_tensor_fill(fg_tensor *t, double value)
     if (!t)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "tensor is NULL");
     FG_TRY(check_writable(t, "fg_tensor_fill"));
-    fg_fill_strided(t, value);
+    FG_TRY(fg_fill_strided(t, value));
     fg_tensor_bump_version(t);
     return FG_OK;
 }
@@ -302,10 +414,10 @@ fg_status fg_tensor_item(const fg_tensor *t, double *value)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
                        "tensor has %lld elements, not 1",
                        (long long)t->numel);
-    if (t->device != FG_DEVICE_CPU)
-        return FG_FAIL(FG_ERR_UNSUPPORTED, "%s tensors",
-                       fg_device_name(t->device));
-    *value = fg_load_elem(fg_tensor_base(t), t->dtype);
+    unsigned char buf[8];
+    FG_TRY(raw_to_host(buf, t->device, fg_tensor_base(t),
+                       fg_dtype_size(t->dtype)));
+    *value = fg_load_elem(buf, t->dtype);
     return FG_OK;
 }
 
@@ -361,9 +473,14 @@ fg_status fg_tensor_print(const fg_tensor *t, const char *name, FILE *f)
         fprintf(f, " (arena)");
     fputc('\n', f);
     int rc = 0;
-    if (t->device != FG_DEVICE_CPU) {
-        rc = fprintf(f, "  <%s data>\n", fg_device_name(t->device)) < 0;
-    } else if (t->nd == 0) {
+    fg_tensor *h = NULL;
+    if (t->device != FG_DEVICE_CPU) { /* print a host copy */
+        fg_status s = fg_tensor_to(t, FG_DEVICE_CPU, &h);
+        if (s != FG_OK)
+            return s;
+        t = h;
+    }
+    if (t->nd == 0) {
         rc = fprintf(f, "%.6g\n", fg_load_elem(fg_tensor_base(t), t->dtype)) <
              0;
     } else if (t->numel == 0) {
@@ -372,6 +489,7 @@ fg_status fg_tensor_print(const fg_tensor *t, const char *name, FILE *f)
         rc = print_rec(f, t, 0, fg_tensor_base(t), 0) < 0 ||
              fputc('\n', f) == EOF;
     }
+    fg_tensor_free(h);
     if (rc || ferror(f))
         return FG_FAIL(FG_ERR_IO, "writing failed");
     return FG_OK;

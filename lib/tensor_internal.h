@@ -129,11 +129,16 @@ static inline char *fg_tensor_base(const fg_tensor *t)
 {
     return (char *)t->storage->data + (size_t)t->offset * fg_esize(t->dtype);
 }
-/* dst = src (same shape; dtypes fp32/fp64 or equal). No checks beyond
- * that, no version bump. */
-void fg_copy_strided(fg_tensor *dst, const fg_tensor *src);
+/* dst = src (src broadcast to dst's shape; any dtypes). Both on one
+ * device (CPU or CUDA: the CUDA path is asynchronous on the context
+ * stream); no checks beyond that, no version bump. Fails only on CUDA
+ * errors. */
+fg_status fg_copy_strided(fg_tensor *dst, const fg_tensor *src);
 /* Every element to v. No version bump. */
-void fg_fill_strided(fg_tensor *t, double v);
+fg_status fg_fill_strided(fg_tensor *t, double v);
+/* All bytes of t's storage to zero (0.0 in every dtype): memset on the
+ * CPU, cudaMemsetAsync on CUDA. For freshly made contiguous tensors. */
+fg_status fg_tensor_zero_storage(fg_tensor *t);
 /* Bumps the storage version (in-place write). */
 static inline void fg_tensor_bump_version(fg_tensor *t)
 {

@@ -31,6 +31,7 @@
 #include "flashgrad/types.h"
 #include "flashgrad/attention.h"
 #include "flashgrad/tensor.h"
+#include "flashgrad/cuda.h"
 #include "flashgrad/autograd.h"
 #include "flashgrad/gradcheck.h"
 #include "flashgrad/nn.h"

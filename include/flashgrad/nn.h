@@ -19,9 +19,17 @@
  * normal(0, 0.02), residual output projections normal(0, 0.02 /
  * sqrt(2 * n_layer)), biases 0, LayerNorm weight 1 and bias 0.
  *
- * Devices: every layer takes a device; the parameters live there and the
- * ops dispatch on it. Only FG_DEVICE_CPU is implemented today (CUDA gives
- * FG_ERR_UNSUPPORTED from tensor creation). dtype: fp32 or fp64. */
+ * Devices: every layer takes a device (FG_DEVICE_CPU or FG_DEVICE_CUDA);
+ * the parameters live there and the ops dispatch on it. Parameter dtype:
+ * fp32 or fp64.
+ *
+ * Mixed precision (CUDA), like torch.autocast: inside
+ * fg_autocast_begin(FG_BF16) ... fg_autocast_end(), Linear layers, the
+ * attention and the LM head cast their inputs and parameters to bf16
+ * (recorded casts: gradients flow back in fp32 to fp32 parameters) and run
+ * the matrix products (fp32 accumulation) and attention in bf16; LayerNorm,
+ * the residual stream, the softmax-cross-entropy and the returned logits
+ * stay in the parameters' dtype. CPU tensors are never cast. */
 #ifndef FLASHGRAD_NN_H
 #define FLASHGRAD_NN_H
 
@@ -51,6 +59,16 @@ typedef struct fg_param {
     char name[40];
     int decay;
 } fg_param;
+
+/* ---- mixed precision ------------------------------------------------------ */
+
+/* Starts (or nests, with the same dtype) an autocast region on this
+ * thread; FG_ERR_STATE if a region with another dtype is active. */
+FG_API fg_status fg_autocast_begin(fg_dtype dt);
+/* Ends the innermost region (FG_ERR_STATE if none). */
+FG_API fg_status fg_autocast_end(void);
+/* 1 and *dt (may be NULL) = the dtype inside a region, else 0. */
+FG_API int fg_autocast_get(fg_dtype *dt);
 
 /* ---- layers -------------------------------------------------------------- */
 

@@ -1,0 +1,226 @@
+/* tests/test_gpu_train.c - the GPT training step on the GPU: it equals the
+ * CPU step (fp32, dropout off) within 1e-4 on every parameter after the
+ * AdamW update; once warm it allocates no device (or host) memory; bf16
+ * autocast training lowers the loss; a checkpoint written from the GPU
+ * loads into a CPU model bit for bit. Exits 77 without a GPU (CUDA is
+ * touched only inside the forked tests). */
+#include "test_ops_util.h"
+
+#include "flashgrad/cuda.h"
+
+static const fg_sort_task task = {6, 10};
+
+static fg_gpt *model(fg_device dev, double dropout)
+{
+    fg_gpt_config c;
+    fg_gpt_config_init(&c);
+    c.vocab = fg_sort_task_vocab(&task);
+    c.ctx = fg_sort_task_seqlen(&task);
+    c.n_layer = 2;
+    c.n_head = 2;
+    c.n_embd = 64; /* head size 32 */
+    c.dropout = dropout;
+    c.device = dev;
+    fg_gpt *m = NULL;
+    FGT_OK(fg_gpt_create(&c, 7, &m)); /* same seed: same initial values */
+    return m;
+}
+
+static fg_adamw *optimizer(const fg_gpt *m)
+{
+    int n;
+    const fg_param *ps = fg_gpt_params(m, &n);
+    fg_adamw_config oc;
+    fg_adamw_config_init(&oc);
+    fg_adamw *o = NULL;
+    FGT_OK(fg_adamw_create(ps, n, &oc, &o));
+    return o;
+}
+
+static double *host_values(const fg_tensor *t)
+{
+    int64_t n = fg_tensor_numel(t);
+    double *h = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    FGT_OK(fg_tensor_copy_to_host(t, FG_FP64, h, n));
+    return h;
+}
+
+enum { B = 16 };
+
+START_TEST(test_step_matches_cpu)
+{
+    fg_gpt *mc = model(FG_DEVICE_CPU, 0), *mg = model(FG_DEVICE_CUDA, 0);
+    fg_adamw *oc = optimizer(mc), *og = optimizer(mg);
+    const int64_t T = fg_sort_task_seqlen(&task);
+    int64_t x[B * 10], y[B * 10];
+    uint64_t r = fgt_base_seed() | 1;
+    for (int step = 0; step < 3; step++) {
+        FGT_OK(fg_sort_task_batch(&task, 0, &r, B, x, y));
+        fg_step_stats sc, sg;
+        FGT_OK(fg_gpt_train_step(mc, oc, x, y, B, T, 1, 1.0, 1e-3, NULL,
+                                 NULL, &sc));
+        FGT_OK(fg_gpt_train_step(mg, og, x, y, B, T, 1, 1.0, 1e-3, NULL,
+                                 NULL, &sg));
+        ck_assert_msg(fabs(sc.loss - sg.loss) <= 1e-5 * fabs(sc.loss),
+                      "step %d loss cpu %.9g gpu %.9g", step, sc.loss,
+                      sg.loss);
+        ck_assert_msg(fabs(sc.grad_norm - sg.grad_norm) <=
+                          1e-4 * sc.grad_norm,
+                      "step %d grad norm cpu %.9g gpu %.9g", step,
+                      sc.grad_norm, sg.grad_norm);
+    }
+    /* Every parameter after three AdamW updates: max |gpu - cpu| <=
+     * 1e-4 * max |cpu| per tensor (fp32 sums in another order). */
+    int n;
+    const fg_param *pc = fg_gpt_params(mc, &n), *pg = fg_gpt_params(mg, &n);
+    for (int i = 0; i < n; i++) {
+        ck_assert_int_eq(fg_tensor_device(pg[i].tensor), FG_DEVICE_CUDA);
+        double *a = host_values(pc[i].tensor), *b = host_values(pg[i].tensor);
+        double err = 0, ref = 0;
+        for (int64_t e = 0; e < fg_tensor_numel(pc[i].tensor); e++) {
+            err = fmax(err, fabs(a[e] - b[e]));
+            ref = fmax(ref, fabs(a[e]));
+        }
+        ck_assert_msg(err <= 1e-4 * ref, "%s: max err %.3g, max |p| %.3g",
+                      pc[i].name, err, ref);
+        free(a);
+        free(b);
+    }
+    fg_adamw_free(oc);
+    fg_adamw_free(og);
+    fg_gpt_free(mc);
+    fg_gpt_free(mg);
+}
+END_TEST
+
+START_TEST(test_no_allocation_when_warm)
+{
+    fg_gpt *m = model(FG_DEVICE_CUDA, 0.1); /* dropout on: all paths */
+    fg_adamw *o = optimizer(m);
+    fg_arena *a;
+    FGT_OK(fg_arena_create(0, &a));
+    fg_generator g;
+    fg_generator_init(&g, 5);
+    const int64_t T = fg_sort_task_seqlen(&task);
+    int64_t x[B * 10], y[B * 10];
+    uint64_t r = 11;
+    fg_cuda_memory_stats d0, d1;
+    fg_memory_stats h0, h1;
+    FGT_OK(fg_autocast_begin(FG_BF16));
+    for (int step = 0; step < 6; step++) {
+        if (step == 1) { /* after the first step */
+            FGT_OK(fg_cuda_memory_get_stats(&d0));
+            fg_memory_get_stats(&h0);
+        }
+        FGT_OK(fg_sort_task_batch(&task, 0, &r, B, x, y));
+        fg_step_stats st;
+        FGT_OK(fg_gpt_train_step(m, o, x, y, B, T, 1, 1.0, 1e-3,
+                                 &g, a, &st));
+    }
+    FGT_OK(fg_autocast_end());
+    FGT_OK(fg_cuda_memory_get_stats(&d1));
+    fg_memory_get_stats(&h1);
+    ck_assert_msg(d1.device_mallocs == d0.device_mallocs,
+                  "cudaMalloc calls after the first step: %llu",
+                  (unsigned long long)(d1.device_mallocs - d0.device_mallocs));
+    ck_assert_msg(h1.host_allocs == h0.host_allocs,
+                  "host allocations after the first step: %llu",
+                  (unsigned long long)(h1.host_allocs - h0.host_allocs));
+    ck_assert_int_gt(d1.requests, d0.requests); /* the cache did serve */
+    fg_arena_free(a);
+    fg_adamw_free(o);
+    fg_gpt_free(m);
+}
+END_TEST
+
+START_TEST(test_bf16_loss_decreases)
+{
+    fg_gpt *m = model(FG_DEVICE_CUDA, 0);
+    fg_adamw *o = optimizer(m);
+    fg_arena *a;
+    FGT_OK(fg_arena_create(0, &a));
+    const int64_t T = fg_sort_task_seqlen(&task);
+    int64_t x[64 * 10], y[64 * 10];
+    uint64_t r = fgt_base_seed() | 1;
+    FGT_OK(fg_autocast_begin(FG_BF16));
+    double first = 0, last = 0;
+    for (int step = 0; step < 150; step++) {
+        FGT_OK(fg_sort_task_batch(&task, 0, &r, 64, x, y));
+        fg_step_stats st;
+        FGT_OK(fg_gpt_train_step(m, o, x, y, 64, T, 1, 1.0, 3e-3, NULL, a,
+                                 &st));
+        ck_assert_msg(isfinite(st.loss) && isfinite(st.grad_norm),
+                      "step %d: loss %g, grad norm %g", step, st.loss,
+                      st.grad_norm);
+        if (step < 5)
+            first += st.loss / 5;
+        if (step >= 145)
+            last += st.loss / 5;
+    }
+    FGT_OK(fg_autocast_end());
+    ck_assert_msg(last < 0.6 * first, "loss %.4f -> %.4f", first, last);
+    fg_arena_free(a);
+    fg_adamw_free(o);
+    fg_gpt_free(m);
+}
+END_TEST
+
+START_TEST(test_checkpoint_gpu_to_cpu)
+{
+    fg_gpt *mg = model(FG_DEVICE_CUDA, 0), *mc = model(FG_DEVICE_CPU, 0);
+    fg_adamw *og = optimizer(mg), *oc = optimizer(mc);
+    const int64_t T = fg_sort_task_seqlen(&task);
+    int64_t x[B * 10], y[B * 10];
+    uint64_t r = 3;
+    FGT_OK(fg_sort_task_batch(&task, 0, &r, B, x, y));
+    FGT_OK(fg_gpt_train_step(mg, og, x, y, B, T, 1, 1.0, 1e-3, NULL, NULL,
+                             NULL));
+    char path[] = "/tmp/fg_gpu_ckpt_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    fg_train_state st;
+    memset(&st, 0, sizeof st);
+    st.step = 1;
+    FGT_OK(fg_checkpoint_save(path, mg, og, &st, "gpu test"));
+    FGT_OK(fg_checkpoint_load(path, mc, oc, NULL));
+    unlink(path);
+    int n;
+    const fg_param *pg = fg_gpt_params(mg, &n), *pc = fg_gpt_params(mc, &n);
+    for (int i = 0; i < n; i++) {
+        double *a = host_values(pg[i].tensor), *b = host_values(pc[i].tensor);
+        ck_assert_msg(!memcmp(a, b, sizeof(double) *
+                                        (size_t)fg_tensor_numel(pg[i].tensor)),
+                      "%s differs after the round trip", pg[i].name);
+        free(a);
+        free(b);
+    }
+    ck_assert_int_eq(fg_adamw_steps(oc), 1);
+    fg_adamw_free(og);
+    fg_adamw_free(oc);
+    fg_gpt_free(mg);
+    fg_gpt_free(mc);
+}
+END_TEST
+
+int main(void)
+{
+    if (!fgt_gpu_present()) {
+        fprintf(stderr, "no CUDA GPU: skipping the GPU training suite\n");
+        return 77;
+    }
+    fgt_base_seed();
+    Suite *s = suite_create("gpu_train");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_step_matches_cpu);
+    tcase_add_test(tc, test_no_allocation_when_warm);
+    tcase_add_test(tc, test_bf16_loss_decreases);
+    tcase_add_test(tc, test_checkpoint_gpu_to_cpu);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
