@@ -21,7 +21,8 @@ typedef struct opts {
     int sort_len, sort_digits;
     int64_t layers, heads, width, ctx;
     int64_t batch, accum, steps, warmup;
-    double lr, min_lr, wd, clip, dropout;
+    double lr, min_lr, wd, clip, dropout, beta2;
+    int deterministic;
     uint64_t seed;
     char device[8], dtype[8];
     int64_t eval_interval, eval_examples, final_examples, eval_batches;
@@ -48,6 +49,7 @@ static void defaults(opts *o)
     o->lr = 3e-3;
     o->min_lr = -1; /* lr / 10 */
     o->wd = 0.1;
+    o->beta2 = 0.95;
     o->clip = 1.0;
     o->dropout = 0;
     o->seed = 1337;
@@ -92,6 +94,9 @@ static void usage(FILE *f)
 "  --dtype auto|fp32|fp64|bf16  bf16: fp32 parameters, bf16 matrix\n"
 "                       products and attention (CUDA; like torch.autocast);\n"
 "                       auto: bf16 on cuda, fp32 on cpu\n"
+"  --beta2 X            AdamW beta2 (0.95)\n"
+"  --deterministic 0|1  bitwise-reproducible CUDA steps (attention dQ\n"
+"                       without atomics; the CPU always is) (0)\n"
 "  --threads N          CPU threads (1: toy models are too small to gain\n"
 "                       from more; 0 = OpenMP default)\n"
 "  --eval-interval N    steps between progress lines/evaluations (100)\n"
@@ -150,6 +155,7 @@ static int parse(opts *o, int argc, char **argv, int from_ckpt)
         D("--target-acc", target_acc) I("--samples", samples)
         I("--sample-len", sample_len) D("--temperature", temperature)
         I("--top-k", top_k) I("--threads", threads)
+        D("--beta2", beta2) I("--deterministic", deterministic)
         if (!from_ckpt) {
             S("--ckpt", ckpt) S("--resume", resume) S("--log", log)
             S("--plot", plot)
@@ -171,13 +177,14 @@ static void describe(const opts *o, char *buf, size_t n)
              "--data %s --sort-len %d --sort-digits %d --layers %lld "
              "--heads %lld --width %lld --ctx %lld --batch %lld --accum %lld "
              "--steps %lld --warmup %lld --lr %.17g --min-lr %.17g --wd %.17g "
-             "--clip %.17g --dropout %.17g --seed %llu --dtype %s",
+             "--clip %.17g --dropout %.17g --seed %llu --dtype %s --beta2 %.17g "
+             "--deterministic %d",
              o->data[0] ? o->data : "-", o->sort_len, o->sort_digits,
              (long long)o->layers, (long long)o->heads, (long long)o->width,
              (long long)o->ctx, (long long)o->batch, (long long)o->accum,
              (long long)o->steps, (long long)o->warmup, o->lr, o->min_lr,
              o->wd, o->clip, o->dropout, (unsigned long long)o->seed,
-             o->dtype);
+             o->dtype, o->beta2, o->deterministic);
 }
 
 static int parse_string(opts *o, char *s)
@@ -379,6 +386,7 @@ int main(int argc, char **argv)
         return rc;
     opts *o = &r->o;
     fg_set_num_threads(o->threads);
+    fg_set_deterministic(o->deterministic);
     int dev_ok;
     fg_gpt_config c;
     fg_gpt_config_init(&c);
@@ -419,6 +427,7 @@ int main(int argc, char **argv)
     fg_adamw_config_init(&oc);
     oc.lr = o->lr;
     oc.weight_decay = o->wd;
+    oc.beta2 = o->beta2;
     CHECK(fg_adamw_create(ps, n, &oc, &r->opt));
     fg_generator_init(&r->st.rng, o->seed ^ 0xD50F);
     r->st.data_rng = o->seed * 0x9E3779B97F4A7C15ull + 1;

@@ -55,3 +55,9 @@ const char *fg_device_name(fg_device dev)
 }
 
 const char *fg_version(void) { return PACKAGE_VERSION; }
+
+static volatile int g_deterministic;
+
+void fg_set_deterministic(int on) { g_deterministic = on != 0; }
+
+int fg_get_deterministic(void) { return g_deterministic; }

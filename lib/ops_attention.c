@@ -118,6 +118,7 @@ fg_status fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v,
     p.block_q = o.block_q;
     p.block_k = o.block_k;
     p.num_threads = o.num_threads;
+    p.deterministic = o.deterministic || fg_get_deterministic();
 
     fg_tensor *in[3] = {q, k, v};
     fg_arena *dom = fg_alloc_domain(in, 3);

@@ -299,6 +299,8 @@ typedef struct fg_attention_options {
     int block_q;        /* CPU tiles, 0 -> default */
     int block_k;
     int num_threads;    /* CPU threads, 0 -> OpenMP default */
+    int deterministic;  /* CUDA backward: dQ without atomics, bitwise
+                           reproducible (the CPU is always deterministic) */
 } fg_attention_options;
 FG_API void fg_attention_options_init(fg_attention_options *o);
 

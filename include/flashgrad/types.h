@@ -37,6 +37,14 @@ FG_API const char *fg_version(void);
  * on 2 cores ran the toy GPT step 2.7x slower with OpenBLAS threads on). */
 FG_API void fg_set_num_threads(int n);
 
+/* Deterministic algorithms everywhere (like
+ * torch.use_deterministic_algorithms): the CUDA attention backward then
+ * computes dQ without atomics, so GPU training steps are bitwise
+ * reproducible (a little slower). Every other flashgrad kernel is
+ * deterministic anyway. Process-wide; off by default. */
+FG_API void fg_set_deterministic(int on);
+FG_API int fg_get_deterministic(void);
+
 /* 1 if this build has CUDA support and a GPU is usable now, else 0.
  * Never fails; on a machine without a driver it simply returns 0. */
 FG_API int fg_cuda_available(void);
