@@ -1,5 +1,7 @@
 /* lib/ops_common.c - argument checks, the dispatch fallback and recording
  * shared by every op. */
+#include "config.h"
+
 #include <stdio.h>
 
 #include "ops_internal.h"
@@ -8,14 +10,23 @@ fg_status fg_op_check(const char *fn, const fg_tensor *t, const char *name)
 {
     if (!t)
         return fg_error(FG_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, name);
-    if (t->dtype != FG_FP32 && t->dtype != FG_FP64)
-        return fg_error(FG_ERR_UNSUPPORTED,
-                        "%s: %s is %s; ops support fp32 and fp64", fn, name,
-                        fg_dtype_name(t->dtype));
     if (t->device != FG_DEVICE_CPU && t->device != FG_DEVICE_CUDA)
         return fg_error(FG_ERR_INVALID_ARGUMENT, "%s: %s has device %d", fn,
                         name, (int)t->device);
-    return FG_OK;
+    /* The CPU kernels exist for fp32 and fp64; the CUDA kernels also take
+     * fp16 and bf16 (computing in fp32) for mixed precision. */
+    if (t->dtype == FG_FP32 || t->dtype == FG_FP64)
+        return FG_OK;
+    if ((t->dtype == FG_FP16 || t->dtype == FG_BF16) &&
+        t->device == FG_DEVICE_CUDA)
+        return FG_OK;
+    if (t->dtype == FG_FP16 || t->dtype == FG_BF16)
+        return fg_error(FG_ERR_UNSUPPORTED,
+                        "%s: %s is a CPU %s tensor; CPU ops support fp32 and "
+                        "fp64 (fp16 and bf16 only on CUDA)",
+                        fn, name, fg_dtype_name(t->dtype));
+    return fg_error(FG_ERR_INVALID_ARGUMENT, "%s: %s has unknown dtype %d",
+                    fn, name, (int)t->dtype);
 }
 
 fg_status fg_op_check2(const char *fn, const fg_tensor *a, const fg_tensor *b)

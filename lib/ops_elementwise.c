@@ -1,10 +1,15 @@
 /* lib/ops_elementwise.c - broadcasting binary ops (add, sub, mul, div),
  * unary ops (scale, add_scalar, exp, log, tanh, relu, gelu) and cast, with
  * their backward functions. */
+#include "config.h"
+
 #include <math.h>
 #include <string.h>
 
 #include "ops_internal.h"
+#ifdef FG_HAVE_CUDA
+#include "cuda_ops_ew.h"
+#endif
 
 /* ---- CPU kernels ------------------------------------------------------- */
 
@@ -153,11 +158,35 @@ static fg_status ew_binary_cpu(fg_ew_binary op, const fg_tensor *a,
     return FG_OK;
 }
 
+#ifdef FG_HAVE_CUDA
+static fg_status ew_binary_cuda(fg_ew_binary op, const fg_tensor *a,
+                                const fg_tensor *b, fg_arena *dom,
+                                fg_tensor **out)
+{
+    int nd;
+    int64_t shape[FG_MAX_DIMS];
+    if (!fg_broadcast_shapes(a->nd, a->shape, b->nd, b->shape, &nd, shape))
+        return FG_FAIL(FG_ERR_INTERNAL, "shapes do not broadcast");
+    fg_tensor *y;
+    FG_TRY(fg_tensor_new(dom, a->dtype, a->device, nd, shape, &y));
+    fg_status s = fg_cuda_ew_binary(op, y, a, b);
+    if (s != FG_OK) {
+        fg_tensor_free(y);
+        return s;
+    }
+    *out = y;
+    return FG_OK;
+}
+#endif
+
 fg_status fg_ew_binary_raw(fg_ew_binary op, const fg_tensor *a,
                            const fg_tensor *b, fg_arena *dom, fg_tensor **out)
 {
     switch (a->device) { /* the per-device dispatch point */
     case FG_DEVICE_CPU: return ew_binary_cpu(op, a, b, dom, out);
+#ifdef FG_HAVE_CUDA
+    case FG_DEVICE_CUDA: return ew_binary_cuda(op, a, b, dom, out);
+#endif
     default: return fg_op_unsupported("elementwise op", a->device);
     }
 }
@@ -177,23 +206,46 @@ static fg_status ew_unary_cpu(fg_ew_unary op, const fg_tensor *x, double k,
     return FG_OK;
 }
 
+#ifdef FG_HAVE_CUDA
+/* x may be a broadcast view (0 strides, as sum's backward makes). */
+static fg_status ew_unary_cuda(fg_ew_unary op, const fg_tensor *x, double k,
+                               fg_arena *dom, fg_tensor **out)
+{
+    fg_tensor *y;
+    FG_TRY(fg_tensor_new(dom, x->dtype, x->device, x->nd, x->shape, &y));
+    fg_status s = fg_cuda_ew_unary(op, y, x, k);
+    if (s != FG_OK) {
+        fg_tensor_free(y);
+        return s;
+    }
+    *out = y;
+    return FG_OK;
+}
+#endif
+
 fg_status fg_ew_unary_raw(fg_ew_unary op, const fg_tensor *x, double k,
                           fg_arena *dom, fg_tensor **out)
 {
     switch (x->device) {
     case FG_DEVICE_CPU: return ew_unary_cpu(op, x, k, dom, out);
+#ifdef FG_HAVE_CUDA
+    case FG_DEVICE_CUDA: return ew_unary_cuda(op, x, k, dom, out);
+#endif
     default: return fg_op_unsupported("elementwise op", x->device);
     }
 }
 
+/* fg_copy_strided dispatches on the device itself. */
 fg_status fg_copy_raw(const fg_tensor *x, fg_dtype dt, fg_arena *dom,
                       fg_tensor **out)
 {
-    if (x->device != FG_DEVICE_CPU)
-        return fg_op_unsupported("copy", x->device);
     fg_tensor *y;
     FG_TRY(fg_tensor_new(dom, dt, x->device, x->nd, x->shape, &y));
-    fg_copy_strided(y, x);
+    fg_status s = fg_copy_strided(y, x);
+    if (s != FG_OK) {
+        fg_tensor_free(y);
+        return s;
+    }
     *out = y;
     return FG_OK;
 }
@@ -445,9 +497,15 @@ fg_status fg_cast(fg_tensor *x, fg_dtype dt, fg_tensor **out)
     static const char fn[] = "fg_cast";
     FG_TRY(fg_op_check_out(fn, out));
     FG_TRY(fg_op_check(fn, x, "x"));
-    if (dt != FG_FP32 && dt != FG_FP64)
-        return FG_FAIL(FG_ERR_UNSUPPORTED, "to %s (fp32 and fp64 only)",
-                       fg_dtype_name(dt));
+    /* fp16/bf16 tensors exist only where their kernels do: on CUDA */
+    const int low = dt == FG_FP16 || dt == FG_BF16;
+    if (dt != FG_FP32 && dt != FG_FP64 && !low)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "unknown dtype %d", (int)dt);
+    if (low && x->device != FG_DEVICE_CUDA)
+        return FG_FAIL(FG_ERR_UNSUPPORTED,
+                       "to %s: %s tensors support fp32 and fp64 (fp16 and "
+                       "bf16 only on CUDA)",
+                       fg_dtype_name(dt), fg_device_name(x->device));
     fg_tensor *y;
     FG_TRY(fg_copy_raw(x, dt, fg_alloc_domain(&x, 1), &y));
     FG_TRY(fg_op_finish(&cast_def, &x, 1, &y, 1, NULL, 0, NULL, 0));

@@ -1,9 +1,13 @@
 /* lib/ops_nn.c - layer normalisation, embedding lookup and dropout. Rows
  * are processed in parallel; sums over rows (weight gradients) run in a
- * fixed order in double, so results do not depend on the thread count. */
+ * fixed order in double, so results do not depend on the thread count.
+ * CUDA tensors go to kernels/ops_nn.cu (lib/cuda_ops_nn.h). */
+#include "config.h"
+
 #include <math.h>
 #include <string.h>
 
+#include "cuda_ops_nn.h" /* the CUDA entry points, FG_NN_DROPOUT_TAG */
 #include "flashgrad/attention.h" /* fg_dropout_threshold */
 #include "ops_internal.h"
 #include "philox.h"
@@ -29,6 +33,15 @@ static inline double vec(const fg_tensor *t, int64_t j, double dflt)
               t->dtype);
 }
 
+/* The incoming gradient g as a contiguous tensor of dtype dt. */
+static fg_status grad_as(fg_tensor *g, fg_dtype dt, fg_arena *dom,
+                         fg_tensor **out)
+{
+    if (g->dtype == dt)
+        return fg_contiguous_raw(g, dom, out);
+    return fg_copy_raw(g, dt, dom, out);
+}
+
 /* ---- layernorm ---------------------------------------------------------- */
 
 static fg_status layernorm_backward(fg_node *n, fg_tensor *const *g,
@@ -42,7 +55,7 @@ static fg_status layernorm_backward(fg_node *n, fg_tensor *const *g,
     const int64_t C = x->shape[x->nd - 1], R = C ? x->numel / C : 0;
     fg_arena *dom = fg_bw_domain();
     fg_tensor *gc, *dx = NULL, *dw = NULL, *db = NULL;
-    FG_TRY(fg_contiguous_raw(g[0], dom, &gc));
+    FG_TRY(grad_as(g[0], dt, dom, &gc));
     fg_status s = FG_OK;
     if (fg_node_needs_grad(n, 0))
         s = fg_tensor_new_like(dom, x, 0, &dx);
@@ -53,6 +66,19 @@ static fg_status layernorm_backward(fg_node *n, fg_tensor *const *g,
         fg_node_input_meta(n, 2, &m);
         s = fg_tensor_new(dom, m.dtype, m.device, m.nd, m.shape, &db);
     }
+#ifdef FG_HAVE_CUDA
+    if (s == FG_OK && x->device == FG_DEVICE_CUDA) {
+        s = fg_cuda_layernorm_backward(x, w, mean, rstd, gc, dx, dw, db);
+        if (s == FG_OK) {
+            fg_tensor_free(gc);
+            gin[0] = dx;
+            gin[1] = dw;
+            gin[2] = db;
+            return FG_OK;
+        }
+        fg_tensor_free(db);
+    }
+#endif
     if (s != FG_OK) {
         fg_tensor_free(gc);
         fg_tensor_free(dx);
@@ -131,39 +157,15 @@ static fg_status check_vec(const char *fn, const fg_tensor *v,
     return FG_OK;
 }
 
-fg_status fg_layernorm(fg_tensor *x, fg_tensor *weight, fg_tensor *bias,
-                       double eps, fg_tensor **out)
+/* The CPU forward: two passes per row in double; mean/rstd stored in x's
+ * precision. */
+static void layernorm_cpu_forward(const fg_tensor *xc, const fg_tensor *weight,
+                                  const fg_tensor *bias, double eps,
+                                  fg_tensor *y, fg_tensor *mean,
+                                  fg_tensor *rstd)
 {
-    static const char fn[] = "fg_layernorm";
-    FG_TRY(fg_op_check_out(fn, out));
-    FG_TRY(fg_op_check(fn, x, "x"));
-    if (x->nd < 1)
-        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "x needs >= 1 dimension");
-    const int64_t C = x->shape[x->nd - 1];
-    FG_TRY(check_vec(fn, weight, "weight", x, C));
-    FG_TRY(check_vec(fn, bias, "bias", x, C));
-    if (!(eps > 0) || !isfinite(eps))
-        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "eps must be > 0, got %g",
-                       eps);
-    if (x->device != FG_DEVICE_CPU) /* the per-device dispatch point */
-        return fg_op_unsupported(fn, x->device);
-    fg_tensor *in[3] = {x, weight, bias};
-    fg_arena *dom = fg_alloc_domain(in, 3);
-    const int64_t R = C ? x->numel / C : 0;
-    fg_tensor *xc, *y = NULL, *mean = NULL, *rstd = NULL;
-    FG_TRY(fg_contiguous_raw(x, dom, &xc));
-    fg_status s = fg_tensor_new_like(dom, x, 0, &y);
-    if (s == FG_OK)
-        s = fg_tensor_new(dom, x->dtype, x->device, 1, &R, &mean);
-    if (s == FG_OK)
-        s = fg_tensor_new(dom, x->dtype, x->device, 1, &R, &rstd);
-    if (s != FG_OK) {
-        fg_tensor_free(xc);
-        fg_tensor_free(y);
-        fg_tensor_free(mean);
-        return s;
-    }
-    const fg_dtype dt = x->dtype;
+    const int64_t C = xc->shape[xc->nd - 1], R = C ? xc->numel / C : 0;
+    const fg_dtype dt = xc->dtype;
     const size_t es = fg_dtype_size(dt);
     const char *xb = fg_tensor_base(xc);
     char *yb = fg_tensor_base(y), *mb = fg_tensor_base(mean),
@@ -188,6 +190,58 @@ fg_status fg_layernorm(fg_tensor *x, fg_tensor *weight, fg_tensor *bias,
                (ld(xr + (size_t)j * es, dt) - mu) * rs * vec(weight, j, 1.0) +
                    vec(bias, j, 0.0));
     }
+}
+
+fg_status fg_layernorm(fg_tensor *x, fg_tensor *weight, fg_tensor *bias,
+                       double eps, fg_tensor **out)
+{
+    static const char fn[] = "fg_layernorm";
+    FG_TRY(fg_op_check_out(fn, out));
+    FG_TRY(fg_op_check(fn, x, "x"));
+    if (x->nd < 1)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "x needs >= 1 dimension");
+    const int64_t C = x->shape[x->nd - 1];
+    FG_TRY(check_vec(fn, weight, "weight", x, C));
+    FG_TRY(check_vec(fn, bias, "bias", x, C));
+    if (!(eps > 0) || !isfinite(eps))
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "eps must be > 0, got %g",
+                       eps);
+    int on_cuda = 0; /* the per-device dispatch point */
+#ifdef FG_HAVE_CUDA
+    on_cuda = x->device == FG_DEVICE_CUDA;
+#endif
+    if (x->device != FG_DEVICE_CPU && !on_cuda)
+        return fg_op_unsupported(fn, x->device);
+    fg_tensor *in[3] = {x, weight, bias};
+    fg_arena *dom = fg_alloc_domain(in, 3);
+    const int64_t R = C ? x->numel / C : 0;
+    fg_tensor *xc, *y = NULL, *mean = NULL, *rstd = NULL;
+    FG_TRY(fg_contiguous_raw(x, dom, &xc));
+    /* mean/rstd: fp32 for fp16/bf16 x on CUDA, else x's dtype */
+    fg_dtype sdt = x->dtype;
+#ifdef FG_HAVE_CUDA
+    if (on_cuda)
+        sdt = fg_cuda_nn_stat_dtype(x->dtype);
+#endif
+    fg_status s = fg_tensor_new_like(dom, x, 0, &y);
+    if (s == FG_OK)
+        s = fg_tensor_new(dom, sdt, x->device, 1, &R, &mean);
+    if (s == FG_OK)
+        s = fg_tensor_new(dom, sdt, x->device, 1, &R, &rstd);
+#ifdef FG_HAVE_CUDA
+    if (s == FG_OK && on_cuda)
+        s = fg_cuda_layernorm_forward(xc, weight, bias, eps, y, mean, rstd);
+#endif
+    if (s != FG_OK) {
+        fg_tensor_free(xc);
+        fg_tensor_free(y);
+        fg_tensor_free(mean);
+        fg_tensor_free(rstd);
+        return s;
+    }
+    if (!on_cuda)
+        layernorm_cpu_forward(xc, weight, bias, eps, y, mean, rstd);
+
     /* The stored mean/rstd are what the backward uses, in x's precision;
      * the backward's xhat is recomputed from them, consistently. */
     s = FG_OK;
@@ -221,14 +275,29 @@ static fg_status embedding_backward(fg_node *n, fg_tensor *const *g,
     fg_meta m;
     fg_node_input_meta(n, 0, &m);
     fg_arena *dom = fg_bw_domain();
-    fg_tensor *gc, *dw;
-    FG_TRY(fg_contiguous_raw(g[0], dom, &gc));
+    fg_tensor *gc, *dw = NULL;
+    FG_TRY(grad_as(g[0], m.dtype, dom, &gc));
     fg_status s = fg_tensor_new(dom, m.dtype, m.device, 2, m.shape, &dw);
+#ifdef FG_HAVE_CUDA
+    if (s == FG_OK && m.device == FG_DEVICE_CUDA) {
+        /* deterministic: a host-built CSR, rows summed in position order */
+        s = fg_cuda_embedding_backward(gc, ex->idx, ex->n, dw);
+        fg_tensor_free(gc);
+        if (s != FG_OK) {
+            fg_tensor_free(dw);
+            return s;
+        }
+        gin[0] = dw;
+        return FG_OK;
+    }
+#endif
+    if (s == FG_OK)
+        s = fg_tensor_zero_storage(dw);
     if (s != FG_OK) {
         fg_tensor_free(gc);
+        fg_tensor_free(dw);
         return s;
     }
-    memset(dw->storage->data, 0, dw->storage->nbytes);
     const int64_t C = m.shape[1];
     const char *gb = fg_tensor_base(gc);
     char *wb = fg_tensor_base(dw);
@@ -253,6 +322,28 @@ static fg_status embedding_backward(fg_node *n, fg_tensor *const *g,
 static const fg_op_def embedding_def = {"EmbeddingBackward",
                                         embedding_backward};
 
+/* The CPU gather: y[i, :] = weight[indices[i], :]. */
+static void embedding_cpu_forward(const fg_tensor *weight,
+                                  const int64_t *indices, int64_t n,
+                                  fg_tensor *y)
+{
+    const int64_t C = weight->shape[1];
+    const size_t es = fg_dtype_size(weight->dtype);
+    const char *wb = fg_tensor_base(weight);
+    char *yb = fg_tensor_base(y);
+#pragma omp parallel for if (n * C > 32768)
+    for (int64_t i = 0; i < n; i++) {
+        const char *wr = wb + (size_t)(indices[i] * weight->stride[0]) * es;
+        char *yr = yb + (size_t)(i * C) * es;
+        if (weight->stride[1] == 1)
+            memcpy(yr, wr, (size_t)C * es);
+        else
+            for (int64_t j = 0; j < C; j++)
+                memcpy(yr + (size_t)j * es,
+                       wr + (size_t)(j * weight->stride[1]) * es, es);
+    }
+}
+
 fg_status fg_embedding(fg_tensor *weight, const int64_t *indices, int nd,
                        const int64_t *shape, fg_tensor **out)
 {
@@ -274,7 +365,11 @@ fg_status fg_embedding(fg_tensor *weight, const int64_t *indices, int nd,
             return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
                            "index %lld at position %lld is not in [0, %lld)",
                            (long long)indices[i], (long long)i, (long long)V);
-    if (weight->device != FG_DEVICE_CPU)
+    int on_cuda = 0; /* the per-device dispatch point */
+#ifdef FG_HAVE_CUDA
+    on_cuda = weight->device == FG_DEVICE_CUDA;
+#endif
+    if (weight->device != FG_DEVICE_CPU && !on_cuda)
         return fg_op_unsupported(fn, weight->device);
     int64_t oshape[FG_MAX_DIMS];
     memcpy(oshape, shape, sizeof(int64_t) * (size_t)nd);
@@ -283,19 +378,16 @@ fg_status fg_embedding(fg_tensor *weight, const int64_t *indices, int nd,
     fg_tensor *y;
     FG_TRY(fg_tensor_new(dom, weight->dtype, weight->device, nd + 1, oshape,
                          &y));
-    const size_t es = fg_dtype_size(weight->dtype);
-    const char *wb = fg_tensor_base(weight);
-    char *yb = fg_tensor_base(y);
-#pragma omp parallel for if (n * C > 32768)
-    for (int64_t i = 0; i < n; i++) {
-        const char *wr = wb + (size_t)(indices[i] * weight->stride[0]) * es;
-        char *yr = yb + (size_t)(i * C) * es;
-        if (weight->stride[1] == 1)
-            memcpy(yr, wr, (size_t)C * es);
-        else
-            for (int64_t j = 0; j < C; j++)
-                memcpy(yr + (size_t)j * es,
-                       wr + (size_t)(j * weight->stride[1]) * es, es);
+    if (on_cuda) {
+#ifdef FG_HAVE_CUDA
+        fg_status cs = fg_cuda_embedding_forward(weight, indices, n, y);
+        if (cs != FG_OK) {
+            fg_tensor_free(y);
+            return cs;
+        }
+#endif
+    } else {
+        embedding_cpu_forward(weight, indices, n, y);
     }
     fg_status s = FG_OK;
     if (fg_ag_should_record(&weight, 1)) {
@@ -322,7 +414,7 @@ fg_status fg_embedding(fg_tensor *weight, const int64_t *indices, int nd,
 
 /* ---- dropout ---------------------------------------------------------- */
 
-#define DROP_TAG 0x44524F50u /* "DROP" */
+#define DROP_TAG FG_NN_DROPOUT_TAG /* "DROP", shared with the CUDA kernel */
 
 typedef struct drop_extra {
     double p;
@@ -357,12 +449,22 @@ static fg_status dropout_backward(fg_node *n, fg_tensor *const *g,
 {
     const drop_extra *ex = fg_node_extra(n);
     fg_arena *dom = fg_bw_domain();
-    fg_tensor *gc, *dx;
+    fg_tensor *gc, *dx = NULL;
     FG_TRY(fg_contiguous_raw(g[0], dom, &gc));
     fg_status s = fg_tensor_new_like(dom, gc, 0, &dx);
-    if (s == FG_OK)
+    int on_cuda = 0;
+#ifdef FG_HAVE_CUDA
+    on_cuda = gc->device == FG_DEVICE_CUDA;
+    if (s == FG_OK && on_cuda)
+        s = fg_cuda_dropout(gc, dx, ex->p, ex->seed, ex->offset);
+#endif
+    if (s == FG_OK && !on_cuda)
         dropout_apply(ex, gc->dtype, fg_tensor_base(gc), fg_tensor_base(dx),
                       gc->numel);
+    if (s != FG_OK) {
+        fg_tensor_free(dx);
+        dx = NULL;
+    }
     fg_tensor_free(gc);
     gin[0] = dx;
     return s;
@@ -379,18 +481,29 @@ fg_status fg_dropout(fg_tensor *x, double p, uint64_t seed, uint64_t offset,
     if (!(p >= 0.0 && p < 1.0))
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "p must be in [0, 1), got %g",
                        p);
-    if (x->device != FG_DEVICE_CPU) /* the per-device dispatch point */
+    int on_cuda = 0; /* the per-device dispatch point */
+#ifdef FG_HAVE_CUDA
+    on_cuda = x->device == FG_DEVICE_CUDA;
+#endif
+    if (x->device != FG_DEVICE_CPU && !on_cuda)
         return fg_op_unsupported(fn, x->device);
     fg_arena *dom = fg_alloc_domain(&x, 1);
-    fg_tensor *xc, *y;
+    fg_tensor *xc, *y = NULL;
     FG_TRY(fg_contiguous_raw(x, dom, &xc));
     fg_status s = fg_tensor_new_like(dom, x, 0, &y);
     drop_extra ex = {p, seed, offset};
-    if (s == FG_OK)
+#ifdef FG_HAVE_CUDA
+    if (s == FG_OK && on_cuda)
+        s = fg_cuda_dropout(xc, y, p, seed, offset);
+#endif
+    if (s == FG_OK && !on_cuda)
         dropout_apply(&ex, x->dtype, fg_tensor_base(xc), fg_tensor_base(y),
                       x->numel);
     fg_tensor_free(xc);
-    FG_TRY(s);
+    if (s != FG_OK) {
+        fg_tensor_free(y);
+        return s;
+    }
     FG_TRY(fg_op_finish(&dropout_def, &x, 1, &y, 1, NULL, 0, &ex, sizeof ex));
     *out = y;
     return FG_OK;

@@ -1,9 +1,15 @@
 /* lib/ops_reduce.c - sum and mean over dimensions, and the reduction of a
  * broadcast gradient back to an input's shape. Sums run in double per row,
- * in a fixed order (deterministic, and accurate in fp32). */
+ * in a fixed order (deterministic, and accurate in fp32). On CUDA the
+ * sums are fixed-order two-pass reductions (kernels/ops_ew.cu). */
+#include "config.h"
+
 #include <string.h>
 
 #include "ops_internal.h"
+#ifdef FG_HAVE_CUDA
+#include "cuda_ops_ew.h"
+#endif
 
 static void reduce_row(void *c, char **p, const int64_t *s, int64_t n)
 {
@@ -52,14 +58,28 @@ fg_status fg_sum_to_shape(fg_tensor *g, int nd, const int64_t *shape,
         *out = fg_tensor_retain(g);
         return FG_OK;
     }
-    if (g->device != FG_DEVICE_CPU)
+    if (g->device != FG_DEVICE_CPU && g->device != FG_DEVICE_CUDA)
         return fg_op_unsupported("sum_to_shape", g->device);
     fg_tensor *r;
     FG_TRY(fg_tensor_new(fg_bw_domain(), g->dtype, g->device, nd, shape, &r));
-    memset(r->storage->data, 0, r->storage->nbytes);
     int64_t rs[FG_MAX_DIMS];
     fg_broadcast_strides(r, g->nd, g->shape, rs);
-    reduce_into(r, rs, g);
+    fg_status s = FG_OK;
+    if (g->device == FG_DEVICE_CPU) {
+        s = fg_tensor_zero_storage(r);
+        if (s == FG_OK)
+            reduce_into(r, rs, g);
+    } else {
+#ifdef FG_HAVE_CUDA
+        s = fg_cuda_sum_reduce(r, rs, g, 1.0); /* writes every element */
+#else
+        s = fg_op_unsupported("sum_to_shape", g->device);
+#endif
+    }
+    if (s != FG_OK) {
+        fg_tensor_free(r);
+        return s;
+    }
     *out = r;
     return FG_OK;
 }
@@ -137,24 +157,38 @@ static fg_status reduce_op(const char *fn, int mean, fg_tensor *x,
         if (!ex.red[d] || keepdim)
             shape[nd++] = ex.red[d] ? 1 : x->shape[d];
     }
-    if (x->device != FG_DEVICE_CPU)
+    if (x->device != FG_DEVICE_CPU && x->device != FG_DEVICE_CUDA)
         return fg_op_unsupported(fn, x->device);
+    ex.k = mean ? 1.0 / (double)count : 1.0; /* count 0: NaN, as 0/0 */
     fg_tensor *y;
     FG_TRY(fg_tensor_new(fg_alloc_domain(&x, 1), x->dtype, x->device, nd,
                          shape, &y));
-    memset(y->storage->data, 0, y->storage->nbytes);
     int64_t ystr[FG_MAX_DIMS];
     expand_strides(&ex, x->nd, y, ystr);
-    reduce_into(y, ystr, x);
-    ex.k = 1.0;
-    if (mean) {
-        ex.k = 1.0 / (double)count; /* count 0 gives NaN, as 0/0 should */
-        char *p = fg_tensor_base(y); /* contiguous, ours alone */
-        for (int64_t i = 0; i < y->numel; i++)
-            if (y->dtype == FG_FP32)
-                ((float *)p)[i] = (float)(((float *)p)[i] * ex.k);
-            else
-                ((double *)p)[i] *= ex.k;
+    fg_status s = FG_OK;
+    if (x->device == FG_DEVICE_CPU) {
+        s = fg_tensor_zero_storage(y);
+        if (s == FG_OK)
+            reduce_into(y, ystr, x);
+        if (s == FG_OK && mean) {
+            char *p = fg_tensor_base(y); /* host memory, contiguous, ours */
+            for (int64_t i = 0; i < y->numel; i++)
+                if (y->dtype == FG_FP32)
+                    ((float *)p)[i] = (float)(((float *)p)[i] * ex.k);
+                else
+                    ((double *)p)[i] *= ex.k;
+        }
+    } else {
+#ifdef FG_HAVE_CUDA
+        /* the kernel applies the mean's scale: no host access to y */
+        s = fg_cuda_sum_reduce(y, ystr, x, ex.k);
+#else
+        s = fg_op_unsupported(fn, x->device);
+#endif
+    }
+    if (s != FG_OK) {
+        fg_tensor_free(y);
+        return s;
     }
     FG_TRY(fg_op_finish(mean ? &mean_def : &sum_def, &x, 1, &y, 1, NULL, 0,
                         &ex, sizeof ex));

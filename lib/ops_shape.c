@@ -1,5 +1,7 @@
 /* lib/ops_shape.c - reshape, permute, transpose, slice, narrow, split
  * (views on the input's storage), concat and contiguous (copies), detach. */
+#include "config.h"
+
 #include <string.h>
 
 #include "ops_internal.h"
@@ -218,9 +220,14 @@ static fg_status slice_backward(fg_node *n, fg_tensor *const *g,
     fg_tensor *z;
     FG_TRY(fg_tensor_new(fg_bw_domain(), m.dtype, m.device, m.nd, m.shape,
                          &z));
-    memset(z->storage->data, 0, z->storage->nbytes);
+    fg_status s = fg_tensor_zero_storage(z);
     fg_tensor v = slice_view(z, ex->dim, ex->start, ex->len, ex->step);
-    fg_copy_strided(&v, g[0]);
+    if (s == FG_OK)
+        s = fg_copy_strided(&v, g[0]);
+    if (s != FG_OK) {
+        fg_tensor_free(z);
+        return s;
+    }
     gin[0] = z;
     return FG_OK;
 }
@@ -319,10 +326,12 @@ static fg_status split_backward(fg_node *n, fg_tensor *const *g,
     int64_t off = 0;
     for (int i = 0; i < ex->n; i++) {
         fg_tensor v = slice_view(z, ex->dim, off, ex->sizes[i], 1);
-        if (g[i])
-            fg_copy_strided(&v, g[i]);
-        else /* this output got no gradient */
-            fg_fill_strided(&v, 0.0);
+        fg_status s = g[i] ? fg_copy_strided(&v, g[i])
+                           : fg_fill_strided(&v, 0.0); /* no gradient */
+        if (s != FG_OK) {
+            fg_tensor_free(z);
+            return s;
+        }
         off += ex->sizes[i];
     }
     gin[0] = z;
@@ -372,15 +381,17 @@ fg_status fg_concat(fg_tensor *const *xs, int n, int dim, fg_tensor **out)
         u.ex.sizes[i] = xs[i]->shape[d];
         shape[d] += xs[i]->shape[d];
     }
-    if (x0->device != FG_DEVICE_CPU)
-        return fg_op_unsupported(fn, x0->device);
     fg_tensor *y;
     FG_TRY(fg_tensor_new(fg_alloc_domain(xs, n), x0->dtype, x0->device,
                          x0->nd, shape, &y));
     int64_t off = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++) { /* fg_copy_strided dispatches per device */
         fg_tensor v = slice_view(y, d, off, u.ex.sizes[i], 1);
-        fg_copy_strided(&v, xs[i]);
+        fg_status s = fg_copy_strided(&v, xs[i]);
+        if (s != FG_OK) {
+            fg_tensor_free(y);
+            return s;
+        }
         off += u.ex.sizes[i];
     }
     FG_TRY(fg_op_finish(&concat_def, xs, n, &y, 1, NULL, 0, &u.ex,

@@ -1,10 +1,16 @@
 /* lib/ops_softmax.c - softmax and log-softmax along any dimension, and the
  * fused softmax + cross-entropy loss with integer targets. Row statistics
- * are computed in double. */
+ * are computed in double on the CPU; CUDA tensors go to kernels/ops_nn.cu
+ * (lib/cuda_ops_nn.h). */
+#include "config.h"
+
 #include <math.h>
 #include <string.h>
 
 #include "ops_internal.h"
+#ifdef FG_HAVE_CUDA
+#include "cuda_ops_nn.h"
+#endif
 
 static inline double ld(const char *p, fg_dtype dt)
 {
@@ -66,12 +72,41 @@ typedef struct sm_extra {
     int dim, log;
 } sm_extra;
 
+#ifdef FG_HAVE_CUDA
+/* The incoming gradient g as a contiguous tensor of dtype dt (the CUDA
+ * kernels take contiguous operands of one dtype). */
+static fg_status grad_as(fg_tensor *g, fg_dtype dt, fg_arena *dom,
+                         fg_tensor **out)
+{
+    if (g->dtype == dt)
+        return fg_contiguous_raw(g, dom, out);
+    return fg_copy_raw(g, dt, dom, out);
+}
+#endif
+
 static fg_status softmax_backward(fg_node *n, fg_tensor *const *g,
                                   fg_tensor **gin)
 {
     const sm_extra *ex = fg_node_extra(n);
     const fg_tensor *y = fg_node_saved(n, 0);
-    fg_tensor *dx;
+    fg_tensor *dx = NULL;
+#ifdef FG_HAVE_CUDA
+    if (y->device == FG_DEVICE_CUDA) {
+        fg_arena *dom = fg_bw_domain();
+        fg_tensor *gc;
+        FG_TRY(grad_as(g[0], y->dtype, dom, &gc));
+        fg_status s = fg_tensor_new_like(dom, y, 0, &dx);
+        if (s == FG_OK)
+            s = fg_cuda_softmax_backward(gc, y, dx, ex->dim, ex->log);
+        fg_tensor_free(gc);
+        if (s != FG_OK) {
+            fg_tensor_free(dx);
+            return s;
+        }
+        gin[0] = dx;
+        return FG_OK;
+    }
+#endif
     FG_TRY(fg_tensor_new_like(fg_bw_domain(), y, 0, &dx));
     char *base[3] = {fg_tensor_base(dx), fg_tensor_base(g[0]),
                      fg_tensor_base(y)};
@@ -98,9 +133,29 @@ static fg_status softmax_op(const char *fn, int log, fg_tensor *x, int dim,
         return fg_error(FG_ERR_INVALID_ARGUMENT,
                         "%s: dim %d out of range for %d dimensions", fn, dim,
                         x->nd);
-    if (x->device != FG_DEVICE_CPU) /* the per-device dispatch point */
+    fg_tensor *y = NULL;
+#ifdef FG_HAVE_CUDA
+    if (x->device == FG_DEVICE_CUDA) { /* the per-device dispatch point */
+        fg_arena *dom = fg_alloc_domain(&x, 1);
+        fg_tensor *xc;
+        FG_TRY(fg_contiguous_raw(x, dom, &xc));
+        fg_status s = fg_tensor_new_like(dom, x, 0, &y);
+        if (s == FG_OK)
+            s = fg_cuda_softmax_forward(xc, y, d, log);
+        fg_tensor_free(xc);
+        if (s != FG_OK) {
+            fg_tensor_free(y);
+            return s;
+        }
+        sm_extra ex = {d, log};
+        FG_TRY(fg_op_finish(log ? &log_softmax_def : &softmax_def, &x, 1, &y,
+                            1, &y, 1, &ex, sizeof ex));
+        *out = y;
+        return FG_OK;
+    }
+#endif
+    if (x->device != FG_DEVICE_CPU)
         return fg_op_unsupported(fn, x->device);
-    fg_tensor *y;
     FG_TRY(fg_tensor_new_like(fg_alloc_domain(&x, 1), x, 0, &y));
     char *base[2] = {fg_tensor_base(y), fg_tensor_base(x)};
     const int64_t *str[2] = {y->stride, x->stride};
@@ -138,12 +193,25 @@ static fg_status ce_backward(fg_node *n, fg_tensor *const *g, fg_tensor **gin)
     const fg_tensor *x = fg_node_saved(n, 0), *lse = fg_node_saved(n, 1);
     const fg_dtype dt = x->dtype;
     const size_t es = fg_dtype_size(dt);
-    double gv = fg_load_elem(fg_tensor_base(g[0]), g[0]->dtype);
-    const double scale = ex->count ? gv / (double)ex->count : 0.0;
     fg_meta m;
     fg_node_input_meta(n, 0, &m);
-    fg_tensor *dx;
+    fg_tensor *dx = NULL;
     FG_TRY(fg_tensor_new(fg_bw_domain(), dt, m.device, m.nd, m.shape, &dx));
+#ifdef FG_HAVE_CUDA
+    if (x->device == FG_DEVICE_CUDA) {
+        /* g (0-dim, on the device) is read by the kernel: no host sync. */
+        fg_status s = fg_cuda_cross_entropy_backward(
+            x, lse, ex->targets, ex->ignore_index, ex->count, g[0], dx);
+        if (s != FG_OK) {
+            fg_tensor_free(dx);
+            return s;
+        }
+        gin[0] = dx;
+        return FG_OK;
+    }
+#endif
+    double gv = fg_load_elem(fg_tensor_base(g[0]), g[0]->dtype);
+    const double scale = ex->count ? gv / (double)ex->count : 0.0;
     const char *xb = fg_tensor_base(x), *lb = fg_tensor_base(lse);
     char *db = fg_tensor_base(dx);
     const int64_t R = ex->rows, V = ex->classes;
@@ -167,6 +235,39 @@ static fg_status ce_backward(fg_node *n, fg_tensor *const *g, fg_tensor **gin)
 }
 
 static const fg_op_def ce_def = {"CrossEntropyBackward", ce_backward};
+
+/* The CPU forward: row statistics in double, the loss summed in row
+ * order (deterministic); frees rowloss (R doubles from dom). */
+static void ce_cpu_forward(const fg_tensor *x, fg_tensor *lse, fg_tensor *loss,
+                           double *rowloss, const int64_t *targets,
+                           int64_t ignore_index, int64_t count, fg_arena *dom)
+{
+    const int64_t V = x->shape[x->nd - 1], R = x->numel / V;
+    const fg_dtype dt = x->dtype;
+    const size_t es = fg_dtype_size(dt);
+    const char *xb = fg_tensor_base(x);
+    char *lb = fg_tensor_base(lse);
+#pragma omp parallel for if (R * V > 32768)
+    for (int64_t r = 0; r < R; r++) {
+        const char *row = xb + (size_t)(r * V) * es;
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < V; j++) {
+            double v = ld(row + (size_t)j * es, dt);
+            mx = v > mx ? v : mx;
+        }
+        for (int64_t j = 0; j < V; j++)
+            sum += exp(ld(row + (size_t)j * es, dt) - mx);
+        double l = mx + log(sum);
+        st(lb + (size_t)r * es, dt, l);
+        const int64_t t = targets[r];
+        rowloss[r] = t == ignore_index ? 0.0 : l - ld(row + (size_t)t * es, dt);
+    }
+    double total = 0; /* summed in row order: deterministic */
+    for (int64_t r = 0; r < R; r++)
+        total += rowloss[r];
+    fg_mem_free(dom, rowloss, sizeof(double) * (size_t)R);
+    st(fg_tensor_base(loss), dt, count ? total / (double)count : 0.0);
+}
 
 fg_status fg_cross_entropy(fg_tensor *logits, const int64_t *targets,
                            int64_t n_targets, int64_t ignore_index,
@@ -197,17 +298,33 @@ fg_status fg_cross_entropy(fg_tensor *logits, const int64_t *targets,
                            (long long)ignore_index);
         count++;
     }
-    if (logits->device != FG_DEVICE_CPU)
+    int on_cuda = 0;
+#ifdef FG_HAVE_CUDA
+    on_cuda = logits->device == FG_DEVICE_CUDA;
+#endif
+    if (logits->device != FG_DEVICE_CPU && !on_cuda)
         return fg_op_unsupported(fn, logits->device);
 
     fg_arena *dom = fg_alloc_domain(&logits, 1);
     fg_tensor *x, *lse = NULL, *loss = NULL;
     double *rowloss = NULL;
     FG_TRY(fg_contiguous_raw(logits, dom, &x));
-    fg_status s = fg_tensor_new(dom, x->dtype, x->device, 1, &R, &lse);
+    /* lse and loss: fp32 for fp16/bf16 logits on CUDA, else x's dtype */
+    fg_dtype sdt = x->dtype;
+#ifdef FG_HAVE_CUDA
+    if (on_cuda)
+        sdt = fg_cuda_nn_stat_dtype(x->dtype);
+#endif
+    fg_status s = fg_tensor_new(dom, sdt, x->device, 1, &R, &lse);
     if (s == FG_OK)
-        s = fg_tensor_new(dom, x->dtype, x->device, 0, NULL, &loss);
-    if (s == FG_OK && !(rowloss = fg_mem_alloc(dom, sizeof(double) * (size_t)R)))
+        s = fg_tensor_new(dom, sdt, x->device, 0, NULL, &loss);
+#ifdef FG_HAVE_CUDA
+    if (s == FG_OK && on_cuda)
+        s = fg_cuda_cross_entropy_forward(x, targets, ignore_index, count, lse,
+                                          loss);
+#endif
+    if (s == FG_OK && !on_cuda &&
+        !(rowloss = fg_mem_alloc(dom, sizeof(double) * (size_t)R)))
         s = FG_FAIL(FG_ERR_OUT_OF_MEMORY, "scratch");
     if (s != FG_OK) {
         fg_tensor_free(x);
@@ -215,30 +332,9 @@ fg_status fg_cross_entropy(fg_tensor *logits, const int64_t *targets,
         fg_tensor_free(loss);
         return s;
     }
-    const fg_dtype dt = x->dtype;
-    const size_t es = fg_dtype_size(dt);
-    const char *xb = fg_tensor_base(x);
-    char *lb = fg_tensor_base(lse);
-#pragma omp parallel for if (R * V > 32768)
-    for (int64_t r = 0; r < R; r++) {
-        const char *row = xb + (size_t)(r * V) * es;
-        double mx = -INFINITY, sum = 0;
-        for (int64_t j = 0; j < V; j++) {
-            double v = ld(row + (size_t)j * es, dt);
-            mx = v > mx ? v : mx;
-        }
-        for (int64_t j = 0; j < V; j++)
-            sum += exp(ld(row + (size_t)j * es, dt) - mx);
-        double l = mx + log(sum);
-        st(lb + (size_t)r * es, dt, l);
-        const int64_t t = targets[r];
-        rowloss[r] = t == ignore_index ? 0.0 : l - ld(row + (size_t)t * es, dt);
-    }
-    double total = 0; /* summed in row order: deterministic */
-    for (int64_t r = 0; r < R; r++)
-        total += rowloss[r];
-    fg_mem_free(dom, rowloss, sizeof(double) * (size_t)R);
-    st(fg_tensor_base(loss), dt, count ? total / (double)count : 0.0);
+    if (!on_cuda)
+        ce_cpu_forward(x, lse, loss, rowloss, targets, ignore_index, count,
+                       dom);
 
     s = FG_OK;
     if (fg_ag_should_record(&logits, 1)) {
