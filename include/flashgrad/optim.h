@@ -15,7 +15,9 @@
  * The updates run outside the graph, in place on the parameters' storage,
  * in a fixed order: the same gradients give the same bits every time
  * (this is what makes a resumed run identical to an uninterrupted one).
- * CPU only for now; CUDA parameters give FG_ERR_UNSUPPORTED. */
+ * Parameters may live on the CPU or on CUDA (all of one optimizer on one
+ * device): on CUDA the update is one kernel over all parameters and the
+ * gradient norm a deterministic two-pass reduction. */
 #ifndef FLASHGRAD_OPTIM_H
 #define FLASHGRAD_OPTIM_H
 
