@@ -3,15 +3,27 @@
  * Jacobians are held densely on the host in double: one n_out x numel
  * matrix per checked input, rows filled by vector-Jacobian products, columns
  * by central differences. Everything the check allocates goes to the heap
- * (it pushes "no arena"), so it can run inside a training loop's arena. */
+ * (it pushes "no arena"), so it can run inside a training loop's arena.
+ *
+ * CUDA inputs (fp64 on the GPU) are perturbed element by element with
+ * one-element host<->device copies into the element's device address, and
+ * restored from the value read before the perturbation, so every element
+ * comes back bit for bit; fast mode moves whole tensors through
+ * fg_tensor_copy_{to,from}_host. The output may live on the GPU too: the
+ * VJP seed is created on its device. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
+
 #include "flashgrad/gradcheck.h"
 #include "autograd_internal.h"
 #include "error.h"
+#ifdef FG_HAVE_CUDA
+#include "cuda_backend.h"
+#endif
 
 void fg_gradcheck_options_init(fg_gradcheck_options *o)
 {
@@ -40,6 +52,7 @@ typedef struct gc {
     int out_nd;
     int64_t out_shape[FG_MAX_DIMS];
     fg_dtype out_dt;
+    fg_device out_dev;
 } gc;
 
 static void *xcalloc(size_t n, size_t size)
@@ -102,7 +115,7 @@ static void judge(gc *g, int t, int64_t j, int64_t k, double a, double n)
 static fg_status vjp(gc *g, fg_tensor *y0, const double *v, double **rows)
 {
     fg_tensor *seed, *grads[64] = {0};
-    FG_TRY(fg_tensor_new(NULL, g->out_dt, FG_DEVICE_CPU, g->out_nd,
+    FG_TRY(fg_tensor_new(NULL, g->out_dt, g->out_dev, g->out_nd,
                          g->out_shape, &seed));
     fg_status s = FG_OK;
     fg_no_grad_begin();
@@ -123,13 +136,70 @@ static fg_status vjp(gc *g, fg_tensor *y0, const double *v, double **rows)
     return s;
 }
 
-static void set_elem(fg_tensor *x, int64_t j, double v)
+/* Element j of a checked input (fp32 or fp64), read and written as a
+ * double. Host tensors go through their host pointer; CUDA tensors through
+ * a one-element copy to or from the element's device address (the copies
+ * run on the context stream, so they are ordered with the function's
+ * kernels). A conversion to fp32 rounds the same way on both paths. */
+static fg_status set_elem(fg_tensor *x, int64_t j, double v)
 {
-    fg_store_elem(fg_tensor_elem_ptr(x, j), x->dtype, v);
+    if (x->device == FG_DEVICE_CPU) {
+        fg_store_elem(fg_tensor_elem_ptr(x, j), x->dtype, v);
+        return FG_OK;
+    }
+#ifdef FG_HAVE_CUDA
+    union { double d; float f; } buf;
+    size_t sz = fg_dtype_size(x->dtype);
+    if (x->dtype == FG_FP64)
+        buf.d = v;
+    else
+        buf.f = (float)v;
+    return fg_cuda_memcpy_h2d(fg_tensor_elem_ptr(x, j), &buf, sz);
+#else
+    (void)v;
+    return FG_FAIL(FG_ERR_UNSUPPORTED, "input on %s",
+                   fg_device_name(x->device));
+#endif
 }
-static double get_elem(fg_tensor *x, int64_t j)
+
+static fg_status get_elem(fg_tensor *x, int64_t j, double *v)
 {
-    return fg_load_elem(fg_tensor_elem_ptr(x, j), x->dtype);
+    if (x->device == FG_DEVICE_CPU) {
+        *v = fg_load_elem(fg_tensor_elem_ptr(x, j), x->dtype);
+        return FG_OK;
+    }
+#ifdef FG_HAVE_CUDA
+    union { double d; float f; } buf;
+    FG_TRY(fg_cuda_memcpy_d2h(&buf, fg_tensor_elem_ptr(x, j),
+                              fg_dtype_size(x->dtype)));
+    *v = x->dtype == FG_FP64 ? buf.d : (double)buf.f;
+    return FG_OK;
+#else
+    return FG_FAIL(FG_ERR_UNSUPPORTED, "input on %s",
+                   fg_device_name(x->device));
+#endif
+}
+
+/* All n elements of x (row-major) from / to host doubles. On the GPU one
+ * bulk copy instead of n one-element ones (fast mode perturbs everything).
+ * Runs under no_grad, after the graph of y0 was freed, so the write is
+ * allowed and the version bump it makes is harmless. */
+static fg_status set_all(fg_tensor *x, const double *v)
+{
+    if (x->device != FG_DEVICE_CPU)
+        return fg_tensor_copy_from_host(x, FG_FP64, v, x->numel);
+    for (int64_t j = 0; j < x->numel; j++)
+        fg_store_elem(fg_tensor_elem_ptr(x, j), x->dtype, v[j]);
+    return FG_OK;
+}
+
+static fg_status get_all(fg_tensor *x, double *v)
+{
+    if (x->device != FG_DEVICE_CPU)
+        return fg_tensor_copy_to_host(x, FG_FP64, v, x->numel);
+    for (int64_t j = 0; j < x->numel; j++)
+        v[j] = fg_load_elem(fg_tensor_elem_ptr(x, j), x->dtype);
+    return FG_OK;
 }
 
 static fg_status full_check(gc *g, fg_tensor *y0)
@@ -177,15 +247,26 @@ static fg_status full_check(gc *g, fg_tensor *y0)
         fg_tensor *x = g->targets[t];
         const int64_t n = x->numel;
         for (int64_t j = 0; j < n && s == FG_OK; j++) {
-            const double x0 = get_elem(x, j);
-            set_elem(x, j, x0 + g->o.eps);
-            const double xp = get_elem(x, j); /* as stored (fp32 rounds) */
-            s = eval(g, yp);
-            set_elem(x, j, x0 - g->o.eps);
-            const double xm = get_elem(x, j);
+            double x0 = 0, xp = 0, xm = 0;
+            s = get_elem(x, j, &x0);
+            if (s != FG_OK)
+                break;
+            /* Read back as stored (fp32 rounds x0 +/- eps). */
+            s = set_elem(x, j, x0 + g->o.eps);
+            if (s == FG_OK)
+                s = get_elem(x, j, &xp);
+            if (s == FG_OK)
+                s = eval(g, yp);
+            if (s == FG_OK)
+                s = set_elem(x, j, x0 - g->o.eps);
+            if (s == FG_OK)
+                s = get_elem(x, j, &xm);
             if (s == FG_OK)
                 s = eval(g, ym);
-            set_elem(x, j, x0);
+            /* Restore even after a failure: the caller's input is intact. */
+            fg_status r = set_elem(x, j, x0);
+            if (s == FG_OK)
+                s = r;
             for (int64_t k = 0; k < m && s == FG_OK; k++)
                 judge(g, t, j, k, ja[t][k * n + j], (yp[k] - ym[k]) / (xp - xm));
         }
@@ -258,19 +339,34 @@ static fg_status fast_check(gc *g, fg_tensor *y0)
         fg_tensor *x = g->targets[t];
         const int64_t n = x->numel;
         double a = 0, num = 0;
-        for (int64_t j = 0; j < n; j++) {
-            x0[t][j] = get_elem(x, j);
-            a += gr[t][j] * u[t][j];
+        double *xs = malloc(sizeof(double) * (size_t)(n ? n : 1));
+        if (!xs) {
+            s = FG_FAIL(FG_ERR_OUT_OF_MEMORY, "gradcheck buffers");
+            break;
+        }
+        s = get_all(x, x0[t]);
+        if (s != FG_OK) {
+            free(xs);
+            break;
         }
         for (int64_t j = 0; j < n; j++)
-            set_elem(x, j, x0[t][j] + g->o.eps * u[t][j]);
-        s = eval(g, yp);
+            a += gr[t][j] * u[t][j];
         for (int64_t j = 0; j < n; j++)
-            set_elem(x, j, x0[t][j] - g->o.eps * u[t][j]);
+            xs[j] = x0[t][j] + g->o.eps * u[t][j];
+        s = set_all(x, xs);
+        if (s == FG_OK)
+            s = eval(g, yp);
+        for (int64_t j = 0; j < n; j++)
+            xs[j] = x0[t][j] - g->o.eps * u[t][j];
+        if (s == FG_OK)
+            s = set_all(x, xs);
         if (s == FG_OK)
             s = eval(g, ym);
-        for (int64_t j = 0; j < n; j++)
-            set_elem(x, j, x0[t][j]);
+        free(xs);
+        /* Restore from the values read (exact) even after a failure. */
+        fg_status r = set_all(x, x0[t]);
+        if (s == FG_OK)
+            s = r;
         for (int64_t k = 0; k < m; k++)
             num += v[k] * (yp[k] - ym[k]) / (2 * g->o.eps);
         if (s == FG_OK)
@@ -342,11 +438,11 @@ fg_status fg_gradcheck(fg_gradcheck_fn fn, void *user,
         const fg_tensor *x = inputs[i];
         if (!x)
             return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "input %d is NULL", i);
-        if (x->device != FG_DEVICE_CPU)
-            return FG_FAIL(FG_ERR_UNSUPPORTED, "input %d is a %s tensor", i,
-                           fg_device_name(x->device));
         if (!x->requires_grad)
             continue;
+        if (x->device != FG_DEVICE_CPU && x->device != FG_DEVICE_CUDA)
+            return FG_FAIL(FG_ERR_UNSUPPORTED, "input %d is a %s tensor", i,
+                           fg_device_name(x->device));
         if (x->dtype != FG_FP64 && !(x->dtype == FG_FP32 && g.o.allow_fp32))
             return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
                            "input %d is %s: gradcheck needs fp64 (set "
@@ -375,7 +471,8 @@ fg_status fg_gradcheck(fg_gradcheck_fn fn, void *user,
         s = fn_failed(s);
     } else if (!y0) {
         s = FG_FAIL(FG_ERR_INVALID_ARGUMENT, "the function returned NULL");
-    } else if (y0->device != FG_DEVICE_CPU) {
+    } else if (y0->device != FG_DEVICE_CPU &&
+               y0->device != FG_DEVICE_CUDA) {
         s = FG_FAIL(FG_ERR_UNSUPPORTED, "output on %s",
                     fg_device_name(y0->device));
     } else if (!y0->requires_grad) {
@@ -388,6 +485,7 @@ fg_status fg_gradcheck(fg_gradcheck_fn fn, void *user,
         g.out_nd = y0->nd;
         memcpy(g.out_shape, y0->shape, sizeof g.out_shape);
         g.out_dt = y0->dtype;
+        g.out_dev = y0->device;
         s = g.o.fast_mode ? fast_check(&g, y0) : full_check(&g, y0);
     }
     fg_tensor_free(y0);
