@@ -44,7 +44,7 @@ fg_status fg_cuda_cublas(cublasHandle_t *out)
         cublasHandle_t h;
         FG_CUBLAS_TRY(cublasCreate(&h));
         void *ws = nullptr;
-        fg_status s = fg_cuda_mem_alloc(kCublasWorkspace, &ws);
+        fg_status s = fg_cuda_mem_alloc_persistent(kCublasWorkspace, &ws);
         if (s != FG_OK) {
             cublasDestroy(h);
             return s;
@@ -53,7 +53,7 @@ fg_status fg_cuda_cublas(cublasHandle_t *out)
         if (cs == CUBLAS_STATUS_SUCCESS)
             cs = cublasSetStream(h, g_stream);
         if (cs != CUBLAS_STATUS_SUCCESS) {
-            fg_cuda_mem_free(ws, kCublasWorkspace);
+            fg_cuda_mem_free_persistent(ws);
             cublasDestroy(h);
             return fg_cublas_status(cs, "cublas setup", __FILE__, __LINE__);
         }

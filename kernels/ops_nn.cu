@@ -1146,8 +1146,13 @@ extern "C" fg_status fg_cuda_embedding_backward(const fg_tensor *g,
         pos[cnt[indices[i]]++] = i;
     free(cnt);
 
+    /* Device scratch sized for the worst case (every position its own row),
+     * not for this batch: a size that depends only on the shapes keeps the
+     * caching allocator from seeing new sizes in later training steps. */
+    const int64_t nu_max = V < n ? V : n;
+    const size_t wbytes = sizeof(int64_t) * (size_t)(2 * nu_max + 1 + n);
     int64_t *dcsr = nullptr;
-    fg_status s = fg_cuda_mem_alloc(cbytes, (void **)&dcsr);
+    fg_status s = fg_cuda_mem_alloc(wbytes, (void **)&dcsr);
     if (s == FG_OK)
         s = fg_cuda_memcpy_h2d(dcsr, csr, cbytes);
     free(csr); /* H2D has returned: the source may be reused */
@@ -1159,7 +1164,7 @@ extern "C" fg_status fg_cuda_embedding_backward(const fg_tensor *g,
         default: s = emb_bwd_launch<__nv_bfloat16>(g, dcsr, nu, dw); break;
         }
     }
-    scratch_free(dcsr, cbytes);
+    scratch_free(dcsr, wbytes);
     return s;
 }
 

@@ -71,10 +71,10 @@ fg_status cache_upload(fg_cuda_optim_cache *c, Desc *d, int n)
     c->host = d;
     if (c->dev_bytes < bytes) {
         if (c->dev)
-            fg_cuda_mem_free(c->dev, c->dev_bytes);
+            fg_cuda_mem_free_persistent(c->dev);
         c->dev = nullptr;
         c->dev_bytes = 0;
-        FG_TRY(fg_cuda_mem_alloc(bytes, &c->dev));
+        FG_TRY(fg_cuda_mem_alloc_persistent(bytes, &c->dev));
         c->dev_bytes = bytes;
     }
     /* Ordered after every launch that read the old table (one stream). */
@@ -286,7 +286,7 @@ extern "C" void fg_cuda_optim_cache_free(fg_cuda_optim_cache *c)
     if (!c)
         return;
     if (c->dev)
-        fg_cuda_mem_free(c->dev, c->dev_bytes);
+        fg_cuda_mem_free_persistent(c->dev);
     free(c->host);
     free(c);
 }

@@ -273,7 +273,7 @@ static fg_status visit_retain(void *c, fg_hook *h)
         return FG_OK;
     if (!t->grad)
         return clone(t->obj.arena, g, &t->grad);
-    add_into(t->grad, g);
+    FG_TRY(add_into(t->grad, g));
     fg_tensor_bump_version(t->grad);
     return FG_OK;
 }
@@ -310,7 +310,7 @@ static fg_status finish_leaf(engine *e, fg_tensor *leaf)
                 s = clone(leaf->obj.arena, g, &leaf->grad);
             }
         } else {
-            add_into(leaf->grad, g);
+            s = add_into(leaf->grad, g);
             fg_tensor_bump_version(leaf->grad);
         }
         if (s == FG_OK)

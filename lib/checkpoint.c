@@ -141,9 +141,6 @@ fg_status fg_checkpoint_save(const char *path, const fg_gpt *m,
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL argument");
     int n;
     const fg_param *ps = fg_gpt_params(m, &n);
-    for (int i = 0; i < n; i++)
-        if (fg_tensor_device(ps[i].tensor) != FG_DEVICE_CPU)
-            return FG_FAIL(FG_ERR_UNSUPPORTED, "CPU parameters only");
     wbuf b = {0};
     put(&b, MAGIC, 8);
     put_u32(&b, FG_CHECKPOINT_VERSION);

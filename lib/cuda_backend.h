@@ -34,6 +34,11 @@ extern "C" {
  * once: its next user is enqueued after every kernel that used it. */
 fg_status fg_cuda_mem_alloc(size_t bytes, void **out);
 void fg_cuda_mem_free(void *p, size_t bytes);
+/* Long-lived buffers (optimizer tables, the cuBLAS workspace): straight
+ * from the driver, never from or to the cache, so creating one in the
+ * middle of the first step does not take a block the next step needs. */
+fg_status fg_cuda_mem_alloc_persistent(size_t bytes, void **out);
+void fg_cuda_mem_free_persistent(void *p);
 
 /* Copies on the context stream. H2D returns once the source may be reused;
  * D2H waits for the copy (and everything enqueued before it). */

@@ -2,6 +2,22 @@
  * accumulation inside an arena, clipping, AdamW, zeroing. */
 #include "flashgrad/optim.h"
 #include "error.h"
+#include "tensor_internal.h"
+
+/* Zero gradients for parameters that have none yet (the first step), made
+ * before the forward: every step then has the same live set of buffers,
+ * so the first step warms the device cache for all the others (with
+ * .grad appearing mid-backward, step 2 would need new blocks). Like
+ * PyTorch's zero_grad(set_to_none=False). */
+static fg_status ensure_grads(const fg_param *ps, int n)
+{
+    for (int i = 0; i < n; i++) {
+        fg_tensor *t = ps[i].tensor;
+        if (!t->grad && t->requires_grad)
+            FG_TRY(fg_tensor_new_like(NULL, t, 1, &t->grad));
+    }
+    return FG_OK;
+}
 
 fg_status fg_gpt_train_step(const fg_gpt *m, fg_adamw *opt, const int64_t *x,
                             const int64_t *y, int64_t B, int64_t T, int accum,
@@ -12,6 +28,7 @@ fg_status fg_gpt_train_step(const fg_gpt *m, fg_adamw *opt, const int64_t *x,
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "bad arguments");
     int n;
     const fg_param *ps = fg_gpt_params(m, &n);
+    FG_TRY(ensure_grads(ps, n));
     fg_nn_mode mode = {1, rng};
     double total = 0;
     fg_status s = FG_OK;

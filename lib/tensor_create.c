@@ -299,16 +299,17 @@ static fg_status copy_any(fg_tensor *dst, const fg_tensor *src)
 {
     if (dst->device == src->device)
         return fg_copy_strided(dst, src);
-    fg_tensor *sc = NULL, *dc = NULL;
+    /* src may be a stack view of a host buffer: never retain or free it */
+    const fg_tensor *sc = src;
+    fg_tensor *own = NULL, *dc = NULL;
     fg_status s = FG_OK;
     /* contiguous staging copy on src's device, then one on dst's */
-    if (fg_tensor_is_contiguous(src)) {
-        sc = fg_tensor_retain((fg_tensor *)src);
-    } else {
+    if (!fg_tensor_is_contiguous(src)) {
         s = fg_tensor_new(NULL, src->dtype, src->device, src->nd, src->shape,
-                          &sc);
+                          &own);
         if (s == FG_OK)
-            s = fg_copy_strided(sc, src);
+            s = fg_copy_strided(own, src);
+        sc = own;
     }
     if (s == FG_OK)
         s = fg_tensor_new(NULL, src->dtype, dst->device, src->nd, src->shape,
@@ -323,7 +324,7 @@ static fg_status copy_any(fg_tensor *dst, const fg_tensor *src)
     }
     if (s == FG_OK)
         s = fg_copy_strided(dst, dc);
-    fg_tensor_free(sc);
+    fg_tensor_free(own);
     fg_tensor_free(dc);
     return s;
 }

@@ -59,6 +59,8 @@ typedef struct gph_case {
                          tolerance at least this, in every dtype */
     int no_gradcheck; /* not differentiable by finite differences (casts
                          that round) */
+    int fp32_out;     /* the output is fp32 for fp16/bf16 inputs (the
+                         cross-entropy loss) */
 } gph_case;
 
 /* The tolerance for a dtype and depth (documented in the .c). */

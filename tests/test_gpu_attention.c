@@ -25,6 +25,7 @@
 
 #include "lowp.h"
 #include "test_util.h"
+#include "flashgrad/cuda.h"
 
 #define CK_CUDA(call)                                                       \
     do {                                                                    \
@@ -538,6 +539,12 @@ START_TEST(test_no_quadratic_memory)
     CK_CUDA(cudaDeviceSynchronize());
     CK_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
     size_t free0, free1, total;
+    /* On the default stream (the library's context stream) the workspace
+     * comes from flashgrad's caching allocator, on other streams from the
+     * pool: measure both high-water marks. */
+    fg_cuda_memory_stats ms0, ms1;
+    ck_assert(fg_cuda_memory_reset_peak() == FG_OK);
+    ck_assert(fg_cuda_memory_get_stats(&ms0) == FG_OK);
     CK_CUDA(cudaMemGetInfo(&free0, &total));
     ck_assert_msg(fg_attention_forward(&p, &t[0], &t[1], &t[2], &t[3], &st) == FG_OK,
                   "%s", fg_last_error());
@@ -547,13 +554,18 @@ START_TEST(test_no_quadratic_memory)
     CK_CUDA(cudaDeviceSynchronize());
     CK_CUDA(cudaMemGetInfo(&free1, &total));
     CK_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+    ck_assert(fg_cuda_memory_get_stats(&ms1) == FG_OK);
+    const uint64_t cached = (uint64_t)(ms1.peak_live_bytes - ms0.live_bytes);
+    if (cached > high)
+        high = cached;
     const double quad = (double)N * N * 4;
     const size_t expect = (size_t)(H * N) * 4 * (1 + d); /* D + dQ acc */
     fprintf(stderr, "N=%lld: workspace peak %.1f MiB (expected %.1f MiB), "
             "free memory change %.1f MiB; an N^2 fp32 matrix is %.0f MiB\n",
             (long long)N, high / 1048576.0, expect / 1048576.0,
             ((double)free0 - (double)free1) / 1048576.0, quad / 1048576.0);
-    ck_assert(high <= expect + (1 << 20));
+    /* really measured, and O(N d): the allocator rounds to 2 MiB */
+    ck_assert(high >= expect / 2 && high <= expect + (4 << 20));
     ck_assert((double)free0 - (double)free1 < quad / 16);
     for (int i = 0; i < 8; i++)
         CK_CUDA(cudaFree(buf[i]));

@@ -10,8 +10,11 @@
 
 static const fg_sort_task task = {6, 10};
 
+enum { B = 16, TMAX = 64 }; /* TMAX >= the task's sequence length */
+
 static fg_gpt *model(fg_device dev, double dropout)
 {
+    ck_assert_int_le(fg_sort_task_seqlen(&task), TMAX);
     fg_gpt_config c;
     fg_gpt_config_init(&c);
     c.vocab = fg_sort_task_vocab(&task);
@@ -45,14 +48,13 @@ static double *host_values(const fg_tensor *t)
     return h;
 }
 
-enum { B = 16 };
 
 START_TEST(test_step_matches_cpu)
 {
     fg_gpt *mc = model(FG_DEVICE_CPU, 0), *mg = model(FG_DEVICE_CUDA, 0);
     fg_adamw *oc = optimizer(mc), *og = optimizer(mg);
     const int64_t T = fg_sort_task_seqlen(&task);
-    int64_t x[B * 10], y[B * 10];
+    int64_t x[B * TMAX], y[B * TMAX];
     uint64_t r = fgt_base_seed() | 1;
     for (int step = 0; step < 3; step++) {
         FGT_OK(fg_sort_task_batch(&task, 0, &r, B, x, y));
@@ -69,20 +71,37 @@ START_TEST(test_step_matches_cpu)
                       "step %d grad norm cpu %.9g gpu %.9g", step,
                       sc.grad_norm, sg.grad_norm);
     }
-    /* Every parameter after three AdamW updates: max |gpu - cpu| <=
-     * 1e-4 * max |cpu| per tensor (fp32 sums in another order). */
+    /* Every parameter after three AdamW updates: ||gpu - cpu|| <=
+     * 1e-4 ||cpu|| per tensor (2-norms; fp32 sums in another order).
+     * Norm-wise because Adam divides by sqrt(v) + 1e-8: an element whose
+     * gradient is near 1e-8 turns a 1e-6 relative gradient difference
+     * into a visible step difference (seen: 6e-6 on one element of a
+     * weight of max 0.045), while the tensor as a whole agrees. One slice
+     * is exempt: the key part of the fused QKV bias. Softmax ignores a
+     * shift shared by a row's scores, so that bias has an exact zero
+     * gradient; both devices compute rounding noise of ~1e-10 there,
+     * which Adam normalises to steps of up to lr. It is only checked to
+     * stay within 3 lr of zero on both. */
     int n;
     const fg_param *pc = fg_gpt_params(mc, &n), *pg = fg_gpt_params(mg, &n);
+    const int64_t C = fg_gpt_get_config(mc)->n_embd;
     for (int i = 0; i < n; i++) {
         ck_assert_int_eq(fg_tensor_device(pg[i].tensor), FG_DEVICE_CUDA);
         double *a = host_values(pc[i].tensor), *b = host_values(pg[i].tensor);
-        double err = 0, ref = 0;
+        double err = 0, ref = 0, emax = 0;
+        const int kbias = strstr(pc[i].name, "qkv.b") != NULL;
         for (int64_t e = 0; e < fg_tensor_numel(pc[i].tensor); e++) {
-            err = fmax(err, fabs(a[e] - b[e]));
-            ref = fmax(ref, fabs(a[e]));
+            if (kbias && e >= C && e < 2 * C) {
+                ck_assert(fabs(a[e]) <= 3.3e-3 && fabs(b[e]) <= 3.3e-3);
+                continue;
+            }
+            err += (a[e] - b[e]) * (a[e] - b[e]);
+            ref += a[e] * a[e];
+            emax = fmax(emax, fabs(a[e] - b[e]));
         }
-        ck_assert_msg(err <= 1e-4 * ref, "%s: max err %.3g, max |p| %.3g",
-                      pc[i].name, err, ref);
+        ck_assert_msg(sqrt(err) <= 1e-4 * sqrt(ref),
+                      "%s: relative 2-norm error %.3g (max element error "
+                      "%.3g)", pc[i].name, sqrt(err / ref), emax);
         free(a);
         free(b);
     }
@@ -102,16 +121,22 @@ START_TEST(test_no_allocation_when_warm)
     fg_generator g;
     fg_generator_init(&g, 5);
     const int64_t T = fg_sort_task_seqlen(&task);
-    int64_t x[B * 10], y[B * 10];
+    int64_t x[B * TMAX], y[B * TMAX];
     uint64_t r = 11;
     fg_cuda_memory_stats d0, d1;
     fg_memory_stats h0, h1;
     FGT_OK(fg_autocast_begin(FG_BF16));
+    uint64_t per_step[6];
     for (int step = 0; step < 6; step++) {
         if (step == 1) { /* after the first step */
             FGT_OK(fg_cuda_memory_get_stats(&d0));
             fg_memory_get_stats(&h0);
         }
+        fg_cuda_memory_stats ds;
+        FGT_OK(fg_cuda_memory_get_stats(&ds));
+        per_step[step] = ds.device_mallocs;
+        if (getenv("FG_CUDA_ALLOC_TRACE"))
+            fprintf(stderr, "--- step %d\n", step + 1);
         FGT_OK(fg_sort_task_batch(&task, 0, &r, B, x, y));
         fg_step_stats st;
         FGT_OK(fg_gpt_train_step(m, o, x, y, B, T, 1, 1.0, 1e-3,
@@ -121,8 +146,16 @@ START_TEST(test_no_allocation_when_warm)
     FGT_OK(fg_cuda_memory_get_stats(&d1));
     fg_memory_get_stats(&h1);
     ck_assert_msg(d1.device_mallocs == d0.device_mallocs,
-                  "cudaMalloc calls after the first step: %llu",
-                  (unsigned long long)(d1.device_mallocs - d0.device_mallocs));
+                  "cudaMalloc calls after the first step: %llu (running "
+                  "count before steps 2..6: %llu %llu %llu %llu %llu, "
+                  "after: %llu)",
+                  (unsigned long long)(d1.device_mallocs - d0.device_mallocs),
+                  (unsigned long long)per_step[1],
+                  (unsigned long long)per_step[2],
+                  (unsigned long long)per_step[3],
+                  (unsigned long long)per_step[4],
+                  (unsigned long long)per_step[5],
+                  (unsigned long long)d1.device_mallocs);
     ck_assert_msg(h1.host_allocs == h0.host_allocs,
                   "host allocations after the first step: %llu",
                   (unsigned long long)(h1.host_allocs - h0.host_allocs));
@@ -140,7 +173,7 @@ START_TEST(test_bf16_loss_decreases)
     fg_arena *a;
     FGT_OK(fg_arena_create(0, &a));
     const int64_t T = fg_sort_task_seqlen(&task);
-    int64_t x[64 * 10], y[64 * 10];
+    int64_t x[64 * TMAX], y[64 * TMAX];
     uint64_t r = fgt_base_seed() | 1;
     FGT_OK(fg_autocast_begin(FG_BF16));
     double first = 0, last = 0;
@@ -170,7 +203,7 @@ START_TEST(test_checkpoint_gpu_to_cpu)
     fg_gpt *mg = model(FG_DEVICE_CUDA, 0), *mc = model(FG_DEVICE_CPU, 0);
     fg_adamw *og = optimizer(mg), *oc = optimizer(mc);
     const int64_t T = fg_sort_task_seqlen(&task);
-    int64_t x[B * 10], y[B * 10];
+    int64_t x[B * TMAX], y[B * TMAX];
     uint64_t r = 3;
     FGT_OK(fg_sort_task_batch(&task, 0, &r, B, x, y));
     FGT_OK(fg_gpt_train_step(mg, og, x, y, B, T, 1, 1.0, 1e-3, NULL, NULL,
@@ -214,9 +247,13 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_step_matches_cpu);
-    tcase_add_test(tc, test_no_allocation_when_warm);
-    tcase_add_test(tc, test_bf16_loss_decreases);
-    tcase_add_test(tc, test_checkpoint_gpu_to_cpu);
+    /* Under compute-sanitizer (FG_SANITIZE) the step comparison alone: it
+     * runs every kernel of a training step, forward, backward and AdamW. */
+    if (!getenv("FG_SANITIZE")) {
+        tcase_add_test(tc, test_no_allocation_when_warm);
+        tcase_add_test(tc, test_bf16_loss_decreases);
+        tcase_add_test(tc, test_checkpoint_gpu_to_cpu);
+    }
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
