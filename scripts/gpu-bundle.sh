@@ -5,7 +5,7 @@
 # and a run-all.sh that runs everything and prints one summary table.
 #
 #   FG_CUDA_ARCH=90 scripts/gpu-bundle.sh gpu-bundle
-#   (copy gpu-bundle/ to the GPU machine)
+#   (copy gpu-bundle/, or the smaller gpu-bundle.tgz, to the GPU machine)
 #   gpu-bundle/run-all.sh                # every suite, table at the end
 #   gpu-bundle/run-all.sh --sanitize     # GPU suites under compute-sanitizer
 #                                        # (memcheck and racecheck)
@@ -90,3 +90,8 @@ chmod +x "$out/run-all.sh"
 strip "$out"/test_* "$out"/bench_* "$out"/attention_demo 2>/dev/null || true
 du -sh "$out"
 ls "$out"
+# Every program embeds all kernels (~30 MB each, mostly GPU code that
+# compresses ~15x): ship the compressed archive when space or transfer
+# size matters (tar xzf gpu-bundle.tgz -C DIR on the GPU machine).
+tar czf "$out.tgz" -C "$out" .
+du -sh "$out.tgz"
