@@ -98,12 +98,15 @@ START_TEST(test_detects_wrong_gradient)
     delta = 1e-7;
     FGT_OK(fg_gradcheck(fn_ok, NULL, in, 2, NULL, &rep));
     ck_assert_msg(rep.passed, "%s", rep.message);
-    /* Fast mode sees it too. */
-    delta = 1e-2;
+    /* Fast mode sees it too. Its probe adds delta * u[3] to v^T J u, so
+     * the check is only as strong as |u[3]|: a random probe seed made this
+     * fail for ~15% of seeds (|u[3]| small). The probe seed is fixed here
+     * (u[3] is then a fixed number, not small) and the inputs stay random. */
+    delta = 0.5;
     fg_gradcheck_options o;
     fg_gradcheck_options_init(&o);
     o.fast_mode = 1;
-    o.seed = fgt_base_seed();
+    o.seed = 7;
     FGT_OK(fg_gradcheck(fn_ok, NULL, in, 2, &o, &rep));
     ck_assert(!rep.passed && rep.worst_input == 0 && rep.n_failed == 1);
     fg_hook_remove(h);
