@@ -42,12 +42,15 @@ fg_status fg_gpt_train_step(const fg_gpt *m, fg_adamw *opt, const int64_t *x,
         s = fg_gpt_forward(m, x + a * B * T, B, T, y + a * B * T, &mode,
                            NULL, &loss);
         if (s == FG_OK)
-            s = fg_tensor_item(loss, &l);
-        if (s == FG_OK)
             s = accum > 1 ? fg_scale(loss, 1.0 / accum, &scaled)
                           : (scaled = fg_tensor_retain(loss), FG_OK);
         if (s == FG_OK)
             s = fg_backward(scaled);
+        /* Read the loss only now: on a GPU the host has then enqueued the
+         * whole backward while the forward ran, instead of idling the GPU
+         * at a sync between the two. */
+        if (s == FG_OK)
+            s = fg_tensor_item(loss, &l);
         fg_tensor_free(scaled);
         fg_tensor_free(loss);
         if (arena)
