@@ -311,6 +311,68 @@ fg_status un_dtype(fg_tensor *y, const fg_tensor *x, double k, Op op)
     return bad_dtype("fg_cuda_ew_unary", y->dtype);
 }
 
+/* ---- fused bias + GELU ---------------------------------------------------- */
+
+/* y = gelu(x + b[i % C]) (bwd: dx = g * gelu'(x + b)): one read of x and
+ * one write instead of the two passes and the stored sum of add + gelu.
+ * Measured in the GPT step on an H100: no faster than add + gelu (the
+ * 64-bit index division per element; a column-per-thread layout that
+ * keeps the bias in a register is the next thing to try). */
+template <class T, bool BWD>
+__global__ void bias_gelu_kernel(T *out, const T *g, const T *x, const T *b,
+                                 int64_t n, int64_t C)
+{
+    typedef typename Num<T>::Acc A;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += stride) {
+        const A u = Num<T>::ld(x[i]) + Num<T>::ld(b[i % C]);
+        out[i] = BWD ? Num<T>::st(Num<T>::ld(g[i]) * f_gelu_grad(u))
+                     : Num<T>::st(f_gelu(u));
+    }
+}
+
+template <class T, bool BWD>
+fg_status bias_gelu_launch(fg_tensor *out, const fg_tensor *g,
+                           const fg_tensor *x, const fg_tensor *b)
+{
+    const int64_t n = x->numel, C = b->numel;
+    if (n == 0)
+        return FG_OK;
+    bias_gelu_kernel<T, BWD><<<fg_cuda_grid(n, kBlock), kBlock, 0,
+                               fg_cuda_stream()>>>(
+        (T *)fg_tensor_base(out), g ? (const T *)fg_tensor_base(g) : nullptr,
+        (const T *)fg_tensor_base(x), (const T *)fg_tensor_base(b), n, C);
+    FG_CUDA_TRY_LAUNCH();
+    return FG_OK;
+}
+
+fg_status bias_gelu_any(const char *fn, fg_tensor *out, const fg_tensor *g,
+                        const fg_tensor *x, const fg_tensor *b)
+{
+    const fg_tensor *all[4] = {out, x, b, g};
+    for (int i = 0; i < 4; i++) {
+        if (!all[i])
+            continue;
+        FG_TRY(check_device(fn, all[i]));
+        if (all[i]->dtype != x->dtype || !fg_tensor_is_contiguous(all[i]))
+            return fg_error(FG_ERR_INVALID_ARGUMENT,
+                            "%s: operands must be contiguous and share x's "
+                            "dtype", fn);
+    }
+    if (b->numel < 1 || x->numel % b->numel)
+        return fg_error(FG_ERR_INVALID_ARGUMENT, "%s: bias of %lld elements",
+                        fn, (long long)b->numel);
+    if (g) {
+        FG_DTYPE_SWITCH(x->dtype, T,
+                        return bias_gelu_launch<T, true>(out, g, x, b));
+    } else {
+        FG_DTYPE_SWITCH(x->dtype, T,
+                        return bias_gelu_launch<T, false>(out, g, x, b));
+    }
+    return fg_error(FG_ERR_UNSUPPORTED, "%s: dtype %d", fn, (int)x->dtype);
+}
+
 } // namespace
 
 /* ---- entry points -------------------------------------------------------- */
@@ -397,4 +459,18 @@ extern "C" fg_status fg_cuda_ew_unary(fg_ew_unary op, fg_tensor *y,
     case FG_EW_COUNT_UNARY: break;
     }
     return fg_error(FG_ERR_INTERNAL, "%s: unknown op %d", fn, (int)op);
+}
+
+extern "C" fg_status fg_cuda_bias_gelu(fg_tensor *y, const fg_tensor *x,
+                                       const fg_tensor *b)
+{
+    return bias_gelu_any("fg_bias_gelu", y, NULL, x, b);
+}
+
+extern "C" fg_status fg_cuda_bias_gelu_backward(fg_tensor *dx,
+                                                const fg_tensor *g,
+                                                const fg_tensor *x,
+                                                const fg_tensor *b)
+{
+    return bias_gelu_any("BiasGeluBackward", dx, g, x, b);
 }

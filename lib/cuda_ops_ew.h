@@ -32,6 +32,13 @@ fg_status fg_cuda_ew_unary(fg_ew_unary op, fg_tensor *y, const fg_tensor *x,
  * dimensions). Every element of out is written, so out need not be zeroed.
  * Same dtype for out and x. Deterministic (fixed-order two-pass sums, no
  * atomics); accumulates in fp32 (fp64 for fp64). */
+/* Fused bias + GELU on contiguous tensors (bias [C] over the last dim of
+ * x, all one dtype): y = gelu(x + b) and dx = g * gelu'(x + b), each one
+ * pass with x + b kept in registers (never stored or rounded). */
+fg_status fg_cuda_bias_gelu(fg_tensor *y, const fg_tensor *x,
+                            const fg_tensor *b);
+fg_status fg_cuda_bias_gelu_backward(fg_tensor *dx, const fg_tensor *g,
+                                     const fg_tensor *x, const fg_tensor *b);
 fg_status fg_cuda_sum_reduce(fg_tensor *out, const int64_t *out_str,
                              const fg_tensor *x, double scale);
 

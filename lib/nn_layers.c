@@ -332,6 +332,8 @@ fg_status fg_nn_mlp_forward(const fg_nn_mlp *m, fg_tensor *x,
     fg_tensor *h = NULL, *a = NULL, *p = NULL;
     fg_status s = FG_OK;
     NN_T(m ? FG_OK : FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL layer"));
+    /* Linear then GELU: fg_bias_gelu (one fused pass) measured no faster
+     * in the GPT step on an H100 (13.7-13.9 vs 13.4-13.6 ms/step). */
     NN_T(fg_nn_linear_forward(&m->fc, x, &h));
     NN_T(fg_gelu(h, &a));
     NN_T(fg_nn_linear_forward(&m->proj, a, &p));

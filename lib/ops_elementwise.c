@@ -512,3 +512,87 @@ fg_status fg_cast(fg_tensor *x, fg_dtype dt, fg_tensor **out)
     *out = y;
     return FG_OK;
 }
+
+/* ---- fused bias + GELU ------------------------------------------------------ */
+
+/* saved: x (contiguous), bias (contiguous). dx = g gelu'(x + b) in one pass
+ * on the GPU; dbias = dx summed over the rows (deterministic reduction). */
+static fg_status bias_gelu_backward(fg_node *n, fg_tensor *const *g,
+                                    fg_tensor **gin)
+{
+    const fg_tensor *x = fg_node_saved(n, 0), *b = fg_node_saved(n, 1);
+    fg_arena *dom = fg_bw_domain();
+    fg_tensor *gc = NULL, *dx = NULL;
+    FG_TRY(fg_contiguous_raw(g[0], dom, &gc));
+    fg_status s;
+#ifdef FG_HAVE_CUDA
+    if (x->device == FG_DEVICE_CUDA) {
+        s = fg_tensor_new_like(dom, x, 0, &dx);
+        if (s == FG_OK)
+            s = fg_cuda_bias_gelu_backward(dx, gc, x, b);
+    } else
+#endif
+    {
+        fg_tensor *u = NULL;
+        s = fg_ew_binary_raw(FG_EW_ADD, x, b, dom, &u);
+        if (s == FG_OK)
+            s = fg_ew_binary_raw(FG_EW_GELU_GRAD, gc, u, dom, &dx);
+        fg_tensor_free(u);
+    }
+    fg_tensor_free(gc);
+    if (s == FG_OK && fg_node_needs_grad(n, 1))
+        s = fg_sum_to_shape(dx, b->nd, b->shape, &gin[1]);
+    if (s != FG_OK || !fg_node_needs_grad(n, 0)) {
+        fg_tensor_free(dx);
+        dx = NULL;
+    }
+    gin[0] = dx;
+    return s;
+}
+
+static const fg_op_def bias_gelu_def = {"BiasGeluBackward",
+                                        bias_gelu_backward};
+
+fg_status fg_bias_gelu(fg_tensor *x, fg_tensor *bias, fg_tensor **out)
+{
+    static const char fn[] = "fg_bias_gelu";
+    FG_TRY(fg_op_check_out(fn, out));
+    FG_TRY(fg_op_check2(fn, x, bias));
+    if (x->nd < 1 || bias->nd != 1 || bias->shape[0] != x->shape[x->nd - 1]) {
+        char sx[128], sb[128];
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: bias %s must be [C] for x %s = [..., C]", fn,
+                        fg_fmt_shape(sb, sizeof sb, bias->nd, bias->shape),
+                        fg_fmt_shape(sx, sizeof sx, x->nd, x->shape));
+    }
+    fg_tensor *in[2] = {x, bias};
+    fg_arena *dom = fg_alloc_domain(in, 2);
+    fg_tensor *xc = NULL, *bc = NULL, *y = NULL;
+    FG_TRY(fg_contiguous_raw(x, dom, &xc));
+    fg_status s = fg_contiguous_raw(bias, dom, &bc);
+#ifdef FG_HAVE_CUDA
+    if (s == FG_OK && x->device == FG_DEVICE_CUDA) {
+        s = fg_tensor_new_like(dom, xc, 0, &y);
+        if (s == FG_OK)
+            s = fg_cuda_bias_gelu(y, xc, bc);
+    } else
+#endif
+    if (s == FG_OK) { /* CPU: the two passes (the oracle, not the hot path) */
+        fg_tensor *u = NULL;
+        s = fg_ew_binary_raw(FG_EW_ADD, xc, bc, dom, &u);
+        if (s == FG_OK)
+            s = fg_ew_unary_raw(FG_EW_GELU, u, 0, dom, &y);
+        fg_tensor_free(u);
+    }
+    if (s == FG_OK) {
+        fg_tensor *saved[2] = {xc, bc};
+        s = fg_op_finish(&bias_gelu_def, in, 2, &y, 1, saved, 2, NULL, 0);
+        if (s == FG_OK)
+            *out = y;
+    } else {
+        fg_tensor_free(y);
+    }
+    fg_tensor_free(xc);
+    fg_tensor_free(bc);
+    return s;
+}

@@ -317,7 +317,7 @@ enum {
     OP_SOFTMAX, OP_LOG_SOFTMAX, OP_TVIEW_SOFTMAX, OP_LAYERNORM,
     OP_TVIEW_LAYERNORM, OP_EMBEDDING, OP_CROSS_ENTROPY,
     OP_TVIEW_CROSS_ENTROPY, OP_DROPOUT, OP_TVIEW_DROPOUT, OP_ATTENTION,
-    OP_ATTENTION_QKV
+    OP_ATTENTION_QKV, OP_BIAS_GELU
 };
 
 typedef struct opx {
@@ -433,6 +433,7 @@ static fg_status op_fn(fg_tensor *const *in, int n, fg_tensor **out, void *u)
     fg_tensor *x = in[0];
     switch (o->op) {
     case OP_ADD: return fg_add(x, in[1], out);
+    case OP_BIAS_GELU: return fg_bias_gelu(x, in[1], out);
     case OP_SUB: return fg_sub(x, in[1], out);
     case OP_MUL: return fg_mul(x, in[1], out);
     case OP_DIV: return fg_div(x, in[1], out);
@@ -550,6 +551,8 @@ const gph_case gph_cases[] = {
     /* ---- elementwise, broadcasting ---- */
     {"add [B,T,C] + [C]", op_fn, X(.op = OP_ADD), NULL, 2,
      {IN(2, 7, 13), IN(13)}, GPH_ALL},
+    {"bias_gelu [2,7,13] + [13] (fused)", op_fn, X(.op = OP_BIAS_GELU), NULL,
+     2, {IN(2, 7, 13), IN(13)}, GPH_ALL, 3},
     {"add [7,13] + scalar", op_fn, X(.op = OP_ADD), NULL, 2,
      {IN(7, 13), SCALAR}},
     {"sub [3,1,5] - [4,1]", op_fn, X(.op = OP_SUB), NULL, 2,

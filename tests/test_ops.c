@@ -463,10 +463,51 @@ START_TEST(test_shape_ops)
 }
 END_TEST
 
+static fg_status bias_gelu_fn(fg_tensor *const *in, int n, fg_tensor **out,
+                              void *u)
+{
+    (void)n;
+    (void)u;
+    return fg_bias_gelu(in[0], in[1], out);
+}
+
+/* The fused op equals gelu(x + b) and its gradients pass gradcheck (x
+ * strided too); bad bias shapes are refused. */
+START_TEST(test_bias_gelu)
+{
+    fgt_rng r = fgt_rng_for(470);
+    fg_tensor *x = fgt_rand(&r, FG_FP64, FG_SHAPE(2, 3, 5), 2, 0, 1);
+    fg_tensor *b = fgt_rand(&r, FG_FP64, FG_SHAPE(5), 1, 0, 1);
+    fg_tensor *y, *t, *z;
+    FGT_OK(fg_bias_gelu(x, b, &y));
+    FGT_OK(fg_add(x, b, &t));
+    FGT_OK(fg_gelu(t, &z));
+    double *hy = fgt_host(y), *hz = fgt_host(z);
+    for (int i = 0; i < 30; i++)
+        ck_assert_msg(fabs(hy[i] - hz[i]) <= 1e-15 * (1 + fabs(hz[i])),
+                      "element %d: %.17g vs %.17g", i, hy[i], hz[i]);
+    free(hy);
+    free(hz);
+    fg_tensor *in[2] = {x, b};
+    fgt_gradcheck("bias_gelu", bias_gelu_fn, NULL, in, 2, 0);
+    fg_tensor *xt;
+    FGT_OK(fg_transpose(x, 0, 1, &xt)); /* [3, 2, 5], strided */
+    fg_tensor *in2[2] = {xt, b};
+    fgt_gradcheck("bias_gelu strided", bias_gelu_fn, NULL, in2, 2, 0);
+    fg_tensor *bad = fgt_rand(&r, FG_FP64, FG_SHAPE(3), 1, 0, 0);
+    fg_tensor *o = (fg_tensor *)0x1;
+    FGT_FAILS(fg_bias_gelu(x, bad, &o), FG_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_eq(o, (fg_tensor *)0x1);
+    fg_tensor *all[] = {y, t, z, xt, bad, x, b};
+    fgt_free_all(all, 7);
+}
+END_TEST
+
 FGT_MAIN_BEGIN("ops")
 FGT_LOOP(test_binary, LOOPS)
 FGT_LOOP(test_unary, LOOPS)
 FGT_TEST(test_elementwise_values)
+FGT_TEST(test_bias_gelu)
 FGT_LOOP(test_matmul_grad, LOOPS)
 FGT_LOOP(test_matmul_values, 2)
 FGT_LOOP(test_reduce, LOOPS)

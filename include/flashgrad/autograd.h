@@ -199,8 +199,14 @@ FG_API fg_status fg_relu(fg_tensor *x, fg_tensor **out);
 /* GELU, tanh approximation (GPT-2):
  * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
 FG_API fg_status fg_gelu(fg_tensor *x, fg_tensor **out);
-/* Converts between fp32 and fp64 (gradient converted back). */
+/* Converts between fp32 and fp64, and on CUDA also to and from fp16/bf16
+ * (round to nearest even; the gradient is converted back). */
 FG_API fg_status fg_cast(fg_tensor *x, fg_dtype dt, fg_tensor **out);
+/* gelu(x + bias), bias [C] over the last dimension of x [..., C], as one
+ * fused pass on the GPU (forward and backward; x + bias is never stored):
+ * the first layer of a transformer MLP. The node saves x and bias. */
+FG_API fg_status fg_bias_gelu(fg_tensor *x, fg_tensor *bias,
+                              fg_tensor **out);
 
 /* ---- matrix products ------------------------------------------------------ */
 
