@@ -7,6 +7,7 @@
 
 #include "flashgrad/nn.h"
 #include "error.h"
+#include "nn_internal.h"
 
 #define NN_T(expr)              \
     do {                        \
@@ -196,20 +197,15 @@ fg_status fg_gpt_forward(const fg_gpt *m, const int64_t *tokens, int64_t B,
         NN_T(fg_nn_linear_forward(&m->head, h, &lg));
     } else { /* tied: h wte^T, in the autocast dtype when one is active */
         fg_tensor *ha = NULL, *wa = NULL;
-        fg_dtype ac;
-        int cast = fg_autocast_get(&ac) &&
-                   m->cfg.device == FG_DEVICE_CUDA && ac != m->cfg.dtype;
-        NN_T(cast ? fg_cast(h, ac, &ha) : (ha = fg_tensor_retain(h), FG_OK));
-        NN_T(cast ? fg_cast(m->emb.tok, ac, &wa)
-                  : (wa = fg_tensor_retain(m->emb.tok), FG_OK));
+        NN_T(fg_nn_ac_cast(h, &ha));
+        NN_T(fg_nn_ac_cast(m->emb.tok, &wa));
         NN_T(fg_matmul(ha, wa, 0, 1, &lg));
         fg_tensor_free(ha);
         fg_tensor_free(wa);
     }
-    if (s == FG_OK && fg_tensor_dtype(lg) != m->cfg.dtype) {
-        /* softmax-cross-entropy and the returned logits in fp32 */
+    if (s == FG_OK) { /* softmax-cross-entropy and the logits in fp32 */
         fg_tensor *lf = NULL;
-        s = fg_cast(lg, m->cfg.dtype, &lf);
+        s = fg_nn_to_dtype(lg, m->cfg.dtype, &lf);
         fg_tensor_free(lg);
         lg = lf;
     }

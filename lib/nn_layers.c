@@ -7,6 +7,7 @@
 
 #include "flashgrad/nn.h"
 #include "error.h"
+#include "nn_internal.h"
 
 /* Runs `expr` only while s is FG_OK (a chain of ops with one exit). */
 #define NN_T(expr)              \
@@ -52,10 +53,7 @@ int fg_autocast_get(fg_dtype *dt)
     return tls_ac_depth > 0;
 }
 
-/* x in the autocast dtype when a region is active and x is a CUDA tensor
- * of another dtype (a recorded cast, so its gradient returns in x's
- * dtype); otherwise a new reference to x. NULL stays NULL. */
-static fg_status ac_cast(fg_tensor *x, fg_tensor **y)
+fg_status fg_nn_ac_cast(fg_tensor *x, fg_tensor **y)
 {
     fg_dtype dt;
     if (x && fg_autocast_get(&dt) && fg_tensor_device(x) == FG_DEVICE_CUDA &&
@@ -65,9 +63,7 @@ static fg_status ac_cast(fg_tensor *x, fg_tensor **y)
     return FG_OK;
 }
 
-/* x cast to dt if it differs (a residual branch computed in the autocast
- * dtype joining the fp32 stream). */
-static fg_status to_dtype(fg_tensor *x, fg_dtype dt, fg_tensor **y)
+fg_status fg_nn_to_dtype(fg_tensor *x, fg_dtype dt, fg_tensor **y)
 {
     if (fg_tensor_dtype(x) != dt)
         return fg_cast(x, dt, y);
@@ -102,9 +98,9 @@ fg_status fg_nn_linear_forward(const fg_nn_linear *l, fg_tensor *x,
     if (!l || !l->weight)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "uninitialised layer");
     fg_tensor *xa = NULL, *wa = NULL, *ba = NULL, *t = NULL;
-    fg_status s = ac_cast(x, &xa);
-    NN_T(ac_cast(l->weight, &wa));
-    NN_T(ac_cast(l->bias, &ba));
+    fg_status s = fg_nn_ac_cast(x, &xa);
+    NN_T(fg_nn_ac_cast(l->weight, &wa));
+    NN_T(fg_nn_ac_cast(l->bias, &ba));
     if (!l->bias) {
         NN_T(fg_matmul(xa, wa, 0, 0, y));
     } else {
@@ -383,11 +379,12 @@ fg_status fg_nn_block_forward(const fg_nn_block *b, fg_tensor *x,
     fg_tensor *ac = NULL, *mc = NULL;
     NN_T(fg_nn_layernorm_forward(&b->ln1, x, &h1));
     NN_T(fg_nn_attention_forward(&b->attn, h1, mode, &a));
-    NN_T(to_dtype(a, fg_tensor_dtype(x), &ac)); /* the stream's dtype */
+    /* branches join the residual stream in its dtype */
+    NN_T(fg_nn_to_dtype(a, fg_tensor_dtype(x), &ac));
     NN_T(fg_add(x, ac, &x1));
     NN_T(fg_nn_layernorm_forward(&b->ln2, x1, &h2));
     NN_T(fg_nn_mlp_forward(&b->mlp, h2, mode, &m));
-    NN_T(to_dtype(m, fg_tensor_dtype(x), &mc));
+    NN_T(fg_nn_to_dtype(m, fg_tensor_dtype(x), &mc));
     NN_T(fg_add(x1, mc, y));
     fg_tensor *all[] = {h1, a, ac, x1, h2, m, mc};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)

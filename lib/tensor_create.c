@@ -172,9 +172,14 @@ static fg_status fill_random(rand_ctx *rc, const char *fn, fg_dtype dt,
     fg_tensor *t;
     if (!out)
         return fg_error(FG_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
-    FG_TRY(fg_check_shape(nd, shape, NULL, fn));
-    /* Drawn on the host (same values on every device), then uploaded. */
-    FG_TRY(fg_tensor_new(NULL, dt, FG_DEVICE_CPU, nd, shape, &t));
+    /* Drawn on the host (same values on every device): into the result on
+     * the CPU, into a host staging tensor that is uploaded otherwise. */
+    if (dev == FG_DEVICE_CPU) {
+        FG_TRY(create(fn, dt, dev, nd, shape, &t));
+    } else {
+        FG_TRY(fg_check_shape(nd, shape, NULL, fn));
+        FG_TRY(fg_tensor_new(NULL, dt, FG_DEVICE_CPU, nd, shape, &t));
+    }
     const int64_t n = t->numel;
     char *base = t->storage->data;
     const size_t es = fg_dtype_size(dt);
@@ -195,7 +200,7 @@ static fg_status fill_random(rand_ctx *rc, const char *fn, fg_dtype dt,
         if (2 * c + 1 < n)
             fg_store_elem(base + (size_t)(2 * c + 1) * es, dt, v1);
     }
-    if (dev == FG_DEVICE_CPU && !fg_alloc_domain(NULL, 0)) {
+    if (dev == FG_DEVICE_CPU) {
         *out = t;
         return FG_OK;
     }
