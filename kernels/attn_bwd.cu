@@ -292,8 +292,11 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
     const int64_t nrows = (int64_t)a.B * a.H * a.Nq;
     attn_bwd_preprocess<T><<<(unsigned)((nrows * 32 + 255) / 256), 256, 0, st>>>(a);
     FG_CUDA_TRY_LAUNCH();
-    if (sizeof(T) == 2 && mma_path_ok(a, true) &&
-        attn_bwd_mma_supported(a.d, smem_limit)) {
+    if (sizeof(T) == 2 && mma_path_ok(a, true) && wgmma_usable() &&
+        attn_bwd_wgmma_smem(a.d) <= smem_limit) {
+        FG_TRY(attn_bwd_wgmma_dispatch(AccOf<T>::is_bf16 ? FG_BF16 : FG_FP16, a, st));
+    } else if (sizeof(T) == 2 && mma_path_ok(a, true) &&
+               attn_bwd_mma_supported(a.d, smem_limit)) {
         FG_TRY(attn_bwd_mma_dispatch(sizeof(T) == 2 && AccOf<T>::is_bf16 ? FG_BF16
                                                                         : FG_FP16,
                                      a, st));

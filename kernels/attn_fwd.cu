@@ -173,9 +173,12 @@ static fg_status launch_fwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
 fg_status attn_fwd_dispatch(fg_dtype dt, const AttnArgs &a, size_t smem_limit,
                             cudaStream_t st)
 {
-    if ((dt == FG_FP16 || dt == FG_BF16) && mma_path_ok(a, false) &&
-        attn_fwd_mma_smem(a.d) <= smem_limit)
-        return attn_fwd_mma_dispatch(dt, a, st);
+    if ((dt == FG_FP16 || dt == FG_BF16) && mma_path_ok(a, false)) {
+        if (wgmma_usable() && attn_fwd_wgmma_smem(a.d) <= smem_limit)
+            return attn_fwd_wgmma_dispatch(dt, a, st);
+        if (attn_fwd_mma_smem(a.d) <= smem_limit)
+            return attn_fwd_mma_dispatch(dt, a, st);
+    }
     switch (dt) {
     case FG_FP64: return launch_fwd<double>(a, smem_limit, st);
     case FG_FP32: return launch_fwd<float>(a, smem_limit, st);

@@ -22,6 +22,16 @@ size_t attn_fwd_mma_smem(int d);
 fg_status attn_bwd_mma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st);
 bool attn_bwd_mma_supported(int d, size_t smem_limit);
 
+/* Hopper wgmma paths (sm_90a). wgmma_usable() is true when the library
+ * holds sm_90a code for the current device (a compute capability 9.0 GPU
+ * and a build with 90 in --with-cuda-arch) and FG_ATTN_KERNEL is neither
+ * "mma" (forces the sm_80 kernels) nor "general". */
+bool wgmma_usable();
+fg_status attn_fwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st);
+size_t attn_fwd_wgmma_smem(int d);
+fg_status attn_bwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st);
+size_t attn_bwd_wgmma_smem(int d);
+
 /* The tensor-core kernels copy 16-byte row chunks: every operand pointer
  * must be 16-byte aligned and every stride a multiple of 8 elements.
  * FG_ATTN_KERNEL=general in the environment forces the general kernels

@@ -362,6 +362,17 @@ START_TEST(test_general_lowp)
 }
 END_TEST
 
+/* The sm_80 tensor-core kernels (mma.sync): on a Hopper GPU the default
+ * path is the wgmma one, so force the other here. Elsewhere this repeats
+ * the default path. */
+START_TEST(test_mma_lowp)
+{
+    setenv("FG_ATTN_KERNEL", "mma", 1);
+    run_case(&cases[_i], FG_BF16, 7200 + (uint64_t)_i);
+    run_case(&cases[_i], FG_FP16, 7300 + (uint64_t)_i);
+}
+END_TEST
+
 /* Deterministic mode: dQ without atomics, reruns bitwise identical, and
  * still within the tolerances against the CPU reference. */
 START_TEST(test_deterministic)
@@ -610,6 +621,7 @@ int main(void)
     const int ncases = (int)(sizeof cases / sizeof cases[0]);
     tcase_add_loop_test(tc, test_vs_cpu, 0, sanitize ? 7 : ncases);
     tcase_add_loop_test(tc, test_general_lowp, 0, sanitize ? 4 : ncases);
+    tcase_add_loop_test(tc, test_mma_lowp, 0, sanitize ? 4 : ncases);
     tcase_add_loop_test(tc, test_deterministic, 0, 3);
     tcase_add_test(tc, test_dropout_mask);
     tcase_add_test(tc, test_fully_masked);

@@ -1,0 +1,113 @@
+/* kernels/wgmma_sm90.cuh - Hopper (sm_90a) warpgroup MMA building blocks for
+ * the fast attention kernels: shared-memory matrix descriptors, the
+ * fence / commit / wait protocol and the m64nNk16 wrappers (generated into
+ * wgmma_ops.inc).
+ *
+ * Layout contract (PTX ISA, "Asynchronous Warpgroup Level Matrix Shared
+ * Memory Layout"): every operand tile lives in shared memory as panels of
+ * 64 16-bit elements (128 bytes) per row, rows contiguous, 8-row atoms of
+ * 1024 bytes aligned to 1024, with the 128-byte swizzle: 16-byte chunk c of
+ * row r is stored at chunk c ^ (r % 8) - the same XOR our cp.async loaders
+ * use (swz() with 8 chunks per row), so one loader serves mma.sync and
+ * wgmma.
+ *  - K-major operand (contiguous along the reduction dim, e.g. Q or K in
+ *    S = Q K^T): descriptor start = panel + 32 bytes per k16 step inside the
+ *    128-byte row, stride byte offset (SBO) = 1024 between 8-row groups.
+ *  - MN-major operand (contiguous along M or N, e.g. V in O = P V): start =
+ *    panel + 16 rows * 128 bytes per k16 step, SBO = 1024 between 8-row
+ *    groups along K, leading byte offset (LBO) = distance between the
+ *    64-wide panels along M/N.
+ * Accumulator layout of m64nNk16 (fp32): warp w of the warpgroup holds rows
+ * 16w + g and 16w + g + 8 (g = lane / 4); register 4i + {0,1} is (row g,
+ * column 8i + 2t + {0,1}), 4i + {2,3} the same columns of row g + 8 (t =
+ * lane % 4): per warp this is the mma.sync m16n8 C layout, so the softmax,
+ * masking and dropout code of the sm_80 kernels applies unchanged, and two
+ * n8 accumulator tiles are the A-register fragment of one k16 step. */
+#ifndef FG_KERNELS_WGMMA_SM90_CUH
+#define FG_KERNELS_WGMMA_SM90_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "mma_sm80.cuh"
+
+namespace fg {
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FG_WGMMA_ENABLED 1
+#endif
+
+/* 64-bit shared-memory matrix descriptor with the 128-byte swizzle. */
+__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo)
+{
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) |
+           ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
+           ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) | ((uint64_t)1 << 62);
+}
+
+#ifdef FG_WGMMA_ENABLED
+/* Orders register writes (accumulators, A fragments) before the next
+ * wgmma reads them. */
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wg_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Generic-proxy shared-memory writes (st.shared, cp.async) become visible
+ * to the async proxy that wgmma reads through. */
+__device__ __forceinline__ void fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+#else
+__device__ __forceinline__ void wg_fence() {}
+__device__ __forceinline__ void wg_commit() {}
+template <int N> __device__ __forceinline__ void wg_wait() {}
+__device__ __forceinline__ void fence_proxy_async() {}
+#endif
+
+/* Keeps the compiler from moving accumulator reads/writes across an
+ * in-flight wgmma (the registers are written asynchronously). */
+template <int R> __device__ __forceinline__ void wg_fence_regs(float (&d)[R])
+{
+#pragma unroll
+    for (int i = 0; i < R; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+
+#ifdef FG_WGMMA_ENABLED
+#include "wgmma_ops.inc"
+#else
+/* Other targets compile the kernels' host-visible shells only. */
+template <typename T, int N> struct WgmmaOp {
+    template <int TA, int TB>
+    static __device__ __forceinline__ void ss(float (&)[N / 2], uint64_t, uint64_t, int) {}
+    template <int TB>
+    static __device__ __forceinline__ void rs(float (&)[N / 2], const uint32_t (&)[4], uint64_t, int) {}
+};
+#endif
+
+/* Byte offset of 16-byte chunk `chunk` (of the full row) of row `row` in a
+ * [D / 64 panels][rows][64] tile with the 128-byte swizzle. */
+__device__ __forceinline__ uint32_t pswz(int row, int chunk, int rows)
+{
+    return (uint32_t)((chunk >> 3) * rows * 128 + row * 128 +
+                      (((chunk & 7) ^ (row & 7)) << 4));
+}
+
+/* load_rows into a panel tile (see pswz). */
+template <typename T, int D>
+__device__ __forceinline__ void load_panels(uint32_t sbase, const Operand &t,
+                                            int64_t b, int64_t s0, int64_t h,
+                                            int rows, int valid, int d,
+                                            int nthreads)
+{
+    load_rows_to<T, D>(sbase, t, b, s0, h, rows, valid, d, nthreads,
+                       [rows](int r, int c) { return pswz(r, c, rows); });
+}
+
+} /* namespace fg */
+
+#endif /* FG_KERNELS_WGMMA_SM90_CUH */
