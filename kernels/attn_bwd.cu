@@ -39,6 +39,27 @@ __global__ void attn_bwd_preprocess(const AttnArgs a)
         ((A *)a.D)[row] = acc;
 }
 
+/* lse2 = m log2(e) + log2(l) (+inf for empty rows) and D, into the padded
+ * [B*H][nq_pad] arrays the wgmma backward bulk-copies per query block. */
+__global__ void attn_bwd_pad_stats(const AttnArgs a)
+{
+    const int64_t n = (int64_t)a.B * a.H * a.nq_pad;
+    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t bh = idx / a.nq_pad, i = idx % a.nq_pad;
+        float lse = INFINITY, dd = 0.f;
+        if (i < a.Nq) {
+            const float l = ((const float *)a.l)[bh * a.Nq + i];
+            const float m = ((const float *)a.m)[bh * a.Nq + i];
+            if (l > 0.f)
+                lse = m * 1.4426950408889634f + __log2f(l);
+            dd = ((const float *)a.D)[bh * a.Nq + i];
+        }
+        ((float *)a.lse2p)[idx] = lse;
+        ((float *)a.Dp)[idx] = dd;
+    }
+}
+
 template <typename T>
 __global__ void attn_bwd_write_dq(const AttnArgs a)
 {
@@ -292,9 +313,14 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
     const int64_t nrows = (int64_t)a.B * a.H * a.Nq;
     attn_bwd_preprocess<T><<<(unsigned)((nrows * 32 + 255) / 256), 256, 0, st>>>(a);
     FG_CUDA_TRY_LAUNCH();
-    if (sizeof(T) == 2 && mma_path_ok(a, true) && wgmma_usable() &&
-        attn_bwd_wgmma_smem(a.d) <= smem_limit) {
-        FG_TRY(attn_bwd_wgmma_dispatch(AccOf<T>::is_bf16 ? FG_BF16 : FG_FP16, a, st));
+    alignas(64) unsigned char maps[1024];
+    if (sizeof(T) == 2 && a.lse2p && mma_path_ok(a, true) && wgmma_usable() &&
+        attn_bwd_wgmma_smem(a.d) <= smem_limit &&
+        attn_bwd_wgmma_maps_size() <= sizeof maps && attn_bwd_wgmma_maps(a, maps)) {
+        const int64_t n = (int64_t)a.B * a.H * a.nq_pad;
+        attn_bwd_pad_stats<<<(unsigned)min((n + 255) / 256, (int64_t)65535), 256, 0, st>>>(a);
+        FG_CUDA_TRY_LAUNCH();
+        FG_TRY(attn_bwd_wgmma_dispatch(AccOf<T>::is_bf16 ? FG_BF16 : FG_FP16, a, maps, st));
     } else if (sizeof(T) == 2 && mma_path_ok(a, true) &&
                attn_bwd_mma_supported(a.d, smem_limit)) {
         FG_TRY(attn_bwd_mma_dispatch(sizeof(T) == 2 && AccOf<T>::is_bf16 ? FG_BF16

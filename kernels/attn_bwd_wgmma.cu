@@ -21,31 +21,40 @@
 #include "attn_common.cuh"
 #include "attn_kernels.h"
 #include "cuda_check.h"
+#include "tma_map.h"
 #include "wgmma_sm90.cuh"
+
 
 namespace fg {
 
-template <int D> struct BwdWgTile {
+/* WG warpgroups per block. With one (d <= 128), a block owns 64 keys and
+ * two blocks share an SM, overlapping each other's elementwise phases and
+ * MMAs; with two, the warpgroups share the Q/dO tiles but run in lockstep. */
+template <int D, int WG> struct BwdWgTile {
     static constexpr bool kSplitD = D == 256;
-    static constexpr int kThreads = 256;           /* two warpgroups */
-    static constexpr int kBc = kSplitD ? 64 : 128;  /* keys per block */
-    static constexpr int kBr = 64;                  /* queries per step */
-    static constexpr int kDH = kSplitD ? D / 2 : D; /* dK/dV width per WG */
-    static constexpr int kDQ = D / 2;               /* dQ width per WG */
+    static constexpr int kWG = kSplitD ? 2 : WG;
+    static constexpr int kThreads = 128 * kWG;
+    static constexpr int kMinBlocks = kWG == 1 ? 2 : 1;
+    static constexpr int kBc = kSplitD ? 64 : 64 * kWG; /* keys per block */
+    static constexpr int kBr = 64;                      /* queries per step */
+    static constexpr int kDH = kSplitD ? D / 2 : D;     /* dK/dV width per WG */
+    static constexpr int kDQ = D / kWG;                 /* dQ width per WG */
     /* K, V; Q and dO double-buffered; dS^T [Bc][Br]; lse2, D per query
-     * (two buffers); 1024 for alignment. */
+     * (two buffers); three mbarriers; 1024 for alignment. */
     static constexpr size_t kSmem = (size_t)(2 * kBc * D + 4 * kBr * D + kBc * kBr) * 2 +
-                                    4 * kBr * sizeof(float) + 1024;
+                                    4 * kBr * sizeof(float) + 3 * 8 + 1024;
 };
 
-template <typename T, int D, bool kCausal, bool kDropout>
-__global__ void __launch_bounds__(256, 1)
-attn_bwd_wgmma_kernel(const AttnArgs a)
+template <typename T, int D, int WG, bool kCausal, bool kDropout>
+__global__ void __launch_bounds__(BwdWgTile<D, WG>::kThreads, BwdWgTile<D, WG>::kMinBlocks)
+attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
+                      const __grid_constant__ CUtensorMap tmK,
+                      const __grid_constant__ CUtensorMap tmV,
+                      const __grid_constant__ CUtensorMap tmO)
 {
 #ifdef FG_WGMMA_ENABLED
-    using Tile = BwdWgTile<D>;
+    using Tile = BwdWgTile<D, WG>;
     constexpr int Bc = Tile::kBc, Br = Tile::kBr, DH = Tile::kDH, DQ = Tile::kDQ;
-    constexpr int NT = Tile::kThreads;
     constexpr uint32_t qtile = Br * D * 2;   /* bytes of one Q or dO tile */
     extern __shared__ unsigned char smem[];
     const uint32_t base = smem_u32(smem);
@@ -65,9 +74,27 @@ attn_bwd_wgmma_kernel(const AttnArgs a)
     const int kvalid = (int)min((int64_t)Bc, (int64_t)a.Nk - j0);
     const float scale_log2 = (float)(a.scale * 1.4426950408889634);
 
-    load_panels<T, D>(sK, a.k, b, j0, hk, Bc, kvalid, a.d, NT);
-    load_panels<T, D>(sV, a.v, b, j0, hk, Bc, kvalid, a.d, NT);
-    cp_async_commit();
+    /* TMA: K and V once, then per step Q_i, dO_i (64-column panels) and
+     * the 64 lse2 / D values (bulk copies), double-buffered; thread 0
+     * issues, mbarriers signal (bar_kv, bar_q[buffer]). */
+    const uint32_t bar_kv = smem_u32(D_s + 2 * Br), bar_q = bar_kv + 8;
+    auto tma_tile = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int rows,
+                        int64_t row0, int head) {
+#pragma unroll
+        for (int p = 0; p < D / 64; p++)
+            tma_load_4d(dst + p * rows * 128, map, bar, p * 64, (int)row0, head, b);
+    };
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < 3; i++)
+            mbar_init(bar_kv + 8 * i, 1);
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        mbar_expect_tx(bar_kv, 2 * Bc * D * 2);
+        tma_tile(sK, &tmK, bar_kv, Bc, j0, hk);
+        tma_tile(sV, &tmV, bar_kv, Bc, j0, hk);
+    }
 
     /* Query blocks to visit: causal skips rows that see none of our keys. */
     int64_t i_first = 0;
@@ -77,29 +104,18 @@ attn_bwd_wgmma_kernel(const AttnArgs a)
     const int64_t nqb = a.Nq > i_first ? (a.Nq + Br - 1) / Br - ib_first : 0;
     const int64_t total = nqb * a.group; /* (head, query block) steps */
 
-    auto issue = [&](int64_t st) {
+    auto issue = [&](int64_t st) { /* thread 0 only */
         const int gh = (int)(st / nqb);
         const int64_t i0 = (ib_first + st % nqb) * Br;
         const int h = hk * a.group + gh;
-        const int valid = (int)min((int64_t)Br, (int64_t)a.Nq - i0);
         const uint32_t buf = sQ0 + (uint32_t)(st & 1) * 2 * qtile;
-        load_panels<T, D>(buf, a.q, b, i0, h, Br, valid, a.d, NT);
-        load_panels<T, D>(buf + qtile, a.dout, b, i0, h, Br, valid, a.d, NT);
-        const int64_t bh = (int64_t)b * a.H + h;
-        for (int r = threadIdx.x; r < Br; r += NT) {
-            const int64_t i = i0 + r;
-            float lse = INFINITY, dd = 0.f;
-            if (i < a.Nq) {
-                const float l = ((const float *)a.l)[bh * a.Nq + i];
-                const float m = ((const float *)a.m)[bh * a.Nq + i];
-                if (l > 0.f)
-                    lse = m * 1.4426950408889634f + __log2f(l);
-                dd = ((const float *)a.D)[bh * a.Nq + i];
-            }
-            lse2_s[(st & 1) * Br + r] = lse;
-            D_s[(st & 1) * Br + r] = dd;
-        }
-        cp_async_commit();
+        const uint32_t bar = bar_q + 8 * (uint32_t)(st & 1);
+        mbar_expect_tx(bar, 2 * qtile + 2 * Br * 4);
+        tma_tile(buf, &tmQ, bar, Br, i0, h);
+        tma_tile(buf + qtile, &tmO, bar, Br, i0, h);
+        const int64_t row = ((int64_t)b * a.H + h) * a.nq_pad + i0;
+        bulk_load(smem_u32(lse2_s + (st & 1) * Br), (const float *)a.lse2p + row, Br * 4, bar);
+        bulk_load(smem_u32(D_s + (st & 1) * Br), (const float *)a.Dp + row, Br * 4, bar);
     };
 
     float dk[DH / 2], dv[DH / 2];
@@ -107,7 +123,7 @@ attn_bwd_wgmma_kernel(const AttnArgs a)
     for (int i = 0; i < DH / 2; i++)
         dk[i] = dv[i] = 0.f;
 
-    if (total > 0)
+    if (total > 0 && threadIdx.x == 0)
         issue(0);
     for (int64_t st = 0; st < total; st++) {
         const int gh = (int)(st / nqb);
@@ -116,14 +132,11 @@ attn_bwd_wgmma_kernel(const AttnArgs a)
         const int64_t bh = (int64_t)b * a.H + h;
         const uint32_t sQ = sQ0 + (uint32_t)(st & 1) * 2 * qtile, sdO = sQ + qtile;
         const float *lse2 = lse2_s + (st & 1) * Br, *Dv = D_s + (st & 1) * Br;
-        if (st + 1 < total) {
-            issue(st + 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        fence_proxy_async();
-        __syncthreads();
+        if (st + 1 < total && threadIdx.x == 0)
+            issue(st + 1); /* its buffer was released by the last barrier */
+        if (st == 0)
+            mbar_wait(bar_kv, 0);
+        mbar_wait(bar_q + 8 * (uint32_t)(st & 1), (uint32_t)(st >> 1) & 1);
 
         /* S^T = K Q_i^T (Alg4 L.12) and dP^T = V dO_i^T (L.18): 64 keys x
          * 64 queries each, reduced over d in k16 steps; two commit groups,
@@ -157,6 +170,15 @@ attn_bwd_wgmma_kernel(const AttnArgs a)
         const float ks = (float)a.keep_scale;
         uint32_t keep = 0;
         uint32_t pf[Br / 16][4], sf[Br / 16][4]; /* A fragments for dV, dK */
+        if (need_mask) { /* boundary blocks only: masked scores -> -inf -> P = 0 */
+#pragma unroll
+            for (int x = 0; x < Br / 2; x++) {
+                const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((x >> 1) & 1);
+                const int64_t i = i0 + 8 * (x >> 2) + 2 * t4 + (x & 1);
+                if (j >= a.Nk || (kCausal && j > i + a.shift))
+                    s[x] = -INFINITY;
+            }
+        }
 #pragma unroll
         for (int qt = 0; qt < Br / 8; qt++) {
             float p[4];
@@ -165,9 +187,7 @@ attn_bwd_wgmma_kernel(const AttnArgs a)
             for (int e = 0; e < 4; e++) {
                 const int64_t j = j0 + key_base + 16 * warp + g + 8 * (e >> 1);
                 const int64_t i = i0 + 8 * qt + 2 * t4 + (e & 1);
-                float pe = exp2f(fmaf(s[4 * qt + e], scale_log2, -((e & 1) ? L.y : L.x)));
-                if (need_mask && (j >= a.Nk || (kCausal && j > i + a.shift)))
-                    pe = 0.f;
+                const float pe = exp2f(fmaf(s[4 * qt + e], scale_log2, -((e & 1) ? L.y : L.x)));
                 s[4 * qt + e] = pe;
                 p[e] = pe;
                 if (kDropout) {
@@ -304,49 +324,78 @@ attn_bwd_wgmma_kernel(const AttnArgs a)
 #endif
 }
 
-template <typename T, int D, bool kCausal, bool kDropout>
-static fg_status launch(const AttnArgs &a, cudaStream_t st)
+struct BwdMaps {
+    CUtensorMap q, k, v, o;
+};
+
+template <typename T, int D, int WG, bool kCausal, bool kDropout>
+static fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
-    using Tile = BwdWgTile<D>;
-    auto kern = attn_bwd_wgmma_kernel<T, D, kCausal, kDropout>;
+    using Tile = BwdWgTile<D, WG>;
+    auto kern = attn_bwd_wgmma_kernel<T, D, WG, kCausal, kDropout>;
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)Tile::kSmem));
     dim3 grid((unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc), (unsigned)a.Hk,
               (unsigned)a.B);
-    kern<<<grid, Tile::kThreads, Tile::kSmem, st>>>(a);
+    kern<<<grid, Tile::kThreads, Tile::kSmem, st>>>(a, m.q, m.k, m.v, m.o);
     FG_CUDA_TRY_LAUNCH();
     return FG_OK;
 }
 
-template <typename T, int D>
-static fg_status launch_opts(const AttnArgs &a, cudaStream_t st)
+template <typename T, int D, int WG>
+static fg_status launch_opts(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
     if (a.causal)
-        return a.dropout ? launch<T, D, true, true>(a, st) : launch<T, D, true, false>(a, st);
-    return a.dropout ? launch<T, D, false, true>(a, st) : launch<T, D, false, false>(a, st);
+        return a.dropout ? launch<T, D, WG, true, true>(a, m, st)
+                         : launch<T, D, WG, true, false>(a, m, st);
+    return a.dropout ? launch<T, D, WG, false, true>(a, m, st)
+                     : launch<T, D, WG, false, false>(a, m, st);
 }
 
+/* Two warpgroups per block for every head dim: one-warpgroup blocks (two
+ * per SM) measured 5-25% slower on an H100 (the Q/dO tiles are loaded
+ * twice and dQ gets twice the atomics). */
 template <typename T>
-static fg_status launch_dim(const AttnArgs &a, cudaStream_t st)
+static fg_status launch_dim(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
     if (a.d <= 64)
-        return launch_opts<T, 64>(a, st);
+        return launch_opts<T, 64, 2>(a, m, st);
     if (a.d <= 128)
-        return launch_opts<T, 128>(a, st);
-    return launch_opts<T, 256>(a, st);
+        return launch_opts<T, 128, 2>(a, m, st);
+    return launch_opts<T, 256, 2>(a, m, st);
 }
 
 size_t attn_bwd_wgmma_smem(int d)
 {
-    return d <= 64 ? BwdWgTile<64>::kSmem : d <= 128 ? BwdWgTile<128>::kSmem
-                                                     : BwdWgTile<256>::kSmem;
+    return d <= 64 ? BwdWgTile<64, 2>::kSmem : d <= 128 ? BwdWgTile<128, 2>::kSmem
+                                                        : BwdWgTile<256, 2>::kSmem;
 }
 
-fg_status attn_bwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st)
+static int bwd_keys(int d)
 {
+    return d <= 64 ? BwdWgTile<64, 2>::kBc : d <= 128 ? BwdWgTile<128, 2>::kBc
+                                                      : BwdWgTile<256, 2>::kBc;
+}
+
+bool attn_bwd_wgmma_maps(const AttnArgs &a, void *maps)
+{
+    BwdMaps *m = (BwdMaps *)maps;
+    const int bc = bwd_keys(a.d), br = 64;
+    return make_panel_tmap(&m->q, a.q, a.d, a.Nq, a.H, a.B, br) &&
+           make_panel_tmap(&m->o, a.dout, a.d, a.Nq, a.H, a.B, br) &&
+           make_panel_tmap(&m->k, a.k, a.d, a.Nk, a.Hk, a.B, bc) &&
+           make_panel_tmap(&m->v, a.v, a.d, a.Nk, a.Hk, a.B, bc);
+}
+
+size_t attn_bwd_wgmma_maps_size() { return sizeof(BwdMaps); }
+
+fg_status attn_bwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, const void *maps,
+                                  cudaStream_t st)
+{
+    const BwdMaps &m = *(const BwdMaps *)maps;
     if (dt == FG_BF16)
-        return launch_dim<__nv_bfloat16>(a, st);
-    return launch_dim<__half>(a, st);
+        return launch_dim<__nv_bfloat16>(a, m, st);
+    return launch_dim<__half>(a, m, st);
 }
 
 } /* namespace fg */

@@ -174,8 +174,10 @@ fg_status attn_fwd_dispatch(fg_dtype dt, const AttnArgs &a, size_t smem_limit,
                             cudaStream_t st)
 {
     if ((dt == FG_FP16 || dt == FG_BF16) && mma_path_ok(a, false)) {
-        if (wgmma_usable() && attn_fwd_wgmma_smem(a.d) <= smem_limit)
-            return attn_fwd_wgmma_dispatch(dt, a, st);
+        fg_status status = FG_OK;
+        if (wgmma_usable() && attn_fwd_wgmma_smem(a.d) <= smem_limit &&
+            attn_fwd_wgmma_dispatch(dt, a, st, &status))
+            return status;
         if (attn_fwd_mma_smem(a.d) <= smem_limit)
             return attn_fwd_mma_dispatch(dt, a, st);
     }

@@ -27,9 +27,19 @@ bool attn_bwd_mma_supported(int d, size_t smem_limit);
  * and a build with 90 in --with-cuda-arch) and FG_ATTN_KERNEL is neither
  * "mma" (forces the sm_80 kernels) nor "general". */
 bool wgmma_usable();
-fg_status attn_fwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st);
+/* False when the operands cannot be described to the TMA engine (then
+ * nothing was launched); otherwise *status is the launch's. */
+bool attn_fwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st,
+                             fg_status *status);
 size_t attn_fwd_wgmma_smem(int d);
-fg_status attn_bwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st);
+/* Backward: the four tensor maps (Q, K, V, dO) go into `maps` (at least
+ * attn_bwd_wgmma_maps_size() bytes, 64-byte aligned); false when the
+ * operands cannot be described to the TMA engine. The launch needs
+ * a.lse2p / a.Dp filled (attn_bwd.cu pads them). */
+bool attn_bwd_wgmma_maps(const AttnArgs &a, void *maps);
+size_t attn_bwd_wgmma_maps_size();
+fg_status attn_bwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, const void *maps,
+                                  cudaStream_t st);
 size_t attn_bwd_wgmma_smem(int d);
 
 /* The tensor-core kernels copy 16-byte row chunks: every operand pointer

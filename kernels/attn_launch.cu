@@ -127,7 +127,13 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
     const size_t d_bytes = (acc * rows + 255) & ~(size_t)255;
     /* Deterministic mode writes dQ directly: no accumulator. */
     const size_t dq_bytes = pb->deterministic ? 0 : acc * rows * (size_t)pb->d;
-    const size_t bytes = d_bytes + dq_bytes;
+    /* fp16/bf16: lse2 and D padded to 64-row blocks for the wgmma path. */
+    const int64_t nq_pad = (pb->Nq + 63) / 64 * 64;
+    const size_t pad_bytes =
+        pb->dtype == FG_FP16 || pb->dtype == FG_BF16
+            ? (2 * sizeof(float) * (size_t)(pb->B * pb->H * nq_pad) + 255) & ~(size_t)255
+            : 0;
+    const size_t bytes = d_bytes + dq_bytes + pad_bytes;
     void *ws = nullptr;
     /* On the context stream (the autograd path) the caching allocator
      * serves the workspace, so a training step allocates nothing once
@@ -139,6 +145,11 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
         FG_CUDA_TRY(cudaMallocAsync(&ws, bytes, s));
     a.D = ws;
     a.dq_acc = (char *)ws + d_bytes;
+    if (pad_bytes) {
+        a.nq_pad = nq_pad;
+        a.lse2p = (char *)ws + d_bytes + dq_bytes;
+        a.Dp = (float *)a.lse2p + (size_t)(pb->B * pb->H * nq_pad);
+    }
     cudaError_t e = dq_bytes ? cudaMemsetAsync(a.dq_acc, 0, dq_bytes, s) : cudaSuccess;
     fg_status status = FG_OK;
     if (e != cudaSuccess)

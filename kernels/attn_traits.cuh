@@ -63,6 +63,11 @@ struct AttnArgs {
     Operand q, k, v, o, dout, dq, dk, dv;
     void *m, *l;          /* [B, H, Nq] stats, accumulator type */
     void *D;              /* [B, H, Nq] rowsum(dO * O), backward */
+    /* wgmma backward only: lse2 = log2 of the softmax normaliser and D,
+     * float [B*H][nq_pad] with rows padded to a multiple of 64 (+inf / 0),
+     * so every 64-query block is one aligned bulk copy. */
+    void *lse2p, *Dp;
+    int64_t nq_pad;
     void *dq_acc;         /* [B, H, Nq, d] dQ accumulator, backward */
     int B, Nq, Nk, H, Hk, d, group;
     int64_t shift;        /* Nk - Nq: query i sees key j iff j <= i + shift */

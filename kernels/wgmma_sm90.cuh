@@ -68,6 +68,60 @@ template <int N> __device__ __forceinline__ void wg_wait() {}
 __device__ __forceinline__ void fence_proxy_async() {}
 #endif
 
+/* ---- TMA (bulk tensor copies) with mbarrier completion ---------------- */
+#ifdef FG_WGMMA_ENABLED
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+/* Makes barrier initialisation visible to the async proxy (TMA). */
+__device__ __forceinline__ void mbar_init_fence()
+{
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                 "r"(bytes)
+                 : "memory");
+}
+/* Spins until the barrier's phase with parity `parity` has completed. */
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
+{
+    asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT_%=;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+/* One box of a 4-D tensor map (coordinates innermost first) into shared
+ * memory; completion is counted in bytes on `bar`. */
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const void *tmap, uint32_t bar,
+                                            int c0, int c1, int c2, int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+                 "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+                 : "memory");
+}
+/* Plain bulk copy (size and addresses multiples of 16 bytes). */
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_t bytes,
+                                          uint32_t bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+#else
+__device__ __forceinline__ void bulk_load(uint32_t, const void *, uint32_t, uint32_t) {}
+__device__ __forceinline__ void mbar_init(uint32_t, uint32_t) {}
+__device__ __forceinline__ void mbar_init_fence() {}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t, uint32_t) {}
+__device__ __forceinline__ void mbar_wait(uint32_t, uint32_t) {}
+__device__ __forceinline__ void tma_load_4d(uint32_t, const void *, uint32_t, int, int, int, int) {}
+#endif
+
 /* Keeps the compiler from moving accumulator reads/writes across an
  * in-flight wgmma (the registers are written asynchronously). */
 template <int R> __device__ __forceinline__ void wg_fence_regs(float (&d)[R])
