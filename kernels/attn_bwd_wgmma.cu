@@ -39,10 +39,15 @@ template <int D, int WG> struct BwdWgTile {
     static constexpr int kBr = 64;                      /* queries per step */
     static constexpr int kDH = kSplitD ? D / 2 : D;     /* dK/dV width per WG */
     static constexpr int kDQ = D / kWG;                 /* dQ width per WG */
-    /* K, V; Q and dO double-buffered; dS^T [Bc][Br]; lse2, D per query
-     * (two buffers); three mbarriers; 1024 for alignment. */
+    /* split d: P^T Z tile, and the P^T / dropout-bit exchange */
+    static constexpr size_t kPBytes = kSplitD ? (size_t)kBc * kBr * 2 : 0;
+    static constexpr size_t kXBytes = kSplitD ? (size_t)(kBr / 2 + 1) * 128 * 4 : 0;
+    /* K, V; Q and dO double-buffered; dS^T [Bc][Br]; P^T; lse2, D per
+     * query (two buffers); three mbarriers (32 bytes); exchange; 1024 for
+     * alignment. At d = 256 this is 231960 of the 232448 bytes a block
+     * may have. */
     static constexpr size_t kSmem = (size_t)(2 * kBc * D + 4 * kBr * D + kBc * kBr) * 2 +
-                                    4 * kBr * sizeof(float) + 3 * 8 + 1024;
+                                    kPBytes + 4 * kBr * sizeof(float) + 32 + kXBytes + 1024;
 };
 
 template <typename T, int D, int WG, bool kCausal, bool kDropout>
@@ -62,8 +67,13 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
     const uint32_t sV = sK + Bc * D * 2;
     const uint32_t sQ0 = sV + Bc * D * 2;    /* buffer b: Q at + 2b qtile, dO after */
     const uint32_t sdS = sQ0 + 4 * qtile;    /* dS^T [Bc][Br], one 64-wide panel */
-    float *lse2_s = (float *)(smem + (sdS - base) + Bc * Br * 2); /* [2][Br] */
-    float *D_s = lse2_s + 2 * Br;                                 /* [2][Br] */
+    const uint32_t sP = sdS + Bc * Br * 2;   /* split d only: P^T Z [Bc][Br] */
+    float *lse2_s = (float *)(smem + (sP - base) + Tile::kPBytes); /* [2][Br] */
+    float *D_s = lse2_s + 2 * Br;                                  /* [2][Br] */
+    /* split d only, after the three mbarriers: P^T [Br/2][128] and the
+     * dropout bits [128], thread-major */
+    float *xch = (float *)((unsigned char *)(D_s + 2 * Br) + 32);
+    uint32_t *keep_x = (uint32_t *)(xch + (Br / 2) * 128);
 
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
@@ -138,118 +148,189 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
             mbar_wait(bar_kv, 0);
         mbar_wait(bar_q + 8 * (uint32_t)(st & 1), (uint32_t)(st >> 1) & 1);
 
-        /* S^T = K Q_i^T (Alg4 L.12) and dP^T = V dO_i^T (L.18): 64 keys x
-         * 64 queries each, reduced over d in k16 steps; two commit groups,
-         * so P^T is computed while dP^T is still on the tensor cores, and
-         * dS^T while dV's product is. */
-        float s[Br / 2], dp[Br / 2];
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-            WgmmaOp<T, Br>::template ss<0, 0>(
-                s, wg_desc(sK + (kk >> 2) * Bc * 128 + key_base * 128 + (kk & 3) * 32, 16, 1024),
-                wg_desc(sQ + (kk >> 2) * Br * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
-        wg_commit();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-            WgmmaOp<T, Br>::template ss<0, 0>(
-                dp, wg_desc(sV + (kk >> 2) * Bc * 128 + key_base * 128 + (kk & 3) * 32, 16, 1024),
-                wg_desc(sdO + (kk >> 2) * Br * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
-        wg_commit();
-        wg_wait<1>(); /* S^T */
-        wg_fence_regs(s);
-
-        /* P^T (Alg4 L.13-14) and dropout (L.15-16). Element i: key j = j0
-         * + key_base + 16 warp + g + 8 ((i >> 1) & 1), query i0 + 8 (i >> 2)
-         * + 2 t4 + (i & 1). s keeps P^T (before dropout) for dS^T; bit i of
-         * `keep` records the dropout decision. */
+        /* Score-tile element x of this thread (S^T, dP^T, P^T, dS^T all
+         * share the accumulator layout): key j0 + key_base + 16 warp + g +
+         * 8 ((x >> 1) & 1), query i0 + 8 (x >> 2) + 2 t4 + (x & 1). */
         const bool need_mask = j0 + Bc > a.Nk || i0 + Br > a.Nq ||
                                (kCausal && j0 + Bc - 1 > i0 + a.shift);
-        const uint2 key = make_uint2(fg_dropout_key_x(a.seed, a.offset),
-                                     fg_dropout_key_y(a.seed, a.offset));
         const float ks = (float)a.keep_scale;
-        uint32_t keep = 0;
-        uint32_t pf[Br / 16][4], sf[Br / 16][4]; /* A fragments for dV, dK */
-        if (need_mask) { /* boundary blocks only: masked scores -> -inf -> P = 0 */
+        auto mask = [&](float (&x)[Br / 2]) { /* masked scores -> -inf -> P = 0 */
 #pragma unroll
-            for (int x = 0; x < Br / 2; x++) {
-                const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((x >> 1) & 1);
-                const int64_t i = i0 + 8 * (x >> 2) + 2 * t4 + (x & 1);
+            for (int e = 0; e < Br / 2; e++) {
+                const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1);
+                const int64_t i = i0 + 8 * (e >> 2) + 2 * t4 + (e & 1);
                 if (j >= a.Nk || (kCausal && j > i + a.shift))
-                    s[x] = -INFINITY;
+                    x[e] = -INFINITY;
             }
-        }
+        };
+        /* P^T = exp2(S^T scale log2e - lse2) (Alg4 L.13-14) in place, and
+         * the dropout decisions (L.15-16) as bits of `keep`. */
+        auto probs = [&](float (&x)[Br / 2], uint32_t &keep) {
+            const uint2 key = make_uint2(fg_dropout_key_x(a.seed, a.offset),
+                                         fg_dropout_key_y(a.seed, a.offset));
+            keep = 0;
 #pragma unroll
-        for (int qt = 0; qt < Br / 8; qt++) {
-            float p[4];
-            const float2 L = *reinterpret_cast<const float2 *>(lse2 + 8 * qt + 2 * t4);
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int64_t j = j0 + key_base + 16 * warp + g + 8 * (e >> 1);
-                const int64_t i = i0 + 8 * qt + 2 * t4 + (e & 1);
-                const float pe = exp2f(fmaf(s[4 * qt + e], scale_log2, -((e & 1) ? L.y : L.x)));
-                s[4 * qt + e] = pe;
-                p[e] = pe;
+            for (int e = 0; e < Br / 2; e++) {
+                const float L = lse2[8 * (e >> 2) + 2 * t4 + (e & 1)];
+                x[e] = exp2f(fmaf(x[e], scale_log2, -L));
                 if (kDropout) {
+                    const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1);
+                    const int64_t i = i0 + 8 * (e >> 2) + 2 * t4 + (e & 1);
                     const uint4 w = curand_Philox4x32_10(
                         make_uint4(fg_dropout_ctr_x(j), fg_dropout_ctr_y(i),
                                    fg_dropout_ctr_z(bh), fg_dropout_ctr_w(a.offset)),
                         key);
                     const uint32_t word = (j & 3) == 0 ? w.x : (j & 3) == 1 ? w.y
                                         : (j & 3) == 2 ? w.z : w.w;
-                    const bool kp = fg_dropout_keep(word, a.keep_threshold);
-                    keep |= (uint32_t)kp << (4 * qt + e);
-                    p[e] = kp ? pe * ks : 0.f;
+                    keep |= (uint32_t)fg_dropout_keep(word, a.keep_threshold) << e;
                 }
             }
-            pf[qt >> 1][(qt & 1) * 2] = pack2<T>(p[0], p[1]);
-            pf[qt >> 1][(qt & 1) * 2 + 1] = pack2<T>(p[2], p[3]);
-        }
+        };
+        auto zf = [&](uint32_t keep, int e) {
+            return !kDropout ? 1.f : ((keep >> e) & 1) ? ks : 0.f;
+        };
+        /* Two packed 16-bit pairs of score tile qt into a [key][query] panel
+         * (dS^T for dQ, or P^T Z). */
+        auto store_t = [&](uint32_t buf, int qt, uint32_t lo, uint32_t hi) {
+            const int key0 = key_base + 16 * warp + g;
+            unsigned char *p = smem + (buf - base);
+            *reinterpret_cast<uint32_t *>(p + pswz(key0, qt, Bc) + 4 * t4) = lo;
+            *reinterpret_cast<uint32_t *>(p + pswz(key0 + 8, qt, Bc) + 4 * t4) = hi;
+        };
+        const uint32_t boff = (dslice / 64) * Br * 128; /* this WG's d panels */
+        uint32_t pf[Br / 16][4], sf[Br / 16][4];        /* A fragments for dV, dK */
 
-        /* dV += (P^T Z) dO_i (Alg4 L.17): B read MN-major, 16 queries per
-         * k-step, LBO = one d panel of Br rows. */
-        const uint32_t boff = (dslice / 64) * Br * 128;
-        wg_fence();
-        wg_fence_regs(dv);
+        if constexpr (Tile::kSplitD) {
+            /* d = 256: WG 0 computes S^T, WG 1 dP^T (64 keys x 64 queries
+             * over all of d, instead of both computing both); P^T and the
+             * dropout bits cross over through shared memory - thread t of
+             * WG 1 reads what thread t of WG 0 wrote (same fragment slots).
+             * dV and dK then read P^T Z and dS^T from shared memory. */
+            float acc[Br / 2];
+            const uint32_t sA = wg == 0 ? sK : sV, sB = wg == 0 ? sQ : sdO;
+            wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < Br / 16; kk++)
-            WgmmaOp<T, DH>::template rs<1>(dv, pf[kk],
-                                           wg_desc(sdO + boff + kk * 2048, Br * 128, 1024), 1);
-        wg_commit();
-        wg_wait<1>(); /* dP^T (dV's product may still run) */
-        wg_fence_regs(dp);
-
-        /* dS^T = P^T (dP^T Z - D_i) (Alg4 L.19-21), to registers for dK
-         * and to shared memory ([key][query], one panel) for dQ. */
+            for (int kk = 0; kk < D / 16; kk++)
+                WgmmaOp<T, Br>::template ss<0, 0>(
+                    acc, wg_desc(sA + (kk >> 2) * Bc * 128 + (kk & 3) * 32, 16, 1024),
+                    wg_desc(sB + (kk >> 2) * Br * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
+            wg_commit();
+            wg_wait<0>();
+            wg_fence_regs(acc);
+            const int tid = threadIdx.x & 127;
+            if (wg == 0) {
+                if (need_mask)
+                    mask(acc);
+                uint32_t keep;
+                probs(acc, keep);
 #pragma unroll
-        for (int qt = 0; qt < Br / 8; qt++) {
-            float ds[4];
-            const float2 Dq = *reinterpret_cast<const float2 *>(Dv + 8 * qt + 2 * t4);
+                for (int e = 0; e < Br / 2; e++)
+                    xch[e * 128 + tid] = acc[e];
+                keep_x[tid] = keep;
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float z = !kDropout ? 1.f : ((keep >> (4 * qt + e)) & 1) ? ks : 0.f;
-                ds[e] = s[4 * qt + e] * (dp[4 * qt + e] * z - ((e & 1) ? Dq.y : Dq.x));
+                for (int qt = 0; qt < Br / 8; qt++)
+                    store_t(sP, qt, pack2<T>(acc[4 * qt] * zf(keep, 4 * qt), acc[4 * qt + 1] * zf(keep, 4 * qt + 1)),
+                            pack2<T>(acc[4 * qt + 2] * zf(keep, 4 * qt + 2), acc[4 * qt + 3] * zf(keep, 4 * qt + 3)));
             }
-            const int kk = qt >> 1, half = (qt & 1) * 2;
-            sf[kk][half] = pack2<T>(ds[0], ds[1]);
-            sf[kk][half + 1] = pack2<T>(ds[2], ds[3]);
-            if (!Tile::kSplitD || wg == 0) {
-                const int key0 = key_base + 16 * warp + g;
-                unsigned char *dsm = smem + (sdS - base);
-                *reinterpret_cast<uint32_t *>(dsm + pswz(key0, qt, Bc) + 4 * t4) = sf[kk][half];
-                *reinterpret_cast<uint32_t *>(dsm + pswz(key0 + 8, qt, Bc) + 4 * t4) =
-                    sf[kk][half + 1];
-            }
-        }
-
-        /* dK += dS^T Q_i (Alg4 L.23). */
-        wg_fence();
-        wg_fence_regs(dk);
+            __syncthreads();
+            if (wg == 1) { /* dS^T = P^T (dP^T Z - D_i) (Alg4 L.19-21) */
+                const uint32_t keep = kDropout ? keep_x[tid] : 0;
 #pragma unroll
-        for (int kk = 0; kk < Br / 16; kk++)
-            WgmmaOp<T, DH>::template rs<1>(dk, sf[kk],
-                                           wg_desc(sQ + boff + kk * 2048, Br * 128, 1024), 1);
-        wg_commit();
+                for (int qt = 0; qt < Br / 8; qt++) {
+                    float ds[4];
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int x = 4 * qt + e;
+                        ds[e] = xch[x * 128 + tid] * (acc[x] * zf(keep, x) - Dv[8 * qt + 2 * t4 + (e & 1)]);
+                    }
+                    store_t(sdS, qt, pack2<T>(ds[0], ds[1]), pack2<T>(ds[2], ds[3]));
+                }
+            }
+            fence_proxy_async();
+            __syncthreads();
+            /* dV += (P^T Z) dO_i (L.17), dK += dS^T Q_i (L.23), this WG's
+             * half of d: A K-major from shared memory, B read MN-major. */
+            wg_fence();
+            wg_fence_regs(dv);
+            wg_fence_regs(dk);
+#pragma unroll
+            for (int kk = 0; kk < Br / 16; kk++) {
+                WgmmaOp<T, DH>::template ss<0, 1>(dv, wg_desc(sP + kk * 32, 16, 1024),
+                                                  wg_desc(sdO + boff + kk * 2048, Br * 128, 1024), 1);
+                WgmmaOp<T, DH>::template ss<0, 1>(dk, wg_desc(sdS + kk * 32, 16, 1024),
+                                                  wg_desc(sQ + boff + kk * 2048, Br * 128, 1024), 1);
+            }
+            wg_commit();
+        } else {
+            /* S^T = K Q_i^T (Alg4 L.12) and dP^T = V dO_i^T (L.18) in two
+             * commit groups, so P^T is computed while dP^T is still on the
+             * tensor cores, and dS^T while dV's product is. */
+            float s[Br / 2], dp[Br / 2];
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                WgmmaOp<T, Br>::template ss<0, 0>(
+                    s, wg_desc(sK + (kk >> 2) * Bc * 128 + key_base * 128 + (kk & 3) * 32, 16, 1024),
+                    wg_desc(sQ + (kk >> 2) * Br * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
+            wg_commit();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                WgmmaOp<T, Br>::template ss<0, 0>(
+                    dp, wg_desc(sV + (kk >> 2) * Bc * 128 + key_base * 128 + (kk & 3) * 32, 16, 1024),
+                    wg_desc(sdO + (kk >> 2) * Br * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
+            wg_commit();
+            wg_wait<1>(); /* S^T */
+            wg_fence_regs(s);
+            if (need_mask)
+                mask(s);
+            uint32_t keep;
+            probs(s, keep); /* s keeps P^T before dropout, for dS^T */
+#pragma unroll
+            for (int qt = 0; qt < Br / 8; qt++) {
+                const int x = 4 * qt;
+                pf[qt >> 1][(qt & 1) * 2] = pack2<T>(s[x] * zf(keep, x), s[x + 1] * zf(keep, x + 1));
+                pf[qt >> 1][(qt & 1) * 2 + 1] =
+                    pack2<T>(s[x + 2] * zf(keep, x + 2), s[x + 3] * zf(keep, x + 3));
+            }
+
+            /* dV += (P^T Z) dO_i (Alg4 L.17): B read MN-major, 16 queries
+             * per k-step, LBO = one d panel of Br rows. */
+            wg_fence();
+            wg_fence_regs(dv);
+#pragma unroll
+            for (int kk = 0; kk < Br / 16; kk++)
+                WgmmaOp<T, DH>::template rs<1>(dv, pf[kk],
+                                               wg_desc(sdO + boff + kk * 2048, Br * 128, 1024), 1);
+            wg_commit();
+            wg_wait<1>(); /* dP^T (dV's product may still run) */
+            wg_fence_regs(dp);
+
+            /* dS^T = P^T (dP^T Z - D_i) (Alg4 L.19-21), to registers for dK
+             * and to shared memory ([key][query], one panel) for dQ. */
+#pragma unroll
+            for (int qt = 0; qt < Br / 8; qt++) {
+                float ds[4];
+                const float2 Dq = *reinterpret_cast<const float2 *>(Dv + 8 * qt + 2 * t4);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int x = 4 * qt + e;
+                    ds[e] = s[x] * (dp[x] * zf(keep, x) - ((e & 1) ? Dq.y : Dq.x));
+                }
+                const int kk = qt >> 1, half = (qt & 1) * 2;
+                sf[kk][half] = pack2<T>(ds[0], ds[1]);
+                sf[kk][half + 1] = pack2<T>(ds[2], ds[3]);
+                store_t(sdS, qt, sf[kk][half], sf[kk][half + 1]);
+            }
+
+            /* dK += dS^T Q_i (Alg4 L.23). */
+            wg_fence();
+            wg_fence_regs(dk);
+#pragma unroll
+            for (int kk = 0; kk < Br / 16; kk++)
+                WgmmaOp<T, DH>::template rs<1>(dk, sf[kk],
+                                               wg_desc(sQ + boff + kk * 2048, Br * 128, 1024), 1);
+            wg_commit();
+        }
 
         fence_proxy_async(); /* dS^T stores -> wgmma reads */
         __syncthreads();

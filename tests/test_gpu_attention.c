@@ -373,6 +373,17 @@ START_TEST(test_mma_lowp)
 }
 END_TEST
 
+/* The default fp16/bf16 path on a handful of shapes covering every padded
+ * head dim, causal, dropout, GQA and ragged lengths: the racecheck subset
+ * (FG_SANITIZE=fast), where the fp32/fp64 references would take too long. */
+static const int fast_cases[] = {2, 3, 4, 5, 6, 13};
+
+START_TEST(test_fast_path)
+{
+    run_case(&cases[fast_cases[_i]], FG_BF16, 7400 + (uint64_t)_i);
+}
+END_TEST
+
 /* Deterministic mode: dQ without atomics, reruns bitwise identical, and
  * still within the tolerances against the CPU reference. */
 START_TEST(test_deterministic)
@@ -619,10 +630,21 @@ int main(void)
     /* Under compute-sanitizer (FG_SANITIZE) run a representative subset. */
     const int sanitize = getenv("FG_SANITIZE") != NULL;
     const int ncases = (int)(sizeof cases / sizeof cases[0]);
+    if (sanitize && strcmp(getenv("FG_SANITIZE"), "fast") == 0) {
+        tcase_add_loop_test(tc, test_fast_path, 0,
+                            (int)(sizeof fast_cases / sizeof fast_cases[0]));
+        suite_add_tcase(s, tc);
+        SRunner *sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        const int failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    }
     tcase_add_loop_test(tc, test_vs_cpu, 0, sanitize ? 7 : ncases);
     tcase_add_loop_test(tc, test_general_lowp, 0, sanitize ? 4 : ncases);
     tcase_add_loop_test(tc, test_mma_lowp, 0, sanitize ? 4 : ncases);
     tcase_add_loop_test(tc, test_deterministic, 0, 3);
+    tcase_add_loop_test(tc, test_fast_path, 0, (int)(sizeof fast_cases / sizeof fast_cases[0]));
     tcase_add_test(tc, test_dropout_mask);
     tcase_add_test(tc, test_fully_masked);
     tcase_add_test(tc, test_host_pointer_rejected);
