@@ -49,10 +49,7 @@ __global__ void attn_bwd_pad_stats(const AttnArgs a)
         const int64_t bh = idx / a.nq_pad, i = idx % a.nq_pad;
         float lse = INFINITY, dd = 0.f;
         if (i < a.Nq) {
-            const float l = ((const float *)a.l)[bh * a.Nq + i];
-            const float m = ((const float *)a.m)[bh * a.Nq + i];
-            if (l > 0.f)
-                lse = m * 1.4426950408889634f + __log2f(l);
+            lse = row_lse2(a, bh, i);
             dd = ((const float *)a.D)[bh * a.Nq + i];
         }
         ((float *)a.lse2p)[idx] = lse;

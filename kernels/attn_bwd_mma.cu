@@ -67,12 +67,8 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
     load_rows<T, D>(sV, a.v, b, j0, hk, Bc, kvalid, a.d, NT);
     cp_async_commit();
 
-    /* Query blocks to visit: causal skips rows that see none of our keys. */
-    int64_t i_first = 0;
-    if (kCausal)
-        i_first = max((int64_t)0, j0 - a.shift);
-    const int64_t ib_first = i_first / Br;
-    const int64_t nqb = a.Nq > i_first ? (a.Nq + Br - 1) / Br - ib_first : 0;
+    int64_t ib_first, nqb; /* query blocks to visit */
+    query_blocks(a, kCausal, j0, Br, &ib_first, &nqb);
     const int64_t total = nqb * a.group; /* (head, query block) steps */
 
     /* Issue the loads of step `st` into buffer st & 1. */
@@ -89,10 +85,7 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
             const int64_t i = i0 + r;
             float lse = INFINITY, dd = 0.f;
             if (i < a.Nq) {
-                const float l = ((const float *)a.l)[bh * a.Nq + i];
-                const float m = ((const float *)a.m)[bh * a.Nq + i];
-                if (l > 0.f)
-                    lse = m * 1.4426950408889634f + __log2f(l);
+                lse = row_lse2(a, bh, i);
                 dd = ((const float *)a.D)[bh * a.Nq + i];
             }
             lse2_s[(st & 1) * Br + r] = lse;

@@ -106,12 +106,8 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
         tma_tile(sV, &tmV, bar_kv, Bc, j0, hk);
     }
 
-    /* Query blocks to visit: causal skips rows that see none of our keys. */
-    int64_t i_first = 0;
-    if (kCausal)
-        i_first = max((int64_t)0, j0 - a.shift);
-    const int64_t ib_first = i_first / Br;
-    const int64_t nqb = a.Nq > i_first ? (a.Nq + Br - 1) / Br - ib_first : 0;
+    int64_t ib_first, nqb; /* query blocks to visit */
+    query_blocks(a, kCausal, j0, Br, &ib_first, &nqb);
     const int64_t total = nqb * a.group; /* (head, query block) steps */
 
     auto issue = [&](int64_t st) { /* thread 0 only */

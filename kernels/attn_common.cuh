@@ -72,6 +72,38 @@ __device__ __forceinline__ void apply_dropout(const AttnArgs &a, A *tile,
     }
 }
 
+/* Number of Bc-key blocks query rows i0 .. i0+rows-1 visit (causal: up to
+ * the last row's diagonal; rows that see no key give 0). */
+__device__ __forceinline__ int key_blocks(const AttnArgs &a, bool causal, int64_t i0,
+                                          int rows, int Bc)
+{
+    int64_t n_keys = a.Nk;
+    if (causal) {
+        const int64_t last = i0 + rows - 1 + a.shift + 1;
+        n_keys = last < 0 ? 0 : min(last, n_keys);
+    }
+    return (int)((n_keys + Bc - 1) / Bc);
+}
+
+/* Backward, key block starting at j0: the first Br-query block to visit
+ * (causal skips rows that see none of these keys) and how many follow. */
+__device__ __forceinline__ void query_blocks(const AttnArgs &a, bool causal, int64_t j0,
+                                             int Br, int64_t *ib_first, int64_t *nqb)
+{
+    const int64_t i_first = causal ? max((int64_t)0, j0 - a.shift) : 0;
+    *ib_first = i_first / Br;
+    *nqb = a.Nq > i_first ? (a.Nq + Br - 1) / Br - *ib_first : 0;
+}
+
+/* log2 of row (bh, i)'s softmax normaliser from the forward's m and l;
+ * +inf for a row that saw no key, so exp2(s - lse2) = 0. */
+__device__ __forceinline__ float row_lse2(const AttnArgs &a, int64_t bh, int64_t i)
+{
+    const float l = ((const float *)a.l)[bh * a.Nq + i];
+    const float m = ((const float *)a.m)[bh * a.Nq + i];
+    return l > 0.f ? m * 1.4426950408889634f + __log2f(l) : INFINITY;
+}
+
 } /* namespace fg */
 
 #endif /* FG_KERNELS_ATTN_COMMON_CUH */

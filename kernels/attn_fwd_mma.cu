@@ -57,12 +57,7 @@ attn_fwd_mma_kernel(const AttnArgs a)
     const int64_t bh = (int64_t)b * a.H + h;
     const int rows = (int)min((int64_t)Br, a.Nq - i0);
 
-    int64_t n_keys = a.Nk;
-    if (kCausal) {
-        const int64_t last = i0 + rows - 1 + a.shift + 1;
-        n_keys = last < 0 ? 0 : min(last, n_keys);
-    }
-    const int nblocks = (int)((n_keys + Bc - 1) / Bc);
+    const int nblocks = key_blocks(a, kCausal, i0, rows, Bc);
 
     load_rows<T, D>(sQ, a.q, b, i0, h, Br, rows, a.d, Tile::kThreads);
     cp_async_commit();

@@ -68,12 +68,7 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
     const int64_t bh = (int64_t)b * a.H + h;
     const int rows = (int)min((int64_t)Br, a.Nq - i0);
 
-    int64_t n_keys = a.Nk;
-    if (kCausal) {
-        const int64_t last = i0 + rows - 1 + a.shift + 1;
-        n_keys = last < 0 ? 0 : min(last, n_keys);
-    }
-    const int nblocks = (int)((n_keys + Bc - 1) / Bc);
+    const int nblocks = key_blocks(a, kCausal, i0, rows, Bc);
 
     /* TMA loads, issued by thread 0, one 64-column panel per copy, each
      * tile completing on its own mbarrier: Q, K stages 0/1, V stages 0/1.
