@@ -4,7 +4,7 @@
  * One block of two warpgroups per (K/V block, K/V head, batch); K_j and V_j
  * stay in shared memory, dK_j and dV_j accumulate in registers (fp32). For
  * each query head of the group and each query block of 64 rows (Q_i, dO_i
- * double-buffered with cp.async), Alg. 4 lines 11-23 in five wgmma GEMMs:
+ * double-buffered, by TMA), Alg. 4 lines 11-23 in five wgmma GEMMs:
  *   S^T  = K Q_i^T      dP^T = V dO_i^T       (A, B from shared memory)
  *   P^T  = exp2(S^T scale log2e - lse2), dropout, dS^T = P^T (dP^T - D_i)
  *   dV  += P^T dO_i     dK  += dS^T Q_i       (A from registers, B = dO/Q
@@ -27,14 +27,13 @@
 
 namespace fg {
 
-/* WG warpgroups per block. With one (d <= 128), a block owns 64 keys and
- * two blocks share an SM, overlapping each other's elementwise phases and
- * MMAs; with two, the warpgroups share the Q/dO tiles but run in lockstep. */
-template <int D, int WG> struct BwdWgTile {
+/* Two warpgroups per block for every head dim (one-warpgroup blocks, two
+ * per SM, measured 5-25% slower on an H100: the Q/dO tiles were streamed
+ * twice and dQ got twice the atomics). */
+template <int D> struct BwdWgTile {
     static constexpr bool kSplitD = D == 256;
-    static constexpr int kWG = kSplitD ? 2 : WG;
+    static constexpr int kWG = 2;
     static constexpr int kThreads = 128 * kWG;
-    static constexpr int kMinBlocks = kWG == 1 ? 2 : 1;
     static constexpr int kBc = kSplitD ? 64 : 64 * kWG; /* keys per block */
     static constexpr int kBr = 64;                      /* queries per step */
     static constexpr int kDH = kSplitD ? D / 2 : D;     /* dK/dV width per WG */
@@ -50,15 +49,15 @@ template <int D, int WG> struct BwdWgTile {
                                     kPBytes + 4 * kBr * sizeof(float) + 32 + kXBytes + 1024;
 };
 
-template <typename T, int D, int WG, bool kCausal, bool kDropout>
-__global__ void __launch_bounds__(BwdWgTile<D, WG>::kThreads, BwdWgTile<D, WG>::kMinBlocks)
+template <typename T, int D, bool kCausal, bool kDropout>
+__global__ void __launch_bounds__(BwdWgTile<D>::kThreads, 1)
 attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
                       const __grid_constant__ CUtensorMap tmK,
                       const __grid_constant__ CUtensorMap tmV,
                       const __grid_constant__ CUtensorMap tmO)
 {
 #ifdef FG_WGMMA_ENABLED
-    using Tile = BwdWgTile<D, WG>;
+    using Tile = BwdWgTile<D>;
     constexpr int Bc = Tile::kBc, Br = Tile::kBr, DH = Tile::kDH, DQ = Tile::kDQ;
     constexpr uint32_t qtile = Br * D * 2;   /* bytes of one Q or dO tile */
     extern __shared__ unsigned char smem[];
@@ -405,11 +404,11 @@ struct BwdMaps {
     CUtensorMap q, k, v, o;
 };
 
-template <typename T, int D, int WG, bool kCausal, bool kDropout>
+template <typename T, int D, bool kCausal, bool kDropout>
 static fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
-    using Tile = BwdWgTile<D, WG>;
-    auto kern = attn_bwd_wgmma_kernel<T, D, WG, kCausal, kDropout>;
+    using Tile = BwdWgTile<D>;
+    auto kern = attn_bwd_wgmma_kernel<T, D, kCausal, kDropout>;
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)Tile::kSmem));
     dim3 grid((unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc), (unsigned)a.Hk,
@@ -419,39 +418,36 @@ static fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
     return FG_OK;
 }
 
-template <typename T, int D, int WG>
+template <typename T, int D>
 static fg_status launch_opts(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
     if (a.causal)
-        return a.dropout ? launch<T, D, WG, true, true>(a, m, st)
-                         : launch<T, D, WG, true, false>(a, m, st);
-    return a.dropout ? launch<T, D, WG, false, true>(a, m, st)
-                     : launch<T, D, WG, false, false>(a, m, st);
+        return a.dropout ? launch<T, D, true, true>(a, m, st)
+                         : launch<T, D, true, false>(a, m, st);
+    return a.dropout ? launch<T, D, false, true>(a, m, st)
+                     : launch<T, D, false, false>(a, m, st);
 }
 
-/* Two warpgroups per block for every head dim: one-warpgroup blocks (two
- * per SM) measured 5-25% slower on an H100 (the Q/dO tiles are loaded
- * twice and dQ gets twice the atomics). */
 template <typename T>
 static fg_status launch_dim(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
     if (a.d <= 64)
-        return launch_opts<T, 64, 2>(a, m, st);
+        return launch_opts<T, 64>(a, m, st);
     if (a.d <= 128)
-        return launch_opts<T, 128, 2>(a, m, st);
-    return launch_opts<T, 256, 2>(a, m, st);
+        return launch_opts<T, 128>(a, m, st);
+    return launch_opts<T, 256>(a, m, st);
 }
 
 size_t attn_bwd_wgmma_smem(int d)
 {
-    return d <= 64 ? BwdWgTile<64, 2>::kSmem : d <= 128 ? BwdWgTile<128, 2>::kSmem
-                                                        : BwdWgTile<256, 2>::kSmem;
+    return d <= 64 ? BwdWgTile<64>::kSmem : d <= 128 ? BwdWgTile<128>::kSmem
+                                                        : BwdWgTile<256>::kSmem;
 }
 
 static int bwd_keys(int d)
 {
-    return d <= 64 ? BwdWgTile<64, 2>::kBc : d <= 128 ? BwdWgTile<128, 2>::kBc
-                                                      : BwdWgTile<256, 2>::kBc;
+    return d <= 64 ? BwdWgTile<64>::kBc : d <= 128 ? BwdWgTile<128>::kBc
+                                                      : BwdWgTile<256>::kBc;
 }
 
 bool attn_bwd_wgmma_maps(const AttnArgs &a, void *maps)

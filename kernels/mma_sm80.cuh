@@ -101,15 +101,14 @@ __device__ __forceinline__ uint32_t swz(int row, int chunk, int chunks)
     return (uint32_t)((row * chunks + (chunk ^ (row & mask))) * 16);
 }
 
-/* Async copy of `rows` rows (s0 ..) of one head of a strided operand into
- * a shared tile whose chunk addresses `addr(row, chunk)` gives (swz for the
- * sm_80 [rows][D] tiles, pswz for the wgmma panels); rows >= valid and
- * columns >= d are zero-filled (cp.async with a source size of 0). */
-template <typename T, int D, typename Addr>
-__device__ __forceinline__ void load_rows_to(uint32_t sbase, const Operand &t,
-                                             int64_t b, int64_t s0, int64_t h,
-                                             int rows, int valid, int d,
-                                             int nthreads, Addr addr)
+/* Async copy of `rows` rows (s0 ..) of one head of a strided operand into a
+ * swizzled [rows][D] tile; rows >= valid and columns >= d are zero-filled
+ * (cp.async with a source size of 0). */
+template <typename T, int D>
+__device__ __forceinline__ void load_rows(uint32_t sbase, const Operand &t,
+                                          int64_t b, int64_t s0, int64_t h,
+                                          int rows, int valid, int d,
+                                          int nthreads)
 {
     constexpr int C = D / 8;
     const T *base = (const T *)t.ptr + b * t.sb + h * t.sh;
@@ -117,18 +116,8 @@ __device__ __forceinline__ void load_rows_to(uint32_t sbase, const Operand &t,
         const int r = idx / C, c = idx - r * C;
         const bool ok = r < valid && c * 8 < d;
         const T *src = ok ? base + (s0 + r) * t.ss + c * 8 : base;
-        cp_async16(sbase + addr(r, c), src, ok ? 16 : 0);
+        cp_async16(sbase + swz(r, c, C), src, ok ? 16 : 0);
     }
-}
-
-template <typename T, int D>
-__device__ __forceinline__ void load_rows(uint32_t sbase, const Operand &t,
-                                          int64_t b, int64_t s0, int64_t h,
-                                          int rows, int valid, int d,
-                                          int nthreads)
-{
-    load_rows_to<T, D>(sbase, t, b, s0, h, rows, valid, d, nthreads,
-                       [](int r, int c) { return swz(r, c, D / 8); });
 }
 
 } /* namespace fg */

@@ -7,9 +7,8 @@
  * Memory Layout"): every operand tile lives in shared memory as panels of
  * 64 16-bit elements (128 bytes) per row, rows contiguous, 8-row atoms of
  * 1024 bytes aligned to 1024, with the 128-byte swizzle: 16-byte chunk c of
- * row r is stored at chunk c ^ (r % 8) - the same XOR our cp.async loaders
- * use (swz() with 8 chunks per row), so one loader serves mma.sync and
- * wgmma.
+ * row r is stored at chunk c ^ (r % 8) (pswz), which is what TMA writes
+ * with CU_TENSOR_MAP_SWIZZLE_128B.
  *  - K-major operand (contiguous along the reduction dim, e.g. Q or K in
  *    S = Q K^T): descriptor start = panel + 32 bytes per k16 step inside the
  *    128-byte row, stride byte offset (SBO) = 1024 between 8-row groups.
@@ -149,17 +148,6 @@ __device__ __forceinline__ uint32_t pswz(int row, int chunk, int rows)
 {
     return (uint32_t)((chunk >> 3) * rows * 128 + row * 128 +
                       (((chunk & 7) ^ (row & 7)) << 4));
-}
-
-/* load_rows into a panel tile (see pswz). */
-template <typename T, int D>
-__device__ __forceinline__ void load_panels(uint32_t sbase, const Operand &t,
-                                            int64_t b, int64_t s0, int64_t h,
-                                            int rows, int valid, int d,
-                                            int nthreads)
-{
-    load_rows_to<T, D>(sbase, t, b, s0, h, rows, valid, d, nthreads,
-                       [rows](int r, int c) { return pswz(r, c, rows); });
 }
 
 } /* namespace fg */

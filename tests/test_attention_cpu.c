@@ -277,9 +277,5 @@ static Suite *suite(void)
 int main(void)
 {
     fgt_base_seed();
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fgt_run_suite(suite());
 }

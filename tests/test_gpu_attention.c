@@ -634,11 +634,7 @@ int main(void)
         tcase_add_loop_test(tc, test_fast_path, 0,
                             (int)(sizeof fast_cases / sizeof fast_cases[0]));
         suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        const int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        return fgt_run_suite(s);
     }
     tcase_add_loop_test(tc, test_vs_cpu, 0, sanitize ? 7 : ncases);
     tcase_add_loop_test(tc, test_general_lowp, 0, sanitize ? 4 : ncases);
@@ -653,9 +649,5 @@ int main(void)
         tcase_add_test(tc, test_no_quadratic_memory);
     }
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fgt_run_suite(s);
 }

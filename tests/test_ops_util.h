@@ -132,11 +132,7 @@ static inline int fgt_shape(fgt_rng *r, int lo_nd, int hi_nd, int hi_ext,
 #define FGT_TEST(fn) tcase_add_test(tc_, fn);
 #define FGT_LOOP(fn, n) tcase_add_loop_test(tc_, fn, 0, (n));
 #define FGT_MAIN_END()                                                 \
-        SRunner *sr_ = srunner_create(s_);                             \
-        srunner_run_all(sr_, CK_NORMAL);                               \
-        int failed_ = srunner_ntests_failed(sr_);                      \
-        srunner_free(sr_);                                             \
-        return failed_ ? EXIT_FAILURE : EXIT_SUCCESS;                  \
+        return fgt_run_suite(s_);                                      \
     }
 
 #endif /* FG_TESTS_TEST_OPS_UTIL_H */

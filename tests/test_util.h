@@ -5,6 +5,7 @@
 #ifndef FG_TESTS_TEST_UTIL_H
 #define FG_TESTS_TEST_UTIL_H
 
+#include <check.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -170,6 +171,16 @@ static inline int fgt_gpu_present(void)
     if (waitpid(pid, &st, 0) < 0)
         return 0;
     return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+/* Runs a suite with CK_NORMAL output; the process exit status. */
+static inline int fgt_run_suite(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    const int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
 #endif /* FG_TESTS_TEST_UTIL_H */
