@@ -66,7 +66,9 @@ __global__ void attn_bwd_write_dq(const AttnArgs a)
          idx += (int64_t)gridDim.x * blockDim.x) {
         const int64_t x = idx % a.d, row = idx / a.d;
         const int64_t i = row % a.Nq, bh = row / a.Nq;
-        elem<T>(a.dq, bh / a.H, i, bh % a.H)[x] = from_acc<T>(((const A *)a.dq_acc)[idx]);
+        const int64_t src = a.dq_tile_d ? dq_tiled_index(bh, a.nq_pad, a.dq_tile_d, i, (int)x)
+                                        : idx;
+        elem<T>(a.dq, bh / a.H, i, bh % a.H)[x] = from_acc<T>(((const A *)a.dq_acc)[src]);
     }
 }
 
@@ -317,6 +319,7 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
         const int64_t n = (int64_t)a.B * a.H * a.nq_pad;
         attn_bwd_pad_stats<<<(unsigned)min((n + 255) / 256, (int64_t)65535), 256, 0, st>>>(a);
         FG_CUDA_TRY_LAUNCH();
+        a.dq_tile_d = attn_bwd_wgmma_dpad(a.d); /* the layout it accumulates dQ in */
         FG_TRY(attn_bwd_wgmma_dispatch(AccOf<T>::is_bf16 ? FG_BF16 : FG_FP16, a, maps, st));
     } else if (sizeof(T) == 2 && mma_path_ok(a, true) &&
                attn_bwd_mma_supported(a.d, smem_limit)) {

@@ -97,6 +97,21 @@ __device__ __forceinline__ void query_blocks(const AttnArgs &a, bool causal, int
 
 /* log2 of row (bh, i)'s softmax normaliser from the forward's m and l;
  * +inf for a row that saw no key, so exp2(s - lse2) = 0. */
+/* Float index of dQ element (bh, query i, column x) in the tiled dq_acc
+ * layout of the wgmma backward (AttnArgs::dq_tile_d = D): tile i / 64 of
+ * 64 x D; inside it, warp w of warpgroup g (rows 16w..16w+15, columns
+ * g D/2 .. g D/2 + D/2 - 1) owns run 4g + w of 16 D/2 floats, where lane
+ * (4 row%8 + col%8/2) keeps its fragment n = col%(D/2)/8 as 4 floats
+ * (row%16/8, col%2). */
+__host__ __device__ __forceinline__ int64_t dq_tiled_index(int64_t bh, int64_t nq_pad,
+                                                           int D, int64_t i, int x)
+{
+    const int DQ = D / 2, ir = (int)(i & 63), cc = x % DQ;
+    const int run = (x / DQ) * 4 + (ir >> 4), lane = (ir & 7) * 4 + ((cc >> 1) & 3);
+    return (bh * nq_pad + (i & ~(int64_t)63)) * D + (int64_t)run * DQ * 16 +
+           ((cc >> 3) * 32 + lane) * 4 + ((ir >> 3) & 1) * 2 + (cc & 1);
+}
+
 __device__ __forceinline__ float row_lse2(const AttnArgs &a, int64_t bh, int64_t i)
 {
     const float l = ((const float *)a.l)[bh * a.Nq + i];

@@ -41,6 +41,10 @@ size_t attn_bwd_wgmma_maps_size();
 fg_status attn_bwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, const void *maps,
                                   cudaStream_t st);
 size_t attn_bwd_wgmma_smem(int d);
+/* The head dim the wgmma backward computes with (64, 128 or 256); its dQ
+ * accumulator is [B*H][nq_pad][dpad] floats in the tiled layout
+ * (AttnArgs::dq_tile_d). */
+int attn_bwd_wgmma_dpad(int d);
 
 /* The tensor-core kernels copy 16-byte row chunks: every operand pointer
  * must be 16-byte aligned and every stride a multiple of 8 elements.

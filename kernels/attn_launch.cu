@@ -125,14 +125,17 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
     const size_t rows = (size_t)(pb->B * pb->H * pb->Nq);
     /* D, then the dQ accumulator at a 256-byte boundary (vector atomics). */
     const size_t d_bytes = (acc * rows + 255) & ~(size_t)255;
-    /* Deterministic mode writes dQ directly: no accumulator. */
-    const size_t dq_bytes = pb->deterministic ? 0 : acc * rows * (size_t)pb->d;
-    /* fp16/bf16: lse2 and D padded to 64-row blocks for the wgmma path. */
+    /* fp16/bf16 on Hopper (the wgmma path): lse2 and D padded to 64-row
+     * blocks, and dQ accumulated in 64-row tiles of the padded head dim. */
+    const bool hopper = (pb->dtype == FG_FP16 || pb->dtype == FG_BF16) && fg::wgmma_usable();
     const int64_t nq_pad = (pb->Nq + 63) / 64 * 64;
     const size_t pad_bytes =
-        pb->dtype == FG_FP16 || pb->dtype == FG_BF16
-            ? (2 * sizeof(float) * (size_t)(pb->B * pb->H * nq_pad) + 255) & ~(size_t)255
-            : 0;
+        hopper ? (2 * sizeof(float) * (size_t)(pb->B * pb->H * nq_pad) + 255) & ~(size_t)255 : 0;
+    /* Deterministic mode writes dQ directly: no accumulator. */
+    size_t dq_bytes = pb->deterministic ? 0 : acc * rows * (size_t)pb->d;
+    if (hopper && dq_bytes)
+        dq_bytes = sizeof(float) * (size_t)(pb->B * pb->H * nq_pad) *
+                   (size_t)fg::attn_bwd_wgmma_dpad((int)pb->d);
     const size_t bytes = d_bytes + dq_bytes + pad_bytes;
     void *ws = nullptr;
     /* On the context stream (the autograd path) the caching allocator

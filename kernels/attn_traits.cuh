@@ -69,6 +69,11 @@ struct AttnArgs {
     void *lse2p, *Dp;
     int64_t nq_pad;
     void *dq_acc;         /* [B, H, Nq, d] dQ accumulator, backward */
+    /* 0: dq_acc is row-major [B, H, Nq, d]. D (64/128/256, the wgmma
+     * backward): per (b, h), nq_pad / 64 tiles of 64 x D floats in the
+     * wgmma accumulator order (dq_tiled_index), so each warp's share of a
+     * tile is one contiguous run for a bulk reduce. */
+    int dq_tile_d;
     int B, Nq, Nk, H, Hk, d, group;
     int64_t shift;        /* Nk - Nq: query i sees key j iff j <= i + shift */
     int causal;

@@ -112,7 +112,29 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_
                  "l"(src), "r"(bytes), "r"(bar)
                  : "memory");
 }
+/* Element-wise fp32 add of a shared-memory run into global memory, done by
+ * the TMA unit at the L2 (full lines instead of per-thread atomics); bulk
+ * groups are per issuing thread. */
+__device__ __forceinline__ void bulk_reduce_add_f32(float *dst, uint32_t src, uint32_t bytes)
+{
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32"
+                 " [%0], [%1], %2;\n" ::"l"(dst),
+                 "r"(src), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/* Until at most N of this thread's bulk groups still read their source. */
+template <int N> __device__ __forceinline__ void bulk_wait_read()
+{
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+/* Until all of this thread's bulk groups have completed. */
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 #else
+__device__ __forceinline__ void bulk_reduce_add_f32(float *, uint32_t, uint32_t) {}
+__device__ __forceinline__ void bulk_commit() {}
+template <int N> __device__ __forceinline__ void bulk_wait_read() {}
+__device__ __forceinline__ void bulk_wait_all() {}
 __device__ __forceinline__ void bulk_load(uint32_t, const void *, uint32_t, uint32_t) {}
 __device__ __forceinline__ void mbar_init(uint32_t, uint32_t) {}
 __device__ __forceinline__ void mbar_init_fence() {}

@@ -11,8 +11,9 @@
  * and the check passes iff |J_ana - J_num| <= atol + rtol |J_num| for every
  * entry. The backward is run twice per output element and the two results
  * must agree bit for bit (reentrancy: no hidden state in the backward).
- * Fast mode compares v^T J u instead, for random v and u, per input: one
- * backward and two forwards per input.
+ * Fast mode compares v^T J u instead, for random v and u (entries of random
+ * sign and magnitude in [0.5, 1), so no entry is all but ignored), per
+ * input: one backward and two forwards per input.
  *
  * fn must be deterministic (use fixed dropout seeds) and must not keep
  * references to the inputs. gradcheck writes x +/- eps into the inputs'
