@@ -33,24 +33,35 @@ namespace fg {
  * the tiles but run in lockstep. */
 template <int D, int WG> struct FwdWgTile {
     static constexpr int kWG = WG;
-    static constexpr int kThreads = kWG * 128;
     static constexpr int kBr = 64 * kWG;          /* query rows per block */
     /* keys per block: S (kBc / 2 regs) + O (D / 2 regs) must fit, and two
      * one-warpgroup blocks must fit an SM's shared memory. */
     static constexpr int kBc = D == 256 || (WG == 1 && D == 128) ? 64 : 128;
     static constexpr int kMinBlocks = WG == 1 ? 2 : 1;
     static constexpr size_t kSmem =
-        (size_t)(kBr * D + 4 * kBc * D) * 2 + 64 + 1024; /* Q, 2x(K, V), barriers, align */
+        (size_t)(kBr * D + 4 * kBc * D) * 2 + 128 + 1024; /* Q, 2x(K, V), barriers, align */
+};
+
+/* Warp specialisation (two-warpgroup blocks without dropout): a producer
+ * warpgroup (24 registers a thread; one thread issues every TMA load)
+ * and two consumer warpgroups (240 each, setmaxnreg); consumers release
+ * K/V buffers through mbarriers instead of meeting at __syncthreads, and
+ * take turns issuing their GEMMs (FA3's ping-pong), so one's softmax runs
+ * while the other's products are on the tensor cores. */
+template <int WG, bool kDropout> struct FwdSpec {
+    static constexpr bool value = WG == 2 && !kDropout;
+    static constexpr int kThreads = WG * 128 + (value ? 128 : 0);
 };
 
 template <typename T, int D, int WG, bool kCausal, bool kDropout>
-__global__ void __launch_bounds__(FwdWgTile<D, WG>::kThreads, FwdWgTile<D, WG>::kMinBlocks)
+__global__ void __launch_bounds__(FwdSpec<WG, kDropout>::kThreads, FwdWgTile<D, WG>::kMinBlocks)
 attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
                       const __grid_constant__ CUtensorMap tmK,
                       const __grid_constant__ CUtensorMap tmV)
 {
 #ifdef FG_WGMMA_ENABLED
     using Tile = FwdWgTile<D, WG>;
+    constexpr bool kSpec = FwdSpec<WG, kDropout>::value;
     constexpr int Br = Tile::kBr, Bc = Tile::kBc;
     constexpr int SR = Bc / 2; /* S registers per thread */
     constexpr int OR = D / 2;  /* O registers per thread */
@@ -70,11 +81,14 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
 
     const int nblocks = key_blocks(a, kCausal, i0, rows, Bc);
 
-    /* TMA loads, issued by thread 0, one 64-column panel per copy, each
-     * tile completing on its own mbarrier: Q, K stages 0/1, V stages 0/1.
+    /* TMA loads, issued by thread 0 (kSpec: the producer warp), one
+     * 64-column panel per copy, each tile completing on its own mbarrier:
+     * Q, K stages 0/1, V stages 0/1; kSpec adds the consumers' release
+     * barriers of the K and V stages (one arrival per consumer warp).
      * Rows past the sequence and columns past d arrive as zeros. */
     const uint32_t barQ = sQ + Br * D * 2 + 2 * kv_stride;
     const uint32_t barK = barQ + 8, barV = barQ + 24; /* + 8 * stage */
+    const uint32_t freeK = barQ + 40, freeV = barQ + 56;
     auto tma_tile = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int rows_box,
                         int64_t row0, int head) {
         mbar_expect_tx(bar, (uint32_t)rows_box * D * 2);
@@ -85,12 +99,50 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
     if (threadIdx.x == 0) {
         for (int i = 0; i < 5; i++)
             mbar_init(barQ + 8 * i, 1);
+        if (kSpec)
+            for (int i = 5; i < 9; i++)
+                mbar_init(barQ + 8 * i, 8);
         mbar_init_fence();
     }
     __syncthreads();
+    if constexpr (kSpec) {
+        if (threadIdx.x >= 256) { /* the producer warpgroup: loads only */
+            setmaxnreg_dec<24>();
+            if (threadIdx.x == 256 && nblocks > 0) {
+                tma_tile(sQ, &tmQ, barQ, Br, i0, h);
+                for (int jb = 0; jb < nblocks; jb++) {
+                    const uint32_t st = (uint32_t)(jb & 1), par = (uint32_t)((jb >> 1) - 1) & 1;
+                    if (jb >= 2) /* K_{j-2} / V_{j-2} released by all consumers */
+                        mbar_wait(freeK + 8 * st, par);
+                    tma_tile(sK0 + st * kv_stride, &tmK, barK + 8 * st, Bc, (int64_t)jb * Bc, hk);
+                    if (jb >= 2)
+                        mbar_wait(freeV + 8 * st, par);
+                    tma_tile(sV0 + st * kv_stride, &tmV, barV + 8 * st, Bc, (int64_t)jb * Bc, hk);
+                }
+            }
+            return;
+        }
+        setmaxnreg_inc<240>();
+    }
+    /* Ping-pong (kSpec): warpgroup w issues its GEMMs after named barrier
+     * 1 + w, then lets the other go (barrier 2 - w). Warpgroup 0 starts;
+     * per warpgroup nblocks + 1 issue slots, and warpgroup 1 skips the
+     * hand-off after its last so the arrivals match the waits. The hand-off
+     * follows the wait for S_j (P V still runs): a bar.arrive between the
+     * wgmmas and their wait made ptxas serialise the wgmmas (C7514). */
+    auto gemm_turn = [&]() {
+        if constexpr (kSpec)
+            named_sync(1 + wg, 256);
+    };
+    auto gemm_done = [&]() {
+        if constexpr (kSpec)
+            named_arrive(2 - wg, 256);
+    };
+    if (kSpec && wg == 1 && nblocks > 0)
+        named_arrive(1, 256);
     /* Stage K_0 (with Q); iteration j then loads K_{j+1} and V_j, so the
      * V block a P V product reads lags its K block by one. */
-    if (threadIdx.x == 0) {
+    if (!kSpec && threadIdx.x == 0) {
         tma_tile(sQ, &tmQ, barQ, Br, i0, h);
         if (nblocks > 0)
             tma_tile(sK0, &tmK, barK, Bc, 0, hk);
@@ -126,7 +178,7 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
     for (int jb = 0; jb < nblocks; jb++) {
         const int64_t j0 = (int64_t)jb * Bc;
         const uint32_t sK = sK0 + (jb & 1) * kv_stride;
-        if (threadIdx.x == 0) { /* both buffers were released by the last barrier */
+        if (!kSpec && threadIdx.x == 0) { /* both buffers were released by the last barrier */
             if (jb + 1 < nblocks)
                 tma_tile(sK0 + ((jb + 1) & 1) * kv_stride, &tmK, barK + 8 * ((jb + 1) & 1), Bc,
                          j0 + Bc, hk);
@@ -141,6 +193,7 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
         /* S = Q_i K_j^T (Alg1 L.9): D/16 k-steps, 32 bytes apart inside a
          * 128-byte swizzled row, 64 columns per panel. */
         float s[SR];
+        gemm_turn();
         wg_fence();
         const uint64_t dq0 = wg_desc(sQw, 16, 1024), dk0 = wg_desc(sK, 16, 1024);
 #pragma unroll
@@ -149,13 +202,16 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
                                               dk0 + (((kk >> 2) * Bc * 128 + (kk & 3) * 32) >> 4),
                                               kk > 0);
         wg_commit();
-        if (jb > 0) {
+        if (jb > 0)
             issue_pv(sV0 + ((jb - 1) & 1) * kv_stride);
+        if (jb > 0)
             wg_wait<1>(); /* S_j done; the P V product may still run */
-        } else {
+        else
             wg_wait<0>();
-        }
         wg_fence_regs(s);
+        gemm_done();
+        if (kSpec && lane == 0)
+            mbar_arrive(freeK + 8 * (jb & 1)); /* K_j read */
 
         const bool need_mask = j0 + Bc > a.Nk ||
                                (kCausal && j0 + Bc - 1 > i0 + wg * 64 + a.shift);
@@ -217,6 +273,8 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
         /* The P V product has landed: O *= alpha_j (it already holds
          * P_{j-1} V_{j-1}, which alpha_j rescales too), then P_j -> pf. */
         wg_wait<0>();
+        if (kSpec && lane == 0 && jb > 0)
+            mbar_arrive(freeV + 8 * ((jb - 1) & 1)); /* V_{j-1} read */
 #pragma unroll
         for (int kk = 0; kk < Bc / 16; kk++)
 #pragma unroll
@@ -233,12 +291,16 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
             pf[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
             pf[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
         }
-        __syncthreads(); /* K_j and V_{j-1} buffers are refilled next */
+        if (!kSpec)
+            __syncthreads(); /* K_j and V_{j-1} buffers are refilled next */
     }
     if (nblocks > 0) { /* the last P V product */
         mbar_wait(barV + 8 * ((nblocks - 1) & 1), ((nblocks - 1) >> 1) & 1);
+        gemm_turn();
         issue_pv(sV0 + ((nblocks - 1) & 1) * kv_stride);
         wg_wait<0>();
+        if (kSpec && wg == 0)
+            gemm_done();
         wg_fence_regs(o);
     }
 
@@ -283,7 +345,7 @@ static fg_status launch(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
                                      (int)Tile::kSmem));
     dim3 grid((unsigned)((a.Nq + Tile::kBr - 1) / Tile::kBr), (unsigned)a.H,
               (unsigned)a.B);
-    kern<<<grid, Tile::kThreads, Tile::kSmem, st>>>(a, m.q, m.k, m.v);
+    kern<<<grid, FwdSpec<WG, kDropout>::kThreads, Tile::kSmem, st>>>(a, m.q, m.k, m.v);
     FG_CUDA_TRY_LAUNCH();
     return FG_OK;
 }

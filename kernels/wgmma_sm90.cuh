@@ -84,6 +84,31 @@ __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes)
                  "r"(bytes)
                  : "memory");
 }
+/* One arrival (no transaction bytes): a consumer releasing a buffer. */
+__device__ __forceinline__ void mbar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* Named barriers 1..15 (0 is __syncthreads) between `threads` threads:
+ * sync waits, arrive only counts (producer/consumer hand-offs). */
+__device__ __forceinline__ void named_sync(int id, int threads)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+/* Warpgroup-wide register budget changes (warp specialisation): a
+ * producer gives registers back, consumers take them. */
+template <int R> __device__ __forceinline__ void setmaxnreg_dec()
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+template <int R> __device__ __forceinline__ void setmaxnreg_inc()
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
 /* Spins until the barrier's phase with parity `parity` has completed. */
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
 {
@@ -139,6 +164,11 @@ __device__ __forceinline__ void bulk_load(uint32_t, const void *, uint32_t, uint
 __device__ __forceinline__ void mbar_init(uint32_t, uint32_t) {}
 __device__ __forceinline__ void mbar_init_fence() {}
 __device__ __forceinline__ void mbar_expect_tx(uint32_t, uint32_t) {}
+__device__ __forceinline__ void mbar_arrive(uint32_t) {}
+__device__ __forceinline__ void named_sync(int, int) {}
+__device__ __forceinline__ void named_arrive(int, int) {}
+template <int R> __device__ __forceinline__ void setmaxnreg_dec() {}
+template <int R> __device__ __forceinline__ void setmaxnreg_inc() {}
 __device__ __forceinline__ void mbar_wait(uint32_t, uint32_t) {}
 __device__ __forceinline__ void tma_load_4d(uint32_t, const void *, uint32_t, int, int, int, int) {}
 #endif
