@@ -29,6 +29,8 @@
 #include "tma_map.h"
 #include "wgmma_sm90.cuh"
 
+#include <type_traits>
+
 
 namespace fg {
 
@@ -38,7 +40,6 @@ namespace fg {
 template <int D> struct BwdWgTile {
     static constexpr bool kSplitD = D == 256;
     static constexpr int kWG = 2;
-    static constexpr int kThreads = 128 * kWG;
     static constexpr int kBc = kSplitD ? 64 : 64 * kWG; /* keys per block */
     static constexpr int kBr = 64;                      /* queries per step */
     static constexpr int kDH = kSplitD ? D / 2 : D;     /* dK/dV width per WG */
@@ -50,17 +51,41 @@ template <int D> struct BwdWgTile {
      * and stages in the step's Q_i / dO_i tiles instead (64 KB, dead once
      * dK and dV are computed). */
     static constexpr size_t kStageBytes = kSplitD ? 0 : (size_t)kBr * D * 4;
-    /* K, V; Q and dO double-buffered; dS^T [Bc][Br]; P^T; dQ staging;
-     * lse2, D per query (two buffers); three mbarriers (32 bytes);
-     * exchange; 1024 for alignment. At d = 256 this is 231960 of the
-     * 232448 bytes a block may have. */
-    static constexpr size_t kSmem = (size_t)(2 * kBc * D + 4 * kBr * D + kBc * kBr) * 2 +
-                                    kPBytes + kStageBytes + 4 * kBr * sizeof(float) + 32 +
-                                    kXBytes + 1024;
+    /* dS^T tiles: two (alternate steps) where shared memory allows, so
+     * the warp-specialised kernel's dQ product of step i can read buffer
+     * i & 1 while step i + 1 stores to the other. */
+    static constexpr int kDSBufs = kSplitD ? 1 : 2;
+    /* K, V; Q and dO double-buffered; dS^T [Bc][Br] x kDSBufs; P^T; dQ
+     * staging; lse2, D per query (two buffers); seven mbarriers (64
+     * bytes); exchange; 1024 for alignment. At d = 256 this is 231992 of
+     * the 232448 bytes a block may have. */
+    static constexpr size_t kSmem =
+        (size_t)(2 * kBc * D + 4 * kBr * D + kDSBufs * kBc * kBr) * 2 + kPBytes + kStageBytes +
+        4 * kBr * sizeof(float) + 64 + kXBytes + 1024;
+};
+
+/* Warp specialisation for d <= 128 without dropout (whose registers fit
+ * 240): a producer warpgroup (24 registers, one thread issues every load)
+ * and the two consumer warpgroups, which never meet at a barrier: they
+ * release each Q_i/dO_i/lse2/D buffer through an mbarrier (free_q) once
+ * their products have read it, and the dQ product of step i, which needs
+ * both warpgroups' dS^T rows, runs one step late, after an mbarrier
+ * (ds_full) says both have stored them: in step i + 1 between S^T/dP^T
+ * and the softmax (kEarlyDQ, so it overlaps the softmax; its 4-8
+ * registers per 8 columns fit at d = 64) or after dK's product. Other
+ * variants: two warpgroups, thread 0 loads, two __syncthreads per step. */
+template <int D, bool kDropout> struct BwdSpec {
+    static constexpr bool value = !kDropout && !BwdWgTile<D>::kSplitD;
+    static constexpr int kThreads = 256 + (value ? 128 : 0);
+#ifdef FG_BWD_EARLY_DQ /* experiments: force one placement */
+    static constexpr bool kEarlyDQ = FG_BWD_EARLY_DQ;
+#else
+    static constexpr bool kEarlyDQ = D <= 64;
+#endif
 };
 
 template <typename T, int D, bool kCausal, bool kDropout>
-__global__ void __launch_bounds__(BwdWgTile<D>::kThreads, 1)
+__global__ void __launch_bounds__(BwdSpec<D, kDropout>::kThreads, 1)
 attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
                       const __grid_constant__ CUtensorMap tmK,
                       const __grid_constant__ CUtensorMap tmV,
@@ -68,6 +93,8 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
 {
 #ifdef FG_WGMMA_ENABLED
     using Tile = BwdWgTile<D>;
+    constexpr bool kSpec = BwdSpec<D, kDropout>::value;
+    constexpr bool kEarlyDQ = BwdSpec<D, kDropout>::kEarlyDQ;
     constexpr int Bc = Tile::kBc, Br = Tile::kBr, DH = Tile::kDH, DQ = Tile::kDQ;
     constexpr uint32_t qtile = Br * D * 2;   /* bytes of one Q or dO tile */
     extern __shared__ unsigned char smem[];
@@ -75,14 +102,14 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
     const uint32_t sK = (base + 1023) & ~1023u;
     const uint32_t sV = sK + Bc * D * 2;
     const uint32_t sQ0 = sV + Bc * D * 2;    /* buffer b: Q at + 2b qtile, dO after */
-    const uint32_t sdS = sQ0 + 4 * qtile;    /* dS^T [Bc][Br], one 64-wide panel */
-    const uint32_t sP = sdS + Bc * Br * 2;   /* split d only: P^T Z [Bc][Br] */
+    const uint32_t sdS0 = sQ0 + 4 * qtile;   /* dS^T [Bc][Br], one 64-wide panel, x kDSBufs */
+    const uint32_t sP = sdS0 + Tile::kDSBufs * Bc * Br * 2; /* split d only: P^T Z [Bc][Br] */
     const uint32_t sStage = sP + Tile::kPBytes; /* d <= 128: dQ_i [Br][D] floats */
     float *lse2_s = (float *)(smem + (sStage - base) + Tile::kStageBytes); /* [2][Br] */
     float *D_s = lse2_s + 2 * Br;                                  /* [2][Br] */
-    /* split d only, after the three mbarriers: P^T [Br/2][128] and the
-     * dropout bits [128], thread-major */
-    float *xch = (float *)((unsigned char *)(D_s + 2 * Br) + 32);
+    /* split d only, after the mbarriers: P^T [Br/2][128] and the dropout
+     * bits [128], thread-major */
+    float *xch = (float *)((unsigned char *)(D_s + 2 * Br) + 64);
     uint32_t *keep_x = (uint32_t *)(xch + (Br / 2) * 128);
 
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
@@ -96,8 +123,11 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
 
     /* TMA: K and V once, then per step Q_i, dO_i (64-column panels) and
      * the 64 lse2 / D values (bulk copies), double-buffered; thread 0
-     * issues, mbarriers signal (bar_kv, bar_q[buffer]). */
-    const uint32_t bar_kv = smem_u32(D_s + 2 * Br), bar_q = bar_kv + 8;
+     * (kSpec: the producer) issues, mbarriers signal (bar_kv,
+     * bar_q[buffer]); kSpec: the consumer threads release a buffer on
+     * free_q[buffer]. */
+    const uint32_t bar_kv = smem_u32(D_s + 2 * Br), bar_q = bar_kv + 8, free_q = bar_kv + 24;
+    const uint32_t ds_full = bar_kv + 40; /* kSpec: dS^T [buffer] stored by both WGs */
     auto tma_tile = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int rows,
                         int64_t row0, int head) {
 #pragma unroll
@@ -107,20 +137,25 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
     if (threadIdx.x == 0) {
         for (int i = 0; i < 3; i++)
             mbar_init(bar_kv + 8 * i, 1);
+        if (kSpec)
+            for (int i = 0; i < 4; i++) /* free_q[2], ds_full[2]: every consumer thread */
+                mbar_init(free_q + 8 * i, 256);
         mbar_init_fence();
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
+    auto load_kv = [&]() {
         mbar_expect_tx(bar_kv, 2 * Bc * D * 2);
         tma_tile(sK, &tmK, bar_kv, Bc, j0, hk);
         tma_tile(sV, &tmV, bar_kv, Bc, j0, hk);
-    }
+    };
+    if (!kSpec && threadIdx.x == 0)
+        load_kv();
 
     int64_t ib_first, nqb; /* query blocks to visit */
     query_blocks(a, kCausal, j0, Br, &ib_first, &nqb);
     const int64_t total = nqb * a.group; /* (head, query block) steps */
 
-    auto issue = [&](int64_t st) { /* thread 0 only */
+    auto issue = [&](int64_t st) { /* one thread */
         const int gh = (int)(st / nqb);
         const int64_t i0 = (ib_first + st % nqb) * Br;
         const int h = hk * a.group + gh;
@@ -134,13 +169,85 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
         bulk_load(smem_u32(D_s + (st & 1) * Br), (const float *)a.Dp + row, Br * 4, bar);
     };
 
+    if constexpr (kSpec) {
+        if (threadIdx.x >= 256) { /* the producer warpgroup: loads only */
+            setmaxnreg_dec<24>();
+            if (threadIdx.x == 256 && total > 0) {
+                load_kv();
+                for (int64_t st = 0; st < total; st++) {
+                    if (st >= 2) /* step st - 2 released the buffer */
+                        mbar_wait(free_q + 8 * (uint32_t)(st & 1), (uint32_t)((st >> 1) - 1) & 1);
+                    issue(st);
+                }
+            }
+            return;
+        }
+        setmaxnreg_inc<240>();
+    }
+
     float dk[DH / 2], dv[DH / 2];
 #pragma unroll
     for (int i = 0; i < DH / 2; i++)
         dk[i] = dv[i] = 0.f;
 
-    if (total > 0 && threadIdx.x == 0)
+    auto step_sdS = [&](int64_t s) {
+        return sdS0 + (uint32_t)(Tile::kDSBufs == 2 ? s & 1 : 0) * Bc * Br * 2;
+    };
+    /* kSpec: waits until both warpgroups have stored dS^T of step s. */
+    auto wait_ds = [&](int64_t s) {
+        mbar_wait(ds_full + 8 * (uint32_t)(s & 1), (uint32_t)(s >> 1) & 1);
+    };
+    /* dQ_i += scale dS K (Alg4 L.22) of step s: A = dS (queries x keys)
+     * read MN-major from dS^T, B = K read MN-major; this WG's DQ columns. */
+    auto dq_issue = [&](float (&q)[DQ / 2], int64_t s) {
+        const uint32_t sdS = step_sdS(s);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < Bc / 16; kk++) {
+            const uint64_t da = wg_desc(sdS + kk * 16 * 128, Bc * 128, 1024);
+            /* column wg*DQ: panel (wg*DQ)/64, and for DQ = 32 half a
+             * 128-byte row into it (the swizzle is address-based) */
+            const uint32_t col = (uint32_t)(wg * DQ);
+            const uint64_t db = wg_desc(sK + (col / 64) * Bc * 128 + (col % 64) * 2 + kk * 16 * 128,
+                                        Bc * 128, 1024);
+            WgmmaOp<T, DQ>::template ss<1, 1>(q, da, db, kk > 0);
+        }
+        wg_commit();
+    };
+    /* Warp w of warpgroup g stages its 16 x DQ piece of step s's dQ_i as
+     * run 4g + w of the tile (fragment n of lane l at float4 32n + l:
+     * stores without bank conflicts) and lane 0 reduce-adds the run into
+     * dq_acc. Split d: the run goes to a Q_i / dO_i panel that only this
+     * warpgroup's (finished) dV/dK products read. */
+    auto dq_store = [&](const float (&q)[DQ / 2], int64_t i0, int64_t bh, uint32_t sQ) {
+        const int run = wg * 4 + warp;
+        uint32_t stage;
+        if constexpr (Tile::kSplitD) {
+            stage = sQ + (uint32_t)(warp >> 1) * qtile + (uint32_t)(wg * 2 + (warp & 1)) * Br * 128;
+        } else {
+            stage = sStage + (uint32_t)run * DQ * 64;
+            if (lane == 0)
+                bulk_wait_read<0>(); /* the last reduce has read it */
+            __syncwarp();
+        }
+        const float sc = (float)a.scale;
+        float4 *sq = reinterpret_cast<float4 *>(smem + (stage - base)) + lane;
+#pragma unroll
+        for (int n = 0; n < DQ / 8; n++)
+            sq[32 * n] = make_float4(q[4 * n] * sc, q[4 * n + 1] * sc, q[4 * n + 2] * sc,
+                                     q[4 * n + 3] * sc);
+        fence_proxy_async(); /* generic stores -> the bulk copy's reads */
+        __syncwarp();
+        if (lane == 0) {
+            bulk_reduce_add_f32((float *)a.dq_acc + (bh * a.nq_pad + i0) * D + run * DQ * 16,
+                                stage, DQ * 64);
+            bulk_commit();
+        }
+    };
+
+    if (!kSpec && total > 0 && threadIdx.x == 0)
         issue(0);
+    int64_t prev_i0 = 0, prev_bh = 0; /* kSpec: the step whose dQ is due */
     for (int64_t st = 0; st < total; st++) {
         const int gh = (int)(st / nqb);
         const int64_t i0 = (ib_first + st % nqb) * Br;
@@ -148,9 +255,10 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
         const int64_t bh = (int64_t)b * a.H + h;
         const uint32_t sQ = sQ0 + (uint32_t)(st & 1) * 2 * qtile, sdO = sQ + qtile;
         const float *lse2 = lse2_s + (st & 1) * Br, *Dv = D_s + (st & 1) * Br;
+        const uint32_t sdS = step_sdS(st);
         /* Prefetch: the buffer was released by the last barrier (split d:
          * issued later, once the dQ reduces staged in it have read it). */
-        if (!Tile::kSplitD && st + 1 < total && threadIdx.x == 0)
+        if (!kSpec && !Tile::kSplitD && st + 1 < total && threadIdx.x == 0)
             issue(st + 1);
         if (st == 0)
             mbar_wait(bar_kv, 0);
@@ -207,6 +315,17 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
         };
         const uint32_t boff = (dslice / 64) * Br * 128; /* this WG's d panels */
         uint32_t pf[Br / 16][4], sf[Br / 16][4];        /* A fragments for dV, dK */
+        /* The dV/dK wgmma read pf/sf asynchronously: keep them live (in
+         * their registers) until it has completed. */
+        auto keep_frags = [&]() {
+#pragma unroll
+            for (int kk = 0; kk < Br / 16; kk++)
+#pragma unroll
+                for (int x = 0; x < 4; x++)
+                    asm volatile("" : "+r"(pf[kk][x]), "+r"(sf[kk][x])::"memory");
+            wg_fence_regs(dk);
+            wg_fence_regs(dv);
+        };
 
         if constexpr (Tile::kSplitD) {
             /* d = 256: WG 0 computes S^T, WG 1 dP^T (64 keys x 64 queries
@@ -278,8 +397,14 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
         } else {
             /* S^T = K Q_i^T (Alg4 L.12) and dP^T = V dO_i^T (L.18) in two
              * commit groups, so P^T is computed while dP^T is still on the
-             * tensor cores, and dS^T while dV's product is. */
-            float s[Br / 2], dp[Br / 2];
+             * tensor cores, and dS^T while dV's product is. kSpec: the
+             * dQ product of the step before goes between them and the
+             * softmax (kEarlyDQ) or after dK's product. */
+          /* kPrev: a dQ product of the step before is due (kSpec); a
+           * compile-time flag, so that each wgmma wait has one meaning. */
+          auto body = [&](auto prev_c) {
+            constexpr bool kPrev = decltype(prev_c)::value;
+            float s[Br / 2], dp[Br / 2], qp[DQ / 2];
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++)
@@ -293,7 +418,13 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
                     dp, wg_desc(sV + (kk >> 2) * Bc * 128 + key_base * 128 + (kk & 3) * 32, 16, 1024),
                     wg_desc(sdO + (kk >> 2) * Br * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
             wg_commit();
-            wg_wait<1>(); /* S^T */
+            if constexpr (kEarlyDQ && kPrev) {
+                wait_ds(st - 1);
+                dq_issue(qp, st - 1);
+                wg_wait<2>(); /* S^T */
+            } else {
+                wg_wait<1>();
+            }
             wg_fence_regs(s);
             if (need_mask)
                 mask(s);
@@ -316,11 +447,14 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
                 WgmmaOp<T, DH>::template rs<1>(dv, pf[kk],
                                                wg_desc(sdO + boff + kk * 2048, Br * 128, 1024), 1);
             wg_commit();
-            wg_wait<1>(); /* dP^T (dV's product may still run) */
+            if constexpr (kEarlyDQ && kPrev) /* dP^T (dQ's and dV's products may still run) */
+                wg_wait<2>();
+            else
+                wg_wait<1>();
             wg_fence_regs(dp);
 
             /* dS^T = P^T (dP^T Z - D_i) (Alg4 L.19-21), to registers for dK
-             * and to shared memory ([key][query], one panel) for dQ. */
+             * and (below) to shared memory ([key][query], one panel) for dQ. */
 #pragma unroll
             for (int qt = 0; qt < Br / 8; qt++) {
                 float ds[4];
@@ -333,7 +467,8 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
                 const int kk = qt >> 1, half = (qt & 1) * 2;
                 sf[kk][half] = pack2<T>(ds[0], ds[1]);
                 sf[kk][half + 1] = pack2<T>(ds[2], ds[3]);
-                store_t(sdS, qt, sf[kk][half], sf[kk][half + 1]);
+                if (!kSpec)
+                    store_t(sdS, qt, sf[kk][half], sf[kk][half + 1]);
             }
 
             /* dK += dS^T Q_i (Alg4 L.23). */
@@ -344,73 +479,72 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
                 WgmmaOp<T, DH>::template rs<1>(dk, sf[kk],
                                                wg_desc(sQ + boff + kk * 2048, Br * 128, 1024), 1);
             wg_commit();
+
+            if constexpr (kSpec) {
+                /* dQ_{st-1} lands; then dS^T of this step may overwrite
+                 * buffer st & 1, whose last readers (both warpgroups'
+                 * dQ_{st-2}) finished before the other warpgroup's
+                 * arrival on ds_full for step st - 1. */
+                if constexpr (kPrev) {
+                    if constexpr (kEarlyDQ) {
+                        wg_wait<2>();
+                    } else {
+                        wait_ds(st - 1);
+                        dq_issue(qp, st - 1);
+                        wg_wait<0>();
+                    }
+                    wg_fence_regs(qp);
+                    dq_store(qp, prev_i0, prev_bh, 0);
+                }
+                if (!a.deterministic) {
+#pragma unroll
+                    for (int qt = 0; qt < Br / 8; qt++)
+                        store_t(sdS, qt, sf[qt >> 1][(qt & 1) * 2], sf[qt >> 1][(qt & 1) * 2 + 1]);
+                    fence_proxy_async(); /* dS^T stores -> the wgmma reads */
+                    mbar_arrive(ds_full + 8 * (uint32_t)(st & 1));
+                }
+                wg_wait<0>();
+                keep_frags();
+                /* every product of the step has read Q_i, dO_i, lse2, D */
+                mbar_arrive(free_q + 8 * (uint32_t)(st & 1));
+            }
+          };
+            if (kSpec && st > 0 && !a.deterministic)
+                body(std::true_type{});
+            else
+                body(std::false_type{});
+            prev_i0 = i0;
+            prev_bh = bh;
         }
 
-        fence_proxy_async(); /* dS^T stores -> wgmma reads */
-        __syncthreads();
-
-        /* dQ_i += scale dS K (Alg4 L.22): A = dS (queries x keys) read
-         * MN-major from dS^T, B = K read MN-major; this WG's DQ columns. */
-        if (!a.deterministic) {
-            float q[DQ / 2];
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < Bc / 16; kk++) {
-                const uint64_t da = wg_desc(sdS + kk * 16 * 128, Bc * 128, 1024);
-                /* column wg*DQ: panel (wg*DQ)/64, and for DQ = 32 half a
-                 * 128-byte row into it (the swizzle is address-based) */
-                const uint32_t col = (uint32_t)(wg * DQ);
-                const uint64_t db = wg_desc(sK + (col / 64) * Bc * 128 + (col % 64) * 2 +
-                                                kk * 16 * 128,
-                                            Bc * 128, 1024);
-                WgmmaOp<T, DQ>::template ss<1, 1>(q, da, db, kk > 0);
-            }
-            wg_commit();
-            wg_wait<0>();
-            wg_fence_regs(q);
-            /* Warp w of warpgroup g stages its 16 x DQ piece as run 4g + w
-             * of the tile (fragment n of lane l at float4 32n + l: stores
-             * without bank conflicts) and lane 0 reduce-adds the run into
-             * dq_acc. Split d: the run goes to a Q_i / dO_i panel that only
-             * this warpgroup's (finished) dV/dK products read. */
-            const int run = wg * 4 + warp;
-            uint32_t stage;
-            if constexpr (Tile::kSplitD) {
-                stage = sQ + (uint32_t)(warp >> 1) * qtile + (uint32_t)(wg * 2 + (warp & 1)) * Br * 128;
+        if constexpr (!kSpec) {
+            fence_proxy_async(); /* dS^T stores -> wgmma reads */
+            __syncthreads();
+            /* dQ_i += scale dS K (Alg4 L.22) for this step. */
+            if (!a.deterministic) {
+                float q[DQ / 2];
+                dq_issue(q, st);
+                wg_wait<0>();
+                wg_fence_regs(q);
+                dq_store(q, i0, bh, sQ);
             } else {
-                stage = sStage + (uint32_t)run * DQ * 64;
-                if (lane == 0)
-                    bulk_wait_read<0>(); /* the last step's reduce has read it */
-                __syncwarp();
+                wg_wait<0>();
             }
-            const float sc = (float)a.scale;
-            float4 *sq = reinterpret_cast<float4 *>(smem + (stage - base)) + lane;
-#pragma unroll
-            for (int n = 0; n < DQ / 8; n++)
-                sq[32 * n] = make_float4(q[4 * n] * sc, q[4 * n + 1] * sc, q[4 * n + 2] * sc,
-                                         q[4 * n + 3] * sc);
-            fence_proxy_async(); /* generic stores -> the bulk copy's reads */
-            __syncwarp();
-            if (lane == 0) {
-                bulk_reduce_add_f32((float *)a.dq_acc + (bh * a.nq_pad + i0) * D + run * DQ * 16,
-                                    stage, DQ * 64);
-                bulk_commit();
-            }
-        } else {
-            wg_wait<0>();
+            keep_frags();
+            __syncthreads(); /* dS^T (split d) and this Q/dO buffer are reused */
         }
-        /* The dV/dK wgmma read pf/sf asynchronously: keep them live (in
-         * their registers) until it has completed. */
-#pragma unroll
-        for (int kk = 0; kk < Br / 16; kk++)
-#pragma unroll
-            for (int x = 0; x < 4; x++)
-                asm volatile("" : "+r"(pf[kk][x]), "+r"(sf[kk][x])::"memory");
-        wg_fence_regs(dk);
-        wg_fence_regs(dv);
-        __syncthreads(); /* dS^T and this Q/dO buffer are reused */
     }
 
+    if constexpr (kSpec) { /* the last step's dQ */
+        if (total > 0 && !a.deterministic) {
+            float q[DQ / 2];
+            wait_ds(total - 1);
+            dq_issue(q, total - 1);
+            wg_wait<0>();
+            wg_fence_regs(q);
+            dq_store(q, prev_i0, prev_bh, 0);
+        }
+    }
     if (lane == 0)
         bulk_wait_all(); /* the staged dQ runs live in this block's shared memory */
     /* Alg4 L.25: dK = scale * acc, dV; rows past Nk and padded d skipped. */
@@ -447,7 +581,7 @@ static fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
                                      (int)Tile::kSmem));
     dim3 grid((unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc), (unsigned)a.Hk,
               (unsigned)a.B);
-    kern<<<grid, Tile::kThreads, Tile::kSmem, st>>>(a, m.q, m.k, m.v, m.o);
+    kern<<<grid, BwdSpec<D, kDropout>::kThreads, Tile::kSmem, st>>>(a, m.q, m.k, m.v, m.o);
     FG_CUDA_TRY_LAUNCH();
     return FG_OK;
 }
