@@ -31,7 +31,6 @@
 
 #include <type_traits>
 
-
 namespace fg {
 
 /* Two warpgroups per block for every head dim (one-warpgroup blocks, two
@@ -71,8 +70,9 @@ template <int D> struct BwdWgTile {
  * their products have read it, and the dQ product of step i, which needs
  * both warpgroups' dS^T rows, runs one step late, after an mbarrier
  * (ds_full) says both have stored them: in step i + 1 between S^T/dP^T
- * and the softmax (kEarlyDQ, so it overlaps the softmax; its 4-8
- * registers per 8 columns fit at d = 64) or after dK's product. The
+ * and the softmax (kEarlyDQ, d = 64: it overlaps the softmax, its 16
+ * accumulator registers in flight) or, at d = 128 where its 32 would
+ * spill, after dK's product. The
  * consumers take turns issuing S^T and dP^T (FA3's ping-pong, two named
  * barriers), so one's softmax runs while the other's products do (H100:
  * +2-5% at d = 128, +9-13% at d = 64 on top of the rest). Other variants:
