@@ -247,14 +247,21 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
             bulk_commit();
         }
     };
+    /* The whole dQ product of step s, issued and waited for (with every
+     * earlier product of this warpgroup), then staged and reduced. */
+    auto dq_now = [&](float (&q)[DQ / 2], int64_t s, int64_t i0, int64_t bh, uint32_t sQ) {
+        dq_issue(q, s);
+        wg_wait<0>();
+        wg_fence_regs(q);
+        dq_store(q, i0, bh, sQ);
+    };
 
     if (!kSpec && total > 0 && threadIdx.x == 0)
         issue(0);
     /* Ping-pong: warpgroup w waits on named barrier 1 + w before issuing
      * S^T and dP^T, and lets the other go once S^T has landed; warpgroup
      * 1 opens and skips the hand-off after its last step. */
-    constexpr bool kPP = kSpec;
-    if (kPP && wg == 1 && total > 0)
+    if (kSpec && wg == 1 && total > 0)
         named_arrive(1, 256);
     int64_t prev_i0 = 0, prev_bh = 0; /* kSpec: the step whose dQ is due */
     for (int64_t st = 0; st < total; st++) {
@@ -414,7 +421,7 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
           auto body = [&](auto prev_c) {
             constexpr bool kPrev = decltype(prev_c)::value;
             float s[Br / 2], dp[Br / 2], qp[DQ / 2];
-            if constexpr (kPP)
+            if constexpr (kSpec)
                 named_sync(1 + wg, 256);
             wg_fence();
 #pragma unroll
@@ -437,7 +444,7 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
                 wg_wait<1>();
             }
             wg_fence_regs(s);
-            if (kPP && (wg == 0 || st + 1 < total))
+            if (kSpec && (wg == 0 || st + 1 < total))
                 named_arrive(2 - wg, 256);
             if (need_mask)
                 mask(s);
@@ -498,16 +505,13 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
                  * buffer st & 1, whose last readers (both warpgroups'
                  * dQ_{st-2}) finished before the other warpgroup's
                  * arrival on ds_full for step st - 1. */
-                if constexpr (kPrev) {
-                    if constexpr (kEarlyDQ) {
-                        wg_wait<2>();
-                    } else {
-                        wait_ds(st - 1);
-                        dq_issue(qp, st - 1);
-                        wg_wait<0>();
-                    }
+                if constexpr (kPrev && kEarlyDQ) {
+                    wg_wait<2>();
                     wg_fence_regs(qp);
                     dq_store(qp, prev_i0, prev_bh, 0);
+                } else if constexpr (kPrev) {
+                    wait_ds(st - 1);
+                    dq_now(qp, st - 1, prev_i0, prev_bh, 0);
                 }
                 if (!a.deterministic) {
 #pragma unroll
@@ -536,10 +540,7 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
             /* dQ_i += scale dS K (Alg4 L.22) for this step. */
             if (!a.deterministic) {
                 float q[DQ / 2];
-                dq_issue(q, st);
-                wg_wait<0>();
-                wg_fence_regs(q);
-                dq_store(q, i0, bh, sQ);
+                dq_now(q, st, i0, bh, sQ);
             } else {
                 wg_wait<0>();
             }
@@ -552,10 +553,7 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
         if (total > 0 && !a.deterministic) {
             float q[DQ / 2];
             wait_ds(total - 1);
-            dq_issue(q, total - 1);
-            wg_wait<0>();
-            wg_fence_regs(q);
-            dq_store(q, prev_i0, prev_bh, 0);
+            dq_now(q, total - 1, prev_i0, prev_bh, 0);
         }
     }
     if (lane == 0)
