@@ -14,7 +14,9 @@
 #   4 lib/ops             differentiable ops (CPU) ...
 #     kernels/ops         ... and their CUDA kernels
 #   5 lib/train           nn layers, GPT, optimiser, checkpoints, data
-#   6 tools, examples,    programs: public headers only
+#   6 lib/dist            communicator (MPI), data parallel, ring attention
+#     kernels/dist        ... and the NCCL backend and its CUDA kernels
+#   7 tools, examples,    programs: public headers only
 #     bench
 # Tests may include anything.
 #
@@ -40,7 +42,8 @@ rank_of() {
     lib/autograd/*) echo 3 ;;
     lib/ops/* | kernels/ops/*) echo 4 ;;
     lib/train/*) echo 5 ;;
-    tools/* | examples/* | bench/*) echo 6 ;;
+    lib/dist/* | kernels/dist/*) echo 6 ;;
+    tools/* | examples/* | bench/*) echo 7 ;;
     include/flashgrad/*) echo public ;;
     *) echo unknown ;;
     esac
@@ -84,7 +87,7 @@ for f in $files; do
         to=$(rank_of "$target")
         [[ $to == public ]] && continue
         if [[ $to == unknown ]] ||
-            [[ $from == 6 ]] || ((to > from)); then
+            [[ $from == 7 ]] || ((to > from)); then
             echo "check-layers: $f:$lineno includes $target" \
                 "(layer $to from layer $from)" >&2
             bad=$((bad + 1))
