@@ -13,6 +13,10 @@
 #include "kernels/runtime/device.h"
 #include "lib/core/error.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* dst = src, n bytes, both on dev (CUDA: stream-ordered on the context
  * stream). */
 static inline fg_status fg_dist_copy(fg_device dev, void *dst, const void *src,
@@ -42,5 +46,9 @@ fg_status fg_dist_cuda_copy4d(void *dst, const int64_t dst_str[3],
  * in fp64 for fp64 dst, else fp32), on the context stream. */
 fg_status fg_dist_cuda_add(void *dst, fg_dtype dst_dt, const void *src,
                            fg_dtype src_dt, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* FG_LIB_DIST_INTERNAL_H */
