@@ -28,7 +28,7 @@ make -j"$(nproc)" check TESTS=
 
 rm -rf "$out"
 mkdir -p "$out"
-for dir in tests bench examples; do
+for dir in tests bench examples tools/train; do
     [ -d "$dir" ] || continue
     for f in "$dir"/*; do
         case $f in *.o | *.lo | *.la | *.log | *.trs | *.a) continue ;; esac
