@@ -2,159 +2,134 @@
  *
  *   flashgrad-train                      built-in task: sort digits
  *   flashgrad-train --data FILE          character-level language model
+ *   flashgrad-train --resume DIR/last.ckpt   continue a run
  *   flashgrad-train --help               every option
  *
- * Prints one progress line per interval, writes a CSV log (and a PNG loss
- * curve when gnuplot is installed), saves a checkpoint at the end and on
- * Ctrl-C, and resumes bit for bit from one (--resume). */
+ * Everything that can be checked is checked before step 1 (options, data,
+ * device, output paths); then the loop prints progress lines, evaluates,
+ * keeps last.ckpt and best.ckpt in the run's folder, and on SIGINT or
+ * SIGTERM saves and dies of the signal. doc/training.md has the details. */
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <flashgrad/flashgrad.h>
 
-#include "options.h"
-#include "report.h"
 #include "run.h"
 #include "signals.h"
+#include "util.h"
 
-/* Mean loss over the text split's fixed evaluation windows (no dropout). */
-static int eval_loss(run *r, int split, double *out)
+int lib_error(int code)
 {
-    const int64_t B = r->o.batch, T = r->T;
-    uint64_t rng = r->o.seed * 31 + (uint64_t)split;
-    double sum = 0;
-    fg_no_grad_begin();
-    for (int64_t i = 0; i < r->o.eval_batches; i++) {
-        fg_tensor *loss = NULL;
-        double l = 0;
-        fg_status s = fg_text_data_batch(&r->text, split, &rng, B, T, r->x,
-                                         r->y);
-        if (s == FG_OK)
-            s = fg_gpt_forward(r->m, r->x, B, T, r->y, NULL, NULL, &loss);
-        if (s == FG_OK)
-            s = fg_tensor_item(loss, &l);
-        fg_tensor_free(loss);
-        if (s != FG_OK) {
-            fg_no_grad_end();
-            fprintf(stderr, "flashgrad-train: %s\n", fg_last_error());
-            return 1;
-        }
-        sum += l;
-    }
-    fg_no_grad_end();
-    *out = sum / (double)r->o.eval_batches;
-    return 0;
+    return complain(code, "%s", fg_last_error());
 }
 
-static int setup(run *r, int argc, char **argv)
+/* Setup failures of the library are the settings' fault when it says the
+ * arguments are invalid: nothing was trained. */
+static int setup_error(void)
 {
-    opts *o = &r->o;
-    opts_defaults(o);
-    if (opts_parse(o, argc - 1, argv + 1, 0) != 0)
-        return 2;
-    if (o->resume[0]) { /* the run's own options, then the command line's */
-        char meta[2048];
-        CHECK(fg_checkpoint_peek(o->resume, NULL, NULL, meta, sizeof meta));
-        opts cmd = *o;
-        opts_defaults(o);
-        if (opts_parse_string(o, meta) != 0)
-            return 2;
-        opts_parse(o, argc - 1, argv + 1, 0); /* overrides, e.g. --steps */
-        (void)cmd;
-    }
-    r->is_text = o->data[0] != 0;
-    if (!o->steps)
-        o->steps = r->is_text ? 2000 : 800;
-    if (!o->batch)
-        o->batch = r->is_text ? 32 : 64;
-    if (o->min_lr < 0)
-        o->min_lr = o->lr / 10;
-    if (!o->ctx)
-        o->ctx = r->is_text ? 64 : 2 * o->sort_len;
-    if (o->steps <= 0 || o->batch <= 0 || o->accum < 1 || o->warmup < 0 ||
-        o->eval_interval <= 0 || o->eval_examples <= 0 ||
-        o->final_examples <= 0 || o->samples < 0 || o->sample_len <= 0 ||
-        !(o->lr > 0) || !(o->dropout >= 0 && o->dropout < 1)) {
-        fprintf(stderr, "flashgrad-train: counts must be positive, lr > 0, "
-                        "dropout in [0, 1) (see --help)\n");
-        return 2;
-    }
-    if (strchr(o->data, ' ')) {
-        fprintf(stderr, "flashgrad-train: --data path must not contain "
-                        "spaces (it is stored in checkpoints)\n");
-        return 2;
-    }
-    return 0;
+    return lib_error(fg_last_status() == FG_ERR_INVALID_ARGUMENT ? EXIT_USAGE
+                                                                 : EXIT_FAIL);
 }
 
-static fg_device pick_device(const char *name, int *ok)
+/* ---- before step 1 ---------------------------------------------------------- */
+
+/* The settings: the command line, on top of the resumed run's. */
+static int read_settings(run *r, int argc, char **argv)
 {
-    *ok = 1;
+    opt_given given;
+    memset(&given, 0, sizeof given);
+    opts_defaults(&r->o);
+    int rc = opts_parse_args(&r->o, argc - 1, argv + 1, &given);
+    if (rc || !r->o.resume[0])
+        return rc ? rc : opts_finish(&r->o, &given);
+    char resume[PATH_CAP];
+    snprintf(resume, sizeof resume, "%s", r->o.resume);
+    if ((rc = ckpt_read_run(r, resume)))
+        return rc;
+    memset(&given, 0, sizeof given);
+    opts_parse_args(&r->o, argc - 1, argv + 1, &given); /* checked above */
+    if (!r->o.data[0] != !r->from.data[0])
+        return complain(EXIT_USAGE, "%s is a %s run: --data cannot change "
+                        "that", resume, r->from.data[0] ? "text"
+                                                        : "sort-task");
+    return opts_finish(&r->o, &given);
+}
+
+static int pick_device(run *r)
+{
+    const char *name = r->o.device;
+    r->dev = FG_DEVICE_CPU;
     if (!strcmp(name, "cpu"))
-        return FG_DEVICE_CPU;
-    if (!strcmp(name, "cuda"))
-        return FG_DEVICE_CUDA;
-    if (strcmp(name, "auto")) {
-        *ok = 0;
-        return FG_DEVICE_CPU;
-    }
-    /* auto: CUDA when a GPU is present and this build can train on it. */
-    fg_tensor *t = NULL;
-    if (fg_cuda_available() &&
-        fg_tensor_empty(FG_FP32, FG_DEVICE_CUDA, FG_SHAPE(1), &t) == FG_OK) {
-        fg_tensor_free(t);
-        return FG_DEVICE_CUDA;
+        return 0;
+    if (fg_cuda_available()) {
+        /* A GPU is there; can this build put a tensor on it? */
+        fg_tensor *t = NULL;
+        if (fg_tensor_empty(FG_FP32, FG_DEVICE_CUDA, FG_SHAPE(1), &t) ==
+            FG_OK) {
+            fg_tensor_free(t);
+            r->dev = FG_DEVICE_CUDA;
+            return 0;
+        }
+        if (!strcmp(name, "cuda"))
+            return complain(EXIT_USAGE, "--device cuda: the GPU is not "
+                            "usable (%s)", fg_last_error());
+    } else if (!strcmp(name, "cuda")) {
+        /* A build without CUDA says so through any CUDA call. */
+        const int built = fg_cuda_synchronize() != FG_ERR_UNSUPPORTED;
+        return complain(EXIT_USAGE, "--device cuda: no CUDA device (%s)",
+                        built ? "no GPU or no driver found"
+                              : "this flashgrad was built without CUDA");
     }
     fg_clear_error();
-    return FG_DEVICE_CPU;
+    return 0;
 }
 
-int main(int argc, char **argv)
+/* Text resumed: the same text, or (--allow-new-data) one the vocabulary
+ * covers. */
+static int check_resumed_data(run *r)
 {
-    run R = {0}, *r = &R;
-    int rc = setup(r, argc, argv);
-    if (rc)
-        return rc;
+    const run_origin *g = &r->from;
+    if (!r->d.text)
+        return 0;
+    if (!g->has_fingerprint) {
+        printf("note: %s keeps no fingerprint of its text (an older "
+               "flashgrad-train wrote it): the data is not checked\n",
+               r->o.resume);
+        return 0;
+    }
+    if ((g->fnv != r->d.fnv || g->nbytes != r->d.nbytes) &&
+        !r->o.allow_new_data)
+        return complain(EXIT_USAGE, "%s is not the text %s was trained on "
+                        "(%lld bytes, FNV-1a %016llx; it was %s, %lld bytes, "
+                        "%016llx); --allow-new-data trains on it anyway",
+                        r->o.data, r->o.resume, (long long)r->d.nbytes,
+                        (unsigned long long)r->d.fnv, g->data,
+                        (long long)g->nbytes, (unsigned long long)g->fnv);
+    return data_use_vocab(&r->d, g->vocab, g->n_vocab, r->o.resume);
+}
+
+static int build_model(run *r)
+{
     opts *o = &r->o;
-    fg_set_num_threads(o->threads);
-    fg_set_deterministic(o->deterministic);
-    int dev_ok;
     fg_gpt_config c;
     fg_gpt_config_init(&c);
-    c.device = pick_device(o->device, &dev_ok);
-    if (!strcmp(o->dtype, "auto"))
-        strcpy(o->dtype, c.device == FG_DEVICE_CUDA ? "bf16" : "fp32");
-    int bf16 = !strcmp(o->dtype, "bf16");
-    if (!dev_ok || (strcmp(o->dtype, "fp32") && strcmp(o->dtype, "fp64") &&
-                    !bf16) ||
-        (bf16 && c.device != FG_DEVICE_CUDA)) {
-        fprintf(stderr, "flashgrad-train: bad --device or --dtype (bf16 "
-                        "needs cuda)\n");
-        return 2;
-    }
-    c.dtype = strcmp(o->dtype, "fp64") ? FG_FP32 : FG_FP64;
-    if (bf16) /* the whole run: parameters fp32, compute in bf16 */
-        CHECK(fg_autocast_begin(FG_BF16));
-    if (r->is_text) {
-        CHECK(fg_text_data_load(o->data, &r->text));
-        c.vocab = r->text.vocab;
-        r->T = o->ctx;
-    } else {
-        r->task.len = o->sort_len;
-        r->task.digits = o->sort_digits;
-        c.vocab = fg_sort_task_vocab(&r->task);
-        r->T = fg_sort_task_seqlen(&r->task);
-        o->ctx = r->T;
-    }
-    c.ctx = o->ctx;
+    c.device = r->dev;
+    c.dtype = !strcmp(o->dtype, "fp64") ? FG_FP64 : FG_FP32;
+    c.vocab = r->d.vocab;
+    c.ctx = r->d.T;
     c.n_layer = o->layers;
     c.n_head = o->heads;
     c.n_embd = o->width;
     c.dropout = o->dropout;
-    CHECK(fg_gpt_create(&c, o->seed, &r->m));
+    if (fg_gpt_create(&c, (uint64_t)o->seed, &r->m) != FG_OK)
+        return setup_error();
     int n;
     const fg_param *ps = fg_gpt_params(r->m, &n);
     fg_adamw_config oc;
@@ -162,163 +137,333 @@ int main(int argc, char **argv)
     oc.lr = o->lr;
     oc.weight_decay = o->wd;
     oc.beta2 = o->beta2;
-    CHECK(fg_adamw_create(ps, n, &oc, &r->opt));
-    fg_generator_init(&r->st.rng, o->seed ^ 0xD50F);
-    r->st.data_rng = o->seed * 0x9E3779B97F4A7C15ull + 1;
+    if (fg_adamw_create(ps, n, &oc, &r->opt) != FG_OK)
+        return setup_error();
+    fg_generator_init(&r->st.rng, (uint64_t)o->seed ^ 0xD50F);
+    r->st.data_rng = (uint64_t)o->seed * 0x9E3779B97F4A7C15ull + 1;
     r->st.best_val = INFINITY;
-    if (o->resume[0]) {
-        CHECK(fg_checkpoint_load(o->resume, r->m, r->opt, &r->st));
-        printf("resumed from %s at step %lld\n", o->resume,
-               (long long)r->st.step);
-    }
-    const int64_t B = o->batch, T = r->T, rows = B * o->accum;
+    if (o->resume[0] &&
+        fg_checkpoint_load(o->resume, r->m, r->opt, &r->st) != FG_OK)
+        return complain(EXIT_USAGE, "--resume: %s", fg_last_error());
+    const int64_t rows = o->batch * o->accum, T = r->d.T;
     r->x = malloc((size_t)(rows * T) * sizeof *r->x);
     r->y = malloc((size_t)(rows * T) * sizeof *r->y);
-    fg_arena *arena;
-    CHECK(fg_arena_create(0, &arena));
     if (!r->x || !r->y)
-        return 1;
-    char desc[2048];
-    opts_describe(o, desc, sizeof desc);
-    printf("flashgrad %s | %s | %s on %s, %s | %lld parameters\n",
-           fg_version(),
-           r->is_text ? o->data : "task: sort digits",
-           r->is_text ? "char LM" : "exact match on held-out sequences",
-           fg_device_name(c.device), bf16 ? "bf16 autocast, fp32 params"
-                                          : fg_dtype_name(c.dtype),
-           (long long)fg_gpt_num_params(r->m));
-    printf("config: %s\n", desc);
-    FILE *csv = NULL;
-    if (strcmp(o->log, "none")) {
-        csv = fopen(o->log, r->st.step ? "a" : "w");
-        if (!csv) {
-            fprintf(stderr, "flashgrad-train: cannot write %s\n", o->log);
-            return 1;
+        return complain(EXIT_USAGE, "out of memory for a batch of %lld x "
+                        "%lld tokens", (long long)rows, (long long)T);
+    if (fg_arena_create(0, &r->arena) != FG_OK)
+        return lib_error(EXIT_FAIL);
+    /* Training FLOPs per token (forward + backward), as in PaLM, nanoGPT
+     * and llm.c: 6 per parameter, plus the attention scores and their
+     * weighted sum, 12 * layers * width * T (the causal mask's skipped
+     * half is counted, so the numbers compare with theirs). */
+    r->flops_per_token = 6.0 * (double)fg_gpt_num_params(r->m) +
+                         12.0 * (double)(o->layers * o->width * T);
+    return 0;
+}
+
+/* The run's folder: given, kept by the resumed run, or a new
+ * runs/YYYYmmdd-HHMMSS (-2, -3... when taken). */
+static int make_out_dir(run *r)
+{
+    opts *o = &r->o;
+    char dir[PATH_CAP];
+    if (!o->out_dir[0]) {
+        char stamp[64];
+        const time_t t = time(NULL);
+        strftime(stamp, sizeof stamp, "runs/%Y%m%d-%H%M%S", localtime(&t));
+        if (mkdir_p("runs"))
+            return complain(EXIT_USAGE, "cannot create runs/: %s",
+                            strerror(errno));
+        for (int i = 1;; i++) {
+            snprintf(dir, sizeof dir, i > 1 ? "%s-%d" : "%s", stamp, i);
+            if (mkdir(dir, 0777) == 0)
+                break;
+            if (errno != EEXIST || i > 1000)
+                return complain(EXIT_USAGE, "cannot create %s: %s", dir,
+                                strerror(errno));
         }
-        if (!r->st.step)
-            fprintf(csv, "step,loss,val_loss,accuracy,grad_norm,lr,"
-                         "ms_per_step,tokens_per_s,elapsed_s\n");
+    } else {
+        const int e = mkdir_p(o->out_dir);
+        if (e)
+            return complain(EXIT_USAGE, "--out-dir %s: %s", o->out_dir,
+                            strerror(e));
+        snprintf(dir, sizeof dir, "%s", o->out_dir);
     }
-    signals_install();
+    if (path_abs(dir, o->out_dir, sizeof o->out_dir))
+        return complain(EXIT_USAGE, "--out-dir: path too long");
+    snprintf(r->out, sizeof r->out, "%s", o->out_dir);
+    char cfg[PATH_CAP];
+    path_join(r->out, "config", cfg, sizeof cfg);
+    if (!o->resume[0] && access(cfg, F_OK) == 0)
+        return complain(EXIT_USAGE, "%s already holds a run (%s): continue "
+                        "it with --resume %s/last.ckpt, or choose another "
+                        "--out-dir", r->out, cfg, r->out);
+    return 0;
+}
+
+/* out: the given path made absolute, "" for 'none', or DIR/name. */
+static int output_path(run *r, char *setting, const char *name, char *out)
+{
+    if (!strcmp(setting, "none")) {
+        out[0] = 0;
+        return 0;
+    }
+    if (setting[0] ? path_abs(setting, out, PATH_CAP)
+                   : path_join(r->out, name, out, PATH_CAP))
+        return complain(EXIT_USAGE, "path too long: %s", setting);
+    if (setting[0])
+        strcpy(setting, out); /* kept absolute for --resume elsewhere */
+    return 0;
+}
+
+static int write_config(run *r)
+{
+    FILE *f = fopen(r->config, "w");
+    if (!f)
+        return complain(EXIT_USAGE, "%s: %s", r->config, strerror(errno));
+    fprintf(f, "# flashgrad-train (flashgrad %s): this run's settings, one "
+               "option per line\n# device %s, %s, %lld parameters\n",
+            fg_version(), fg_device_name(r->dev),
+            r->bf16 ? "bf16 autocast" : strcmp(r->o.dtype, "auto")
+                                            ? r->o.dtype : "fp32",
+            (long long)fg_gpt_num_params(r->m));
+    opts_write(&r->o, f, 0);
+    if (fclose(f) != 0)
+        return complain(EXIT_USAGE, "%s: %s", r->config, strerror(errno));
+    return 0;
+}
+
+static int open_outputs(run *r)
+{
+    opts *o = &r->o;
+    int rc;
+    if ((rc = make_out_dir(r)) ||
+        (rc = output_path(r, o->ckpt, "last.ckpt", r->ckpt)) ||
+        (rc = output_path(r, o->log, "log.csv", r->log)) ||
+        (rc = output_path(r, o->plot, "loss.png", r->plot)))
+        return rc;
+    path_join(r->out, "config", r->config, sizeof r->config);
+    if (r->ckpt[0])
+        path_join(r->out, "best.ckpt", r->best, sizeof r->best);
+    if (r->d.text)
+        path_join(r->out, "samples.txt", r->samples, sizeof r->samples);
+    /* Every path is tried now, not after hours of training. */
+    if ((r->ckpt[0] && (rc = check_writable(r->ckpt, "--ckpt"))) ||
+        (r->best[0] && (rc = check_writable(r->best, "best checkpoint"))) ||
+        (r->plot[0] && (rc = check_writable(r->plot, "--plot"))) ||
+        (rc = write_config(r)) || (rc = report_open_csv(r)))
+        return rc;
+    return 0;
+}
+
+static void print_header(run *r)
+{
+    const opts *o = &r->o;
+    char what[PATH_CAP + 64];
+    if (r->d.text)
+        snprintf(what, sizeof what, "%s (%lld bytes, vocabulary %lld%s)",
+                 o->data, (long long)r->d.nbytes, (long long)r->d.vocab,
+                 o->bytes ? ", raw bytes" : "");
+    else
+        snprintf(what, sizeof what, "task: sort %lld digits of %lld, exact "
+                 "match on held-out sequences", (long long)o->sort_len,
+                 (long long)o->sort_digits);
+    printf("flashgrad %s | %s\n", fg_version(), what);
+    printf("model: %lld parameters | %s, %s, %lld thread%s | %.3g MFLOP per "
+           "token (6N + 12 L C T)%s\n",
+           (long long)fg_gpt_num_params(r->m), fg_device_name(r->dev),
+           r->bf16 ? "bf16 autocast, fp32 parameters"
+           : strcmp(o->dtype, "auto") ? o->dtype : "fp32",
+           (long long)o->threads, o->threads == 1 ? "" : "s",
+           r->flops_per_token / 1e6,
+           o->peak_flops > 0 ? "" : "; MFU needs --peak-flops");
+    printf("run folder: %s\n", r->out);
+    printf("config:\n");
+    opts_write(o, stdout, 78);
+    if (o->resume[0])
+        printf("resumed from %s at step %lld (%.0f s trained before)\n",
+               o->resume, (long long)r->st.step, r->elapsed0);
+    fflush(stdout);
+}
+
+static int setup(run *r, int argc, char **argv)
+{
+    opts *o = &r->o;
+    int rc = read_settings(r, argc, argv);
+    if (rc)
+        return rc;
+    char abs[PATH_CAP];
+    if (o->data[0] && path_abs(o->data, abs, sizeof abs) != 0)
+        return complain(EXIT_USAGE, "--data: path too long");
+    if (o->data[0])
+        strcpy(o->data, abs); /* kept absolute: --resume from elsewhere */
+    fg_set_num_threads((int)o->threads);
+    fg_set_deterministic((int)o->deterministic);
+    if ((rc = pick_device(r)))
+        return rc;
+    const int cuda = r->dev == FG_DEVICE_CUDA;
+    r->bf16 = !strcmp(o->dtype, "bf16") || (!strcmp(o->dtype, "auto") && cuda);
+    if (r->bf16 && !cuda)
+        return complain(EXIT_USAGE, "--dtype bf16 needs --device cuda");
+    if (r->bf16 && fg_autocast_begin(FG_BF16) != FG_OK) /* the whole run */
+        return lib_error(EXIT_FAIL);
+    if ((rc = data_open(&r->d, o)) || (o->resume[0] &&
+                                       (rc = check_resumed_data(r))))
+        return rc;
+    if ((rc = build_model(r)) || (rc = open_outputs(r)))
+        return rc;
+    print_header(r);
+    return 0;
+}
+
+/* ---- training ---------------------------------------------------------------- */
+
+/* Validation loss, held-out accuracy (sort), and best.ckpt. */
+static int evaluate(run *r, double *val, double *acc, int *stop)
+{
+    const opts *o = &r->o;
+    int rc = eval_loss(r, 1, val);
+    if (rc)
+        return rc;
+    char extra[64] = "";
+    if (!r->d.text) {
+        if (fg_sort_task_accuracy(r->m, &r->d.task, o->eval_examples,
+                                  (uint64_t)o->seed + 1000, acc) != FG_OK)
+            return lib_error(EXIT_FAIL);
+        snprintf(extra, sizeof extra, " | held-out acc %5.1f%%", 100 * *acc);
+        *stop = o->target_acc > 0 && *acc >= o->target_acc;
+    }
+    const int best = *val < r->st.best_val;
+    printf("eval at step %lld | val loss %.4f%s%s\n", (long long)r->st.step,
+           *val, extra, best && r->best[0] ? " | best so far: best.ckpt" : "");
+    if (best) {
+        r->st.best_val = *val;
+        return ckpt_save(r, r->best, NULL);
+    }
+    return 0;
+}
+
+/* Final numbers; the exit status of a run that went to the end. */
+static int finish(run *r)
+{
+    const opts *o = &r->o;
+    if (r->d.text) {
+        double tr, val;
+        int rc;
+        if ((rc = eval_loss(r, 0, &tr)) || (rc = eval_loss(r, 1, &val)))
+            return rc;
+        printf("final: train loss %.4f | val loss %.4f\n", tr, val);
+        return write_samples(r);
+    }
+    double acc;
+    if (fg_sort_task_accuracy(r->m, &r->d.task, o->final_examples,
+                              (uint64_t)o->seed + 2000, &acc) != FG_OK)
+        return lib_error(EXIT_FAIL);
+    printf("held-out exact-match accuracy: %.2f%% (%lld sequences never "
+           "seen in training)\n", 100 * acc, (long long)o->final_examples);
+    return acc >= 0.99 ? EXIT_OK : EXIT_ACCURACY;
+}
+
+static int train(run *r)
+{
+    const opts *o = &r->o;
+    const int64_t B = o->batch, T = r->d.T;
     fg_lr_schedule sched = {o->lr, o->min_lr, o->warmup, o->steps};
-    const double t0 = now();
-    double t_int = t0, loss_sum = 0, gn = 0, lr = 0, acc = -1, val = NAN;
-    int64_t int_steps = 0, start = r->st.step;
-    int stop = 0;
-    while (r->st.step < o->steps && !stop) {
-        if (interrupted) {
-            printf("\ninterrupted at step %lld\n", (long long)r->st.step);
-            run_save(r, "Ctrl-C");
-            if (csv)
-                fclose(csv);
-            return 130;
-        }
-        if (r->is_text)
-            CHECK(fg_text_data_batch(&r->text, 0, &r->st.data_rng, rows, T,
-                                     r->x, r->y));
-        else
-            CHECK(fg_sort_task_batch(&r->task, 0, &r->st.data_rng, rows,
-                                     r->x, r->y));
-        lr = fg_lr_at(&sched, r->st.step);
+    const int64_t start = r->st.step;
+    interval iv;
+    memset(&iv, 0, sizeof iv);
+    int stop = 0, sig = 0, rc = 0;
+    signals_install();
+    r->t0 = now();
+    while (r->st.step < o->steps && !stop && !(sig = signals_caught())) {
+        if (data_batch(&r->d, 0, &r->st.data_rng, B * o->accum, r->x,
+                       r->y) != FG_OK)
+            return lib_error(EXIT_FAIL);
         fg_step_stats ss;
-        CHECK(fg_gpt_train_step(r->m, r->opt, r->x, r->y, B, T,
-                                (int)o->accum, o->clip, lr, &r->st.rng,
-                                arena, &ss));
+        const double lr = fg_lr_at(&sched, r->st.step), t = now();
+        if (fg_gpt_train_step(r->m, r->opt, r->x, r->y, B, T, (int)o->accum,
+                              o->clip, lr, &r->st.rng, r->arena, &ss) != FG_OK)
+            return lib_error(EXIT_FAIL);
+        iv.train_s += now() - t;
         r->st.step++;
-        loss_sum += ss.loss;
-        gn = ss.grad_norm;
-        int_steps++;
-        if (!isfinite(ss.loss)) {
-            fprintf(stderr, "flashgrad-train: loss is %g at step %lld\n",
-                    ss.loss, (long long)r->st.step);
-            return 1;
+        iv.steps++;
+        iv.loss += ss.loss;
+        iv.gnorm = ss.grad_norm;
+        iv.lr = lr;
+        if (!isfinite(ss.loss))
+            return complain(EXIT_FAIL, "the loss is %g at step %lld (try a "
+                            "lower --lr)", ss.loss, (long long)r->st.step);
+        const int64_t s = r->st.step;
+        const int last = s == o->steps, eval = s % o->eval_interval == 0 ||
+                                               last;
+        double val = -1, acc = -1;
+        if (s % o->print_interval == 0 || eval)
+            report_progress(r, &iv);
+        if (eval && (rc = evaluate(r, &val, &acc, &stop)))
+            return rc;
+        if (s % o->print_interval == 0 || eval) {
+            report_row(r, &iv, val, acc);
+            memset(&iv, 0, sizeof iv);
         }
-        if (r->st.step % o->eval_interval && r->st.step != o->steps)
-            continue;
-        const double t1 = now(), ms = (t1 - t_int) * 1e3 / int_steps;
-        char extra[96] = "", eta[32];
-        if (r->is_text) {
-            if (eval_loss(r, 1, &val))
-                return 1;
-            snprintf(extra, sizeof extra, " | val %.4f", val);
-        } else {
-            CHECK(fg_sort_task_accuracy(r->m, &r->task, o->eval_examples,
-                                        o->seed + 1000, &acc));
-            snprintf(extra, sizeof extra, " | held-out acc %5.1f%%",
-                     100 * acc);
-            stop = acc >= o->target_acc;
-        }
-        const double tps = (double)(rows * T) / (ms / 1e3);
-        printf("step %5lld/%lld | loss %.4f%s | gnorm %.3f | lr %.2e | "
-               "%.1f ms/step | %.0f tok/s | ETA %s\n",
-               (long long)r->st.step, (long long)o->steps,
-               loss_sum / int_steps, extra, gn, lr, ms, tps,
-               hms((double)(o->steps - r->st.step) * ms / 1e3, eta));
-        fflush(stdout);
-        if (csv) {
-            fprintf(csv, "%lld,%.6f,", (long long)r->st.step,
-                    loss_sum / int_steps);
-            if (r->is_text)
-                fprintf(csv, "%.6f,", val);
-            else
-                fprintf(csv, ",");
-            if (acc >= 0)
-                fprintf(csv, "%.6f", acc);
-            fprintf(csv, ",%.6f,%.6e,%.3f,%.1f,%.2f\n", gn, lr, ms, tps,
-                    now() - t0);
-            fflush(csv);
-        }
-        loss_sum = 0;
-        int_steps = 0;
-        t_int = now();
+        if (r->d.text && o->sample_interval && s % o->sample_interval == 0 &&
+            !last && (rc = write_samples(r)))
+            return rc;
+        if (o->ckpt_interval && s % o->ckpt_interval == 0 && !last && !stop &&
+            (rc = ckpt_save(r, r->ckpt, "periodic")))
+            return rc;
     }
-    const double wall = now() - t0;
+    const double wall = now() - r->t0;
     char w[32];
+    if (sig) {
+        printf("\n%s at step %lld: saving and stopping\n",
+               sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)r->st.step);
+        ckpt_save(r, r->ckpt, sig == SIGINT ? "SIGINT" : "SIGTERM");
+        if (r->csv)
+            fclose(r->csv);
+        r->csv = NULL;
+        report_plot(r);
+        fflush(stdout);
+        return signals_exit(sig);
+    }
     if (stop)
         printf("target accuracy %.1f%% reached at step %lld\n",
                100 * o->target_acc, (long long)r->st.step);
     printf("trained %lld steps in %s (%.1f s)\n",
            (long long)(r->st.step - start), hms(wall, w), wall);
-    if (csv)
-        fclose(csv);
-    int ret = 0;
-    if (r->is_text) {
-        double tr;
-        if (eval_loss(r, 0, &tr) || eval_loss(r, 1, &val))
-            return 1;
-        printf("final: train loss %.4f | val loss %.4f\n", tr, val);
-        fg_sample_options so;
-        fg_sample_options_init(&so);
-        so.temperature = o->temperature;
-        so.top_k = o->top_k;
-        int64_t *tok = malloc((size_t)(o->sample_len + 1) * sizeof *tok);
-        for (int i = 0; tok && i < o->samples; i++) {
-            so.seed = o->seed + (uint64_t)i;
-            tok[0] = r->text.stoi['\n'] >= 0 ? r->text.stoi['\n'] : 0;
-            CHECK(fg_gpt_sample(r->m, tok, 1, o->sample_len, &so));
-            printf("---- sample %d (temperature %.2f, top-k %d) ----\n",
-                   i + 1, o->temperature, o->top_k);
-            for (int j = 1; j <= o->sample_len; j++)
-                putchar(r->text.itos[tok[j]]);
-            printf("\n");
-        }
-        free(tok);
-        fg_text_data_release(&r->text);
-    } else {
-        CHECK(fg_sort_task_accuracy(r->m, &r->task, o->final_examples,
-                                    o->seed + 2000, &acc));
-        printf("held-out exact-match accuracy: %.2f%% (%lld sequences never "
-               "seen in training)\n",
-               100 * acc, (long long)o->final_examples);
-        ret = acc >= 0.99 ? 0 : 3;
-    }
-    if (run_save(r, "final"))
-        ret = 1;
-    report_plot(o);
-    fg_arena_free(arena);
+    rc = finish(r);
+    if (rc != EXIT_OK && rc != EXIT_ACCURACY)
+        return rc;
+    const int saved = ckpt_save(r, r->ckpt, "final");
+    if (r->csv)
+        fclose(r->csv);
+    r->csv = NULL;
+    const int plotted = report_plot(r);
+    if ((sig = signals_caught())) /* arrived after the loop: saved above */
+        return signals_exit(sig);
+    return saved ? saved : plotted ? plotted : rc;
+}
+
+int main(int argc, char **argv)
+{
+    /* A dead gnuplot must not kill the trainer through its pipe. */
+    signal(SIGPIPE, SIG_IGN);
+    run *r = calloc(1, sizeof *r);
+    if (!r)
+        return EXIT_FAIL;
+    int rc = setup(r, argc, argv);
+    if (rc < 0)
+        rc = EXIT_OK; /* --help, --version */
+    else if (rc == 0)
+        rc = train(r);
+    if (r->csv)
+        fclose(r->csv);
+    fg_arena_free(r->arena);
     fg_adamw_free(r->opt);
     fg_gpt_free(r->m);
+    data_release(&r->d);
     free(r->x);
     free(r->y);
-    return ret;
+    free(r);
+    return rc;
 }
