@@ -2,7 +2,7 @@
 """bench/train_gpt_torch.py - a PyTorch twin of flashgrad's GPT and of one
 flashgrad-train step, for side-by-side timing (and loss) on the same GPU.
 
-The model mirrors lib/nn_gpt.c and lib/nn_layers.c: token + learned
+The model mirrors lib/train/nn_gpt.c and lib/train/nn_layers.c: token + learned
 position embedding, embedding dropout, n_layer pre-LN blocks
 (x + drop(proj(attn(ln1(x)))), then x + drop(proj(gelu_tanh(fc(ln2(x)))))),
 a fused QKV Linear [C, 3C] with bias, causal attention with dropout inside
@@ -12,11 +12,11 @@ Initialisation like GPT-2: weights and both embeddings normal(0, 0.02),
 the two residual output projections normal(0, 0.02 / sqrt(2 n_layer)),
 biases 0, LayerNorm 1 / 0.
 
-The step mirrors lib/optim_step.c and lib/optim.c: micro-batches (loss /
+The step mirrors lib/train/optim_step.c and lib/train/optim.c: micro-batches (loss /
 accum), clipping by global norm (1.0; 0 = measure only), AdamW with
 decoupled weight decay 0.1 on matrices and embeddings only (beta1 0.9,
 eps 1e-8), learning rate linear warmup ((step + 1) / warmup) then cosine to
-min_lr at the last step. The data mirrors lib/data_text.c and
+min_lr at the last step. The data mirrors lib/train/data_text.c and
 examples/train.c: vocabulary = the file's distinct bytes, sorted; first 90%
 train; random windows drawn with flashgrad's splitmix64 from the same seed,
 so the training batches are the very ones flashgrad-train sees; validation
@@ -50,7 +50,7 @@ DATA_CANDIDATES = [
 MASK64 = (1 << 64) - 1
 
 
-# ---- data (lib/data_text.c, lib/data_tasks.c) --------------------------------
+# ---- data (lib/train/data_text.c, lib/train/data_tasks.c) --------------------------------
 
 def splitmix64(state):
     """flashgrad's fg_rng_next: returns (value, new state)."""
@@ -123,7 +123,7 @@ def load_data(path, device, seed):
     return TextData(raw, device, "synthetic random text (65 symbols)"), True
 
 
-# ---- model (lib/nn_layers.c, lib/nn_gpt.c) ---------------------------------
+# ---- model (lib/train/nn_layers.c, lib/train/nn_gpt.c) ---------------------------------
 
 class Attention(nn.Module):
     def __init__(self, C, n_head, dropout):
@@ -224,7 +224,7 @@ class GPT(nn.Module):
                                targets.reshape(-1), ignore_index=-1)
 
 
-# ---- optimizer and schedule (lib/optim.c) ------------------------------------
+# ---- optimizer and schedule (lib/train/optim.c) ------------------------------------
 
 def lr_at(step, lr, min_lr, warmup, total):
     """fg_lr_at, step 0-based."""

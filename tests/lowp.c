@@ -4,9 +4,9 @@
 #include <string.h>
 
 #include "lowp.h"
-#include "tensor_internal.h"
+#include "lib/autograd/tensor_internal.h"
 
-/* The library's own converters (lib/tensor.c), so the tests round exactly
+/* The library's own converters (lib/autograd/tensor.c), so the tests round exactly
  * as fg_tensor copies do. */
 uint16_t fgt_f32_to_bf16(float f) { return fg_float_to_bf16(f); }
 float fgt_bf16_to_f32(uint16_t h) { return fg_bf16_to_float(h); }

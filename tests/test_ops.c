@@ -5,7 +5,7 @@
  * loops (matmul: CBLAS and the loop fallback, fp32 within 1e-5 relative,
  * fp64 within 1e-12). */
 #include "test_ops_util.h"
-#include "blas.h"
+#include "lib/core/blas.h"
 
 #define LOOPS 16
 

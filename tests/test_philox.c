@@ -4,7 +4,7 @@
 #include <check.h>
 #include <stdlib.h>
 
-#include "philox.h"
+#include "lib/core/philox.h"
 
 typedef struct { fg_u32x4 ctr; fg_u32x2 key; fg_u32x4 out; } kat;
 

@@ -2,7 +2,7 @@
  * host copies with dtype conversion (fp16/bf16 exhaustively), item, print,
  * the generator, arenas, and argument errors. */
 #include "test_ops_util.h"
-#include "tensor_internal.h"
+#include "lib/autograd/tensor_internal.h"
 
 START_TEST(test_create)
 {

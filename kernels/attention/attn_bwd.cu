@@ -1,0 +1,359 @@
+/* kernels/attention/attn_bwd.cu - FlashAttention backward, general CUDA kernels.
+ *
+ *  1. attn_bwd_preprocess: D = rowsum(dO * O) per query row (FA2).
+ *  2. attn_bwd_kernel: one thread block per (K/V block j, K/V head, batch).
+ *     K_j, V_j and the dK_j, dV_j accumulators stay on chip while every
+ *     query block of every query head of the group streams past; S and P are
+ *     recomputed from Q, K, m, l and the dropout mask regenerated from the
+ *     seed (Algorithm 4 of Dao et al.). dQ is accumulated with atomics into
+ *     a [B, H, Nq, d] buffer of the accumulator type (so fp32/fp64 summation
+ *     order varies between runs at the rounding level).
+ *  3. attn_bwd_write_dq: that buffer converted to dQ's dtype and strides.
+ * With params.deterministic the main kernels skip dQ and attn_bwd_dq_kernel
+ * computes it per query block in a fixed order (bitwise-reproducible).
+ * Nothing of size Nq x Nk exists anywhere. */
+#include "attn_common.cuh"
+#include "attn_kernels.h"
+#include "kernels/runtime/cuda_check.h"
+
+namespace fg {
+
+template <typename T>
+__global__ void attn_bwd_preprocess(const AttnArgs a)
+{
+    typedef typename AccOf<T>::type A;
+    const int lane = threadIdx.x & 31;
+    const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t nrows = (int64_t)a.B * a.H * a.Nq;
+    if (row >= nrows)
+        return;
+    const int64_t i = row % a.Nq, bh = row / a.Nq;
+    const int64_t b = bh / a.H, h = bh % a.H;
+    const T *o = elem<T>(a.o, b, i, h), *g = elem<T>(a.dout, b, i, h);
+    A acc = 0;
+    for (int x = lane; x < a.d; x += 32)
+        acc += to_acc(o[x]) * to_acc(g[x]);
+    for (int s = 16; s > 0; s >>= 1)
+        acc += __shfl_xor_sync(0xffffffffu, acc, s);
+    if (lane == 0)
+        ((A *)a.D)[row] = acc;
+}
+
+/* lse2 = m log2(e) + log2(l) (+inf for empty rows) and D, into the padded
+ * [B*H][nq_pad] arrays the wgmma backward bulk-copies per query block. */
+__global__ void attn_bwd_pad_stats(const AttnArgs a)
+{
+    const int64_t n = (int64_t)a.B * a.H * a.nq_pad;
+    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t bh = idx / a.nq_pad, i = idx % a.nq_pad;
+        float lse = INFINITY, dd = 0.f;
+        if (i < a.Nq) {
+            lse = row_lse2(a, bh, i);
+            dd = ((const float *)a.D)[bh * a.Nq + i];
+        }
+        ((float *)a.lse2p)[idx] = lse;
+        ((float *)a.Dp)[idx] = dd;
+    }
+}
+
+template <typename T>
+__global__ void attn_bwd_write_dq(const AttnArgs a)
+{
+    typedef typename AccOf<T>::type A;
+    const int64_t n = (int64_t)a.B * a.H * a.Nq * a.d;
+    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t x = idx % a.d, row = idx / a.d;
+        const int64_t i = row % a.Nq, bh = row / a.Nq;
+        const int64_t src = a.dq_tile_d ? dq_tiled_index(bh, a.nq_pad, a.dq_tile_d, i, (int)x)
+                                        : idx;
+        elem<T>(a.dq, bh / a.H, i, bh % a.H)[x] = from_acc<T>(((const A *)a.dq_acc)[src]);
+    }
+}
+
+/* m, l and D of query rows i0 .. i0+Br-1 of (b, h) into shared memory;
+ * rows past the end read as l = 0 (P = 0). */
+template <typename A>
+__device__ __forceinline__ void load_row_stats(const AttnArgs &a, int64_t bh,
+                                               int64_t i0, int Br, int rows,
+                                               A *ms, A *ls, A *Ds)
+{
+    for (int r = threadIdx.x; r < Br; r += blockDim.x) {
+        const bool in = r < rows;
+        ms[r] = in ? ((const A *)a.m)[bh * a.Nq + i0 + r] : A(0);
+        ls[r] = in ? ((const A *)a.l)[bh * a.Nq + i0 + r] : A(0);
+        Ds[r] = in ? ((const A *)a.D)[bh * a.Nq + i0 + r] : A(0);
+    }
+}
+
+/* Alg4 L.12-14: P = exp(scale Q_i K_j^T - m) / l, masked entries 0; and
+ * L.18: dP = dO_i V_j^T (before dropout). */
+template <typename A>
+__device__ __forceinline__ void bwd_recompute(const AttnArgs &a, const A *Qs,
+                                              const A *dOs, const A *Ks,
+                                              const A *Vs, const A *ms,
+                                              const A *ls, A *P, A *dP,
+                                              int64_t i0, int64_t j0)
+{
+    const int d = a.d, Br = a.Br, Bc = a.Bc, ld = d + 1;
+    const A scale = (A)a.scale;
+    for (int idx = threadIdx.x; idx < Br * Bc; idx += blockDim.x) {
+        const int r = idx / Bc, c = idx - r * Bc;
+        const A *qr = Qs + r * ld, *gr = dOs + r * ld;
+        const A *kc = Ks + c * ld, *vc = Vs + c * ld;
+        A s = 0, dp = 0;
+        for (int x = 0; x < d; x++) {
+            s += qr[x] * kc[x];
+            dp += gr[x] * vc[x];
+        }
+        const bool ok = i0 + r < a.Nq && ls[r] > 0 && visible(a, i0 + r, j0 + c);
+        P[idx] = ok ? fast_exp(s * scale - ms[r]) / ls[r] : A(0);
+        dP[idx] = dp;
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+attn_bwd_kernel(const AttnArgs a)
+{
+    typedef typename AccOf<T>::type A;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int d = a.d, Br = a.Br, Bc = a.Bc, ld = d + 1;
+    A *Ks = (A *)smem_raw;
+    A *Vs = Ks + Bc * ld;
+    A *dKs = Vs + Bc * ld;
+    A *dVs = dKs + Bc * d;
+    A *Qs = dVs + Bc * d;
+    A *dOs = Qs + Br * ld;
+    A *P = dOs + Br * ld;
+    A *dP = P + Br * Bc;
+    A *PD = dP + Br * Bc; /* P with dropout applied (aliases P without) */
+    A *ms = PD + Br * Bc, *ls = ms + Br, *Ds = ls + Br;
+
+    const int64_t j0 = (int64_t)blockIdx.x * Bc;
+    const int hk = blockIdx.y, b = blockIdx.z;
+    const int cols = (int)min((int64_t)Bc, a.Nk - j0);
+    const A scale = (A)a.scale;
+
+    /* Alg4 L.8-9: K_j, V_j on chip, dK_j = dV_j = 0. */
+    load_tile<T, A>(Ks, ld, a.k, b, j0, hk, Bc, cols, d);
+    load_tile<T, A>(Vs, ld, a.v, b, j0, hk, Bc, cols, d);
+    for (int idx = threadIdx.x; idx < Bc * d; idx += blockDim.x)
+        dKs[idx] = dVs[idx] = 0;
+
+    /* Causal: query rows below j0 - shift see none of these keys. */
+    int64_t i_first = 0;
+    if (a.causal)
+        i_first = max((int64_t)0, j0 - a.shift);
+    const A *Pdrop = a.dropout ? PD : P;
+
+    for (int g = 0; g < a.group; g++) {
+        const int h = hk * a.group + g;
+        const int64_t bh = (int64_t)b * a.H + h;
+        for (int64_t i0 = i_first - i_first % Br; i0 < a.Nq; i0 += Br) {
+            const int rows = (int)min((int64_t)Br, a.Nq - i0);
+            __syncthreads(); /* previous tiles consumed */
+            /* Alg4 L.11: Q_i, dO_i, m_i, l_i (and D_i) on chip. */
+            load_tile<T, A>(Qs, ld, a.q, b, i0, h, Br, rows, d);
+            load_tile<T, A>(dOs, ld, a.dout, b, i0, h, Br, rows, d);
+            load_row_stats<A>(a, bh, i0, Br, rows, ms, ls, Ds);
+            __syncthreads();
+            bwd_recompute<A>(a, Qs, dOs, Ks, Vs, ms, ls, P, dP, i0, j0);
+            __syncthreads();
+            if (a.dropout) {
+                /* Alg4 L.15-16, 19: Z from the seed; dP *= Z, PD = P * Z. */
+                apply_dropout<A>(a, dP, PD, Bc, Br, Bc, bh, i0, j0);
+                __syncthreads();
+                for (int idx = threadIdx.x; idx < Br * Bc; idx += blockDim.x)
+                    PD[idx] *= P[idx];
+            }
+            /* Alg4 L.21: dS = P * (dP - D), in place of dP. */
+            for (int idx = threadIdx.x; idx < Br * Bc; idx += blockDim.x) {
+                const int r = idx / Bc;
+                dP[idx] = P[idx] * (dP[idx] - Ds[r]);
+            }
+            __syncthreads();
+            /* Alg4 L.17: dV_j += PD^T dO_i; L.23: dK_j += scale dS^T Q_i. */
+            for (int idx = threadIdx.x; idx < Bc * d; idx += blockDim.x) {
+                const int c = idx / d, x = idx - c * d;
+                A dv = 0, dk = 0;
+                for (int r = 0; r < rows; r++) {
+                    dv += Pdrop[r * Bc + c] * dOs[r * ld + x];
+                    dk += dP[r * Bc + c] * Qs[r * ld + x];
+                }
+                dVs[idx] += dv;
+                dKs[idx] += dk * scale;
+            }
+            /* Alg4 L.22: dQ_i += scale dS K_j (atomics across K/V blocks;
+             * in deterministic mode attn_bwd_dq_kernel does it instead). */
+            A *dqa = (A *)a.dq_acc + (bh * a.Nq + i0) * d;
+            for (int idx = threadIdx.x; idx < (a.deterministic ? 0 : rows * d);
+                 idx += blockDim.x) {
+                const int r = idx / d, x = idx - r * d;
+                A acc = 0;
+                for (int c = 0; c < cols; c++)
+                    acc += dP[r * Bc + c] * Ks[c * ld + x];
+                if (acc != A(0))
+                    atomicAdd(dqa + idx, acc * scale);
+            }
+        }
+    }
+    __syncthreads();
+    /* Alg4 L.25: write dK_j, dV_j. */
+    for (int idx = threadIdx.x; idx < cols * d; idx += blockDim.x) {
+        const int c = idx / d, x = idx - c * d;
+        elem<T>(a.dk, b, j0 + c, hk)[x] = from_acc<T>(dKs[idx]);
+        elem<T>(a.dv, b, j0 + c, hk)[x] = from_acc<T>(dVs[idx]);
+    }
+}
+
+/* Deterministic dQ (no atomics): one block per (query block, head, batch)
+ * streams the K/V blocks past its Q_i, dO_i, recomputes P and dS exactly as
+ * the main kernel does, and sums dQ_i += scale dS K_j in a fixed order in
+ * shared memory; dQ is written once. Costs a second recomputation of S and
+ * dP. */
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+attn_bwd_dq_kernel(const AttnArgs a)
+{
+    typedef typename AccOf<T>::type A;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int d = a.d, Br = a.Br, Bc = a.Bc, ld = d + 1;
+    A *Qs = (A *)smem_raw;
+    A *dOs = Qs + Br * ld;
+    A *Ks = dOs + Br * ld;
+    A *Vs = Ks + Bc * ld;
+    A *P = Vs + Bc * ld;
+    A *dP = P + Br * Bc;
+    A *dQs = dP + Br * Bc;
+    A *ms = dQs + Br * d, *ls = ms + Br, *Ds = ls + Br;
+
+    const int64_t i0 = (int64_t)blockIdx.x * Br;
+    const int h = blockIdx.y, b = blockIdx.z, hk = h / a.group;
+    const int64_t bh = (int64_t)b * a.H + h;
+    const int rows = (int)min((int64_t)Br, (int64_t)a.Nq - i0);
+    const A scale = (A)a.scale;
+
+    load_tile<T, A>(Qs, ld, a.q, b, i0, h, Br, rows, d);
+    load_tile<T, A>(dOs, ld, a.dout, b, i0, h, Br, rows, d);
+    for (int idx = threadIdx.x; idx < Br * d; idx += blockDim.x)
+        dQs[idx] = 0;
+    load_row_stats<A>(a, bh, i0, Br, rows, ms, ls, Ds);
+    int64_t n_keys = a.Nk;
+    if (a.causal) {
+        const int64_t last = i0 + rows - 1 + a.shift + 1;
+        n_keys = last < 0 ? 0 : min(last, n_keys);
+    }
+    for (int64_t j0 = 0; j0 < n_keys; j0 += Bc) {
+        const int cols = (int)min((int64_t)Bc, (int64_t)a.Nk - j0);
+        __syncthreads();
+        load_tile<T, A>(Ks, ld, a.k, b, j0, hk, Bc, cols, d);
+        load_tile<T, A>(Vs, ld, a.v, b, j0, hk, Bc, cols, d);
+        __syncthreads();
+        bwd_recompute<A>(a, Qs, dOs, Ks, Vs, ms, ls, P, dP, i0, j0);
+        __syncthreads();
+        if (a.dropout) {
+            apply_dropout<A>(a, dP, (A *)nullptr, Bc, Br, Bc, bh, i0, j0);
+            __syncthreads();
+        }
+        for (int idx = threadIdx.x; idx < Br * Bc; idx += blockDim.x)
+            dP[idx] = P[idx] * (dP[idx] - Ds[idx / Bc]);
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < rows * d; idx += blockDim.x) {
+            const int r = idx / d, x = idx - r * d;
+            A acc = 0;
+            for (int c = 0; c < cols; c++)
+                acc += dP[r * Bc + c] * Ks[c * ld + x];
+            dQs[idx] += acc * scale;
+        }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < rows * d; idx += blockDim.x) {
+        const int r = idx / d, x = idx - r * d;
+        elem<T>(a.dq, b, i0 + r, h)[x] = from_acc<T>(dQs[idx]);
+    }
+}
+
+template <typename T>
+static fg_status launch_bwd_dq(AttnArgs a, size_t smem_limit, cudaStream_t st)
+{
+    typedef typename AccOf<T>::type A;
+    const int t = pick_tile([&](int x) { return bwd_dq_smem_bytes(x, x, a.d, sizeof(A)); },
+                            smem_limit);
+    if (t == 0)
+        return fg_error(FG_ERR_UNSUPPORTED,
+                        "fg_attention_backward: head_dim %d needs more shared "
+                        "memory than this GPU has (deterministic dQ)",
+                        a.d);
+    a.Br = a.Bc = t;
+    const size_t smem = bwd_dq_smem_bytes(t, t, a.d, sizeof(A));
+    FG_CUDA_TRY(cudaFuncSetAttribute(attn_bwd_dq_kernel<T>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)smem));
+    dim3 grid((unsigned)((a.Nq + t - 1) / t), (unsigned)a.H, (unsigned)a.B);
+    attn_bwd_dq_kernel<T><<<grid, kThreads, smem, st>>>(a);
+    FG_CUDA_TRY_LAUNCH();
+    return FG_OK;
+}
+
+template <typename T>
+static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
+{
+    typedef typename AccOf<T>::type A;
+    const int t = pick_tile([&](int x) { return bwd_smem_bytes(x, x, a.d, sizeof(A)); },
+                            smem_limit);
+    if (t == 0)
+        return fg_error(FG_ERR_UNSUPPORTED,
+                        "fg_attention_backward: head_dim %d needs more shared "
+                        "memory than this GPU has",
+                        a.d);
+    a.Br = a.Bc = t;
+    const int64_t nrows = (int64_t)a.B * a.H * a.Nq;
+    attn_bwd_preprocess<T><<<(unsigned)((nrows * 32 + 255) / 256), 256, 0, st>>>(a);
+    FG_CUDA_TRY_LAUNCH();
+    alignas(64) unsigned char maps[1024];
+    if (sizeof(T) == 2 && a.lse2p && mma_path_ok(a, true) && wgmma_usable() &&
+        attn_bwd_wgmma_smem(a.d) <= smem_limit &&
+        attn_bwd_wgmma_maps_size() <= sizeof maps && attn_bwd_wgmma_maps(a, maps)) {
+        const int64_t n = (int64_t)a.B * a.H * a.nq_pad;
+        attn_bwd_pad_stats<<<(unsigned)min((n + 255) / 256, (int64_t)65535), 256, 0, st>>>(a);
+        FG_CUDA_TRY_LAUNCH();
+        a.dq_tile_d = attn_bwd_wgmma_dpad(a.d); /* the layout it accumulates dQ in */
+        FG_TRY(attn_bwd_wgmma_dispatch(AccOf<T>::is_bf16 ? FG_BF16 : FG_FP16, a, maps, st));
+    } else if (sizeof(T) == 2 && mma_path_ok(a, true) &&
+               attn_bwd_mma_supported(a.d, smem_limit)) {
+        FG_TRY(attn_bwd_mma_dispatch(sizeof(T) == 2 && AccOf<T>::is_bf16 ? FG_BF16
+                                                                        : FG_FP16,
+                                     a, st));
+    } else {
+        const size_t smem = bwd_smem_bytes(t, t, a.d, sizeof(A));
+        FG_CUDA_TRY(cudaFuncSetAttribute(attn_bwd_kernel<T>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)smem));
+        dim3 grid((unsigned)((a.Nk + t - 1) / t), (unsigned)a.Hk, (unsigned)a.B);
+        attn_bwd_kernel<T><<<grid, kThreads, smem, st>>>(a);
+        FG_CUDA_TRY_LAUNCH();
+    }
+    if (a.deterministic)
+        return launch_bwd_dq<T>(a, smem_limit, st);
+    const int64_t n = nrows * a.d;
+    const unsigned blocks = (unsigned)min((n + 255) / 256, (int64_t)65535);
+    attn_bwd_write_dq<T><<<blocks, 256, 0, st>>>(a);
+    FG_CUDA_TRY_LAUNCH();
+    return FG_OK;
+}
+
+fg_status attn_bwd_dispatch(fg_dtype dt, const AttnArgs &a, size_t smem_limit,
+                            cudaStream_t st)
+{
+    switch (dt) {
+    case FG_FP64: return launch_bwd<double>(a, smem_limit, st);
+    case FG_FP32: return launch_bwd<float>(a, smem_limit, st);
+    case FG_FP16: return launch_bwd<__half>(a, smem_limit, st);
+    case FG_BF16: return launch_bwd<__nv_bfloat16>(a, smem_limit, st);
+    }
+    return fg_error(FG_ERR_INTERNAL, "attn_bwd_dispatch: dtype %d", (int)dt);
+}
+
+} /* namespace fg */

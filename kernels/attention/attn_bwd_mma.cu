@@ -1,0 +1,346 @@
+/* kernels/attention/attn_bwd_mma.cu - fast fp16/bf16 FlashAttention backward on tensor
+ * cores (mma.sync m16n8k16, sm_80+), FlashAttention-2 style.
+ *
+ * One block per (K/V block of Bc = 16*W keys, K/V head, batch); warp w owns
+ * keys 16w..16w+15, so its dK and dV accumulators (fp32, registers) never
+ * need another warp. For each query head of the group and each query block
+ * of Br rows (Q_i, dO_i double-buffered with cp.async):
+ *   S^T  = K Q_i^T                  P^T = exp2(S^T scale log2e - lse2)
+ *   dV  += (P^T * Z) dO_i           dP^T = (V dO_i^T) * Z
+ *   dS^T = P^T * (dP^T - D_i)       dK  += dS^T Q_i
+ *   dQ_i += dS K  (dS through shared memory, fp32 atomics)
+ * Computing the transposed scores keeps P^T and dS^T in the accumulator
+ * layout that is also the A-fragment layout of the dV/dK products, so they
+ * go from registers to tensor cores without a round trip. lse2 = log2 of
+ * the softmax normaliser from the forward's m and l (+inf for empty rows).
+ * D = rowsum(dO * O) and the dQ conversion are the general path's kernels.
+ * For d = 256 the dK/dV accumulators do not fit in registers: two launches
+ * each own half of d (and recompute S and dP); the first also does dQ. */
+#include "attn_common.cuh"
+#include "attn_kernels.h"
+#include "kernels/runtime/cuda_check.h"
+#include "mma_sm80.cuh"
+
+namespace fg {
+
+/* D: head dim (padded); W: warps (16 keys each); BR: queries per inner
+ * step; DH: width of the d slice whose dK/dV this launch accumulates (D, or
+ * D/2 for d = 256, run as two launches over the two halves). */
+template <int D, int W, int BR, int DH> struct BwdTile {
+    static constexpr int kWarps = W;
+    static constexpr int kThreads = 32 * W;
+    static constexpr int kBc = 16 * W; /* keys per block */
+    static constexpr int kBr = BR;     /* queries per inner step */
+    static constexpr int kC = D / 8;   /* 16-byte chunks per row */
+    /* K, V; Q and dO double-buffered; dS [Br][Bc]; lse2 and D per query. */
+    static constexpr size_t kSmem = (size_t)(2 * kBc * D + 4 * kBr * D + kBr * kBc) * 2 +
+                                    2 * 2 * kBr * sizeof(float);
+};
+
+template <typename T, int D, int W, int BR, int DH, bool kCausal, bool kDropout>
+__global__ void __launch_bounds__(32 * W)
+attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
+{
+    using Tile = BwdTile<D, W, BR, DH>;
+    constexpr int Bc = Tile::kBc, Br = Tile::kBr, C = Tile::kC;
+    constexpr int QT = Br / 8; /* n8 tiles over queries in S^T */
+    constexpr int DT = DH / 8; /* n8 tiles over this launch's d slice */
+    const int dbase = dslice * DH; /* first column of the slice */
+    constexpr int NT = Tile::kThreads;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const uint32_t sK = smem_u32(smem);
+    const uint32_t sV = sK + Bc * D * 2;
+    const uint32_t sQ0 = sV + Bc * D * 2;          /* + buf * 2*Br*D*2 */
+    const uint32_t qbuf = 2 * Br * D * 2;
+    const uint32_t sdS = sQ0 + 2 * qbuf;           /* dS^T [Bc][Br], swizzled */
+    float *lse2_s = (float *)(smem + (sdS - sK) + Br * Bc * 2); /* [2][Br] */
+    float *D_s = lse2_s + 2 * Br;                               /* [2][Br] */
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int64_t j0 = (int64_t)blockIdx.x * Bc;
+    const int hk = blockIdx.y, b = blockIdx.z;
+    const int kvalid = (int)min((int64_t)Bc, (int64_t)a.Nk - j0);
+    const float scale_log2 = (float)(a.scale * 1.4426950408889634);
+
+    load_rows<T, D>(sK, a.k, b, j0, hk, Bc, kvalid, a.d, NT);
+    load_rows<T, D>(sV, a.v, b, j0, hk, Bc, kvalid, a.d, NT);
+    cp_async_commit();
+
+    int64_t ib_first, nqb; /* query blocks to visit */
+    query_blocks(a, kCausal, j0, Br, &ib_first, &nqb);
+    const int64_t total = nqb * a.group; /* (head, query block) steps */
+
+    /* Issue the loads of step `st` into buffer st & 1. */
+    auto issue = [&](int64_t st) {
+        const int gh = (int)(st / nqb);
+        const int64_t i0 = (ib_first + st % nqb) * Br;
+        const int h = hk * a.group + gh;
+        const int valid = (int)min((int64_t)Br, (int64_t)a.Nq - i0);
+        const uint32_t buf = (uint32_t)(st & 1) * qbuf;
+        load_rows<T, D>(sQ0 + buf, a.q, b, i0, h, Br, valid, a.d, NT);
+        load_rows<T, D>(sQ0 + buf + Br * D * 2, a.dout, b, i0, h, Br, valid, a.d, NT);
+        const int64_t bh = (int64_t)b * a.H + h;
+        for (int r = threadIdx.x; r < Br; r += NT) {
+            const int64_t i = i0 + r;
+            float lse = INFINITY, dd = 0.f;
+            if (i < a.Nq) {
+                lse = row_lse2(a, bh, i);
+                dd = ((const float *)a.D)[bh * a.Nq + i];
+            }
+            lse2_s[(st & 1) * Br + r] = lse;
+            D_s[(st & 1) * Br + r] = dd;
+        }
+        cp_async_commit();
+    };
+
+    float dk[DT][4], dv[DT][4];
+#pragma unroll
+    for (int i = 0; i < DT; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            dk[i][e] = dv[i][e] = 0.f;
+
+    if (total > 0)
+        issue(0);
+    for (int64_t st = 0; st < total; st++) {
+        const int gh = (int)(st / nqb);
+        const int64_t i0 = (ib_first + st % nqb) * Br;
+        const int h = hk * a.group + gh;
+        const int64_t bh = (int64_t)b * a.H + h;
+        const uint32_t sQ = sQ0 + (uint32_t)(st & 1) * qbuf, sdO = sQ + Br * D * 2;
+        const float *lse2 = lse2_s + (st & 1) * Br, *Dv = D_s + (st & 1) * Br;
+        if (st + 1 < total) {
+            issue(st + 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+
+        /* S^T = K Q_i^T for this warp's 16 keys (Alg4 L.12). */
+        float s[QT][4], dp[QT][4];
+#pragma unroll
+        for (int i = 0; i < QT; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[i][e] = dp[i][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t ak[4], av[4];
+            const int row = warp * 16 + (lane & 15), ch = kk * 2 + (lane >> 4);
+            ldmatrix_x4(ak, sK + swz(row, ch, C));
+            ldmatrix_x4(av, sV + swz(row, ch, C));
+#pragma unroll
+            for (int n2 = 0; n2 < QT / 2; n2++) {
+                uint32_t bq[4], bg[4];
+                const int n = n2 * 16 + (lane & 7) + ((lane >> 4) << 3);
+                const int kc = kk * 2 + ((lane >> 3) & 1);
+                ldmatrix_x4(bq, sQ + swz(n, kc, C));
+                ldmatrix_x4(bg, sdO + swz(n, kc, C));
+                Mma<T>::run(s[2 * n2], ak, bq[0], bq[1]);
+                Mma<T>::run(s[2 * n2 + 1], ak, bq[2], bq[3]);
+                /* dP^T = V dO_i^T (Alg4 L.18) */
+                Mma<T>::run(dp[2 * n2], av, bg[0], bg[1]);
+                Mma<T>::run(dp[2 * n2 + 1], av, bg[2], bg[3]);
+            }
+        }
+
+        /* P^T (Alg4 L.13-14), dropout (L.15-16, 19), dS^T (L.21). Element
+         * e of tile qt: key j = j0 + 16 warp + g + 8 (e >> 1), query
+         * i = i0 + 8 qt + 2 t4 + (e & 1). */
+        const bool need_mask = j0 + Bc > a.Nk || i0 + Br > a.Nq ||
+                               (kCausal && j0 + Bc - 1 > i0 + a.shift);
+        const uint2 key = make_uint2(fg_dropout_key_x(a.seed, a.offset),
+                                     fg_dropout_key_y(a.seed, a.offset));
+        uint32_t pf[QT / 2][4], sf[QT / 2][4]; /* A fragments for dV, dK */
+#pragma unroll
+        for (int qt = 0; qt < QT; qt++) {
+            float p[4], ds[4];
+            /* lse2 and D of this thread's two queries in one load each */
+            const float2 L = *reinterpret_cast<const float2 *>(lse2 + 8 * qt + 2 * t4);
+            const float2 Dq = *reinterpret_cast<const float2 *>(Dv + 8 * qt + 2 * t4);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int qi = 8 * qt + 2 * t4 + (e & 1);
+                const int64_t j = j0 + 16 * warp + g + 8 * (e >> 1);
+                const int64_t i = i0 + qi;
+                float pe = exp2f(fmaf(s[qt][e], scale_log2, -((e & 1) ? L.y : L.x)));
+                if (need_mask && (j >= a.Nk || (kCausal && j > i + a.shift)))
+                    pe = 0.f;
+                float z = 1.f;
+                if (kDropout) {
+                    const uint4 w = curand_Philox4x32_10(
+                        make_uint4(fg_dropout_ctr_x(j), fg_dropout_ctr_y(i),
+                                   fg_dropout_ctr_z(bh), fg_dropout_ctr_w(a.offset)),
+                        key);
+                    const uint32_t word = (j & 3) == 0 ? w.x : (j & 3) == 1 ? w.y
+                                        : (j & 3) == 2 ? w.z : w.w;
+                    z = fg_dropout_keep(word, a.keep_threshold) ? (float)a.keep_scale : 0.f;
+                }
+                p[e] = pe * z;                                        /* for dV */
+                ds[e] = pe * (dp[qt][e] * z - ((e & 1) ? Dq.y : Dq.x)); /* dS^T */
+            }
+            const int kk = qt >> 1, half = (qt & 1) * 2;
+            pf[kk][half] = pack2<T>(p[0], p[1]);
+            pf[kk][half + 1] = pack2<T>(p[2], p[3]);
+            sf[kk][half] = pack2<T>(ds[0], ds[1]);
+            sf[kk][half + 1] = pack2<T>(ds[2], ds[3]);
+            /* dS^T to shared memory for dQ, [key][query]: the two queries
+             * of a register pair are adjacent, one 4-byte store each. */
+            unsigned char *dsm = smem + (sdS - sK);
+            const int key0 = 16 * warp + g;
+            *reinterpret_cast<uint32_t *>(dsm + swz(key0, qt, Br / 8) + 4 * t4) =
+                sf[kk][half];
+            *reinterpret_cast<uint32_t *>(dsm + swz(key0 + 8, qt, Br / 8) + 4 * t4) =
+                sf[kk][half + 1];
+        }
+
+        /* dV += (P^T Z) dO_i (Alg4 L.17), dK += dS^T Q_i (L.23). */
+#pragma unroll
+        for (int kk = 0; kk < QT / 2; kk++) {
+#pragma unroll
+            for (int d2 = 0; d2 < DH / 16; d2++) {
+                uint32_t bg[4], bq[4];
+                const int k = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+                const int ch = dbase / 8 + d2 * 2 + (lane >> 4);
+                ldmatrix_x4_trans(bg, sdO + swz(k, ch, C));
+                ldmatrix_x4_trans(bq, sQ + swz(k, ch, C));
+                Mma<T>::run(dv[2 * d2], pf[kk], bg[0], bg[1]);
+                Mma<T>::run(dv[2 * d2 + 1], pf[kk], bg[2], bg[3]);
+                Mma<T>::run(dk[2 * d2], sf[kk], bq[0], bq[1]);
+                Mma<T>::run(dk[2 * d2 + 1], sf[kk], bq[2], bq[3]);
+            }
+        }
+        __syncthreads(); /* dS complete in shared memory */
+
+        /* dQ_i += scale dS K (Alg4 L.22), by the first slice's launch only:
+         * warp w takes query m-tile w % (Br/16) and a 1/parts slice of d;
+         * fp32 atomics into the accumulator. */
+        if (dslice == 0 && !a.deterministic) {
+            constexpr int MTS = Br / 16, parts = W / MTS, DW = D / parts;
+            const int mt = warp % MTS, part = warp / MTS;
+            float q[DW / 8][4];
+#pragma unroll
+            for (int i = 0; i < DW / 8; i++)
+                q[i][0] = q[i][1] = q[i][2] = q[i][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < Bc / 16; kk++) {
+                uint32_t af[4];
+                /* A = dS (queries x keys) from the [key][query] tile */
+                ldmatrix_x4_trans(af, sdS + swz(kk * 16 + (lane & 7) + ((lane >> 4) << 3),
+                                                mt * 2 + ((lane >> 3) & 1), Br / 8));
+#pragma unroll
+                for (int d2 = 0; d2 < DW / 16; d2++) {
+                    uint32_t bk[4];
+                    const int k = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+                    ldmatrix_x4_trans(bk, sK + swz(k, (part * DW) / 8 + d2 * 2 + (lane >> 4), C));
+                    Mma<T>::run(q[2 * d2], af, bk[0], bk[1]);
+                    Mma<T>::run(q[2 * d2 + 1], af, bk[2], bk[3]);
+                }
+            }
+            const float sc = (float)a.scale;
+            float *dqa = (float *)a.dq_acc + (bh * a.Nq + i0) * (int64_t)a.d;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int qi = mt * 16 + g + 8 * r;
+                if (i0 + qi >= a.Nq)
+                    continue;
+#pragma unroll
+                for (int nt = 0; nt < DW / 8; nt++) {
+                    const int c = part * DW + nt * 8 + 2 * t4;
+                    if (c < a.d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+                        /* one vector reduction (red.global.add.v2.f32) */
+                        atomicAdd(reinterpret_cast<float2 *>(dqa + qi * a.d + c),
+                                  make_float2(q[nt][2 * r] * sc, q[nt][2 * r + 1] * sc));
+#else
+                        atomicAdd(dqa + qi * a.d + c, q[nt][2 * r] * sc);
+                        atomicAdd(dqa + qi * a.d + c + 1, q[nt][2 * r + 1] * sc);
+#endif
+                    }
+                }
+            }
+        }
+        __syncthreads(); /* dS and this Q/dO buffer are reused */
+    }
+
+    /* Alg4 L.25: dK = scale * acc, dV; rows past Nk and padded d skipped. */
+    const float sc = (float)a.scale;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int kr = 16 * warp + g + 8 * r;
+        if (kr >= kvalid)
+            continue;
+        T *dkp = elem<T>(a.dk, b, j0 + kr, hk), *dvp = elem<T>(a.dv, b, j0 + kr, hk);
+#pragma unroll
+        for (int dt = 0; dt < DT; dt++) {
+            const int c = dbase + dt * 8 + 2 * t4;
+            if (c < a.d) {
+                *reinterpret_cast<uint32_t *>(dkp + c) =
+                    pack2<T>(dk[dt][2 * r] * sc, dk[dt][2 * r + 1] * sc);
+                *reinterpret_cast<uint32_t *>(dvp + c) =
+                    pack2<T>(dv[dt][2 * r], dv[dt][2 * r + 1]);
+            }
+        }
+    }
+}
+
+template <typename T, int D, int W, int BR, int DH, bool kCausal, bool kDropout>
+static fg_status launch(const AttnArgs &a, cudaStream_t st)
+{
+    using Tile = BwdTile<D, W, BR, DH>;
+    auto kern = attn_bwd_mma_kernel<T, D, W, BR, DH, kCausal, kDropout>;
+    FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)Tile::kSmem));
+    dim3 grid((unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc), (unsigned)a.Hk,
+              (unsigned)a.B);
+    /* Slices past the real head dim have nothing to write. */
+    for (int slice = 0; slice < D / DH && slice * DH < a.d; slice++) {
+        kern<<<grid, Tile::kThreads, Tile::kSmem, st>>>(a, slice);
+        FG_CUDA_TRY_LAUNCH();
+    }
+    return FG_OK;
+}
+
+template <typename T, int D, int W, int BR, int DH>
+static fg_status launch_opts(const AttnArgs &a, cudaStream_t st)
+{
+    if (a.causal)
+        return a.dropout ? launch<T, D, W, BR, DH, true, true>(a, st)
+                         : launch<T, D, W, BR, DH, true, false>(a, st);
+    return a.dropout ? launch<T, D, W, BR, DH, false, true>(a, st)
+                     : launch<T, D, W, BR, DH, false, false>(a, st);
+}
+
+/* Tile configurations per padded head dim. */
+#define FG_BWD_CFG64 64, 8, 64, 64
+#define FG_BWD_CFG128 128, 8, 64, 128
+#define FG_BWD_CFG256 256, 4, 32, 128
+
+template <typename T>
+static fg_status launch_dim(const AttnArgs &a, cudaStream_t st)
+{
+    if (a.d <= 64)
+        return launch_opts<T, FG_BWD_CFG64>(a, st);
+    if (a.d <= 128)
+        return launch_opts<T, FG_BWD_CFG128>(a, st);
+    return launch_opts<T, FG_BWD_CFG256>(a, st);
+}
+
+bool attn_bwd_mma_supported(int d, size_t smem_limit)
+{
+    const size_t need = d <= 64 ? BwdTile<FG_BWD_CFG64>::kSmem
+                        : d <= 128 ? BwdTile<FG_BWD_CFG128>::kSmem
+                                   : BwdTile<FG_BWD_CFG256>::kSmem;
+    return need <= smem_limit;
+}
+
+fg_status attn_bwd_mma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st)
+{
+    if (dt == FG_BF16)
+        return launch_dim<__nv_bfloat16>(a, st);
+    return launch_dim<__half>(a, st);
+}
+
+} /* namespace fg */

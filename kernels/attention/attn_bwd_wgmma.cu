@@ -1,0 +1,655 @@
+/* kernels/attention/attn_bwd_wgmma.cu - fp16/bf16 FlashAttention backward for Hopper
+ * (sm_90a) on warpgroup MMA (wgmma).
+ *
+ * One block of two warpgroups per (K/V block, K/V head, batch); K_j and V_j
+ * stay in shared memory, dK_j and dV_j accumulate in registers (fp32). For
+ * each query head of the group and each query block of 64 rows (Q_i, dO_i
+ * double-buffered, by TMA), Alg. 4 lines 11-23 in five wgmma GEMMs:
+ *   S^T  = K Q_i^T      dP^T = V dO_i^T       (A, B from shared memory)
+ *   P^T  = exp2(S^T scale log2e - lse2), dropout, dS^T = P^T (dP^T - D_i)
+ *   dV  += P^T dO_i     dK  += dS^T Q_i       (A from registers, B = dO/Q
+ *                                              read MN-major)
+ *   dQ_i += dS K                              (A = dS^T from shared memory
+ *                                              read MN-major)
+ * dQ_i leaves through shared memory: each warp stores its fragment to a
+ * contiguous run and one lane issues a TMA bulk reduce-add of it into the
+ * fp32 accumulator (tiled layout, dq_tiled_index). Per-thread vector
+ * atomics from registers kept the L2 82% busy and cost 40% of the d = 256
+ * backward (H100: 10.9 ms with, 6.6 ms without).
+ * Computing the transposed scores leaves P^T and dS^T in the accumulator
+ * layout, which is the A-register layout of the dV / dK products.
+ * Work split (kSplitD): for d <= 128 warpgroup w owns keys 64w..64w+63
+ * (Bc = 128) and the full width of dK/dV; for d = 256 the accumulators of
+ * 64 keys do not fit one warpgroup, so both own the same 64 keys (Bc = 64),
+ * each recomputes S^T and dP^T and accumulates one 128-wide half of dK/dV.
+ * The dQ product is split over the two warpgroups by columns. */
+#include "attn_common.cuh"
+#include "attn_kernels.h"
+#include "kernels/runtime/cuda_check.h"
+#include "tma_map.h"
+#include "wgmma_sm90.cuh"
+
+#include <type_traits>
+
+namespace fg {
+
+/* Two warpgroups per block for every head dim (one-warpgroup blocks, two
+ * per SM, measured 5-25% slower on an H100: the Q/dO tiles were streamed
+ * twice and dQ got twice the atomics). */
+template <int D> struct BwdWgTile {
+    static constexpr bool kSplitD = D == 256;
+    static constexpr int kWG = 2;
+    static constexpr int kBc = kSplitD ? 64 : 64 * kWG; /* keys per block */
+    static constexpr int kBr = 64;                      /* queries per step */
+    static constexpr int kDH = kSplitD ? D / 2 : D;     /* dK/dV width per WG */
+    static constexpr int kDQ = D / kWG;                 /* dQ width per WG */
+    /* split d: P^T Z tile, and the P^T / dropout-bit exchange */
+    static constexpr size_t kPBytes = kSplitD ? (size_t)kBc * kBr * 2 : 0;
+    static constexpr size_t kXBytes = kSplitD ? (size_t)(kBr / 2 + 1) * 128 * 4 : 0;
+    /* dQ_i staging (Br x D floats) for the bulk reduce; d = 256 has no room
+     * and stages in the step's Q_i / dO_i tiles instead (64 KB, dead once
+     * dK and dV are computed). */
+    static constexpr size_t kStageBytes = kSplitD ? 0 : (size_t)kBr * D * 4;
+    /* dS^T tiles: two (alternate steps) where shared memory allows, so
+     * the warp-specialised kernel's dQ product of step i can read buffer
+     * i & 1 while step i + 1 stores to the other. */
+    static constexpr int kDSBufs = kSplitD ? 1 : 2;
+    /* K, V; Q and dO double-buffered; dS^T [Bc][Br] x kDSBufs; P^T; dQ
+     * staging; lse2, D per query (two buffers); seven mbarriers (64
+     * bytes); exchange; 1024 for alignment. At d = 256 this is 231992 of
+     * the 232448 bytes a block may have. */
+    static constexpr size_t kSmem =
+        (size_t)(2 * kBc * D + 4 * kBr * D + kDSBufs * kBc * kBr) * 2 + kPBytes + kStageBytes +
+        4 * kBr * sizeof(float) + 64 + kXBytes + 1024;
+};
+
+/* Warp specialisation for d <= 128 without dropout (whose registers fit
+ * 240): a producer warpgroup (24 registers, one thread issues every load)
+ * and the two consumer warpgroups, which never meet at a barrier: they
+ * release each Q_i/dO_i/lse2/D buffer through an mbarrier (free_q) once
+ * their products have read it, and the dQ product of step i, which needs
+ * both warpgroups' dS^T rows, runs one step late, after an mbarrier
+ * (ds_full) says both have stored them: in step i + 1 between S^T/dP^T
+ * and the softmax (kEarlyDQ, d = 64: it overlaps the softmax, its 16
+ * accumulator registers in flight) or, at d = 128 where its 32 would
+ * spill, after dK's product. The
+ * consumers take turns issuing S^T and dP^T (FA3's ping-pong, two named
+ * barriers), so one's softmax runs while the other's products do (H100:
+ * +2-5% at d = 128, +9-13% at d = 64 on top of the rest). Other variants:
+ * two warpgroups, thread 0 loads, two __syncthreads per step. */
+template <int D, bool kDropout> struct BwdSpec {
+    static constexpr bool value = !kDropout && !BwdWgTile<D>::kSplitD;
+    static constexpr int kThreads = 256 + (value ? 128 : 0);
+#ifdef FG_BWD_EARLY_DQ /* experiments: force one placement */
+    static constexpr bool kEarlyDQ = FG_BWD_EARLY_DQ;
+#else
+    static constexpr bool kEarlyDQ = D <= 64;
+#endif
+};
+
+template <typename T, int D, bool kCausal, bool kDropout>
+__global__ void __launch_bounds__(BwdSpec<D, kDropout>::kThreads, 1)
+attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
+                      const __grid_constant__ CUtensorMap tmK,
+                      const __grid_constant__ CUtensorMap tmV,
+                      const __grid_constant__ CUtensorMap tmO)
+{
+#ifdef FG_WGMMA_ENABLED
+    using Tile = BwdWgTile<D>;
+    constexpr bool kSpec = BwdSpec<D, kDropout>::value;
+    constexpr bool kEarlyDQ = BwdSpec<D, kDropout>::kEarlyDQ;
+    constexpr int Bc = Tile::kBc, Br = Tile::kBr, DH = Tile::kDH, DQ = Tile::kDQ;
+    constexpr uint32_t qtile = Br * D * 2;   /* bytes of one Q or dO tile */
+    extern __shared__ unsigned char smem[];
+    const uint32_t base = smem_u32(smem);
+    const uint32_t sK = (base + 1023) & ~1023u;
+    const uint32_t sV = sK + Bc * D * 2;
+    const uint32_t sQ0 = sV + Bc * D * 2;    /* buffer b: Q at + 2b qtile, dO after */
+    const uint32_t sdS0 = sQ0 + 4 * qtile;   /* dS^T [Bc][Br], one 64-wide panel, x kDSBufs */
+    const uint32_t sP = sdS0 + Tile::kDSBufs * Bc * Br * 2; /* split d only: P^T Z [Bc][Br] */
+    const uint32_t sStage = sP + Tile::kPBytes; /* d <= 128: dQ_i [Br][D] floats */
+    float *lse2_s = (float *)(smem + (sStage - base) + Tile::kStageBytes); /* [2][Br] */
+    float *D_s = lse2_s + 2 * Br;                                  /* [2][Br] */
+    /* split d only, after the mbarriers: P^T [Br/2][128] and the dropout
+     * bits [128], thread-major */
+    float *xch = (float *)((unsigned char *)(D_s + 2 * Br) + 64);
+    uint32_t *keep_x = (uint32_t *)(xch + (Br / 2) * 128);
+
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int key_base = Tile::kSplitD ? 0 : 64 * wg; /* this WG's keys */
+    const int dslice = Tile::kSplitD ? DH * wg : 0;   /* its dK/dV columns */
+    const int64_t j0 = (int64_t)blockIdx.x * Bc;
+    const int hk = blockIdx.y, b = blockIdx.z;
+    const int kvalid = (int)min((int64_t)Bc, (int64_t)a.Nk - j0);
+    const float scale_log2 = (float)(a.scale * 1.4426950408889634);
+
+    /* TMA: K and V once, then per step Q_i, dO_i (64-column panels) and
+     * the 64 lse2 / D values (bulk copies), double-buffered; thread 0
+     * (kSpec: the producer) issues, mbarriers signal (bar_kv,
+     * bar_q[buffer]); kSpec: the consumer threads release a buffer on
+     * free_q[buffer]. */
+    const uint32_t bar_kv = smem_u32(D_s + 2 * Br), bar_q = bar_kv + 8, free_q = bar_kv + 24;
+    const uint32_t ds_full = bar_kv + 40; /* kSpec: dS^T [buffer] stored by both WGs */
+    auto tma_tile = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int rows,
+                        int64_t row0, int head) {
+#pragma unroll
+        for (int p = 0; p < D / 64; p++)
+            tma_load_4d(dst + p * rows * 128, map, bar, p * 64, (int)row0, head, b);
+    };
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < 3; i++)
+            mbar_init(bar_kv + 8 * i, 1);
+        if (kSpec)
+            for (int i = 0; i < 4; i++) /* free_q[2], ds_full[2]: every consumer thread */
+                mbar_init(free_q + 8 * i, 256);
+        mbar_init_fence();
+    }
+    __syncthreads();
+    auto load_kv = [&]() {
+        mbar_expect_tx(bar_kv, 2 * Bc * D * 2);
+        tma_tile(sK, &tmK, bar_kv, Bc, j0, hk);
+        tma_tile(sV, &tmV, bar_kv, Bc, j0, hk);
+    };
+    if (!kSpec && threadIdx.x == 0)
+        load_kv();
+
+    int64_t ib_first, nqb; /* query blocks to visit */
+    query_blocks(a, kCausal, j0, Br, &ib_first, &nqb);
+    const int64_t total = nqb * a.group; /* (head, query block) steps */
+
+    auto issue = [&](int64_t st) { /* one thread */
+        const int gh = (int)(st / nqb);
+        const int64_t i0 = (ib_first + st % nqb) * Br;
+        const int h = hk * a.group + gh;
+        const uint32_t buf = sQ0 + (uint32_t)(st & 1) * 2 * qtile;
+        const uint32_t bar = bar_q + 8 * (uint32_t)(st & 1);
+        mbar_expect_tx(bar, 2 * qtile + 2 * Br * 4);
+        tma_tile(buf, &tmQ, bar, Br, i0, h);
+        tma_tile(buf + qtile, &tmO, bar, Br, i0, h);
+        const int64_t row = ((int64_t)b * a.H + h) * a.nq_pad + i0;
+        bulk_load(smem_u32(lse2_s + (st & 1) * Br), (const float *)a.lse2p + row, Br * 4, bar);
+        bulk_load(smem_u32(D_s + (st & 1) * Br), (const float *)a.Dp + row, Br * 4, bar);
+    };
+
+    if constexpr (kSpec) {
+        if (threadIdx.x >= 256) { /* the producer warpgroup: loads only */
+            setmaxnreg_dec<24>();
+            if (threadIdx.x == 256 && total > 0) {
+                load_kv();
+                for (int64_t st = 0; st < total; st++) {
+                    if (st >= 2) /* step st - 2 released the buffer */
+                        mbar_wait(free_q + 8 * (uint32_t)(st & 1), (uint32_t)((st >> 1) - 1) & 1);
+                    issue(st);
+                }
+            }
+            return;
+        }
+        setmaxnreg_inc<240>();
+    }
+
+    float dk[DH / 2], dv[DH / 2];
+#pragma unroll
+    for (int i = 0; i < DH / 2; i++)
+        dk[i] = dv[i] = 0.f;
+
+    auto step_sdS = [&](int64_t s) {
+        return sdS0 + (uint32_t)(Tile::kDSBufs == 2 ? s & 1 : 0) * Bc * Br * 2;
+    };
+    /* kSpec: waits until both warpgroups have stored dS^T of step s. */
+    auto wait_ds = [&](int64_t s) {
+        mbar_wait(ds_full + 8 * (uint32_t)(s & 1), (uint32_t)(s >> 1) & 1);
+    };
+    /* dQ_i += scale dS K (Alg4 L.22) of step s: A = dS (queries x keys)
+     * read MN-major from dS^T, B = K read MN-major; this WG's DQ columns. */
+    auto dq_issue = [&](float (&q)[DQ / 2], int64_t s) {
+        const uint32_t sdS = step_sdS(s);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < Bc / 16; kk++) {
+            const uint64_t da = wg_desc(sdS + kk * 16 * 128, Bc * 128, 1024);
+            /* column wg*DQ: panel (wg*DQ)/64, and for DQ = 32 half a
+             * 128-byte row into it (the swizzle is address-based) */
+            const uint32_t col = (uint32_t)(wg * DQ);
+            const uint64_t db = wg_desc(sK + (col / 64) * Bc * 128 + (col % 64) * 2 + kk * 16 * 128,
+                                        Bc * 128, 1024);
+            WgmmaOp<T, DQ>::template ss<1, 1>(q, da, db, kk > 0);
+        }
+        wg_commit();
+    };
+    /* Warp w of warpgroup g stages its 16 x DQ piece of step s's dQ_i as
+     * run 4g + w of the tile (fragment n of lane l at float4 32n + l:
+     * stores without bank conflicts) and lane 0 reduce-adds the run into
+     * dq_acc. Split d: the run goes to a Q_i / dO_i panel that only this
+     * warpgroup's (finished) dV/dK products read. */
+    auto dq_store = [&](const float (&q)[DQ / 2], int64_t i0, int64_t bh, uint32_t sQ) {
+        const int run = wg * 4 + warp;
+        uint32_t stage;
+        if constexpr (Tile::kSplitD) {
+            stage = sQ + (uint32_t)(warp >> 1) * qtile + (uint32_t)(wg * 2 + (warp & 1)) * Br * 128;
+        } else {
+            stage = sStage + (uint32_t)run * DQ * 64;
+            if (lane == 0)
+                bulk_wait_read<0>(); /* the last reduce has read it */
+            __syncwarp();
+        }
+        const float sc = (float)a.scale;
+        float4 *sq = reinterpret_cast<float4 *>(smem + (stage - base)) + lane;
+#pragma unroll
+        for (int n = 0; n < DQ / 8; n++)
+            sq[32 * n] = make_float4(q[4 * n] * sc, q[4 * n + 1] * sc, q[4 * n + 2] * sc,
+                                     q[4 * n + 3] * sc);
+        fence_proxy_async(); /* generic stores -> the bulk copy's reads */
+        __syncwarp();
+        if (lane == 0) {
+            bulk_reduce_add_f32((float *)a.dq_acc + (bh * a.nq_pad + i0) * D + run * DQ * 16,
+                                stage, DQ * 64);
+            bulk_commit();
+        }
+    };
+    /* The whole dQ product of step s, issued and waited for (with every
+     * earlier product of this warpgroup), then staged and reduced. */
+    auto dq_now = [&](float (&q)[DQ / 2], int64_t s, int64_t i0, int64_t bh, uint32_t sQ) {
+        dq_issue(q, s);
+        wg_wait<0>();
+        wg_fence_regs(q);
+        dq_store(q, i0, bh, sQ);
+    };
+
+    if (!kSpec && total > 0 && threadIdx.x == 0)
+        issue(0);
+    /* Ping-pong: warpgroup w waits on named barrier 1 + w before issuing
+     * S^T and dP^T, and lets the other go once S^T has landed; warpgroup
+     * 1 opens and skips the hand-off after its last step. */
+    if (kSpec && wg == 1 && total > 0)
+        named_arrive(1, 256);
+    int64_t prev_i0 = 0, prev_bh = 0; /* kSpec: the step whose dQ is due */
+    for (int64_t st = 0; st < total; st++) {
+        const int gh = (int)(st / nqb);
+        const int64_t i0 = (ib_first + st % nqb) * Br;
+        const int h = hk * a.group + gh;
+        const int64_t bh = (int64_t)b * a.H + h;
+        const uint32_t sQ = sQ0 + (uint32_t)(st & 1) * 2 * qtile, sdO = sQ + qtile;
+        const float *lse2 = lse2_s + (st & 1) * Br, *Dv = D_s + (st & 1) * Br;
+        const uint32_t sdS = step_sdS(st);
+        /* Prefetch: the buffer was released by the last barrier (split d:
+         * issued later, once the dQ reduces staged in it have read it). */
+        if (!kSpec && !Tile::kSplitD && st + 1 < total && threadIdx.x == 0)
+            issue(st + 1);
+        if (st == 0)
+            mbar_wait(bar_kv, 0);
+        mbar_wait(bar_q + 8 * (uint32_t)(st & 1), (uint32_t)(st >> 1) & 1);
+
+        /* Score-tile element x of this thread (S^T, dP^T, P^T, dS^T all
+         * share the accumulator layout): key j0 + key_base + 16 warp + g +
+         * 8 ((x >> 1) & 1), query i0 + 8 (x >> 2) + 2 t4 + (x & 1). */
+        const bool need_mask = j0 + Bc > a.Nk || i0 + Br > a.Nq ||
+                               (kCausal && j0 + Bc - 1 > i0 + a.shift);
+        const float ks = (float)a.keep_scale;
+        auto mask = [&](float (&x)[Br / 2]) { /* masked scores -> -inf -> P = 0 */
+#pragma unroll
+            for (int e = 0; e < Br / 2; e++) {
+                const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1);
+                const int64_t i = i0 + 8 * (e >> 2) + 2 * t4 + (e & 1);
+                if (j >= a.Nk || (kCausal && j > i + a.shift))
+                    x[e] = -INFINITY;
+            }
+        };
+        /* P^T = exp2(S^T scale log2e - lse2) (Alg4 L.13-14) in place, and
+         * the dropout decisions (L.15-16) as bits of `keep`. */
+        auto probs = [&](float (&x)[Br / 2], uint32_t &keep) {
+            const uint2 key = make_uint2(fg_dropout_key_x(a.seed, a.offset),
+                                         fg_dropout_key_y(a.seed, a.offset));
+            keep = 0;
+#pragma unroll
+            for (int e = 0; e < Br / 2; e++) {
+                const float L = lse2[8 * (e >> 2) + 2 * t4 + (e & 1)];
+                x[e] = exp2f(fmaf(x[e], scale_log2, -L));
+                if (kDropout) {
+                    const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1);
+                    const int64_t i = i0 + 8 * (e >> 2) + 2 * t4 + (e & 1);
+                    const uint4 w = curand_Philox4x32_10(
+                        make_uint4(fg_dropout_ctr_x(j), fg_dropout_ctr_y(i),
+                                   fg_dropout_ctr_z(bh), fg_dropout_ctr_w(a.offset)),
+                        key);
+                    const uint32_t word = (j & 3) == 0 ? w.x : (j & 3) == 1 ? w.y
+                                        : (j & 3) == 2 ? w.z : w.w;
+                    keep |= (uint32_t)fg_dropout_keep(word, a.keep_threshold) << e;
+                }
+            }
+        };
+        auto zf = [&](uint32_t keep, int e) {
+            return !kDropout ? 1.f : ((keep >> e) & 1) ? ks : 0.f;
+        };
+        /* Two packed 16-bit pairs of score tile qt into a [key][query] panel
+         * (dS^T for dQ, or P^T Z). */
+        auto store_t = [&](uint32_t buf, int qt, uint32_t lo, uint32_t hi) {
+            const int key0 = key_base + 16 * warp + g;
+            unsigned char *p = smem + (buf - base);
+            *reinterpret_cast<uint32_t *>(p + pswz(key0, qt, Bc) + 4 * t4) = lo;
+            *reinterpret_cast<uint32_t *>(p + pswz(key0 + 8, qt, Bc) + 4 * t4) = hi;
+        };
+        const uint32_t boff = (dslice / 64) * Br * 128; /* this WG's d panels */
+        uint32_t pf[Br / 16][4], sf[Br / 16][4];        /* A fragments for dV, dK */
+        /* The dV/dK wgmma read pf/sf asynchronously: keep them live (in
+         * their registers) until it has completed. */
+        auto keep_frags = [&]() {
+#pragma unroll
+            for (int kk = 0; kk < Br / 16; kk++)
+#pragma unroll
+                for (int x = 0; x < 4; x++)
+                    asm volatile("" : "+r"(pf[kk][x]), "+r"(sf[kk][x])::"memory");
+            wg_fence_regs(dk);
+            wg_fence_regs(dv);
+        };
+
+        if constexpr (Tile::kSplitD) {
+            /* d = 256: WG 0 computes S^T, WG 1 dP^T (64 keys x 64 queries
+             * over all of d, instead of both computing both); P^T and the
+             * dropout bits cross over through shared memory - thread t of
+             * WG 1 reads what thread t of WG 0 wrote (same fragment slots).
+             * dV and dK then read P^T Z and dS^T from shared memory. */
+            float acc[Br / 2];
+            const uint32_t sA = wg == 0 ? sK : sV, sB = wg == 0 ? sQ : sdO;
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                WgmmaOp<T, Br>::template ss<0, 0>(
+                    acc, wg_desc(sA + (kk >> 2) * Bc * 128 + (kk & 3) * 32, 16, 1024),
+                    wg_desc(sB + (kk >> 2) * Br * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
+            wg_commit();
+            /* Each warp's dQ reduce of the last step read its staging run
+             * out of the buffer the next prefetch overwrites. */
+            if (lane == 0)
+                bulk_wait_read<0>();
+            wg_wait<0>();
+            wg_fence_regs(acc);
+            const int tid = threadIdx.x & 127;
+            if (wg == 0) {
+                if (need_mask)
+                    mask(acc);
+                uint32_t keep;
+                probs(acc, keep);
+#pragma unroll
+                for (int e = 0; e < Br / 2; e++)
+                    xch[e * 128 + tid] = acc[e];
+                keep_x[tid] = keep;
+#pragma unroll
+                for (int qt = 0; qt < Br / 8; qt++)
+                    store_t(sP, qt, pack2<T>(acc[4 * qt] * zf(keep, 4 * qt), acc[4 * qt + 1] * zf(keep, 4 * qt + 1)),
+                            pack2<T>(acc[4 * qt + 2] * zf(keep, 4 * qt + 2), acc[4 * qt + 3] * zf(keep, 4 * qt + 3)));
+            }
+            __syncthreads();
+            if (st + 1 < total && threadIdx.x == 0)
+                issue(st + 1);
+            if (wg == 1) { /* dS^T = P^T (dP^T Z - D_i) (Alg4 L.19-21) */
+                const uint32_t keep = kDropout ? keep_x[tid] : 0;
+#pragma unroll
+                for (int qt = 0; qt < Br / 8; qt++) {
+                    float ds[4];
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int x = 4 * qt + e;
+                        ds[e] = xch[x * 128 + tid] * (acc[x] * zf(keep, x) - Dv[8 * qt + 2 * t4 + (e & 1)]);
+                    }
+                    store_t(sdS, qt, pack2<T>(ds[0], ds[1]), pack2<T>(ds[2], ds[3]));
+                }
+            }
+            fence_proxy_async();
+            __syncthreads();
+            /* dV += (P^T Z) dO_i (L.17), dK += dS^T Q_i (L.23), this WG's
+             * half of d: A K-major from shared memory, B read MN-major. */
+            wg_fence();
+            wg_fence_regs(dv);
+            wg_fence_regs(dk);
+#pragma unroll
+            for (int kk = 0; kk < Br / 16; kk++) {
+                WgmmaOp<T, DH>::template ss<0, 1>(dv, wg_desc(sP + kk * 32, 16, 1024),
+                                                  wg_desc(sdO + boff + kk * 2048, Br * 128, 1024), 1);
+                WgmmaOp<T, DH>::template ss<0, 1>(dk, wg_desc(sdS + kk * 32, 16, 1024),
+                                                  wg_desc(sQ + boff + kk * 2048, Br * 128, 1024), 1);
+            }
+            wg_commit();
+        } else {
+            /* S^T = K Q_i^T (Alg4 L.12) and dP^T = V dO_i^T (L.18) in two
+             * commit groups, so P^T is computed while dP^T is still on the
+             * tensor cores, and dS^T while dV's product is. kSpec: the
+             * dQ product of the step before goes between them and the
+             * softmax (kEarlyDQ) or after dK's product. */
+          /* kPrev: a dQ product of the step before is due (kSpec); a
+           * compile-time flag, so that each wgmma wait has one meaning. */
+          auto body = [&](auto prev_c) {
+            constexpr bool kPrev = decltype(prev_c)::value;
+            float s[Br / 2], dp[Br / 2], qp[DQ / 2];
+            if constexpr (kSpec)
+                named_sync(1 + wg, 256);
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                WgmmaOp<T, Br>::template ss<0, 0>(
+                    s, wg_desc(sK + (kk >> 2) * Bc * 128 + key_base * 128 + (kk & 3) * 32, 16, 1024),
+                    wg_desc(sQ + (kk >> 2) * Br * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
+            wg_commit();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                WgmmaOp<T, Br>::template ss<0, 0>(
+                    dp, wg_desc(sV + (kk >> 2) * Bc * 128 + key_base * 128 + (kk & 3) * 32, 16, 1024),
+                    wg_desc(sdO + (kk >> 2) * Br * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
+            wg_commit();
+            if constexpr (kEarlyDQ && kPrev) {
+                wait_ds(st - 1);
+                dq_issue(qp, st - 1);
+                wg_wait<2>(); /* S^T */
+            } else {
+                wg_wait<1>();
+            }
+            wg_fence_regs(s);
+            if (kSpec && (wg == 0 || st + 1 < total))
+                named_arrive(2 - wg, 256);
+            if (need_mask)
+                mask(s);
+            uint32_t keep;
+            probs(s, keep); /* s keeps P^T before dropout, for dS^T */
+#pragma unroll
+            for (int qt = 0; qt < Br / 8; qt++) {
+                const int x = 4 * qt;
+                pf[qt >> 1][(qt & 1) * 2] = pack2<T>(s[x] * zf(keep, x), s[x + 1] * zf(keep, x + 1));
+                pf[qt >> 1][(qt & 1) * 2 + 1] =
+                    pack2<T>(s[x + 2] * zf(keep, x + 2), s[x + 3] * zf(keep, x + 3));
+            }
+
+            /* dV += (P^T Z) dO_i (Alg4 L.17): B read MN-major, 16 queries
+             * per k-step, LBO = one d panel of Br rows. */
+            wg_fence();
+            wg_fence_regs(dv);
+#pragma unroll
+            for (int kk = 0; kk < Br / 16; kk++)
+                WgmmaOp<T, DH>::template rs<1>(dv, pf[kk],
+                                               wg_desc(sdO + boff + kk * 2048, Br * 128, 1024), 1);
+            wg_commit();
+            if constexpr (kEarlyDQ && kPrev) /* dP^T (dQ's and dV's products may still run) */
+                wg_wait<2>();
+            else
+                wg_wait<1>();
+            wg_fence_regs(dp);
+
+            /* dS^T = P^T (dP^T Z - D_i) (Alg4 L.19-21), to registers for dK
+             * and (below) to shared memory ([key][query], one panel) for dQ. */
+#pragma unroll
+            for (int qt = 0; qt < Br / 8; qt++) {
+                float ds[4];
+                const float2 Dq = *reinterpret_cast<const float2 *>(Dv + 8 * qt + 2 * t4);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int x = 4 * qt + e;
+                    ds[e] = s[x] * (dp[x] * zf(keep, x) - ((e & 1) ? Dq.y : Dq.x));
+                }
+                const int kk = qt >> 1, half = (qt & 1) * 2;
+                sf[kk][half] = pack2<T>(ds[0], ds[1]);
+                sf[kk][half + 1] = pack2<T>(ds[2], ds[3]);
+                if (!kSpec)
+                    store_t(sdS, qt, sf[kk][half], sf[kk][half + 1]);
+            }
+
+            /* dK += dS^T Q_i (Alg4 L.23). */
+            wg_fence();
+            wg_fence_regs(dk);
+#pragma unroll
+            for (int kk = 0; kk < Br / 16; kk++)
+                WgmmaOp<T, DH>::template rs<1>(dk, sf[kk],
+                                               wg_desc(sQ + boff + kk * 2048, Br * 128, 1024), 1);
+            wg_commit();
+
+            if constexpr (kSpec) {
+                /* dQ_{st-1} lands; then dS^T of this step may overwrite
+                 * buffer st & 1, whose last readers (both warpgroups'
+                 * dQ_{st-2}) finished before the other warpgroup's
+                 * arrival on ds_full for step st - 1. */
+                if constexpr (kPrev && kEarlyDQ) {
+                    wg_wait<2>();
+                    wg_fence_regs(qp);
+                    dq_store(qp, prev_i0, prev_bh, 0);
+                } else if constexpr (kPrev) {
+                    wait_ds(st - 1);
+                    dq_now(qp, st - 1, prev_i0, prev_bh, 0);
+                }
+                if (!a.deterministic) {
+#pragma unroll
+                    for (int qt = 0; qt < Br / 8; qt++)
+                        store_t(sdS, qt, sf[qt >> 1][(qt & 1) * 2], sf[qt >> 1][(qt & 1) * 2 + 1]);
+                    fence_proxy_async(); /* dS^T stores -> the wgmma reads */
+                    mbar_arrive(ds_full + 8 * (uint32_t)(st & 1));
+                }
+                wg_wait<0>();
+                keep_frags();
+                /* every product of the step has read Q_i, dO_i, lse2, D */
+                mbar_arrive(free_q + 8 * (uint32_t)(st & 1));
+            }
+          };
+            if (kSpec && st > 0 && !a.deterministic)
+                body(std::true_type{});
+            else
+                body(std::false_type{});
+            prev_i0 = i0;
+            prev_bh = bh;
+        }
+
+        if constexpr (!kSpec) {
+            fence_proxy_async(); /* dS^T stores -> wgmma reads */
+            __syncthreads();
+            /* dQ_i += scale dS K (Alg4 L.22) for this step. */
+            if (!a.deterministic) {
+                float q[DQ / 2];
+                dq_now(q, st, i0, bh, sQ);
+            } else {
+                wg_wait<0>();
+            }
+            keep_frags();
+            __syncthreads(); /* dS^T (split d) and this Q/dO buffer are reused */
+        }
+    }
+
+    if constexpr (kSpec) { /* the last step's dQ */
+        if (total > 0 && !a.deterministic) {
+            float q[DQ / 2];
+            wait_ds(total - 1);
+            dq_now(q, total - 1, prev_i0, prev_bh, 0);
+        }
+    }
+    if (lane == 0)
+        bulk_wait_all(); /* the staged dQ runs live in this block's shared memory */
+    /* Alg4 L.25: dK = scale * acc, dV; rows past Nk and padded d skipped. */
+    const float sc = (float)a.scale;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int kr = key_base + 16 * warp + g + 8 * r;
+        if (kr >= kvalid)
+            continue;
+        T *dkp = elem<T>(a.dk, b, j0 + kr, hk), *dvp = elem<T>(a.dv, b, j0 + kr, hk);
+#pragma unroll
+        for (int n = 0; n < DH / 8; n++) {
+            const int c = dslice + n * 8 + 2 * t4;
+            if (c < a.d) {
+                *reinterpret_cast<uint32_t *>(dkp + c) =
+                    pack2<T>(dk[4 * n + 2 * r] * sc, dk[4 * n + 2 * r + 1] * sc);
+                *reinterpret_cast<uint32_t *>(dvp + c) = pack2<T>(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+            }
+        }
+    }
+#endif
+}
+
+struct BwdMaps {
+    CUtensorMap q, k, v, o;
+};
+
+template <typename T, int D, bool kCausal, bool kDropout>
+static fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
+{
+    using Tile = BwdWgTile<D>;
+    auto kern = attn_bwd_wgmma_kernel<T, D, kCausal, kDropout>;
+    FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)Tile::kSmem));
+    dim3 grid((unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc), (unsigned)a.Hk,
+              (unsigned)a.B);
+    kern<<<grid, BwdSpec<D, kDropout>::kThreads, Tile::kSmem, st>>>(a, m.q, m.k, m.v, m.o);
+    FG_CUDA_TRY_LAUNCH();
+    return FG_OK;
+}
+
+template <typename T, int D>
+static fg_status launch_opts(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
+{
+    if (a.causal)
+        return a.dropout ? launch<T, D, true, true>(a, m, st)
+                         : launch<T, D, true, false>(a, m, st);
+    return a.dropout ? launch<T, D, false, true>(a, m, st)
+                     : launch<T, D, false, false>(a, m, st);
+}
+
+template <typename T>
+static fg_status launch_dim(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
+{
+    if (a.d <= 64)
+        return launch_opts<T, 64>(a, m, st);
+    if (a.d <= 128)
+        return launch_opts<T, 128>(a, m, st);
+    return launch_opts<T, 256>(a, m, st);
+}
+
+int attn_bwd_wgmma_dpad(int d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
+
+size_t attn_bwd_wgmma_smem(int d)
+{
+    return d <= 64 ? BwdWgTile<64>::kSmem : d <= 128 ? BwdWgTile<128>::kSmem
+                                                        : BwdWgTile<256>::kSmem;
+}
+
+static int bwd_keys(int d)
+{
+    return d <= 64 ? BwdWgTile<64>::kBc : d <= 128 ? BwdWgTile<128>::kBc
+                                                      : BwdWgTile<256>::kBc;
+}
+
+bool attn_bwd_wgmma_maps(const AttnArgs &a, void *maps)
+{
+    BwdMaps *m = (BwdMaps *)maps;
+    const int bc = bwd_keys(a.d), br = 64;
+    return make_panel_tmap(&m->q, a.q, a.d, a.Nq, a.H, a.B, br) &&
+           make_panel_tmap(&m->o, a.dout, a.d, a.Nq, a.H, a.B, br) &&
+           make_panel_tmap(&m->k, a.k, a.d, a.Nk, a.Hk, a.B, bc) &&
+           make_panel_tmap(&m->v, a.v, a.d, a.Nk, a.Hk, a.B, bc);
+}
+
+size_t attn_bwd_wgmma_maps_size() { return sizeof(BwdMaps); }
+
+fg_status attn_bwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, const void *maps,
+                                  cudaStream_t st)
+{
+    const BwdMaps &m = *(const BwdMaps *)maps;
+    if (dt == FG_BF16)
+        return launch_dim<__nv_bfloat16>(a, m, st);
+    return launch_dim<__half>(a, m, st);
+}
+
+} /* namespace fg */

@@ -1,0 +1,309 @@
+/* kernels/attention/attn_fwd_mma.cu - fast fp16/bf16 FlashAttention forward on tensor
+ * cores (mma.sync m16n8k16, sm_80+), FlashAttention-2 style.
+ *
+ * One block of 4 warps per (query block, head, batch). Each warp owns 16 or
+ * 32 query rows, so the online softmax needs no cross-warp reduction: row
+ * max and row sum are reduced over the 4 lanes of a quad. S = Q K^T and
+ * O += P V run on tensor cores with fp32 accumulators; P is converted to
+ * fp16/bf16 in registers and fed straight to the P V product (the S
+ * accumulator layout of two n8 tiles is the A-fragment layout of one k16
+ * step). exp2 with scale*log2(e) folded into one FFMA; O normalised once at
+ * the end; masks only on boundary blocks. K/V tiles are double-buffered
+ * with 16-byte cp.async into XOR-swizzled shared memory.
+ *
+ * Head dims are padded up to 64, 128 or 256 (zero-filled columns), so every
+ * d in [8, 256] takes this path; it needs 16-byte aligned rows (pointers and
+ * strides multiples of 8 elements), otherwise the general kernel runs. */
+#include "attn_common.cuh"
+#include "attn_kernels.h"
+#include "kernels/runtime/cuda_check.h"
+#include "mma_sm80.cuh"
+
+namespace fg {
+
+template <int D> struct FwdTile {
+    /* m16 tiles per warp: two for d <= 128, so every K/V fragment read from
+     * shared memory feeds two MMAs (4 warps); one for d = 256, where the O
+     * accumulator fills the register budget (8 warps). */
+    static constexpr int kMT = D == 256 ? 1 : 2;
+    static constexpr int kWarps = D == 256 ? 8 : 4;
+    static constexpr int kThreads = kWarps * 32;
+    static constexpr int kBr = 16 * kMT * kWarps;  /* 128 query rows */
+    static constexpr int kBc = D == 256 ? 32 : 64; /* keys per block */
+    static constexpr int kChunks = D / 8;         /* 16-byte chunks per row */
+    static constexpr size_t kSmem =
+        (size_t)(kBr * D + 4 * kBc * D) * 2;      /* Q + 2x(K, V) */
+};
+
+template <typename T, int D, bool kCausal, bool kDropout>
+__global__ void __launch_bounds__(FwdTile<D>::kThreads, 1)
+attn_fwd_mma_kernel(const AttnArgs a)
+{
+    using Tile = FwdTile<D>;
+    constexpr int Br = Tile::kBr, Bc = Tile::kBc, C = Tile::kChunks;
+    constexpr int NT = Bc / 8;  /* n8 tiles of S */
+    constexpr int DT = D / 8;   /* n8 tiles of O */
+    extern __shared__ __align__(128) unsigned char smem[];
+    const uint32_t sQ = smem_u32(smem);
+    const uint32_t sK0 = sQ + Br * D * 2, sV0 = sK0 + Bc * D * 2;
+    const uint32_t kv_stride = 2 * Bc * D * 2; /* second buffer */
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    /* Causal blocks near the end do the most work: launch them first. */
+    const int mblk = kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int64_t i0 = (int64_t)mblk * Br;
+    const int h = blockIdx.y, b = blockIdx.z, hk = h / a.group;
+    const int64_t bh = (int64_t)b * a.H + h;
+    const int rows = (int)min((int64_t)Br, a.Nq - i0);
+
+    const int nblocks = key_blocks(a, kCausal, i0, rows, Bc);
+
+    load_rows<T, D>(sQ, a.q, b, i0, h, Br, rows, a.d, Tile::kThreads);
+    cp_async_commit();
+    if (nblocks > 0) {
+        load_rows<T, D>(sK0, a.k, b, 0, hk, Bc, (int)min((int64_t)Bc, (int64_t)a.Nk), a.d,
+                        Tile::kThreads);
+        load_rows<T, D>(sV0, a.v, b, 0, hk, Bc, (int)min((int64_t)Bc, (int64_t)a.Nk), a.d,
+                        Tile::kThreads);
+    }
+    cp_async_commit();
+
+    constexpr int MT = Tile::kMT;
+    float o[MT][DT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < DT; i++)
+            o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+    float m_raw[MT][2], l_part[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        m_raw[mt][0] = m_raw[mt][1] = -INFINITY;
+        l_part[mt][0] = l_part[mt][1] = 0.f;
+    }
+    const float scale_log2 = (float)(a.scale * 1.4426950408889634);
+    /* Rows of m-tile mt for this thread: row_g(mt) + 0 and + 8. */
+    const int64_t row_w = i0 + warp * 16 * MT + g;
+
+    for (int jb = 0; jb < nblocks; jb++) {
+        const int64_t j0 = (int64_t)jb * Bc;
+        const uint32_t sK = sK0 + (jb & 1) * kv_stride, sV = sV0 + (jb & 1) * kv_stride;
+        if (jb + 1 < nblocks) { /* prefetch the next K/V block */
+            const int64_t jn = j0 + Bc;
+            const int valid = (int)min((int64_t)Bc, a.Nk - jn);
+            const uint32_t nb = ((jb + 1) & 1) * kv_stride;
+            load_rows<T, D>(sK0 + nb, a.k, b, jn, hk, Bc, valid, a.d, Tile::kThreads);
+            load_rows<T, D>(sV0 + nb, a.v, b, jn, hk, Bc, valid, a.d, Tile::kThreads);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+
+        /* S = Q_i K_j^T (Alg1 L.9) on tensor cores; each K fragment feeds
+         * the MT m-tiles of this warp. */
+        float s[MT][NT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int i = 0; i < NT; i++)
+                s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t af[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+                ldmatrix_x4(af[mt], sQ + swz((warp * MT + mt) * 16 + (lane & 15),
+                                             kk * 2 + (lane >> 4), C));
+#pragma unroll
+            for (int n2 = 0; n2 < NT / 2; n2++) {
+                uint32_t bf[4];
+                const int n = n2 * 16 + (lane & 7) + ((lane >> 4) << 3);
+                ldmatrix_x4(bf, sK + swz(n, kk * 2 + ((lane >> 3) & 1), C));
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    Mma<T>::run(s[mt][2 * n2], af[mt], bf[0], bf[1]);
+                    Mma<T>::run(s[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
+                }
+            }
+        }
+
+        /* Mask only blocks that cross the causal diagonal or the end. */
+        const bool need_mask = j0 + Bc > a.Nk ||
+                               (kCausal && j0 + Bc - 1 > i0 + a.shift);
+        if (need_mask) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int64_t i = row_w + mt * 16 + (e >> 1) * 8;
+                        const int64_t j = j0 + nt * 8 + 2 * t4 + (e & 1);
+                        if (j >= a.Nk || (kCausal && j > i + a.shift))
+                            s[mt][nt][e] = -INFINITY;
+                    }
+        }
+
+        /* Online softmax (Alg1 L.10-11), rows g and g+8 of each m-tile. */
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            float alpha[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                float mx = m_raw[mt][r];
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+                    mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float ms = mx == -INFINITY ? 0.f : mx * scale_log2;
+                alpha[r] = mx == -INFINITY ? 1.f : exp2f(m_raw[mt][r] * scale_log2 - ms);
+                m_raw[mt][r] = mx;
+                float sum = 0.f;
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const float p = exp2f(fmaf(s[mt][nt][2 * r + e], scale_log2, -ms));
+                        s[mt][nt][2 * r + e] = p;
+                        sum += p;
+                    }
+                l_part[mt][r] = l_part[mt][r] * alpha[r] + sum;
+            }
+#pragma unroll
+            for (int dt = 0; dt < DT; dt++) {
+                o[mt][dt][0] *= alpha[0];
+                o[mt][dt][1] *= alpha[0];
+                o[mt][dt][2] *= alpha[1];
+                o[mt][dt][3] *= alpha[1];
+            }
+        }
+
+        if (kDropout) { /* zero dropped P; 1/(1-p) is applied at the end */
+            const uint2 key = make_uint2(fg_dropout_key_x(a.seed, a.offset),
+                                         fg_dropout_key_y(a.seed, a.offset));
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const int64_t j = j0 + nt * 8 + 2 * t4;
+                        const uint4 w = curand_Philox4x32_10(
+                            make_uint4(fg_dropout_ctr_x(j),
+                                       fg_dropout_ctr_y(row_w + mt * 16 + 8 * r),
+                                       fg_dropout_ctr_z(bh), fg_dropout_ctr_w(a.offset)),
+                            key);
+                        const uint32_t w0 = (j & 2) ? w.z : w.x, w1 = (j & 2) ? w.w : w.y;
+                        if (!fg_dropout_keep(w0, a.keep_threshold))
+                            s[mt][nt][2 * r] = 0.f;
+                        if (!fg_dropout_keep(w1, a.keep_threshold))
+                            s[mt][nt][2 * r + 1] = 0.f;
+                    }
+        }
+
+        /* O += P V_j (Alg1 L.12); P goes from accumulators to A fragments,
+         * each V fragment feeds the MT m-tiles. */
+#pragma unroll
+        for (int kk = 0; kk < Bc / 16; kk++) {
+            uint32_t pf[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                pf[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                pf[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                pf[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                pf[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
+#pragma unroll
+            for (int d2 = 0; d2 < D / 16; d2++) {
+                uint32_t bf[4];
+                const int k = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+                ldmatrix_x4_trans(bf, sV + swz(k, d2 * 2 + (lane >> 4), C));
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    Mma<T>::run(o[mt][2 * d2], pf[mt], bf[0], bf[1]);
+                    Mma<T>::run(o[mt][2 * d2 + 1], pf[mt], bf[2], bf[3]);
+                }
+            }
+        }
+        __syncthreads(); /* this buffer is refilled two iterations on */
+    }
+
+    /* Epilogue: full row sums over the quad, O / l * 1/(1-p), m and l. */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float l = l_part[mt][r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const int64_t i = row_w + mt * 16 + 8 * r;
+            const float inv = l > 0.f ? (float)a.keep_scale / l : 0.f;
+            if (i < a.Nq) {
+                T *dst = elem<T>(a.o, b, i, h);
+#pragma unroll
+                for (int dt = 0; dt < DT; dt++) {
+                    const int c = dt * 8 + 2 * t4;
+                    if (c < a.d)
+                        *reinterpret_cast<uint32_t *>(dst + c) =
+                            pack2<T>(o[mt][dt][2 * r] * inv, o[mt][dt][2 * r + 1] * inv);
+                }
+                if (t4 == 0) {
+                    const float mr = m_raw[mt][r];
+                    ((float *)a.m)[bh * a.Nq + i] =
+                        mr == -INFINITY ? -INFINITY : mr * (float)a.scale;
+                    ((float *)a.l)[bh * a.Nq + i] = l;
+                }
+            }
+        }
+}
+
+template <typename T, int D, bool kCausal, bool kDropout>
+static fg_status launch(const AttnArgs &a, cudaStream_t st)
+{
+    using Tile = FwdTile<D>;
+    auto kern = attn_fwd_mma_kernel<T, D, kCausal, kDropout>;
+    FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)Tile::kSmem));
+    dim3 grid((unsigned)((a.Nq + Tile::kBr - 1) / Tile::kBr), (unsigned)a.H,
+              (unsigned)a.B);
+    kern<<<grid, Tile::kThreads, Tile::kSmem, st>>>(a);
+    FG_CUDA_TRY_LAUNCH();
+    return FG_OK;
+}
+
+template <typename T, int D>
+static fg_status launch_opts(const AttnArgs &a, cudaStream_t st)
+{
+    if (a.causal)
+        return a.dropout ? launch<T, D, true, true>(a, st) : launch<T, D, true, false>(a, st);
+    return a.dropout ? launch<T, D, false, true>(a, st) : launch<T, D, false, false>(a, st);
+}
+
+template <typename T>
+static fg_status launch_dim(const AttnArgs &a, cudaStream_t st)
+{
+    if (a.d <= 64)
+        return launch_opts<T, 64>(a, st);
+    if (a.d <= 128)
+        return launch_opts<T, 128>(a, st);
+    return launch_opts<T, 256>(a, st);
+}
+
+size_t attn_fwd_mma_smem(int d)
+{
+    return d <= 64 ? FwdTile<64>::kSmem : d <= 128 ? FwdTile<128>::kSmem
+                                                   : FwdTile<256>::kSmem;
+}
+
+fg_status attn_fwd_mma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st)
+{
+    if (dt == FG_BF16)
+        return launch_dim<__nv_bfloat16>(a, st);
+    return launch_dim<__half>(a, st);
+}
+
+} /* namespace fg */

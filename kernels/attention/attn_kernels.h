@@ -1,0 +1,57 @@
+/* kernels/attention/attn_kernels.h - launchers of the CUDA attention kernels, called
+ * by attn_launch.cu once the public API has validated the problem. */
+#ifndef FG_KERNELS_ATTN_KERNELS_H
+#define FG_KERNELS_ATTN_KERNELS_H
+
+#include "attn_traits.cuh"
+
+namespace fg {
+
+/* Forward: writes O, m, l. smem_limit = the device's opt-in per-block
+ * shared memory. */
+fg_status attn_fwd_dispatch(fg_dtype dt, const AttnArgs &a, size_t smem_limit,
+                            cudaStream_t st);
+/* Backward: needs a.D ([B,H,Nq]) and a.dq_acc ([B,H,Nq,d], zeroed) in the
+ * accumulator type; writes dQ, dK, dV. */
+fg_status attn_bwd_dispatch(fg_dtype dt, const AttnArgs &a, size_t smem_limit,
+                            cudaStream_t st);
+
+/* Tensor-core fp16/bf16 paths (sm_80+). */
+fg_status attn_fwd_mma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st);
+size_t attn_fwd_mma_smem(int d);
+fg_status attn_bwd_mma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st);
+bool attn_bwd_mma_supported(int d, size_t smem_limit);
+
+/* Hopper wgmma paths (sm_90a). wgmma_usable() is true when the library
+ * holds sm_90a code for the current device (a compute capability 9.0 GPU
+ * and a build with 90 in --with-cuda-arch) and FG_ATTN_KERNEL is neither
+ * "mma" (forces the sm_80 kernels) nor "general". */
+bool wgmma_usable();
+/* False when the operands cannot be described to the TMA engine (then
+ * nothing was launched); otherwise *status is the launch's. */
+bool attn_fwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st,
+                             fg_status *status);
+size_t attn_fwd_wgmma_smem(int d);
+/* Backward: the four tensor maps (Q, K, V, dO) go into `maps` (at least
+ * attn_bwd_wgmma_maps_size() bytes, 64-byte aligned); false when the
+ * operands cannot be described to the TMA engine. The launch needs
+ * a.lse2p / a.Dp filled (attn_bwd.cu pads them). */
+bool attn_bwd_wgmma_maps(const AttnArgs &a, void *maps);
+size_t attn_bwd_wgmma_maps_size();
+fg_status attn_bwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, const void *maps,
+                                  cudaStream_t st);
+size_t attn_bwd_wgmma_smem(int d);
+/* The head dim the wgmma backward computes with (64, 128 or 256); its dQ
+ * accumulator is [B*H][nq_pad][dpad] floats in the tiled layout
+ * (AttnArgs::dq_tile_d). */
+int attn_bwd_wgmma_dpad(int d);
+
+/* The tensor-core kernels copy 16-byte row chunks: every operand pointer
+ * must be 16-byte aligned and every stride a multiple of 8 elements.
+ * FG_ATTN_KERNEL=general in the environment forces the general kernels
+ * (tests and benchmarks use it to exercise both). */
+bool mma_path_ok(const AttnArgs &a, bool backward);
+
+} /* namespace fg */
+
+#endif /* FG_KERNELS_ATTN_KERNELS_H */

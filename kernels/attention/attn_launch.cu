@@ -1,0 +1,170 @@
+/* kernels/attention/attn_launch.cu - host side of the CUDA attention: turns a
+ * validated fg_attn_problem into kernel arguments, allocates the backward's
+ * O(B*H*N*d) workspace stream-ordered (cudaMallocAsync, so repeated calls
+ * reuse the pool) and launches on the caller's stream. */
+#include <cuda_runtime.h>
+
+#include "lib/attention/attention_internal.h"
+#include "attn_kernels.h"
+#include "kernels/runtime/device.h"
+#include "kernels/runtime/cuda_check.h"
+#include "kernels/runtime/cuda_context.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+using fg::AttnArgs;
+using fg::Operand;
+
+static Operand operand(const fg_attn_tensor *t)
+{
+    Operand o;
+    o.ptr = t ? t->data : nullptr;
+    o.sb = t ? t->stride_b : 0;
+    o.ss = t ? t->stride_s : 0;
+    o.sh = t ? t->stride_h : 0;
+    return o;
+}
+
+static bool aligned16(const Operand &t)
+{
+    return ((uintptr_t)t.ptr % 16) == 0 && t.sb % 8 == 0 && t.ss % 8 == 0 &&
+           t.sh % 8 == 0;
+}
+
+bool fg::mma_path_ok(const AttnArgs &a, bool backward)
+{
+    const char *force = getenv("FG_ATTN_KERNEL");
+    if (force && strcmp(force, "general") == 0)
+        return false;
+    bool ok = aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && aligned16(a.o);
+    if (backward)
+        ok = ok && aligned16(a.dout) && aligned16(a.dq) && aligned16(a.dk) &&
+             aligned16(a.dv);
+    return ok;
+}
+
+static fg_status base_args(const fg_attn_problem *pb, const char *fn,
+                           AttnArgs *a, size_t *smem_limit)
+{
+    if (pb->B > 65535 || pb->H > 65535)
+        return fg_error(FG_ERR_UNSUPPORTED,
+                        "%s: batch and heads must be <= 65535 on CUDA", fn);
+    int dev = 0, optin = 0;
+    FG_CUDA_TRY(cudaGetDevice(&dev));
+    FG_CUDA_TRY(cudaDeviceGetAttribute(&optin,
+                                       cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                       dev));
+    *smem_limit = (size_t)optin;
+    *a = AttnArgs();
+    a->B = (int)pb->B;
+    a->Nq = (int)pb->Nq;
+    a->Nk = (int)pb->Nk;
+    a->H = (int)pb->H;
+    a->Hk = (int)pb->Hk;
+    a->d = (int)pb->d;
+    a->group = (int)pb->group;
+    a->shift = pb->causal_shift;
+    a->causal = pb->causal;
+    a->scale = pb->scale;
+    a->dropout = pb->dropout_p > 0.0;
+    a->keep_threshold = pb->keep_threshold;
+    a->keep_scale = pb->keep_scale;
+    a->seed = pb->seed;
+    a->offset = pb->offset;
+    a->deterministic = pb->deterministic;
+    return FG_OK;
+}
+
+extern "C" fg_status fg_attn_cuda_forward(const fg_attn_problem *pb,
+                                          const fg_attn_tensor *q,
+                                          const fg_attn_tensor *k,
+                                          const fg_attn_tensor *v,
+                                          const fg_attn_tensor *o,
+                                          const fg_attn_stats *st)
+{
+    AttnArgs a;
+    size_t limit = 0;
+    FG_TRY(base_args(pb, "fg_attention_forward", &a, &limit));
+    a.q = operand(q);
+    a.k = operand(k);
+    a.v = operand(v);
+    a.o = operand(o);
+    a.m = st->m;
+    a.l = st->l;
+    return fg::attn_fwd_dispatch(pb->dtype, a, limit,
+                                 (cudaStream_t)pb->stream);
+}
+
+extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
+                                           const fg_attn_tensor *q,
+                                           const fg_attn_tensor *k,
+                                           const fg_attn_tensor *v,
+                                           const fg_attn_tensor *o,
+                                           const fg_attn_tensor *dout,
+                                           const fg_attn_stats *st,
+                                           const fg_attn_tensor *dq,
+                                           const fg_attn_tensor *dk,
+                                           const fg_attn_tensor *dv)
+{
+    AttnArgs a;
+    size_t limit = 0;
+    FG_TRY(base_args(pb, "fg_attention_backward", &a, &limit));
+    a.q = operand(q);
+    a.k = operand(k);
+    a.v = operand(v);
+    a.o = operand(o);
+    a.dout = operand(dout);
+    a.dq = operand(dq);
+    a.dk = operand(dk);
+    a.dv = operand(dv);
+    a.m = st->m;
+    a.l = st->l;
+    cudaStream_t s = (cudaStream_t)pb->stream;
+    const size_t acc = pb->dtype == FG_FP64 ? sizeof(double) : sizeof(float);
+    const size_t rows = (size_t)(pb->B * pb->H * pb->Nq);
+    /* D, then the dQ accumulator at a 256-byte boundary (vector atomics). */
+    const size_t d_bytes = (acc * rows + 255) & ~(size_t)255;
+    /* fp16/bf16 on Hopper (the wgmma path): lse2 and D padded to 64-row
+     * blocks, and dQ accumulated in 64-row tiles of the padded head dim. */
+    const bool hopper = (pb->dtype == FG_FP16 || pb->dtype == FG_BF16) && fg::wgmma_usable();
+    const int64_t nq_pad = (pb->Nq + 63) / 64 * 64;
+    const size_t pad_bytes =
+        hopper ? (2 * sizeof(float) * (size_t)(pb->B * pb->H * nq_pad) + 255) & ~(size_t)255 : 0;
+    /* Deterministic mode writes dQ directly: no accumulator. */
+    size_t dq_bytes = pb->deterministic ? 0 : acc * rows * (size_t)pb->d;
+    if (hopper && dq_bytes)
+        dq_bytes = sizeof(float) * (size_t)(pb->B * pb->H * nq_pad) *
+                   (size_t)fg::attn_bwd_wgmma_dpad((int)pb->d);
+    const size_t bytes = d_bytes + dq_bytes + pad_bytes;
+    void *ws = nullptr;
+    /* On the context stream (the autograd path) the caching allocator
+     * serves the workspace, so a training step allocates nothing once
+     * warm; other streams get stream-ordered pool memory. */
+    const bool cached = s == fg_cuda_stream();
+    if (cached)
+        FG_TRY(fg_cuda_mem_alloc(bytes, &ws));
+    else
+        FG_CUDA_TRY(cudaMallocAsync(&ws, bytes, s));
+    a.D = ws;
+    a.dq_acc = (char *)ws + d_bytes;
+    if (pad_bytes) {
+        a.nq_pad = nq_pad;
+        a.lse2p = (char *)ws + d_bytes + dq_bytes;
+        a.Dp = (float *)a.lse2p + (size_t)(pb->B * pb->H * nq_pad);
+    }
+    cudaError_t e = dq_bytes ? cudaMemsetAsync(a.dq_acc, 0, dq_bytes, s) : cudaSuccess;
+    fg_status status = FG_OK;
+    if (e != cudaSuccess)
+        status = fg_cuda_status(e, "cudaMemsetAsync", __FILE__, __LINE__);
+    else
+        status = fg::attn_bwd_dispatch(pb->dtype, a, limit, s);
+    if (cached) {
+        fg_cuda_mem_free(ws, bytes);
+        return status;
+    }
+    e = cudaFreeAsync(ws, s);
+    if (e != cudaSuccess && status == FG_OK)
+        status = fg_cuda_status(e, "cudaFreeAsync", __FILE__, __LINE__);
+    return status;
+}

@@ -1,0 +1,140 @@
+/* kernels/attention/attn_traits.cuh - dtype dispatch, tile shapes and the kernel
+ * argument block shared by the CUDA attention kernels (forward and
+ * backward). One place decides the tile sizes and the accumulator type of
+ * every dtype, so a faster mainloop can replace the general one without
+ * touching the launch code.
+ *
+ * The general kernels here are "correct and complete" FlashAttention: all
+ * dtypes, any head_dim in [8, 256] (multiple of 8), any sequence length,
+ * strides, GQA, causal and dropout, with fp32 accumulation for fp16/bf16 and
+ * fp32, fp64 for fp64. Arithmetic is plain FMA through shared memory. */
+#ifndef FG_KERNELS_ATTN_TRAITS_CUH
+#define FG_KERNELS_ATTN_TRAITS_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "lib/attention/attention_internal.h"
+
+namespace fg {
+
+/* ---- dtype traits: storage type T, accumulator type A ------------------ */
+template <typename T> struct AccOf {
+    typedef float type;
+    static constexpr bool is_bf16 = false;
+};
+template <> struct AccOf<double> {
+    typedef double type;
+    static constexpr bool is_bf16 = false;
+};
+template <> struct AccOf<__nv_bfloat16> {
+    typedef float type;
+    static constexpr bool is_bf16 = true;
+};
+
+__device__ __forceinline__ float to_acc(float x) { return x; }
+__device__ __forceinline__ double to_acc(double x) { return x; }
+__device__ __forceinline__ float to_acc(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_acc(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T> __device__ __forceinline__ T from_acc(float x);
+template <typename T> __device__ __forceinline__ T from_acc(double x);
+template <> __device__ __forceinline__ float from_acc<float>(float x) { return x; }
+template <> __device__ __forceinline__ double from_acc<double>(double x) { return x; }
+template <> __device__ __forceinline__ __half from_acc<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float x)
+{
+    return __float2bfloat16_rn(x);
+}
+
+__device__ __forceinline__ float fast_exp(float x) { return __expf(x); }
+__device__ __forceinline__ double fast_exp(double x) { return exp(x); }
+
+/* ---- kernel arguments -------------------------------------------------- */
+/* A strided [B, S, heads, d] operand on the device (element strides). */
+struct Operand {
+    void *ptr;
+    int64_t sb, ss, sh;
+};
+
+struct AttnArgs {
+    Operand q, k, v, o, dout, dq, dk, dv;
+    void *m, *l;          /* [B, H, Nq] stats, accumulator type */
+    void *D;              /* [B, H, Nq] rowsum(dO * O), backward */
+    /* wgmma backward only: lse2 = log2 of the softmax normaliser and D,
+     * float [B*H][nq_pad] with rows padded to a multiple of 64 (+inf / 0),
+     * so every 64-query block is one aligned bulk copy. */
+    void *lse2p, *Dp;
+    int64_t nq_pad;
+    void *dq_acc;         /* [B, H, Nq, d] dQ accumulator, backward */
+    /* 0: dq_acc is row-major [B, H, Nq, d]. D (64/128/256, the wgmma
+     * backward): per (b, h), nq_pad / 64 tiles of 64 x D floats in the
+     * wgmma accumulator order (dq_tiled_index), so each warp's share of a
+     * tile is one contiguous run for a bulk reduce. */
+    int dq_tile_d;
+    int B, Nq, Nk, H, Hk, d, group;
+    int64_t shift;        /* Nk - Nq: query i sees key j iff j <= i + shift */
+    int causal;
+    double scale;
+    int dropout;
+    uint32_t keep_threshold;
+    double keep_scale;
+    uint64_t seed, offset;
+    int Br, Bc;           /* tile rows (queries) and columns (keys) */
+    int deterministic;    /* backward: dQ by attn_bwd_dq_kernel, no atomics */
+};
+
+/* Threads per block of the general kernels. */
+constexpr int kThreads = 128;
+
+/* Shared-memory bytes of the general kernels for tile sizes (Br, Bc). Rows
+ * of K, V, Q and dO tiles are padded by one element so the column-parallel
+ * dot products hit distinct banks. */
+inline size_t fwd_smem_bytes(int Br, int Bc, int d, size_t acc_size)
+{
+    size_t n = (size_t)Br * d            /* Q_i */
+             + (size_t)Bc * (d + 1)      /* K_j */
+             + (size_t)Bc * d            /* V_j */
+             + (size_t)Br * Bc           /* S / P */
+             + (size_t)Br * d            /* O accumulator */
+             + 3 * (size_t)Br;           /* m, l, alpha */
+    return n * acc_size;
+}
+
+inline size_t bwd_dq_smem_bytes(int Br, int Bc, int d, size_t acc_size)
+{
+    size_t n = 2 * (size_t)Br * (d + 1)  /* Q_i, dO_i */
+             + 2 * (size_t)Bc * (d + 1)  /* K_j, V_j */
+             + 2 * (size_t)Br * Bc       /* P, dP -> dS */
+             + (size_t)Br * d            /* dQ accumulator */
+             + 3 * (size_t)Br;           /* m, l, D */
+    return n * acc_size;
+}
+
+inline size_t bwd_smem_bytes(int Br, int Bc, int d, size_t acc_size)
+{
+    size_t n = 2 * (size_t)Bc * (d + 1)  /* K_j, V_j */
+             + 2 * (size_t)Bc * d        /* dK_j, dV_j accumulators */
+             + 2 * (size_t)Br * (d + 1)  /* Q_i, dO_i */
+             + 3 * (size_t)Br * Bc       /* P, dP -> dS, P with dropout */
+             + 3 * (size_t)Br;           /* m, l, D */
+    return n * acc_size;
+}
+
+/* Largest square tile in {64, 32, 16, 8} whose shared memory fits both the
+ * device limit and a budget that leaves room for two blocks per SM. */
+template <typename F>
+inline int pick_tile(F bytes_for, size_t limit)
+{
+    const size_t budget = limit < 113 * 1024 ? limit : 113 * 1024;
+    for (int t = 64; t >= 8; t /= 2)
+        if (bytes_for(t) <= budget)
+            return t;
+    return bytes_for(8) <= limit ? 8 : 0;
+}
+
+} /* namespace fg */
+
+#endif /* FG_KERNELS_ATTN_TRAITS_CUH */

@@ -1,0 +1,23 @@
+/* kernels/attention/tma_map.h - host side of the Hopper TMA loads: a 4-D tensor map
+ * (d, S, heads, batch) over a strided attention operand whose boxes are one
+ * 64-element panel of `box_rows` rows with the 128-byte swizzle, i.e. the
+ * shared-memory panel layout of wgmma_sm90.cuh. */
+#ifndef FG_KERNELS_TMA_MAP_H
+#define FG_KERNELS_TMA_MAP_H
+
+#include <cuda.h>
+
+#include "attn_traits.cuh"
+
+namespace fg {
+
+/* False (and nothing reported) when the driver lacks
+ * cuTensorMapEncodeTiled or rejects the operand (e.g. a zero stride); the
+ * caller then uses a kernel without TMA. Out-of-range rows and columns of
+ * a box read as zeros. */
+bool make_panel_tmap(CUtensorMap *map, const Operand &t, int d, int64_t S,
+                     int64_t heads, int64_t B, int box_rows);
+
+} /* namespace fg */
+
+#endif /* FG_KERNELS_TMA_MAP_H */

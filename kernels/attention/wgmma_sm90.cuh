@@ -1,0 +1,207 @@
+/* kernels/attention/wgmma_sm90.cuh - Hopper (sm_90a) warpgroup MMA building blocks for
+ * the fast attention kernels: shared-memory matrix descriptors, the
+ * fence / commit / wait protocol and the m64nNk16 wrappers (generated into
+ * wgmma_ops.inc).
+ *
+ * Layout contract (PTX ISA, "Asynchronous Warpgroup Level Matrix Shared
+ * Memory Layout"): every operand tile lives in shared memory as panels of
+ * 64 16-bit elements (128 bytes) per row, rows contiguous, 8-row atoms of
+ * 1024 bytes aligned to 1024, with the 128-byte swizzle: 16-byte chunk c of
+ * row r is stored at chunk c ^ (r % 8) (pswz), which is what TMA writes
+ * with CU_TENSOR_MAP_SWIZZLE_128B.
+ *  - K-major operand (contiguous along the reduction dim, e.g. Q or K in
+ *    S = Q K^T): descriptor start = panel + 32 bytes per k16 step inside the
+ *    128-byte row, stride byte offset (SBO) = 1024 between 8-row groups.
+ *  - MN-major operand (contiguous along M or N, e.g. V in O = P V): start =
+ *    panel + 16 rows * 128 bytes per k16 step, SBO = 1024 between 8-row
+ *    groups along K, leading byte offset (LBO) = distance between the
+ *    64-wide panels along M/N.
+ * Accumulator layout of m64nNk16 (fp32): warp w of the warpgroup holds rows
+ * 16w + g and 16w + g + 8 (g = lane / 4); register 4i + {0,1} is (row g,
+ * column 8i + 2t + {0,1}), 4i + {2,3} the same columns of row g + 8 (t =
+ * lane % 4): per warp this is the mma.sync m16n8 C layout, so the softmax,
+ * masking and dropout code of the sm_80 kernels applies unchanged, and two
+ * n8 accumulator tiles are the A-register fragment of one k16 step. */
+#ifndef FG_KERNELS_WGMMA_SM90_CUH
+#define FG_KERNELS_WGMMA_SM90_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "mma_sm80.cuh"
+
+namespace fg {
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FG_WGMMA_ENABLED 1
+#endif
+
+/* 64-bit shared-memory matrix descriptor with the 128-byte swizzle. */
+__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo)
+{
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) |
+           ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
+           ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) | ((uint64_t)1 << 62);
+}
+
+#ifdef FG_WGMMA_ENABLED
+/* Orders register writes (accumulators, A fragments) before the next
+ * wgmma reads them. */
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wg_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Generic-proxy shared-memory writes (st.shared, cp.async) become visible
+ * to the async proxy that wgmma reads through. */
+__device__ __forceinline__ void fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+#else
+__device__ __forceinline__ void wg_fence() {}
+__device__ __forceinline__ void wg_commit() {}
+template <int N> __device__ __forceinline__ void wg_wait() {}
+__device__ __forceinline__ void fence_proxy_async() {}
+#endif
+
+/* ---- TMA (bulk tensor copies) with mbarrier completion ---------------- */
+#ifdef FG_WGMMA_ENABLED
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+/* Makes barrier initialisation visible to the async proxy (TMA). */
+__device__ __forceinline__ void mbar_init_fence()
+{
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                 "r"(bytes)
+                 : "memory");
+}
+/* One arrival (no transaction bytes): a consumer releasing a buffer. */
+__device__ __forceinline__ void mbar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* Named barriers 1..15 (0 is __syncthreads) between `threads` threads:
+ * sync waits, arrive only counts (producer/consumer hand-offs). */
+__device__ __forceinline__ void named_sync(int id, int threads)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+/* Warpgroup-wide register budget changes (warp specialisation): a
+ * producer gives registers back, consumers take them. */
+template <int R> __device__ __forceinline__ void setmaxnreg_dec()
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+template <int R> __device__ __forceinline__ void setmaxnreg_inc()
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+/* Spins until the barrier's phase with parity `parity` has completed. */
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
+{
+    asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT_%=;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+/* One box of a 4-D tensor map (coordinates innermost first) into shared
+ * memory; completion is counted in bytes on `bar`. */
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const void *tmap, uint32_t bar,
+                                            int c0, int c1, int c2, int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+                 "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+                 : "memory");
+}
+/* Plain bulk copy (size and addresses multiples of 16 bytes). */
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_t bytes,
+                                          uint32_t bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+/* Element-wise fp32 add of a shared-memory run into global memory, done by
+ * the TMA unit at the L2 (full lines instead of per-thread atomics); bulk
+ * groups are per issuing thread. */
+__device__ __forceinline__ void bulk_reduce_add_f32(float *dst, uint32_t src, uint32_t bytes)
+{
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32"
+                 " [%0], [%1], %2;\n" ::"l"(dst),
+                 "r"(src), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/* Until at most N of this thread's bulk groups still read their source. */
+template <int N> __device__ __forceinline__ void bulk_wait_read()
+{
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+/* Until all of this thread's bulk groups have completed. */
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+#else
+__device__ __forceinline__ void bulk_reduce_add_f32(float *, uint32_t, uint32_t) {}
+__device__ __forceinline__ void bulk_commit() {}
+template <int N> __device__ __forceinline__ void bulk_wait_read() {}
+__device__ __forceinline__ void bulk_wait_all() {}
+__device__ __forceinline__ void bulk_load(uint32_t, const void *, uint32_t, uint32_t) {}
+__device__ __forceinline__ void mbar_init(uint32_t, uint32_t) {}
+__device__ __forceinline__ void mbar_init_fence() {}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t, uint32_t) {}
+__device__ __forceinline__ void mbar_arrive(uint32_t) {}
+__device__ __forceinline__ void named_sync(int, int) {}
+__device__ __forceinline__ void named_arrive(int, int) {}
+template <int R> __device__ __forceinline__ void setmaxnreg_dec() {}
+template <int R> __device__ __forceinline__ void setmaxnreg_inc() {}
+__device__ __forceinline__ void mbar_wait(uint32_t, uint32_t) {}
+__device__ __forceinline__ void tma_load_4d(uint32_t, const void *, uint32_t, int, int, int, int) {}
+#endif
+
+/* Keeps the compiler from moving accumulator reads/writes across an
+ * in-flight wgmma (the registers are written asynchronously). */
+template <int R> __device__ __forceinline__ void wg_fence_regs(float (&d)[R])
+{
+#pragma unroll
+    for (int i = 0; i < R; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+
+#ifdef FG_WGMMA_ENABLED
+#include "wgmma_ops.inc"
+#else
+/* Other targets compile the kernels' host-visible shells only. */
+template <typename T, int N> struct WgmmaOp {
+    template <int TA, int TB>
+    static __device__ __forceinline__ void ss(float (&)[N / 2], uint64_t, uint64_t, int) {}
+    template <int TB>
+    static __device__ __forceinline__ void rs(float (&)[N / 2], const uint32_t (&)[4], uint64_t, int) {}
+};
+#endif
+
+/* Byte offset of 16-byte chunk `chunk` (of the full row) of row `row` in a
+ * [D / 64 panels][rows][64] tile with the 128-byte swizzle. */
+__device__ __forceinline__ uint32_t pswz(int row, int chunk, int rows)
+{
+    return (uint32_t)((chunk >> 3) * rows * 128 + row * 128 +
+                      (((chunk & 7) ^ (row & 7)) << 4));
+}
+
+} /* namespace fg */
+
+#endif /* FG_KERNELS_WGMMA_SM90_CUH */

@@ -1,0 +1,223 @@
+/* kernels/ops/ops_nn.cu - embedding (gather forward; backward as a
+ * deterministic scatter-add: a host-built CSR of the positions per used
+ * row, one block per row summing in position order, no atomics) and
+ * dropout (cuRAND's Philox with the CPU's key and counter, so masks match
+ * the CPU bit for bit; entry points in lib/ops/cuda_ops_nn.h). The other nn
+ * ops are in ops_softmax.cu and ops_layernorm.cu. */
+#include "ops_nn_common.cuh"
+
+namespace {
+
+/* ---- embedding ---------------------------------------------------------- */
+
+/* y[i, :] = w[idx[i], :]: a plain copy of U-sized words (any dtype). */
+template <typename U>
+__global__ void emb_fwd_kernel(const U *__restrict__ w, int64_t s0, int64_t s1,
+                               const int64_t *__restrict__ idx, int64_t n,
+                               int64_t C, U *__restrict__ y)
+{
+    for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+        const U *src = w + idx[i] * s0;
+        U *dst = y + i * C;
+        for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
+            dst[j] = src[j * s1];
+    }
+}
+
+/* One block per used vocab row u: dw[urow[u], :] = sum of g[pos[k], :] for
+ * k in [start[u], start[u+1]), in position order (the CPU's order too). */
+template <typename T>
+__global__ void emb_bwd_kernel(const T *__restrict__ g,
+                               const int64_t *__restrict__ urow,
+                               const int64_t *__restrict__ start,
+                               const int64_t *__restrict__ pos, int64_t nu,
+                               int64_t C, T *__restrict__ dw)
+{
+    typedef typename Num<T>::A A;
+    for (int64_t u = blockIdx.x; u < nu; u += gridDim.x) {
+        const int64_t k0 = start[u], k1 = start[u + 1];
+        T *dst = dw + urow[u] * C;
+        for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+            A acc = A(0);
+            for (int64_t k = k0; k < k1; k++)
+                acc += Num<T>::ld(g[pos[k] * C + j]);
+            dst[j] = Num<T>::st(acc);
+        }
+    }
+}
+
+/* ---- dropout ------------------------------------------------------------ */
+
+/* One Philox call per group b of 4 elements, the mapping of dropout_apply
+ * in lib/ops/ops_nn.c; the product is taken in fp64 and rounded once, so fp32
+ * and fp64 results equal the CPU's bit for bit. */
+template <typename T>
+__global__ void dropout_kernel(const T *__restrict__ src, T *__restrict__ dst,
+                               int64_t n, uint2 key, uint32_t off_lo,
+                               uint32_t thr, double scale)
+{
+    const int64_t groups = (n + 3) / 4;
+    for (int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+         b < groups; b += (int64_t)gridDim.x * blockDim.x) {
+        const uint4 ctr = make_uint4((uint32_t)b, (uint32_t)((uint64_t)b >> 32),
+                                     FG_NN_DROPOUT_TAG, off_lo);
+        const uint4 r = curand_Philox4x32_10(ctr, key);
+        const uint32_t words[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int64_t e = 4 * b + k;
+            if (e < n) {
+                const double v = (words[k] >> 8) < thr
+                                     ? (double)Num<T>::ld(src[e]) * scale
+                                     : 0.0;
+                dst[e] = Num<T>::st_d(v);
+            }
+        }
+    }
+}
+
+/* ---- embedding ---------------------------------------------------------- */
+
+template <typename U>
+fg_status emb_fwd_launch(const fg_tensor *w, const int64_t *didx, int64_t n,
+                         fg_tensor *y)
+{
+    const int64_t C = w->shape[1];
+    emb_fwd_kernel<U><<<fg_cuda_grid(n, 1), 128, 0, fg_cuda_stream()>>>(
+        dptr<const U>(w), w->stride[0], w->stride[1], didx, n, C, dptr<U>(y));
+    FG_CUDA_TRY_LAUNCH();
+    return FG_OK;
+}
+
+template <typename T>
+fg_status emb_bwd_launch(const fg_tensor *g, const int64_t *dcsr, int64_t nu,
+                         fg_tensor *dw)
+{
+    const int64_t C = dw->shape[1];
+    emb_bwd_kernel<T><<<fg_cuda_grid(nu, 1), 128, 0, fg_cuda_stream()>>>(
+        dptr<T>(g), dcsr, dcsr + nu, dcsr + 2 * nu + 1, nu, C, dptr<T>(dw));
+    FG_CUDA_TRY_LAUNCH();
+    return FG_OK;
+}
+
+/* ---- dropout ------------------------------------------------------------ */
+
+template <typename T>
+fg_status dropout_t(const fg_tensor *src, fg_tensor *dst, uint2 key,
+                    uint32_t off_lo, uint32_t thr, double scale)
+{
+    const int64_t n = src->numel, groups = (n + 3) / 4;
+    dropout_kernel<T><<<fg_cuda_grid(groups, 256), 256, 0, fg_cuda_stream()>>>(
+        dptr<T>(src), dptr<T>(dst), n, key, off_lo, thr, scale);
+    FG_CUDA_TRY_LAUNCH();
+    return FG_OK;
+}
+
+} /* namespace */
+
+/* ---- entry points --------------------------------------------------------- */
+
+extern "C" fg_status fg_cuda_embedding_forward(const fg_tensor *weight,
+                                               const int64_t *indices,
+                                               int64_t n, fg_tensor *y)
+{
+    if (n == 0 || weight->shape[1] == 0)
+        return FG_OK;
+    const size_t ibytes = sizeof(int64_t) * (size_t)n;
+    int64_t *didx = nullptr;
+    FG_TRY(fg_cuda_mem_alloc(ibytes, (void **)&didx));
+    fg_status s = fg_cuda_memcpy_h2d(didx, indices, ibytes);
+    if (s == FG_OK) {
+        switch (fg_esize(weight->dtype)) {
+        case 8: s = emb_fwd_launch<uint64_t>(weight, didx, n, y); break;
+        case 4: s = emb_fwd_launch<uint32_t>(weight, didx, n, y); break;
+        default: s = emb_fwd_launch<uint16_t>(weight, didx, n, y); break;
+        }
+    }
+    scratch_free(didx, ibytes);
+    return s;
+}
+
+extern "C" fg_status fg_cuda_embedding_backward(const fg_tensor *g,
+                                                const int64_t *indices,
+                                                int64_t n, fg_tensor *dw)
+{
+    static const char fn[] = "embedding backward";
+    if (dw->numel == 0)
+        return FG_OK;
+    FG_TRY(fg_cuda_memset_zero(fg_tensor_base(dw),
+                               (size_t)dw->numel * fg_esize(dw->dtype)));
+    if (n == 0)
+        return FG_OK;
+    if (dw->dtype != FG_FP64 && dw->dtype != FG_FP32 && dw->dtype != FG_FP16 &&
+        dw->dtype != FG_BF16)
+        return bad_dtype(fn, dw->dtype);
+    const int64_t V = dw->shape[0];
+    /* CSR by counting sort on the host: used rows (ascending), their start
+     * offsets (nu + 1) and the positions using each row, in position order,
+     * packed in one buffer for a single copy. */
+    int64_t *cnt = (int64_t *)calloc((size_t)V, sizeof(int64_t));
+    if (!cnt)
+        return fg_error(FG_ERR_OUT_OF_MEMORY, "%s: host scratch", fn);
+    for (int64_t i = 0; i < n; i++)
+        cnt[indices[i]]++;
+    int64_t nu = 0;
+    for (int64_t v = 0; v < V; v++)
+        nu += cnt[v] != 0;
+    const size_t cbytes = sizeof(int64_t) * (size_t)(2 * nu + 1 + n);
+    int64_t *csr = (int64_t *)malloc(cbytes);
+    if (!csr) {
+        free(cnt);
+        return fg_error(FG_ERR_OUT_OF_MEMORY, "%s: host scratch", fn);
+    }
+    int64_t *urow = csr, *start = csr + nu, *pos = csr + 2 * nu + 1;
+    int64_t u = 0, off = 0;
+    for (int64_t v = 0; v < V; v++) {
+        if (!cnt[v])
+            continue;
+        urow[u] = v;
+        start[u] = off;
+        const int64_t c = cnt[v];
+        cnt[v] = off; /* from here on: the row's fill cursor */
+        off += c;
+        u++;
+    }
+    start[nu] = off;
+    for (int64_t i = 0; i < n; i++)
+        pos[cnt[indices[i]]++] = i;
+    free(cnt);
+
+    /* Device scratch sized for the worst case (every position its own row),
+     * not for this batch: a size that depends only on the shapes keeps the
+     * caching allocator from seeing new sizes in later training steps. */
+    const int64_t nu_max = V < n ? V : n;
+    const size_t wbytes = sizeof(int64_t) * (size_t)(2 * nu_max + 1 + n);
+    int64_t *dcsr = nullptr;
+    fg_status s = fg_cuda_mem_alloc(wbytes, (void **)&dcsr);
+    if (s == FG_OK)
+        s = fg_cuda_memcpy_h2d(dcsr, csr, cbytes);
+    free(csr); /* H2D has returned: the source may be reused */
+    if (s == FG_OK) {
+        switch (dw->dtype) {
+        case FG_FP64: s = emb_bwd_launch<double>(g, dcsr, nu, dw); break;
+        case FG_FP32: s = emb_bwd_launch<float>(g, dcsr, nu, dw); break;
+        case FG_FP16: s = emb_bwd_launch<__half>(g, dcsr, nu, dw); break;
+        default: s = emb_bwd_launch<__nv_bfloat16>(g, dcsr, nu, dw); break;
+        }
+    }
+    scratch_free(dcsr, wbytes);
+    return s;
+}
+
+extern "C" fg_status fg_cuda_dropout(const fg_tensor *src, fg_tensor *dst,
+                                     double p, uint64_t seed, uint64_t offset)
+{
+    if (src->numel == 0)
+        return FG_OK;
+    const uint2 key = make_uint2((uint32_t)seed, (uint32_t)(seed >> 32) ^
+                                                     (uint32_t)(offset >> 32));
+    const uint32_t thr = fg_dropout_threshold(p);
+    const double scale = 1.0 / (1.0 - p);
+    NN_BY_DTYPE(src->dtype, "fg_dropout", dropout_t, src, dst, key,
+                (uint32_t)offset, thr, scale);
+}

@@ -1,0 +1,40 @@
+/* kernels/runtime/cuda_context.h - the process-wide CUDA context every kernel
+ * launch and library call goes through (C++/CUDA side): the stream, the
+ * cuBLAS handle and the TF32 opt-in. Defined in kernels/cuda_context.cu. */
+#ifndef FG_KERNELS_CUDA_CONTEXT_H
+#define FG_KERNELS_CUDA_CONTEXT_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "lib/core/error.h"
+
+/* The stream all flashgrad work is enqueued on (fg_cuda_set_stream();
+ * default: the legacy default stream, 0). */
+cudaStream_t fg_cuda_stream(void);
+/* The context's cuBLAS handle, created on first use and bound to the
+ * current stream; FG_ERR_CUDA with cuBLAS's message if creation fails. */
+fg_status fg_cuda_cublas(cublasHandle_t *out);
+/* 1 when the user allowed TF32 tensor-core math for fp32 GEMMs. */
+int fg_cuda_tf32_allowed(void);
+/* cuBLAS status -> fg_status with file/line (never exits). */
+fg_status fg_cublas_status(cublasStatus_t s, const char *what,
+                           const char *file, int line);
+#define FG_CUBLAS_TRY(call)                                                 \
+    do {                                                                    \
+        cublasStatus_t fg_cb_s_ = (call);                                   \
+        if (fg_cb_s_ != CUBLAS_STATUS_SUCCESS)                              \
+            return fg_cublas_status(fg_cb_s_, #call, __FILE__, __LINE__);   \
+    } while (0)
+
+/* Grid size for n work items of `block` threads each, capped so a
+ * grid-stride loop covers the rest. */
+static inline unsigned fg_cuda_grid(int64_t n, int block)
+{
+    int64_t g = (n + block - 1) / block;
+    if (g < 1)
+        g = 1;
+    return (unsigned)(g > 65535 * 8 ? 65535 * 8 : g);
+}
+
+#endif /* FG_KERNELS_CUDA_CONTEXT_H */

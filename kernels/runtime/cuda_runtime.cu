@@ -1,0 +1,30 @@
+/* kernels/runtime/cuda_runtime.cu - CUDA device queries and pointer checks used by
+ * the public API's validation. */
+#include <cuda_runtime.h>
+
+#include "device.h"
+#include "cuda_check.h"
+
+extern "C" int fg_cuda_available(void)
+{
+    int n = 0; /* stays 0 when there is no driver */
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n > 0;
+}
+
+extern "C" fg_status fg_cuda_check_pointer(const void *ptr, const char *what)
+{
+    cudaPointerAttributes a;
+    cudaError_t e = cudaPointerGetAttributes(&a, ptr);
+    if (e != cudaSuccess)
+        return fg_cuda_status(e, "cudaPointerGetAttributes", __FILE__,
+                              __LINE__);
+    if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s (%p) is not device memory but the device is cuda",
+                        what, ptr);
+    return FG_OK;
+}

@@ -1,0 +1,130 @@
+/* lib/attention/attention_cpu.c - CPU backend of the attention API: the tiled
+ * FlashAttention algorithm (attention_cpu_impl.h) for fp32 and fp64, and the
+ * host side of the dropout RNG mapping (dropout_map.h + philox.h). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "attention_internal.h"
+#include "lib/core/dropout_map.h"
+#include "lib/core/error.h"
+#include "lib/core/philox.h"
+
+/* Threads for n independent tasks: never more than tasks, results do not
+ * depend on the count (each task writes disjoint outputs). */
+static int fg_cpu_threads(int requested, int64_t ntasks)
+{
+#ifdef _OPENMP
+    int n = requested > 0 ? requested : omp_get_max_threads();
+#else
+    int n = 1;
+    (void)requested;
+#endif
+    if ((int64_t)n > ntasks)
+        n = ntasks > 0 ? (int)ntasks : 1;
+    return n < 1 ? 1 : n;
+}
+
+static int fg_cpu_thread_id(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/* Per-thread workspace reused across calls, so a training step's attention
+ * calls stop allocating once the largest size has been seen (the "memory
+ * plan" of the autograd layer). Grown, never shrunk; released by
+ * fg_attention_release_workspace() or at thread exit by the OS. */
+static _Thread_local void *tls_ws;
+static _Thread_local size_t tls_ws_size;
+
+static void *fg_cpu_workspace(size_t bytes)
+{
+    if (bytes <= tls_ws_size)
+        return tls_ws;
+    void *p = malloc(bytes);
+    if (!p)
+        return NULL;
+    free(tls_ws);
+    tls_ws = p;
+    tls_ws_size = bytes;
+    return p;
+}
+
+void fg_attention_release_workspace(void)
+{
+    free(tls_ws);
+    tls_ws = NULL;
+    tls_ws_size = 0;
+}
+
+void fg_dropout_row(const fg_attn_problem *pb, int64_t b, int64_t h, int64_t i,
+                    int64_t j0, int64_t n, uint8_t *out)
+{
+    const fg_u32x2 key = {fg_dropout_key_x(pb->seed, pb->offset),
+                          fg_dropout_key_y(pb->seed, pb->offset)};
+    fg_u32x4 ctr = {0, fg_dropout_ctr_y(i), fg_dropout_ctr_z(b * pb->H + h),
+                    fg_dropout_ctr_w(pb->offset)};
+    uint32_t words[4];
+    int64_t have = -1; /* column group currently in words[] */
+    for (int64_t c = 0; c < n; c++) {
+        const int64_t j = j0 + c;
+        if ((j >> 2) != have) {
+            have = j >> 2;
+            ctr.x = fg_dropout_ctr_x(j);
+            fg_u32x4 r = fg_philox4x32_10(ctr, key);
+            words[0] = r.x;
+            words[1] = r.y;
+            words[2] = r.z;
+            words[3] = r.w;
+        }
+        out[c] = (uint8_t)fg_dropout_keep(words[j & 3], pb->keep_threshold);
+    }
+}
+
+#define T float
+#define SFX _f32
+#define EXP expf
+#include "attention_cpu_impl.h"
+#undef T
+#undef SFX
+#undef EXP
+
+#define T double
+#define SFX _f64
+#define EXP exp
+#include "attention_cpu_impl.h"
+#undef T
+#undef SFX
+#undef EXP
+
+fg_status fg_attn_cpu_forward(const fg_attn_problem *pb,
+                              const fg_attn_tensor *q, const fg_attn_tensor *k,
+                              const fg_attn_tensor *v, const fg_attn_tensor *o,
+                              const fg_attn_stats *st)
+{
+    if (pb->dtype == FG_FP64)
+        return forward_f64(pb, q, k, v, o, st);
+    return forward_f32(pb, q, k, v, o, st);
+}
+
+fg_status fg_attn_cpu_backward(const fg_attn_problem *pb,
+                               const fg_attn_tensor *q, const fg_attn_tensor *k,
+                               const fg_attn_tensor *v, const fg_attn_tensor *o,
+                               const fg_attn_tensor *dout,
+                               const fg_attn_stats *st,
+                               const fg_attn_tensor *dq,
+                               const fg_attn_tensor *dk,
+                               const fg_attn_tensor *dv)
+{
+    if (pb->dtype == FG_FP64)
+        return backward_f64(pb, q, k, v, o, dout, st, dq, dk, dv);
+    return backward_f32(pb, q, k, v, o, dout, st, dq, dk, dv);
+}

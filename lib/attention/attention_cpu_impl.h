@@ -1,0 +1,438 @@
+/* lib/attention/attention_cpu_impl.h - the tiled FlashAttention forward and backward on
+ * the CPU, instantiated by attention_cpu.c for T = float and T = double.
+ *
+ * The tiling mirrors the GPU kernels: a query block of Br rows stays "on
+ * chip" (thread-local tiles) while K/V blocks of Bc rows stream past it.
+ * Arithmetic is done in T, as the GPU accumulates fp32 for fp32 inputs.
+ * Line numbers "Alg1 L.." / "Alg4 L.." refer to Algorithms 1 and 4 of
+ * Dao et al., arXiv 2205.14135; the loop order and the end-of-loop
+ * normalisation follow FlashAttention-2 (query blocks outer; D = rowsum(dO*O)).
+ *
+ * Expects: T, SFX (name suffix), EXP (exp for T). */
+
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define FN(name) CAT(name, SFX)
+
+/* Element (b, s, h, 0) of a strided operand. */
+static inline T *FN(at)(const fg_attn_tensor *t, int64_t b, int64_t s,
+                        int64_t h)
+{
+    return (T *)t->data + b * t->stride_b + s * t->stride_s + h * t->stride_h;
+}
+
+/* Scale kept probabilities by 1/(1-p), zero dropped ones. */
+static inline void FN(apply_dropout)(T *row, const uint8_t *keep, int64_t n,
+                                     T keep_scale)
+{
+    for (int64_t c = 0; c < n; c++)
+        row[c] = keep[c] ? row[c] * keep_scale : (T)0;
+}
+
+/* ---- forward --------------------------------------------------------- */
+
+typedef struct FN(fwd_ws) {
+    T *q;   /* [Br, d]  query tile */
+    T *kt;  /* [d, Bc]  K tile, transposed so S = Q K^T is an axpy over c */
+    T *v;   /* [Bc, d]  V tile */
+    T *s;   /* [Br, Bc] scores, then probabilities */
+    T *acc; /* [Br, d]  unnormalised O accumulator */
+    T *m;   /* [Br]     running row max */
+    T *l;   /* [Br]     running row sum */
+    uint8_t *keep; /* [Bc] dropout flags of one row */
+} FN(fwd_ws);
+
+static size_t FN(fwd_ws_bytes)(int64_t Br, int64_t Bc, int64_t d)
+{
+    /* Rounded to 64 bytes: thread t's tiles start at t * bytes. */
+    size_t b = sizeof(T) * (size_t)(2 * Br * d + 2 * Bc * d + Br * Bc + 2 * Br) +
+               (size_t)Bc;
+    return (b + 63) & ~(size_t)63;
+}
+
+static void FN(fwd_ws_carve)(FN(fwd_ws) *w, void *mem, int64_t Br, int64_t Bc,
+                             int64_t d)
+{
+    T *p = (T *)mem;
+    w->q = p;   p += Br * d;
+    w->kt = p;  p += d * Bc;
+    w->v = p;   p += Bc * d;
+    w->s = p;   p += Br * Bc;
+    w->acc = p; p += Br * d;
+    w->m = p;   p += Br;
+    w->l = p;   p += Br;
+    w->keep = (uint8_t *)p;
+}
+
+/* One query block i0 .. i0+rows-1 of head h in batch b. */
+static void FN(fwd_block)(const fg_attn_problem *pb, FN(fwd_ws) *w, int64_t b,
+                          int64_t h, int64_t i0, const fg_attn_tensor *q,
+                          const fg_attn_tensor *k, const fg_attn_tensor *v,
+                          const fg_attn_tensor *o, const fg_attn_stats *st)
+{
+    const int64_t d = pb->d, Bc = pb->block_k, hk = h / pb->group;
+    const int64_t rows = pb->Nq - i0 < pb->block_q ? pb->Nq - i0 : pb->block_q;
+    const T scale = (T)pb->scale, keep_scale = (T)pb->keep_scale;
+    const int dropout = pb->dropout_p > 0.0;
+
+    /* Alg1 L.8: load Q_i; L.2-4 (FA2 form): O_i = 0, l_i = 0, m_i = -inf. */
+    for (int64_t r = 0; r < rows; r++) {
+        const T *src = FN(at)(q, b, i0 + r, h);
+        for (int64_t x = 0; x < d; x++)
+            w->q[r * d + x] = src[x];
+        for (int64_t x = 0; x < d; x++)
+            w->acc[r * d + x] = 0;
+        w->m[r] = -(T)INFINITY;
+        w->l[r] = 0;
+    }
+
+    /* Causal: the last row of the block sees keys j <= i0+rows-1+shift, so
+     * K/V blocks beyond that are skipped, not computed and masked. */
+    int64_t n_keys = pb->Nk;
+    if (pb->causal) {
+        int64_t last = i0 + rows - 1 + pb->causal_shift + 1;
+        n_keys = last < 0 ? 0 : (last < n_keys ? last : n_keys);
+    }
+
+    for (int64_t j0 = 0; j0 < n_keys; j0 += Bc) {
+        const int64_t cols = n_keys - j0 < Bc ? n_keys - j0 : Bc;
+        /* Alg1 L.6: load K_j, V_j. */
+        for (int64_t c = 0; c < cols; c++) {
+            const T *ks = FN(at)(k, b, j0 + c, hk);
+            const T *vs = FN(at)(v, b, j0 + c, hk);
+            for (int64_t x = 0; x < d; x++) {
+                w->kt[x * Bc + c] = ks[x];
+                w->v[c * d + x] = vs[x];
+            }
+        }
+        /* A block straddles the diagonal if its last key is past the first
+         * row's limit; only those need the per-element mask. */
+        const int masked =
+            pb->causal && j0 + cols - 1 > i0 + pb->causal_shift;
+
+        for (int64_t r = 0; r < rows; r++) {
+            T *s = w->s + r * Bc;
+            /* Alg1 L.9: S_ij = scale * Q_i K_j^T. */
+            for (int64_t c = 0; c < cols; c++)
+                s[c] = 0;
+            for (int64_t x = 0; x < d; x++) {
+                const T qx = w->q[r * d + x];
+                const T *kr = w->kt + x * Bc;
+                for (int64_t c = 0; c < cols; c++)
+                    s[c] += qx * kr[c];
+            }
+            int64_t valid = cols; /* keys j0 .. j0+valid-1 are visible */
+            if (masked) {
+                int64_t lim = i0 + r + pb->causal_shift - j0 + 1;
+                valid = lim < 0 ? 0 : (lim < cols ? lim : cols);
+            }
+            /* Alg1 L.10: row max of the block, new running max. */
+            T mx = w->m[r];
+            for (int64_t c = 0; c < valid; c++) {
+                s[c] *= scale;
+                if (s[c] > mx)
+                    mx = s[c];
+            }
+            if (mx == -(T)INFINITY)
+                continue; /* nothing visible yet in this row */
+            /* P~ = exp(S - m_new), rowsum; Alg1 L.11: rescale l by
+             * exp(m_old - m_new). */
+            const T alpha = EXP(w->m[r] - mx); /* exp(-inf) = 0 at start */
+            T sum = 0;
+            for (int64_t c = 0; c < valid; c++) {
+                s[c] = EXP(s[c] - mx);
+                sum += s[c];
+            }
+            for (int64_t c = valid; c < cols; c++)
+                s[c] = 0;
+            w->l[r] = alpha * w->l[r] + sum;
+            w->m[r] = mx;
+            /* Dropout hits the probabilities feeding O, not the normaliser. */
+            if (dropout) {
+                fg_dropout_row(pb, b, h, i0 + r, j0, cols, w->keep);
+                FN(apply_dropout)(s, w->keep, cols, keep_scale);
+            }
+            /* Alg1 L.12: O_i = diag(alpha) O_i + P~ V_j (unnormalised). */
+            T *acc = w->acc + r * d;
+            for (int64_t x = 0; x < d; x++)
+                acc[x] *= alpha;
+            for (int64_t c = 0; c < valid; c++) {
+                const T pc = s[c];
+                const T *vr = w->v + c * d;
+                for (int64_t x = 0; x < d; x++)
+                    acc[x] += pc * vr[x];
+            }
+        }
+    }
+
+    /* Normalise once (FA2) and write O, m, l (Alg1 L.12-13). Fully masked
+     * rows keep l = 0 and get O = 0. */
+    T *m_out = (T *)st->m + (b * pb->H + h) * pb->Nq + i0;
+    T *l_out = (T *)st->l + (b * pb->H + h) * pb->Nq + i0;
+    for (int64_t r = 0; r < rows; r++) {
+        T *dst = FN(at)(o, b, i0 + r, h);
+        const T inv = w->l[r] > 0 ? (T)1 / w->l[r] : (T)0;
+        for (int64_t x = 0; x < d; x++)
+            dst[x] = w->acc[r * d + x] * inv;
+        m_out[r] = w->m[r];
+        l_out[r] = w->l[r];
+    }
+}
+
+static fg_status FN(forward)(const fg_attn_problem *pb, const fg_attn_tensor *q,
+                             const fg_attn_tensor *k, const fg_attn_tensor *v,
+                             const fg_attn_tensor *o, const fg_attn_stats *st)
+{
+    const int64_t Br = pb->block_q, Bc = pb->block_k, d = pb->d;
+    const int64_t nqb = (pb->Nq + Br - 1) / Br;
+    const int64_t ntasks = pb->B * pb->H * nqb;
+    const int nt = fg_cpu_threads(pb->num_threads, ntasks);
+    const size_t wsb = FN(fwd_ws_bytes)(Br, Bc, d);
+    /* All workspace up front: an allocation failure leaves O untouched. */
+    char *mem = (char *)fg_cpu_workspace(wsb * (size_t)nt);
+    if (!mem)
+        return fg_error(FG_ERR_OUT_OF_MEMORY,
+                        "fg_attention_forward: cannot allocate %zu bytes of "
+                        "CPU workspace",
+                        wsb * (size_t)nt);
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt)
+#endif
+    {
+        FN(fwd_ws) w;
+        FN(fwd_ws_carve)(&w, mem + wsb * (size_t)fg_cpu_thread_id(), Br, Bc, d);
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+        for (int64_t t = 0; t < ntasks; t++) {
+            const int64_t ib = t % nqb, bh = t / nqb;
+            FN(fwd_block)(pb, &w, bh / pb->H, bh % pb->H, ib * Br, q, k, v, o,
+                          st);
+        }
+    }
+    return FG_OK;
+}
+
+/* ---- backward -------------------------------------------------------- */
+
+typedef struct FN(bwd_ws) {
+    T *kt;  /* [d, Bc]  K_j transposed (S = Q K^T) */
+    T *vt;  /* [d, Bc]  V_j transposed (dP = dO V^T) */
+    T *kr;  /* [Bc, d]  K_j row-major (dQ += dS K) */
+    T *dk;  /* [Bc, d]  dK_j accumulator */
+    T *dv;  /* [Bc, d]  dV_j accumulator */
+    T *p;   /* [Bc]     one row of P */
+    T *pd;  /* [Bc]     P with dropout applied */
+    T *dp;  /* [Bc]     one row of dP, then dS */
+    uint8_t *keep; /* [Bc] */
+} FN(bwd_ws);
+
+static size_t FN(bwd_ws_bytes)(int64_t Bc, int64_t d)
+{
+    size_t b = sizeof(T) * (size_t)(5 * Bc * d + 3 * Bc) + (size_t)Bc;
+    return (b + 63) & ~(size_t)63;
+}
+
+static void FN(bwd_ws_carve)(FN(bwd_ws) *w, void *mem, int64_t Bc, int64_t d)
+{
+    T *p = (T *)mem;
+    w->kt = p; p += d * Bc;
+    w->vt = p; p += d * Bc;
+    w->kr = p; p += Bc * d;
+    w->dk = p; p += Bc * d;
+    w->dv = p; p += Bc * d;
+    w->p = p;  p += Bc;
+    w->pd = p; p += Bc;
+    w->dp = p; p += Bc;
+    w->keep = (uint8_t *)p;
+}
+
+/* All K/V blocks of K/V head hk in batch b, for every query head of its
+ * group. One task owns dK/dV of that head and dQ of the group's query heads,
+ * so tasks never write the same element and the sums have a fixed order. */
+static void FN(bwd_task)(const fg_attn_problem *pb, FN(bwd_ws) *w, int64_t b,
+                         int64_t hk, const fg_attn_tensor *q,
+                         const fg_attn_tensor *k, const fg_attn_tensor *v,
+                         const fg_attn_tensor *dout, const fg_attn_stats *st,
+                         const T *D, const fg_attn_tensor *dq,
+                         const fg_attn_tensor *dk, const fg_attn_tensor *dv)
+{
+    const int64_t d = pb->d, Bc = pb->block_k, Br = pb->block_q, Nq = pb->Nq;
+    const T scale = (T)pb->scale, keep_scale = (T)pb->keep_scale;
+    const int dropout = pb->dropout_p > 0.0;
+
+    for (int64_t g = 0; g < pb->group; g++) {
+        const int64_t h = hk * pb->group + g;
+        for (int64_t i = 0; i < Nq; i++) {
+            T *dst = FN(at)(dq, b, i, h);
+            for (int64_t x = 0; x < d; x++)
+                dst[x] = 0;
+        }
+    }
+
+    for (int64_t j0 = 0; j0 < pb->Nk; j0 += Bc) {
+        const int64_t cols = pb->Nk - j0 < Bc ? pb->Nk - j0 : Bc;
+        /* Alg4 L.8: load K_j, V_j; L.9: dK_j = dV_j = 0 (on chip). */
+        for (int64_t c = 0; c < cols; c++) {
+            const T *ks = FN(at)(k, b, j0 + c, hk);
+            const T *vs = FN(at)(v, b, j0 + c, hk);
+            for (int64_t x = 0; x < d; x++) {
+                w->kt[x * Bc + c] = ks[x];
+                w->vt[x * Bc + c] = vs[x];
+                w->kr[c * d + x] = ks[x];
+                w->dk[c * d + x] = 0;
+                w->dv[c * d + x] = 0;
+            }
+        }
+        /* Causal: rows i < j0 - shift see none of these keys; skip them. */
+        int64_t i_first = 0;
+        if (pb->causal) {
+            i_first = j0 - pb->causal_shift;
+            if (i_first < 0)
+                i_first = 0;
+        }
+        for (int64_t g = 0; g < pb->group; g++) {
+            const int64_t h = hk * pb->group + g;
+            const int64_t row0 = (b * pb->H + h) * Nq;
+            const T *mrow = (const T *)st->m + row0;
+            const T *lrow = (const T *)st->l + row0;
+            /* Alg4 L.10-11: stream the query blocks Q_i of this head past
+             * K_j, V_j; within a block the CPU works row by row. */
+            for (int64_t i0 = i_first - i_first % Br; i0 < Nq; i0 += Br)
+            for (int64_t i = i0 < i_first ? i_first : i0;
+                 i < i0 + Br && i < Nq; i++) {
+                int64_t valid = cols;
+                if (pb->causal) {
+                    int64_t lim = i + pb->causal_shift - j0 + 1;
+                    valid = lim < 0 ? 0 : (lim < cols ? lim : cols);
+                }
+                if (valid == 0 || !(lrow[i] > 0))
+                    continue; /* row sees nothing: P = 0, no gradient */
+                const T *qi = FN(at)(q, b, i, h);
+                const T *doi = FN(at)(dout, b, i, h);
+                T *dqi = FN(at)(dq, b, i, h);
+                /* Alg4 L.12-14: S = scale Q_i K_j^T, mask, P = exp(S - m) / l. */
+                for (int64_t c = 0; c < valid; c++)
+                    w->p[c] = 0;
+                for (int64_t x = 0; x < d; x++) {
+                    const T qx = qi[x];
+                    const T *kr = w->kt + x * Bc;
+                    for (int64_t c = 0; c < valid; c++)
+                        w->p[c] += qx * kr[c];
+                }
+                const T mi = mrow[i], inv_l = (T)1 / lrow[i];
+                for (int64_t c = 0; c < valid; c++)
+                    w->p[c] = EXP(w->p[c] * scale - mi) * inv_l;
+                /* Alg4 L.15-16: regenerate the mask, P_dropped = P*Z/(1-p). */
+                const T *pd = w->p;
+                if (dropout) {
+                    fg_dropout_row(pb, b, h, i, j0, valid, w->keep);
+                    for (int64_t c = 0; c < valid; c++)
+                        w->pd[c] = w->p[c];
+                    FN(apply_dropout)(w->pd, w->keep, valid, keep_scale);
+                    pd = w->pd;
+                }
+                /* Alg4 L.17: dV_j += P_dropped^T dO_i. */
+                for (int64_t c = 0; c < valid; c++) {
+                    const T pc = pd[c];
+                    T *dvr = w->dv + c * d;
+                    for (int64_t x = 0; x < d; x++)
+                        dvr[x] += pc * doi[x];
+                }
+                /* Alg4 L.18-19: dP = (dO_i V_j^T) * Z/(1-p). */
+                for (int64_t c = 0; c < valid; c++)
+                    w->dp[c] = 0;
+                for (int64_t x = 0; x < d; x++) {
+                    const T gx = doi[x];
+                    const T *vr = w->vt + x * Bc;
+                    for (int64_t c = 0; c < valid; c++)
+                        w->dp[c] += gx * vr[c];
+                }
+                if (dropout)
+                    FN(apply_dropout)(w->dp, w->keep, valid, keep_scale);
+                /* Alg4 L.20-21: dS = P * (dP - D_i), D_i precomputed (FA2). */
+                const T Di = D[row0 + i];
+                for (int64_t c = 0; c < valid; c++)
+                    w->dp[c] = w->p[c] * (w->dp[c] - Di);
+                /* Alg4 L.22: dQ_i += scale dS K_j; L.23: dK_j += scale
+                 * dS^T Q_i. */
+                for (int64_t c = 0; c < valid; c++) {
+                    const T ds = w->dp[c] * scale;
+                    const T *kr = w->kr + c * d;
+                    T *dkr = w->dk + c * d;
+                    for (int64_t x = 0; x < d; x++) {
+                        dqi[x] += ds * kr[x];
+                        dkr[x] += ds * qi[x];
+                    }
+                }
+            }
+        }
+        /* Alg4 L.25: write dK_j, dV_j. */
+        for (int64_t c = 0; c < cols; c++) {
+            T *dks = FN(at)(dk, b, j0 + c, hk);
+            T *dvs = FN(at)(dv, b, j0 + c, hk);
+            for (int64_t x = 0; x < d; x++) {
+                dks[x] = w->dk[c * d + x];
+                dvs[x] = w->dv[c * d + x];
+            }
+        }
+    }
+}
+
+static fg_status FN(backward)(const fg_attn_problem *pb,
+                              const fg_attn_tensor *q, const fg_attn_tensor *k,
+                              const fg_attn_tensor *v, const fg_attn_tensor *o,
+                              const fg_attn_tensor *dout,
+                              const fg_attn_stats *st,
+                              const fg_attn_tensor *dq,
+                              const fg_attn_tensor *dk,
+                              const fg_attn_tensor *dv)
+{
+    const int64_t Bc = pb->block_k, d = pb->d;
+    const int64_t nrows = pb->B * pb->H * pb->Nq;
+    const int64_t ntasks = pb->B * pb->Hk;
+    const int nt = fg_cpu_threads(pb->num_threads, ntasks);
+    const size_t wsb = FN(bwd_ws_bytes)(Bc, d);
+    /* D [B, H, Nq] and per-thread tiles, allocated before any write. */
+    const size_t dbytes = (sizeof(T) * (size_t)nrows + 63) & ~(size_t)63;
+    char *mem = (char *)fg_cpu_workspace(dbytes + wsb * (size_t)nt);
+    T *D = (T *)mem;
+    mem += dbytes;
+    if (!D) {
+        return fg_error(FG_ERR_OUT_OF_MEMORY,
+                        "fg_attention_backward: cannot allocate %zu bytes of "
+                        "CPU workspace",
+                        sizeof(T) * (size_t)nrows + wsb * (size_t)nt);
+    }
+    /* Preprocessing (FA2): D_i = rowsum(dO_i * O_i). */
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static)
+#endif
+    for (int64_t r = 0; r < nrows; r++) {
+        const int64_t i = r % pb->Nq, bh = r / pb->Nq;
+        const T *oi = FN(at)(o, bh / pb->H, i, bh % pb->H);
+        const T *gi = FN(at)(dout, bh / pb->H, i, bh % pb->H);
+        T acc = 0;
+        for (int64_t x = 0; x < d; x++)
+            acc += gi[x] * oi[x];
+        D[r] = acc;
+    }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt)
+#endif
+    {
+        FN(bwd_ws) w;
+        FN(bwd_ws_carve)(&w, mem + wsb * (size_t)fg_cpu_thread_id(), Bc, d);
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+        for (int64_t t = 0; t < ntasks; t++)
+            FN(bwd_task)(pb, &w, t / pb->Hk, t % pb->Hk, q, k, v, dout, st, D,
+                         dq, dk, dv);
+    }
+    return FG_OK;
+}
+
+#undef FN
+#undef CAT
+#undef CAT_

@@ -1,0 +1,163 @@
+/* lib/ops/ops_attention.c - FlashAttention as a recorded op.
+ *
+ * The forward calls fg_attention_forward() on the tensors' own strides (a
+ * slice of a fused QKV projection goes in without a copy) and keeps Q, K,
+ * V, O and the row statistics m, l; the backward calls
+ * fg_attention_backward() with the same parameters (seed and offset
+ * included), which recomputes the attention matrix block by block. The
+ * node therefore holds O(B * N * H * d) bytes, never O(N^2). */
+#include <string.h>
+
+#include "flashgrad/attention.h"
+#include "flashgrad/cuda.h"
+#include "ops_internal.h"
+
+void fg_attention_options_init(fg_attention_options *o)
+{
+    if (o)
+        memset(o, 0, sizeof *o);
+}
+
+static fg_attn_tensor attn_view(const fg_tensor *t)
+{
+    fg_attn_tensor a = {fg_tensor_base(t), t->dtype, t->stride[0],
+                        t->stride[1], t->stride[2]};
+    return a;
+}
+
+/* Operand the kernels accept: last dimension contiguous, else a copy. */
+static fg_status kernel_operand(fg_tensor *t, fg_arena *dom, fg_tensor **out)
+{
+    if (t->stride[3] == 1 || t->shape[3] == 1) {
+        *out = fg_tensor_retain(t);
+        return FG_OK;
+    }
+    return fg_copy_raw(t, t->dtype, dom, out);
+}
+
+static fg_status attention_backward(fg_node *n, fg_tensor *const *g,
+                                    fg_tensor **gin)
+{
+    const fg_attn_params *p = fg_node_extra(n);
+    const fg_tensor *q = fg_node_saved(n, 0), *k = fg_node_saved(n, 1),
+                    *v = fg_node_saved(n, 2), *o = fg_node_saved(n, 3),
+                    *m = fg_node_saved(n, 4), *l = fg_node_saved(n, 5);
+    fg_arena *dom = fg_bw_domain();
+    fg_tensor *dout, *dq = NULL, *dk = NULL, *dv = NULL;
+    FG_TRY(kernel_operand(g[0], dom, &dout));
+    fg_status s = fg_tensor_new_like(dom, q, 0, &dq);
+    if (s == FG_OK)
+        s = fg_tensor_new_like(dom, k, 0, &dk);
+    if (s == FG_OK)
+        s = fg_tensor_new_like(dom, v, 0, &dv);
+    if (s == FG_OK) {
+        fg_attn_tensor tq = attn_view(q), tk = attn_view(k), tv = attn_view(v),
+                       to = attn_view(o), tdo = attn_view(dout),
+                       tdq = attn_view(dq), tdk = attn_view(dk),
+                       tdv = attn_view(dv);
+        fg_attn_stats stt = {fg_tensor_base(m), fg_tensor_base(l), m->dtype};
+        s = fg_attention_backward(p, &tq, &tk, &tv, &to, &tdo, &stt, &tdq,
+                                  &tdk, &tdv);
+    }
+    fg_tensor_free(dout);
+    if (s != FG_OK) {
+        fg_tensor_free(dq);
+        fg_tensor_free(dk);
+        fg_tensor_free(dv);
+        return s;
+    }
+    gin[0] = dq;
+    gin[1] = dk;
+    gin[2] = dv;
+    return FG_OK;
+}
+
+static const fg_op_def attention_def = {"AttentionBackward",
+                                        attention_backward};
+
+fg_status fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v,
+                       const fg_attention_options *opt, fg_tensor **out)
+{
+    static const char fn[] = "fg_attention";
+    FG_TRY(fg_op_check_out(fn, out));
+    FG_TRY(fg_op_check(fn, q, "q"));
+    FG_TRY(fg_op_check(fn, k, "k"));
+    FG_TRY(fg_op_check(fn, v, "v"));
+    if (k->dtype != q->dtype || v->dtype != q->dtype ||
+        k->device != q->device || v->device != q->device)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                       "q, k and v must share dtype and device");
+    if (q->nd != 4 || k->nd != 4 || v->nd != 4)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                       "q, k, v must be 4-d [B, N, heads, head_dim]");
+    if (!fg_same_shape(4, k->shape, 4, v->shape) ||
+        k->shape[0] != q->shape[0] || k->shape[3] != q->shape[3]) {
+        char a[96], b[96], c[96];
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                       "shapes q %s, k %s, v %s do not fit [B, Nq, H, d], "
+                       "[B, Nk, Hk, d], [B, Nk, Hk, d]",
+                       fg_fmt_shape(a, sizeof a, 4, q->shape),
+                       fg_fmt_shape(b, sizeof b, 4, k->shape),
+                       fg_fmt_shape(c, sizeof c, 4, v->shape));
+    }
+    fg_attention_options o;
+    fg_attention_options_init(&o);
+    if (opt)
+        o = *opt;
+    fg_attn_params p;
+    fg_attn_params_init(&p, q->shape[0], q->shape[1], k->shape[1],
+                        q->shape[2], k->shape[2], q->shape[3]);
+    p.device = q->device;
+    if (q->device == FG_DEVICE_CUDA) /* the context stream, like every op */
+        p.cuda_stream = fg_cuda_get_stream();
+    p.softmax_scale = o.scale;
+    p.causal = o.causal;
+    p.dropout_p = o.dropout_p;
+    p.seed = o.seed;
+    p.offset = o.offset;
+    p.block_q = o.block_q;
+    p.block_k = o.block_k;
+    p.num_threads = o.num_threads;
+    p.deterministic = o.deterministic || fg_get_deterministic();
+
+    fg_tensor *in[3] = {q, k, v};
+    fg_arena *dom = fg_alloc_domain(in, 3);
+    fg_tensor *qc = NULL, *kc = NULL, *vc = NULL, *y = NULL, *m = NULL,
+              *l = NULL;
+    const int64_t sshape[3] = {q->shape[0], q->shape[2], q->shape[1]};
+    const fg_dtype sdt = q->dtype == FG_FP64 ? FG_FP64 : FG_FP32;
+    fg_status s = kernel_operand(q, dom, &qc);
+    if (s == FG_OK)
+        s = kernel_operand(k, dom, &kc);
+    if (s == FG_OK)
+        s = kernel_operand(v, dom, &vc);
+    if (s == FG_OK)
+        s = fg_tensor_new_like(dom, q, 0, &y);
+    if (s == FG_OK)
+        s = fg_tensor_new(dom, sdt, q->device, 3, sshape, &m);
+    if (s == FG_OK)
+        s = fg_tensor_new(dom, sdt, q->device, 3, sshape, &l);
+    if (s == FG_OK) {
+        fg_attn_tensor tq = attn_view(qc), tk = attn_view(kc),
+                       tv = attn_view(vc), to = attn_view(y);
+        fg_attn_stats stt = {fg_tensor_base(m), fg_tensor_base(l), sdt};
+        /* Validates everything (sizes, head_dim, p, scale) before writing. */
+        s = fg_attention_forward(&p, &tq, &tk, &tv, &to, &stt);
+    }
+    if (s == FG_OK && fg_ag_should_record(in, 3)) {
+        fg_tensor *saved[6] = {qc, kc, vc, y, m, l};
+        s = fg_ag_record(&attention_def, in, 3, &y, 1, saved, 6, &p,
+                         sizeof p, NULL);
+    }
+    fg_tensor_free(qc);
+    fg_tensor_free(kc);
+    fg_tensor_free(vc);
+    fg_tensor_free(m);
+    fg_tensor_free(l);
+    if (s != FG_OK) {
+        fg_tensor_free(y);
+        return s;
+    }
+    *out = y;
+    return FG_OK;
+}

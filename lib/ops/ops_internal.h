@@ -1,0 +1,85 @@
+/* lib/ops/ops_internal.h - what the op files share: argument checks, the
+ * per-device dispatch point, recording, and raw (unrecorded) kernels that
+ * backward functions reuse. */
+#ifndef FG_LIB_OPS_INTERNAL_H
+#define FG_LIB_OPS_INTERNAL_H
+
+#include "lib/autograd/autograd_internal.h"
+#include "lib/core/error.h"
+#include "lib/autograd/tensor_internal.h"
+#include "lib/autograd/tensor_iter.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Non-NULL, fp32 or fp64, a known device. `name` names the argument. */
+fg_status fg_op_check(const char *fn, const fg_tensor *t, const char *name);
+/* Both checked, and same dtype and device. */
+fg_status fg_op_check2(const char *fn, const fg_tensor *a, const fg_tensor *b);
+/* out non-NULL. */
+fg_status fg_op_check_out(const char *fn, void *out);
+
+/* "[2, 3, 4]" into buf (for messages). */
+const char *fg_fmt_shape(char *buf, size_t size, int nd,
+                         const int64_t *shape);
+
+/* The dispatch point's answer for a device without an implementation yet
+ * (CUDA until its ops land). */
+fg_status fg_op_unsupported(const char *fn, fg_device dev);
+
+/* If recording, records the node; on failure frees outputs[] and returns
+ * the status. On success stores outputs in outs (when non-NULL). */
+fg_status fg_op_finish(const fg_op_def *op, fg_tensor *const *inputs,
+                       int n_in, fg_tensor *const *outputs, int n_out,
+                       fg_tensor *const *saved, int n_saved,
+                       const void *extra, size_t extra_bytes);
+
+/* ---- raw kernels: no checks, no recording, allocate in `dom` ---------- */
+
+typedef enum fg_ew_binary {
+    FG_EW_ADD, FG_EW_SUB, FG_EW_MUL, FG_EW_DIV,
+    /* backward helpers: a = incoming gradient, b = saved tensor */
+    FG_EW_TANH_GRAD, /* a * (1 - b^2), b = tanh output */
+    FG_EW_RELU_GRAD, /* b > 0 ? a : 0, b = relu output */
+    FG_EW_GELU_GRAD, /* a * gelu'(b),  b = gelu input */
+    FG_EW_COUNT_BINARY
+} fg_ew_binary;
+
+typedef enum fg_ew_unary {
+    FG_EW_EXP, FG_EW_LOG, FG_EW_TANH, FG_EW_RELU, FG_EW_GELU,
+    FG_EW_SCALE,     /* k * x */
+    FG_EW_ADD_SCALAR, /* x + k */
+    FG_EW_COUNT_UNARY
+} fg_ew_unary;
+
+/* New tensor of the broadcast shape of a and b (same dtype). */
+fg_status fg_ew_binary_raw(fg_ew_binary op, const fg_tensor *a,
+                           const fg_tensor *b, fg_arena *dom,
+                           fg_tensor **out);
+fg_status fg_ew_unary_raw(fg_ew_unary op, const fg_tensor *x, double k,
+                          fg_arena *dom, fg_tensor **out);
+/* Contiguous copy in dom (converting dtype if dt differs). */
+fg_status fg_copy_raw(const fg_tensor *x, fg_dtype dt, fg_arena *dom,
+                      fg_tensor **out);
+/* x itself (retained) if contiguous, else a contiguous copy. */
+fg_status fg_contiguous_raw(fg_tensor *x, fg_arena *dom, fg_tensor **out);
+/* Reshape as a view when strides allow, else of a contiguous copy. */
+fg_status fg_reshape_raw(fg_tensor *x, int nd, const int64_t *shape,
+                         fg_arena *dom, fg_tensor **out);
+/* Strides of x viewed with the new shape, if possible without a copy
+ * (same numel). Returns 0 if impossible. */
+int fg_view_strides(const fg_tensor *x, int nd, const int64_t *shape,
+                    int64_t *stride);
+
+/* The domain for a backward's tensors: the active arena or the heap. */
+static inline fg_arena *fg_bw_domain(void)
+{
+    return fg_alloc_domain(NULL, 0);
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FG_LIB_OPS_INTERNAL_H */

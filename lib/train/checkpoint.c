@@ -1,0 +1,489 @@
+/* lib/train/checkpoint.c - one-file checkpoints (format in optim.h):
+ *
+ *   "FGCKPT01" | u32 version | u32 0 | u64 body_len | body | u64 FNV-1a
+ *
+ * body: config, training state, meta text, optimizer flag and step, then
+ * tensors (u16 name length, name, u32 dtype, u32 nd, i64 shape[nd],
+ * u64 nbytes, raw bytes): every parameter, then (with an optimizer) the
+ * first and second moments of each, named NAME.m / NAME.v. The whole file
+ * is read and checked before anything is copied, so a bad file changes
+ * nothing. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flashgrad/optim.h"
+#include "lib/core/error.h"
+
+static const char MAGIC[8] = {'F', 'G', 'C', 'K', 'P', 'T', '0', '1'};
+enum { HEAD = 24 };
+
+static uint64_t fnv1a(const unsigned char *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* ---- writing: a growing buffer ------------------------------------------- */
+
+typedef struct wbuf {
+    unsigned char *p;
+    size_t n, cap;
+    int oom;
+} wbuf;
+
+static void put(wbuf *b, const void *src, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->n + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->n + n)
+            cap *= 2;
+        unsigned char *np = realloc(b->p, cap);
+        if (!np) {
+            b->oom = 1;
+            return;
+        }
+        b->p = np;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, src, n);
+    b->n += n;
+}
+
+/* Little-endian integers (the host order is not assumed). */
+static void put_u64(wbuf *b, uint64_t v)
+{
+    unsigned char x[8];
+    for (int i = 0; i < 8; i++)
+        x[i] = (unsigned char)(v >> (8 * i));
+    put(b, x, 8);
+}
+static void put_u32(wbuf *b, uint32_t v)
+{
+    unsigned char x[4];
+    for (int i = 0; i < 4; i++)
+        x[i] = (unsigned char)(v >> (8 * i));
+    put(b, x, 4);
+}
+static void put_f64(wbuf *b, double d)
+{
+    uint64_t v;
+    memcpy(&v, &d, 8);
+    put_u64(b, v);
+}
+
+static void put_tensor(wbuf *b, const char *name, const char *suffix,
+                       const fg_tensor *t)
+{
+    char nm[64];
+    snprintf(nm, sizeof nm, "%s%s", name, suffix);
+    const uint16_t len = (uint16_t)strlen(nm);
+    unsigned char l2[2] = {(unsigned char)len, (unsigned char)(len >> 8)};
+    put(b, l2, 2);
+    put(b, nm, len);
+    put_u32(b, (uint32_t)fg_tensor_dtype(t));
+    put_u32(b, (uint32_t)fg_tensor_ndim(t));
+    for (int i = 0; i < fg_tensor_ndim(t); i++)
+        put_u64(b, (uint64_t)fg_tensor_shape(t)[i]);
+    put_u64(b, fg_tensor_nbytes(t));
+    if (fg_tensor_device(t) == FG_DEVICE_CPU) {
+        put(b, fg_tensor_data(t), fg_tensor_nbytes(t)); /* LE hosts */
+        return;
+    }
+    /* Device tensors (contiguous parameters and optimizer state) go
+     * through a host copy; a failure marks the buffer like an OOM. */
+    void *tmp = malloc(fg_tensor_nbytes(t) ? fg_tensor_nbytes(t) : 1);
+    if (!tmp || fg_tensor_copy_to_host(t, fg_tensor_dtype(t), tmp,
+                                       fg_tensor_numel(t)) != FG_OK)
+        b->oom = 1;
+    else
+        put(b, tmp, fg_tensor_nbytes(t));
+    free(tmp);
+}
+
+/* dst (a parameter or optimizer state, any device) = raw bytes of the
+ * file. Not recorded: parameters are leaves requiring grad. */
+static fg_status load_tensor(fg_tensor *dst, const void *src)
+{
+    if (fg_tensor_device(dst) == FG_DEVICE_CPU) {
+        memcpy(fg_tensor_data(dst), src, fg_tensor_nbytes(dst));
+        return FG_OK;
+    }
+    fg_no_grad_begin();
+    fg_status s = fg_tensor_copy_from_host(dst, fg_tensor_dtype(dst), src,
+                                           fg_tensor_numel(dst));
+    fg_no_grad_end();
+    return s;
+}
+
+static void put_config(wbuf *b, const fg_gpt_config *c)
+{
+    put_u64(b, (uint64_t)c->vocab);
+    put_u64(b, (uint64_t)c->ctx);
+    put_u64(b, (uint64_t)c->n_layer);
+    put_u64(b, (uint64_t)c->n_head);
+    put_u64(b, (uint64_t)c->n_embd);
+    put_f64(b, c->dropout);
+    put_u64(b, (uint64_t)c->tie_weights);
+    put_u64(b, (uint64_t)c->dtype);
+    put_u64(b, (uint64_t)c->device);
+}
+
+fg_status fg_checkpoint_save(const char *path, const fg_gpt *m,
+                             const fg_adamw *opt, const fg_train_state *st,
+                             const char *meta)
+{
+    if (!path || !m || !st)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL argument");
+    int n;
+    const fg_param *ps = fg_gpt_params(m, &n);
+    wbuf b = {0};
+    put(&b, MAGIC, 8);
+    put_u32(&b, FG_CHECKPOINT_VERSION);
+    put_u32(&b, 0);
+    put_u64(&b, 0); /* body length, patched below */
+    put_config(&b, fg_gpt_get_config(m));
+    put_u64(&b, (uint64_t)st->step);
+    put_u64(&b, st->rng.seed);
+    put_u64(&b, st->rng.offset);
+    put_u64(&b, st->data_rng);
+    put_f64(&b, st->best_val);
+    const size_t ml = meta ? strlen(meta) : 0;
+    put_u64(&b, ml);
+    put(&b, meta ? meta : "", ml);
+    put_u64(&b, opt ? 1 : 0);
+    put_u64(&b, (uint64_t)fg_adamw_steps(opt));
+    put_u64(&b, (uint64_t)(opt ? 3 * n : n));
+    for (int i = 0; i < n; i++)
+        put_tensor(&b, ps[i].name, "", ps[i].tensor);
+    for (int i = 0; opt && i < n; i++) {
+        fg_tensor *mt, *vt;
+        fg_status s = fg_adamw_state(opt, i, &mt, &vt);
+        if (s != FG_OK) {
+            free(b.p);
+            return s;
+        }
+        put_tensor(&b, ps[i].name, ".m", mt);
+        put_tensor(&b, ps[i].name, ".v", vt);
+    }
+    if (b.oom) {
+        free(b.p);
+        return FG_FAIL(FG_ERR_OUT_OF_MEMORY,
+                       "checkpoint buffer (out of memory, or a device "
+                       "tensor could not be copied to the host)");
+    }
+    const uint64_t body = b.n - HEAD;
+    for (int i = 0; i < 8; i++)
+        b.p[16 + i] = (unsigned char)(body >> (8 * i));
+    put_u64(&b, fnv1a(b.p, b.n));
+    if (b.oom) {
+        free(b.p);
+        return FG_FAIL(FG_ERR_OUT_OF_MEMORY, "checkpoint buffer");
+    }
+    /* Write a temporary file and rename it: an interrupted save never
+     * leaves a half-written checkpoint under the real name. */
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        free(b.p);
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "path too long");
+    }
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        free(b.p);
+        return FG_FAIL(FG_ERR_IO, "cannot create %s", tmp);
+    }
+    const int ok = fwrite(b.p, 1, b.n, f) == b.n;
+    const int closed = fclose(f) == 0;
+    free(b.p);
+    if (!ok || !closed || rename(tmp, path) != 0) {
+        remove(tmp);
+        return FG_FAIL(FG_ERR_IO, "writing %s failed", path);
+    }
+    return FG_OK;
+}
+
+/* ---- reading ---------------------------------------------------------------- */
+
+typedef struct rbuf {
+    const unsigned char *p;
+    size_t n, at;
+    int bad;
+} rbuf;
+
+static const void *take(rbuf *r, size_t n)
+{
+    if (r->bad || n > r->n - r->at) {
+        r->bad = 1;
+        return NULL;
+    }
+    const void *q = r->p + r->at;
+    r->at += n;
+    return q;
+}
+static uint64_t get_u64(rbuf *r)
+{
+    const unsigned char *x = take(r, 8);
+    uint64_t v = 0;
+    for (int i = 0; x && i < 8; i++)
+        v |= (uint64_t)x[i] << (8 * i);
+    return v;
+}
+static uint32_t get_u32(rbuf *r)
+{
+    const unsigned char *x = take(r, 4);
+    uint32_t v = 0;
+    for (int i = 0; x && i < 4; i++)
+        v |= (uint32_t)x[i] << (8 * i);
+    return v;
+}
+static double get_f64(rbuf *r)
+{
+    uint64_t v = get_u64(r);
+    double d;
+    memcpy(&d, &v, 8);
+    return d;
+}
+
+typedef struct ckpt {
+    unsigned char *file;
+    size_t size;
+    fg_gpt_config cfg;
+    fg_train_state st;
+    const char *meta;
+    size_t meta_len;
+    int has_opt;
+    int64_t opt_steps;
+    uint64_t n_tensors;
+    rbuf tensors; /* positioned at the first tensor */
+} ckpt;
+
+/* Reads and checks the file up to the tensor list. */
+static fg_status ckpt_open(const char *fn, const char *path, ckpt *c)
+{
+    memset(c, 0, sizeof *c);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return fg_error_at(FG_ERR_IO, fn, "cannot open %s", path);
+    long size = -1;
+    if (fseek(f, 0, SEEK_END) == 0)
+        size = ftell(f);
+    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return fg_error_at(FG_ERR_IO, fn, "%s: cannot determine size", path);
+    }
+    c->size = (size_t)size;
+    c->file = malloc(c->size ? c->size : 1);
+    if (!c->file) {
+        fclose(f);
+        return fg_error_at(FG_ERR_OUT_OF_MEMORY, fn, "%s: %zu bytes", path,
+                           c->size);
+    }
+    const size_t got = fread(c->file, 1, c->size, f);
+    fclose(f);
+    const char *why = NULL;
+    rbuf r = {c->file, got, 0, 0};
+    uint64_t body = 0;
+    if (got != c->size)
+        why = "read error";
+    else if (got < 8 || memcmp(c->file, MAGIC, 8) != 0)
+        why = "not a flashgrad checkpoint (bad magic)";
+    else if (got < HEAD + 8)
+        why = "truncated (shorter than the header)";
+    if (!why) {
+        take(&r, 8);
+        const uint32_t ver = get_u32(&r);
+        get_u32(&r);
+        body = get_u64(&r);
+        if (ver != FG_CHECKPOINT_VERSION) {
+            free(c->file);
+            return fg_error_at(FG_ERR_IO, fn,
+                               "%s: format version %u, this library reads "
+                               "version %d", path, ver,
+                               FG_CHECKPOINT_VERSION);
+        }
+        if (body > got - HEAD - 8)
+            why = "truncated (file shorter than its recorded length)";
+        else if (body < got - HEAD - 8)
+            why = "trailing bytes after the checksum";
+    }
+    if (!why) {
+        uint64_t want = 0;
+        for (int i = 0; i < 8; i++)
+            want |= (uint64_t)c->file[HEAD + body + i] << (8 * i);
+        if (fnv1a(c->file, HEAD + body) != want)
+            why = "checksum mismatch (the file is corrupted)";
+    }
+    if (why) {
+        free(c->file);
+        c->file = NULL;
+        return fg_error_at(FG_ERR_IO, fn, "%s: %s", path, why);
+    }
+    r.n = HEAD + body;
+    fg_gpt_config *g = &c->cfg;
+    g->vocab = (int64_t)get_u64(&r);
+    g->ctx = (int64_t)get_u64(&r);
+    g->n_layer = (int64_t)get_u64(&r);
+    g->n_head = (int64_t)get_u64(&r);
+    g->n_embd = (int64_t)get_u64(&r);
+    g->dropout = get_f64(&r);
+    g->tie_weights = (int)get_u64(&r);
+    g->dtype = (fg_dtype)get_u64(&r);
+    g->device = (fg_device)get_u64(&r);
+    c->st.step = (int64_t)get_u64(&r);
+    c->st.rng.seed = get_u64(&r);
+    c->st.rng.offset = get_u64(&r);
+    c->st.data_rng = get_u64(&r);
+    c->st.best_val = get_f64(&r);
+    c->meta_len = (size_t)get_u64(&r);
+    c->meta = take(&r, c->meta_len);
+    c->has_opt = (int)get_u64(&r);
+    c->opt_steps = (int64_t)get_u64(&r);
+    c->n_tensors = get_u64(&r);
+    if (r.bad) {
+        free(c->file);
+        c->file = NULL;
+        return fg_error_at(FG_ERR_IO, fn, "%s: malformed header", path);
+    }
+    c->tensors = r;
+    return FG_OK;
+}
+
+fg_status fg_checkpoint_peek(const char *path, fg_gpt_config *cfg,
+                             fg_train_state *st, char *meta, size_t meta_cap)
+{
+    if (!path)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL path");
+    ckpt c;
+    FG_TRY(ckpt_open(__func__, path, &c));
+    if (cfg)
+        *cfg = c.cfg;
+    if (st)
+        *st = c.st;
+    if (meta && meta_cap) {
+        size_t k = c.meta_len < meta_cap - 1 ? c.meta_len : meta_cap - 1;
+        memcpy(meta, c.meta, k);
+        meta[k] = 0;
+    }
+    free(c.file);
+    return FG_OK;
+}
+
+/* Checks the next tensor record against t (name, dtype, shape); returns
+ * its bytes or NULL (message in *why). */
+static const void *next_tensor(rbuf *r, const char *name, const char *suffix,
+                               const fg_tensor *t, char *why, size_t wn)
+{
+    char want[64];
+    snprintf(want, sizeof want, "%s%s", name, suffix);
+    const unsigned char *l2 = take(r, 2);
+    const size_t len = l2 ? (size_t)(l2[0] | l2[1] << 8) : 0;
+    const char *nm = take(r, len);
+    const uint32_t dt = get_u32(r), nd = get_u32(r);
+    int64_t shape[FG_MAX_DIMS] = {0};
+    for (uint32_t i = 0; i < nd && i < FG_MAX_DIMS; i++)
+        shape[i] = (int64_t)get_u64(r);
+    const uint64_t nb = get_u64(r);
+    const void *data = take(r, (size_t)nb);
+    if (r->bad || nd > FG_MAX_DIMS) {
+        snprintf(why, wn, "malformed tensor record (expected %s)", want);
+        return NULL;
+    }
+    int same = len == strlen(want) && memcmp(nm, want, len) == 0 &&
+               dt == (uint32_t)fg_tensor_dtype(t) &&
+               nd == (uint32_t)fg_tensor_ndim(t) &&
+               nb == fg_tensor_nbytes(t);
+    for (uint32_t i = 0; same && i < nd; i++)
+        same = shape[i] == fg_tensor_shape(t)[i];
+    if (!same) {
+        snprintf(why, wn, "tensor %.*s does not match the model's %s",
+                 (int)(len < 60 ? len : 60), nm ? nm : "", want);
+        return NULL;
+    }
+    return data;
+}
+
+fg_status fg_checkpoint_load(const char *path, fg_gpt *m, fg_adamw *opt,
+                             fg_train_state *st)
+{
+    if (!path || !m)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL argument");
+    ckpt c;
+    FG_TRY(ckpt_open(__func__, path, &c));
+    const fg_gpt_config *mc = fg_gpt_get_config(m);
+    int n;
+    const fg_param *ps = fg_gpt_params(m, &n);
+    char why[200] = "";
+    if (mc->vocab != c.cfg.vocab || mc->ctx != c.cfg.ctx ||
+        mc->n_layer != c.cfg.n_layer || mc->n_head != c.cfg.n_head ||
+        mc->n_embd != c.cfg.n_embd || mc->tie_weights != c.cfg.tie_weights ||
+        mc->dtype != c.cfg.dtype)
+        snprintf(why, sizeof why,
+                 "model config differs from the checkpoint's (vocab %lld, "
+                 "ctx %lld, %lld layers, %lld heads, width %lld)",
+                 (long long)c.cfg.vocab, (long long)c.cfg.ctx,
+                 (long long)c.cfg.n_layer, (long long)c.cfg.n_head,
+                 (long long)c.cfg.n_embd);
+    else if (opt && !c.has_opt)
+        snprintf(why, sizeof why, "no optimizer state in the checkpoint");
+    else if (c.n_tensors != (uint64_t)(c.has_opt ? 3 * n : n))
+        snprintf(why, sizeof why, "%llu tensors, expected %d",
+                 (unsigned long long)c.n_tensors, c.has_opt ? 3 * n : n);
+    const void **src = calloc((size_t)(3 * n), sizeof *src);
+    if (!src) {
+        free(c.file);
+        return FG_FAIL(FG_ERR_OUT_OF_MEMORY, "checkpoint index");
+    }
+    /* Pass 1: check every record. */
+    rbuf r = c.tensors;
+    for (int i = 0; !why[0] && i < n; i++)
+        src[i] = next_tensor(&r, ps[i].name, "", ps[i].tensor, why,
+                             sizeof why);
+    for (int i = 0; !why[0] && c.has_opt && i < n; i++) {
+        fg_tensor *mt = ps[i].tensor, *vt = ps[i].tensor;
+        if (opt && fg_adamw_state(opt, i, &mt, &vt) != FG_OK) {
+            snprintf(why, sizeof why, "optimizer has fewer parameters");
+            break;
+        }
+        src[n + 2 * i] = next_tensor(&r, ps[i].name, ".m", mt, why,
+                                     sizeof why);
+        if (!why[0])
+            src[n + 2 * i + 1] = next_tensor(&r, ps[i].name, ".v", vt, why,
+                                             sizeof why);
+    }
+    if (!why[0] && r.at != r.n)
+        snprintf(why, sizeof why, "unexpected data after the tensors");
+    if (why[0]) {
+        free(src);
+        free(c.file);
+        return FG_FAIL(FG_ERR_IO, "%s: %s", path, why);
+    }
+    /* Pass 2: copy (only a device error can fail here). */
+    fg_status ls = FG_OK;
+    for (int i = 0; i < n && ls == FG_OK; i++)
+        ls = load_tensor(ps[i].tensor, src[i]);
+    if (opt) {
+        for (int i = 0; i < n && ls == FG_OK; i++) {
+            fg_tensor *mt, *vt;
+            fg_adamw_state(opt, i, &mt, &vt);
+            ls = load_tensor(mt, src[n + 2 * i]);
+            if (ls == FG_OK)
+                ls = load_tensor(vt, src[n + 2 * i + 1]);
+        }
+        if (ls == FG_OK)
+            fg_adamw_set_steps(opt, c.opt_steps);
+    }
+    if (ls != FG_OK) {
+        free(src);
+        free(c.file);
+        return ls;
+    }
+    if (st)
+        *st = c.st;
+    free(src);
+    free(c.file);
+    return FG_OK;
+}

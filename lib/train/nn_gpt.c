@@ -1,0 +1,221 @@
+/* lib/train/nn_gpt.c - the GPT model: token + position embeddings, dropout,
+ * n_layer pre-LN blocks, a final LayerNorm and the LM head (tied to the
+ * token embedding or its own [C, V] matrix). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flashgrad/nn.h"
+#include "lib/core/error.h"
+#include "nn_internal.h"
+
+#define NN_T(expr)              \
+    do {                        \
+        if (s == FG_OK)         \
+            s = (expr);         \
+    } while (0)
+
+struct fg_gpt {
+    fg_gpt_config cfg;
+    fg_nn_embedding emb;
+    fg_nn_block *blocks;
+    fg_nn_layernorm ln_f;
+    fg_nn_linear head; /* weight NULL when tied */
+    fg_param *params;
+    int n_params;
+};
+
+void fg_gpt_config_init(fg_gpt_config *c)
+{
+    if (!c)
+        return;
+    memset(c, 0, sizeof *c);
+    c->ctx = 64;
+    c->n_layer = 2;
+    c->n_head = 4;
+    c->n_embd = 64;
+    c->tie_weights = 1;
+    c->dtype = FG_FP32;
+    c->device = FG_DEVICE_CPU;
+}
+
+static void add_param(fg_gpt *m, fg_tensor *t, const char *name, int decay)
+{
+    fg_param *p = &m->params[m->n_params++];
+    p->tensor = t;
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->decay = decay;
+}
+
+static void collect(fg_gpt *m)
+{
+    char nm[40];
+    add_param(m, m->emb.tok, "wte", 1);
+    add_param(m, m->emb.pos, "wpe", 1);
+    for (int i = 0; i < m->cfg.n_layer; i++) {
+        fg_nn_block *b = &m->blocks[i];
+#define P(t, field, decay)                                      \
+        snprintf(nm, sizeof nm, "h%d.%s", i, field);            \
+        add_param(m, t, nm, decay);
+        P(b->ln1.weight, "ln1.w", 0) P(b->ln1.bias, "ln1.b", 0)
+        P(b->attn.qkv.weight, "attn.qkv.w", 1)
+        P(b->attn.qkv.bias, "attn.qkv.b", 0)
+        P(b->attn.proj.weight, "attn.proj.w", 1)
+        P(b->attn.proj.bias, "attn.proj.b", 0)
+        P(b->ln2.weight, "ln2.w", 0) P(b->ln2.bias, "ln2.b", 0)
+        P(b->mlp.fc.weight, "mlp.fc.w", 1) P(b->mlp.fc.bias, "mlp.fc.b", 0)
+        P(b->mlp.proj.weight, "mlp.proj.w", 1)
+        P(b->mlp.proj.bias, "mlp.proj.b", 0)
+#undef P
+    }
+    add_param(m, m->ln_f.weight, "ln_f.w", 0);
+    add_param(m, m->ln_f.bias, "ln_f.b", 0);
+    if (m->head.weight)
+        add_param(m, m->head.weight, "lm_head.w", 1);
+}
+
+fg_status fg_gpt_create(const fg_gpt_config *c, uint64_t seed, fg_gpt **out)
+{
+    if (!c || !out)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL argument");
+    if (c->vocab <= 0 || c->ctx <= 0 || c->n_layer <= 0 || c->n_layer > 256 ||
+        c->n_embd <= 0 || c->ctx > 4096)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                       "bad config: vocab %lld, ctx %lld (<= 4096), "
+                       "%lld layers, width %lld",
+                       (long long)c->vocab, (long long)c->ctx,
+                       (long long)c->n_layer, (long long)c->n_embd);
+    if (c->dtype != FG_FP32 && c->dtype != FG_FP64)
+        return FG_FAIL(FG_ERR_UNSUPPORTED, "dtype %s: fp32 or fp64 only",
+                       fg_dtype_name(c->dtype));
+    fg_gpt *m = calloc(1, sizeof *m);
+    if (m)
+        m->blocks = calloc((size_t)c->n_layer, sizeof *m->blocks);
+    if (m && m->blocks)
+        m->params = calloc((size_t)(12 * c->n_layer + 5), sizeof *m->params);
+    if (!m || !m->blocks || !m->params) {
+        fg_gpt_free(m);
+        return FG_FAIL(FG_ERR_OUT_OF_MEMORY, "model structures");
+    }
+    m->cfg = *c;
+    fg_generator g;
+    fg_generator_init(&g, seed);
+    const fg_dtype dt = c->dtype;
+    const fg_device dev = c->device;
+    /* Built on the heap whatever arena the caller has pushed. */
+    fg_status s = fg_arena_push(NULL);
+    if (s != FG_OK) {
+        fg_gpt_free(m);
+        return s;
+    }
+    NN_T(fg_nn_embedding_init(&m->emb, c->vocab, c->ctx, c->n_embd, 0.02, &g,
+                              dt, dev));
+    for (int i = 0; i < c->n_layer && s == FG_OK; i++)
+        s = fg_nn_block_init(&m->blocks[i], c->n_embd, c->n_head,
+                             (int)c->n_layer, c->dropout, &g, dt, dev);
+    NN_T(fg_nn_layernorm_init(&m->ln_f, c->n_embd, dt, dev));
+    if (!c->tie_weights)
+        NN_T(fg_nn_linear_init(&m->head, c->n_embd, c->vocab, 0, 0.02, &g,
+                               dt, dev));
+    fg_arena_pop(NULL);
+    if (s != FG_OK) {
+        fg_gpt_free(m);
+        return s;
+    }
+    collect(m);
+    *out = m;
+    return FG_OK;
+}
+
+void fg_gpt_free(fg_gpt *m)
+{
+    if (!m)
+        return;
+    fg_nn_embedding_release(&m->emb);
+    if (m->blocks)
+        for (int i = 0; i < m->cfg.n_layer; i++)
+            fg_nn_block_release(&m->blocks[i]);
+    fg_nn_layernorm_release(&m->ln_f);
+    fg_nn_linear_release(&m->head);
+    free(m->blocks);
+    free(m->params);
+    free(m);
+}
+
+const fg_gpt_config *fg_gpt_get_config(const fg_gpt *m)
+{
+    return m ? &m->cfg : NULL;
+}
+
+const fg_param *fg_gpt_params(const fg_gpt *m, int *n)
+{
+    if (n)
+        *n = m ? m->n_params : 0;
+    return m ? m->params : NULL;
+}
+
+int64_t fg_gpt_num_params(const fg_gpt *m)
+{
+    int64_t total = 0;
+    for (int i = 0; m && i < m->n_params; i++)
+        total += fg_tensor_numel(m->params[i].tensor);
+    return total;
+}
+
+fg_status fg_gpt_forward(const fg_gpt *m, const int64_t *tokens, int64_t B,
+                         int64_t T, const int64_t *targets,
+                         const fg_nn_mode *mode, fg_tensor **logits,
+                         fg_tensor **loss)
+{
+    if (!m || !tokens || (!logits && !loss))
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL argument");
+    if (loss && !targets)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "a loss needs targets");
+    if (B <= 0 || T <= 0 || T > m->cfg.ctx)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                       "B = %lld, T = %lld (context %lld)", (long long)B,
+                       (long long)T, (long long)m->cfg.ctx);
+    for (int64_t i = 0; i < B * T; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab)
+            return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                           "token %lld at %lld not in [0, %lld)",
+                           (long long)tokens[i], (long long)i,
+                           (long long)m->cfg.vocab);
+    fg_tensor *x = NULL, *y = NULL, *h = NULL, *lg = NULL;
+    fg_status s = fg_nn_embedding_forward(&m->emb, tokens, B, T, &x);
+    NN_T(fg_nn_dropout(x, m->cfg.dropout, mode, &y));
+    fg_tensor_free(x);
+    x = y;
+    for (int i = 0; i < m->cfg.n_layer && s == FG_OK; i++) {
+        y = NULL;
+        s = fg_nn_block_forward(&m->blocks[i], x, mode, &y);
+        fg_tensor_free(x);
+        x = y;
+    }
+    NN_T(fg_nn_layernorm_forward(&m->ln_f, x, &h));
+    if (m->head.weight) {
+        NN_T(fg_nn_linear_forward(&m->head, h, &lg));
+    } else { /* tied: h wte^T, in the autocast dtype when one is active */
+        fg_tensor *ha = NULL, *wa = NULL;
+        NN_T(fg_nn_ac_cast(h, &ha));
+        NN_T(fg_nn_ac_cast(m->emb.tok, &wa));
+        NN_T(fg_matmul(ha, wa, 0, 1, &lg));
+        fg_tensor_free(ha);
+        fg_tensor_free(wa);
+    }
+    if (s == FG_OK) { /* softmax-cross-entropy and the logits in fp32 */
+        fg_tensor *lf = NULL;
+        s = fg_nn_to_dtype(lg, m->cfg.dtype, &lf);
+        fg_tensor_free(lg);
+        lg = lf;
+    }
+    if (loss)
+        NN_T(fg_cross_entropy(lg, targets, B * T, -1, loss));
+    fg_tensor_free(x);
+    fg_tensor_free(h);
+    if (s == FG_OK && logits)
+        *logits = lg;
+    else
+        fg_tensor_free(lg);
+    return s;
+}

@@ -1,0 +1,72 @@
+/* lib/train/optim_step.c - one training step: micro-batches with gradient
+ * accumulation inside an arena, clipping, AdamW, zeroing. */
+#include "flashgrad/optim.h"
+#include "lib/core/error.h"
+#include "lib/autograd/tensor_internal.h"
+
+/* Zero gradients for parameters that have none yet (the first step), made
+ * before the forward: every step then has the same live set of buffers,
+ * so the first step warms the device cache for all the others (with
+ * .grad appearing mid-backward, step 2 would need new blocks). Like
+ * PyTorch's zero_grad(set_to_none=False). */
+static fg_status ensure_grads(const fg_param *ps, int n)
+{
+    for (int i = 0; i < n; i++) {
+        fg_tensor *t = ps[i].tensor;
+        if (!t->grad && t->requires_grad)
+            FG_TRY(fg_tensor_new_like(NULL, t, 1, &t->grad));
+    }
+    return FG_OK;
+}
+
+fg_status fg_gpt_train_step(const fg_gpt *m, fg_adamw *opt, const int64_t *x,
+                            const int64_t *y, int64_t B, int64_t T, int accum,
+                            double clip, double lr, fg_generator *rng,
+                            fg_arena *arena, fg_step_stats *stats)
+{
+    if (!m || !opt || !x || !y || accum < 1 || B <= 0 || T <= 0)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "bad arguments");
+    int n;
+    const fg_param *ps = fg_gpt_params(m, &n);
+    FG_TRY(ensure_grads(ps, n));
+    fg_nn_mode mode = {1, rng};
+    double total = 0;
+    fg_status s = FG_OK;
+    for (int a = 0; a < accum && s == FG_OK; a++) {
+        if (arena) {
+            FG_TRY(fg_arena_reset(arena));
+            FG_TRY(fg_arena_push(arena));
+        }
+        fg_tensor *loss = NULL, *scaled = NULL;
+        double l = 0;
+        s = fg_gpt_forward(m, x + a * B * T, B, T, y + a * B * T, &mode,
+                           NULL, &loss);
+        if (s == FG_OK)
+            s = accum > 1 ? fg_scale(loss, 1.0 / accum, &scaled)
+                          : (scaled = fg_tensor_retain(loss), FG_OK);
+        if (s == FG_OK)
+            s = fg_backward(scaled);
+        /* Read the loss only now: on a GPU the host has then enqueued the
+         * whole backward while the forward ran, instead of idling the GPU
+         * at a sync between the two. */
+        if (s == FG_OK)
+            s = fg_tensor_item(loss, &l);
+        fg_tensor_free(scaled);
+        fg_tensor_free(loss);
+        if (arena)
+            fg_arena_pop(arena);
+        total += l;
+    }
+    double norm = 0;
+    if (s == FG_OK)
+        s = fg_clip_grad_norm(ps, n, clip, &norm);
+    if (s == FG_OK)
+        s = fg_adamw_step(opt, lr);
+    for (int i = 0; i < n; i++)
+        fg_tensor_zero_grad(ps[i].tensor);
+    if (s == FG_OK && stats) {
+        stats->loss = total / accum;
+        stats->grad_norm = norm;
+    }
+    return s;
+}

@@ -1,0 +1,102 @@
+/* lib/train/sample.c - autoregressive sampling with temperature and top-k. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flashgrad/nn.h"
+#include "lib/core/error.h"
+
+void fg_sample_options_init(fg_sample_options *o)
+{
+    if (!o)
+        return;
+    o->temperature = 1.0;
+    o->top_k = 0;
+    o->seed = 0;
+}
+
+/* Draws from the softmax of logits[0..V-1] / temperature restricted to
+ * the top_k largest, with the uniform number u in [0, 1). */
+static int64_t draw(double *lg, int64_t V, double temp, int top_k, double u,
+                    double *scratch)
+{
+    double mx = -INFINITY;
+    for (int64_t v = 0; v < V; v++) {
+        lg[v] /= temp;
+        if (lg[v] > mx)
+            mx = lg[v];
+    }
+    if (top_k > 0 && top_k < V) {
+        /* threshold = the top_k-th largest value (partial selection). */
+        memcpy(scratch, lg, (size_t)V * sizeof *scratch);
+        for (int k = 0; k < top_k; k++) {
+            int64_t best = k;
+            for (int64_t v = k + 1; v < V; v++)
+                if (scratch[v] > scratch[best])
+                    best = v;
+            double tmp = scratch[k];
+            scratch[k] = scratch[best];
+            scratch[best] = tmp;
+        }
+        const double thr = scratch[top_k - 1];
+        for (int64_t v = 0; v < V; v++)
+            if (lg[v] < thr)
+                lg[v] = -INFINITY;
+    }
+    double sum = 0;
+    for (int64_t v = 0; v < V; v++)
+        sum += (lg[v] = exp(lg[v] - mx));
+    double acc = 0, target = u * sum;
+    int64_t last = 0;
+    for (int64_t v = 0; v < V; v++) {
+        if (lg[v] == 0)
+            continue;
+        last = v;
+        acc += lg[v];
+        if (target < acc)
+            return v;
+    }
+    return last;
+}
+
+fg_status fg_gpt_sample(const fg_gpt *m, int64_t *tokens, int64_t n_prompt,
+                        int64_t n_new, const fg_sample_options *o)
+{
+    if (!m || !tokens || n_prompt < 1 || n_new < 0)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "bad arguments");
+    fg_sample_options def;
+    fg_sample_options_init(&def);
+    if (!o)
+        o = &def;
+    if (!(o->temperature > 0) || o->top_k < 0)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                       "temperature must be > 0 and top_k >= 0");
+    const fg_gpt_config *c = fg_gpt_get_config(m);
+    const int64_t V = c->vocab;
+    double *lg = malloc((size_t)V * 2 * sizeof *lg);
+    if (!lg)
+        return FG_FAIL(FG_ERR_OUT_OF_MEMORY, "sampling buffer");
+    uint64_t rng = o->seed ^ 0x5A4D504C45ull;
+    fg_status s = FG_OK;
+    fg_no_grad_begin();
+    for (int64_t i = 0; i < n_new && s == FG_OK; i++) {
+        const int64_t len = n_prompt + i, T = len < c->ctx ? len : c->ctx;
+        fg_tensor *logits = NULL, *last = NULL;
+        s = fg_gpt_forward(m, tokens + len - T, 1, T, NULL, NULL, &logits,
+                           NULL);
+        if (s == FG_OK)
+            s = fg_narrow(logits, 1, T - 1, 1, &last);
+        if (s == FG_OK)
+            s = fg_tensor_copy_to_host(last, FG_FP64, lg, V);
+        fg_tensor_free(last);
+        fg_tensor_free(logits);
+        if (s == FG_OK) {
+            const double u =
+                (double)(fg_rng_next(&rng) >> 11) * 0x1.0p-53;
+            tokens[len] = draw(lg, V, o->temperature, o->top_k, u, lg + V);
+        }
+    }
+    fg_no_grad_end();
+    free(lg);
+    return s;
+}
