@@ -1,5 +1,6 @@
 /* tools/train/report.c - what a run shows: the progress line (loss,
  * speed, MFU, ETA), the CSV log, and the loss curve drawn by gnuplot. */
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +110,23 @@ void report_row(run *r, const interval *iv, double val, double acc)
     fflush(r->csv);
 }
 
+/* 1 if a row of the CSV has a validation loss (gnuplot warns about a
+ * curve without points). */
+static int has_val(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    int found = 0;
+    while (f && !found && fgets(line, sizeof line, f)) {
+        const char *c = strchr(line, ','); /* "step,loss,val,..." */
+        c = c ? strchr(c + 1, ',') : NULL;
+        found = c && c[1] != ',' && isdigit((unsigned char)line[0]);
+    }
+    if (f)
+        fclose(f);
+    return found;
+}
+
 /* s as a gnuplot single-quoted string ('' stands for '). */
 static void gp_str(FILE *g, const char *s)
 {
@@ -162,13 +180,19 @@ int report_plot(run *r)
                "set logscale y\nplot ");
     gp_str(g, r->log);
     fprintf(g, " using 1:2 skip 1 with lines lw 2 title 'train (interval "
-               "mean)', '' using 1:3 skip 1 with linespoints lw 2 pt 7 "
-               "ps 0.7 title 'validation'\n");
-    if (!r->d.text)
+               "mean)'");
+    const int val = has_val(r->log);
+    if (val)
+        fprintf(g, ", '' using 1:3 skip 1 with linespoints lw 2 pt 7 ps 0.7 "
+                   "title 'validation'");
+    fputc('\n', g);
+    if (!r->d.text && val)
         fprintf(g, "unset logscale y\nset yrange [0:100]\nset ylabel "
                    "'held-out exact match (%%)'\nset key bottom right\n"
                    "plot '' using 1:($4 * 100) skip 1 with linespoints "
-                   "lw 2 pt 7 ps 0.7 title 'accuracy'\nunset multiplot\n");
+                   "lw 2 pt 7 ps 0.7 title 'accuracy'\n");
+    if (!r->d.text)
+        fprintf(g, "unset multiplot\n");
     const int st = pclose(g);
     if (st != 0)
         return complain(EXIT_FAIL, "gnuplot could not draw %s (exit status "

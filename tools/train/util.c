@@ -1,5 +1,7 @@
 /* tools/train/util.c - messages, clocks, paths. */
 #include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -49,14 +51,22 @@ int path_join(const char *dir, const char *name, char *out, size_t cap)
 
 int path_abs(const char *in, char *out, size_t cap)
 {
-    char cwd[PATH_CAP];
-    if (in[0] == '/' || !getcwd(cwd, sizeof cwd)) {
+    /* Resolved (no "..", no symlinks) when it or its folder exists. */
+    char buf[PATH_MAX], dir[PATH_CAP];
+    if (realpath(in, buf)) {
+        const int n = snprintf(out, cap, "%s", buf);
+        return n < 0 || (size_t)n >= cap ? -1 : 0;
+    }
+    const char *slash = strrchr(in, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - in) : 1,
+             slash ? (slash == in ? "/" : in) : ".");
+    if (realpath(dir, buf))
+        return path_join(buf, slash ? slash + 1 : in, out, cap);
+    if (in[0] == '/' || !getcwd(dir, sizeof dir)) {
         const int n = snprintf(out, cap, "%s", in);
         return n < 0 || (size_t)n >= cap ? -1 : 0;
     }
-    if (!strcmp(in, "."))
-        return snprintf(out, cap, "%s", cwd) < (int)cap ? 0 : -1;
-    return path_join(cwd, strncmp(in, "./", 2) ? in : in + 2, out, cap);
+    return path_join(dir, in, out, cap);
 }
 
 int mkdir_p(const char *dir)

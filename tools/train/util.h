@@ -19,8 +19,8 @@ double now(void);
 /* "m:ss" or "h:mm:ss" into buf (at least 32 bytes). */
 const char *hms(double s, char *buf);
 
-/* in made absolute against the current directory (not resolved: the
- * file need not exist); 0, or -1 when it does not fit in cap. */
+/* in made absolute against the current directory, resolved as far as it
+ * exists (the file itself need not); 0, or -1 when it does not fit. */
 int path_abs(const char *in, char *out, size_t cap);
 /* dir + "/" + name; 0 or -1 (too long). */
 int path_join(const char *dir, const char *name, char *out, size_t cap);
