@@ -243,6 +243,8 @@ static int open_outputs(run *r)
         (rc = output_path(r, o->log, "log.csv", r->log)) ||
         (rc = output_path(r, o->plot, "loss.png", r->plot)))
         return rc;
+    if (!r->log[0])
+        r->plot[0] = 0; /* the plot is drawn from the log */
     path_join(r->out, "config", r->config, sizeof r->config);
     if (r->ckpt[0])
         path_join(r->out, "best.ckpt", r->best, sizeof r->best);

@@ -52,7 +52,7 @@ int report_open_csv(run *r)
         return 0;
     if (r->st.step > 0 && cut_back(r->log, r->st.step))
         return EXIT_USAGE;
-    r->csv = fopen(r->log, "a");
+    r->csv = fopen(r->log, r->st.step > 0 ? "a" : "w");
     if (!r->csv)
         return complain(EXIT_USAGE, "--log %s: %s", r->log, strerror(errno));
     if (ftell(r->csv) == 0)

@@ -53,8 +53,9 @@ int ckpt_read_run(run *r, const char *path);
 int ckpt_save(run *r, const char *path, const char *why);
 
 /* ---- report.c: progress, CSV, plot ------------------------------------------ */
-/* Opens the CSV log: a new one with its header, or on resume the old one
- * cut back to the resumed step and appended to; 0 or EXIT_USAGE. */
+/* Opens the CSV log: a new one with its header (replacing a file of that
+ * name), or on resume the old one cut back to the resumed step and
+ * appended to; 0 or EXIT_USAGE. */
 int report_open_csv(run *r);
 typedef struct interval {
     int64_t steps;        /* steps in the interval */
