@@ -50,6 +50,13 @@ static fg_status base_args(const fg_attn_problem *pb, const char *fn,
     if (pb->B > 65535 || pb->H > 65535)
         return fg_error(FG_ERR_UNSUPPORTED,
                         "%s: batch and heads must be <= 65535 on CUDA", fn);
+    const bool plain_band = !pb->band || (pb->causal && pb->win_hi == 0 &&
+                                          pb->win_lo == -FG_ATTN_UNBOUNDED &&
+                                          pb->causal_shift == pb->Nk - pb->Nq);
+    if (!plain_band || pb->softcap > 0 || pb->alibi || pb->sparse)
+        return fg_error(FG_ERR_UNSUPPORTED,
+                        "%s: windows, top-left causal, softcap, ALiBi and "
+                        "block masks are not implemented on CUDA yet", fn);
     int dev = 0, optin = 0;
     FG_CUDA_TRY(cudaGetDevice(&dev));
     FG_CUDA_TRY(cudaDeviceGetAttribute(&optin,
