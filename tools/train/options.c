@@ -453,6 +453,8 @@ int opts_apply(opts *o, const char *name, const char *value, const char *src)
                         "flashgrad-train?)", name);
     if (sp->kind == K_FLAG && value && value[0])
         return bad(src, "%s takes no value", name);
+    if (sp->kind != K_FLAG && !value)
+        return bad(src, "%s has no value", name);
     return set(o, sp, value, src);
 }
 

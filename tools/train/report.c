@@ -2,6 +2,7 @@
  * speed, MFU, ETA), the CSV log, and the loss curve drawn by gnuplot. */
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -110,21 +111,31 @@ void report_row(run *r, const interval *iv, double val, double acc)
     fflush(r->csv);
 }
 
-/* 1 if a row of the CSV has a validation loss (gnuplot warns about a
- * curve without points). */
-static int has_val(const char *path)
+/* What the plot needs to know of the CSV: whether a row has a
+ * validation loss (gnuplot warns about a curve without points) and the
+ * range of the losses (a log scale only pays when it spans a decade). */
+static void scan_csv(const char *path, int *has_val, double *lo, double *hi)
 {
     FILE *f = fopen(path, "r");
     char line[1024];
-    int found = 0;
-    while (f && !found && fgets(line, sizeof line, f)) {
-        const char *c = strchr(line, ','); /* "step,loss,val,..." */
-        c = c ? strchr(c + 1, ',') : NULL;
-        found = c && c[1] != ',' && isdigit((unsigned char)line[0]);
+    *has_val = 0;
+    *lo = INFINITY;
+    *hi = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        if (!isdigit((unsigned char)line[0]))
+            continue; /* the header */
+        char *p = strchr(line, ','), *end;
+        for (int col = 2; p && col <= 3; col++, p = strchr(p + 1, ',')) {
+            const double v = strtod(p + 1, &end);
+            if (end == p + 1 || !(v > 0))
+                continue; /* empty field */
+            *has_val |= col == 3;
+            *lo = v < *lo ? v : *lo;
+            *hi = v > *hi ? v : *hi;
+        }
     }
     if (f)
         fclose(f);
-    return found;
 }
 
 /* s as a gnuplot single-quoted string ('' stands for '). */
@@ -176,12 +187,14 @@ int report_plot(run *r)
     gp_str(g, title);
     /* Column 2 is the training loss averaged over each interval, column
      * 3 the validation loss at evaluations (empty in the other rows). */
-    fprintf(g, "\nset ylabel 'cross-entropy loss (nats/token)'\n"
-               "set logscale y\nplot ");
+    int val;
+    double lo, hi;
+    scan_csv(r->log, &val, &lo, &hi);
+    fprintf(g, "\nset ylabel 'cross-entropy loss (nats/token)'\n%s\nplot ",
+            hi > 10 * lo ? "set logscale y" : "unset logscale y");
     gp_str(g, r->log);
     fprintf(g, " using 1:2 skip 1 with lines lw 2 title 'train (interval "
                "mean)'");
-    const int val = has_val(r->log);
     if (val)
         fprintf(g, ", '' using 1:3 skip 1 with linespoints lw 2 pt 7 ps 0.7 "
                    "title 'validation'");
