@@ -163,11 +163,13 @@ _Static_assert(NSPECS <= sizeof(((opt_given *)0)->on),
 void opts_defaults(opts *o)
 {
     memset(o, 0, sizeof *o);
+    fg_gpt_config c; /* the model's shape: the library's defaults */
+    fg_gpt_config_init(&c);
     o->sort_len = 8;
     o->sort_digits = 10;
-    o->layers = 2;
-    o->heads = 4;
-    o->width = 64;
+    o->layers = c.n_layer;
+    o->heads = c.n_head;
+    o->width = c.n_embd;
     o->ctx = 0;    /* text: 64; sort: 2 * sort_len */
     o->steps = 0;  /* sort 800, text 2000 */
     o->batch = 0;  /* sort 64, text 32 */
@@ -473,8 +475,11 @@ int opts_finish(opts *o, const opt_given *given)
     }
     if (!text)
         o->ctx = 2 * o->sort_len;
-    if (!o->ctx)
-        o->ctx = 64;
+    if (!o->ctx) {
+        fg_gpt_config c;
+        fg_gpt_config_init(&c);
+        o->ctx = c.ctx;
+    }
     if (!o->steps)
         o->steps = text ? 2000 : 800;
     if (!o->batch)
