@@ -7,6 +7,9 @@
 #   DIR/check     Check's headers and static libraries (libcheck_pic.a,
 #                 libsubunit.a) for --enable-static-check
 #   DIR/build.sh  configure + make there:  bash DIR/build.sh BUILDDIR [ARCH]
+#                 (static, position-independent; BUILDDIR/libflashgrad-bench.so
+#                 is the same library linked as a shared object, for
+#                 bench/compare_variants.py through ctypes)
 #
 # DIR defaults to .devkit (keep it out of git: .git/info/exclude).
 set -euo pipefail
@@ -40,13 +43,16 @@ arch=${2:-90}
 mkdir -p "$bdir"
 cd "$bdir"
 export LIBRARY_PATH="$kit/check/lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
-"$kit/src/configure" --enable-silent-rules --disable-shared \
+"$kit/src/configure" --enable-silent-rules --disable-shared --with-pic \
     --enable-static-check --with-cuda --with-cuda-arch="$arch" \
     --without-blas CHECK_CFLAGS="-I$kit/check/include -pthread" \
     CHECK_LIBS="$kit/check/lib/libcheck_pic.a $kit/check/lib/libsubunit.a -pthread -lrt -lm" \
     >configure.log 2>&1 || { tail -30 configure.log; exit 1; }
 make -j"$(nproc)" >make.log 2>&1 || { grep -v '^  [A-Z]' make.log | head -60; exit 1; }
 make -j"$(nproc)" check TESTS= >>make.log 2>&1 || { tail -40 make.log; exit 1; }
+cudalib=$(dirname "$(command -v nvcc)")/../lib64
+gcc -shared -o libflashgrad-bench.so -Wl,--whole-archive .libs/libflashgrad.a \
+    -Wl,--no-whole-archive -L"$cudalib" -lcudart -lcublas -fopenmp -lstdc++ -lm
 echo "built in $bdir"
 EOF
 chmod +x "$out/build.sh"

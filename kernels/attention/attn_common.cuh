@@ -115,6 +115,156 @@ __device__ __forceinline__ bool walk_span(const int32_t *list, int n_list,
     return hi > lo;
 }
 
+/* The fast kernels' block walk (kMasked instantiations): block k of a
+ * query block's key walk, or of a key block's query walk, starts at
+ * start(k). Dense: consecutive blocks from the band's first; sparse: the
+ * `per` sub-blocks of each listed 128-block. A list entry outside the mask
+ * (the validation cannot read device lists) is a dead block: it starts at
+ * 0, so every address stays in bounds, and the kernel masks all of it. */
+struct BlockWalk {
+    int64_t first;
+    int n;              /* blocks to visit */
+    const int32_t *list;
+    int per, nblk, blk; /* sub-blocks per 128-block, list range, block size */
+    int64_t limit;      /* the sequence length: sub-blocks at or past it
+                           (the tail of the last 128-block) are dead too */
+    __device__ __forceinline__ int64_t raw(int k) const
+    {
+        const int32_t e = list[k / per];
+        if (e < 0 || e >= nblk)
+            return -1;
+        const int64_t s = (int64_t)e * FG_ATTN_SPARSE_BLOCK + (int64_t)(k % per) * blk;
+        return s < limit ? s : -1;
+    }
+    __device__ __forceinline__ int64_t start(int k) const
+    {
+        if (!list)
+            return (first + k) * blk;
+        const int64_t s = raw(k);
+        return s < 0 ? 0 : s;
+    }
+    __device__ __forceinline__ bool dead(int k) const { return list && raw(k) < 0; }
+};
+
+/* Key walk of query rows i0 .. i0+rows-1 of (b, h) with Bc-key blocks. */
+__device__ __forceinline__ BlockWalk key_walk(const AttnArgs &a, int64_t b, int64_t h,
+                                              int64_t i0, int rows, int Bc)
+{
+    BlockWalk w;
+    w.blk = Bc;
+    w.list = nullptr;
+    w.first = 0;
+    w.per = FG_ATTN_SPARSE_BLOCK / Bc;
+    w.nblk = a.nkb;
+    w.limit = a.Nk;
+    if (a.sparse) {
+        int n;
+        w.list = block_list(a, true, b, h, i0 / FG_ATTN_SPARSE_BLOCK, &n);
+        w.n = n * w.per;
+        return w;
+    }
+    const int64_t lo = band_key_begin(a, i0), hi = band_key_end(a, i0 + rows - 1);
+    w.first = lo / Bc;
+    w.n = hi > lo ? (int)((hi + Bc - 1) / Bc - w.first) : 0;
+    return w;
+}
+
+/* Query walk of keys j0 .. j0+cols-1 for query head h with Br-row blocks. */
+__device__ __forceinline__ BlockWalk query_walk(const AttnArgs &a, int64_t b, int64_t h,
+                                                int64_t j0, int cols, int Br)
+{
+    BlockWalk w;
+    w.blk = Br;
+    w.list = nullptr;
+    w.first = 0;
+    w.per = FG_ATTN_SPARSE_BLOCK / Br;
+    w.nblk = a.nqb;
+    w.limit = a.Nq;
+    if (a.sparse) {
+        int n;
+        w.list = block_list(a, false, b, h, j0 / FG_ATTN_SPARSE_BLOCK, &n);
+        w.n = n * w.per;
+        return w;
+    }
+    const int64_t lo = band_query_begin(a, j0), hi = band_query_end(a, j0 + cols - 1);
+    w.first = lo / Br;
+    w.n = hi > lo ? (int)((hi + Br - 1) / Br - w.first) : 0;
+    return w;
+}
+
+/* The fast kernels' per-element mask, in 32-bit offsets: the keys row r
+ * sees, relative to j0 (band_cols), or the rows that see key j, relative
+ * to i0 (band_rows), as an inclusive range clamped to [-1, len] (empty
+ * when x > y). One 64-bit computation per row or key, two integer compares
+ * per element. */
+__device__ __forceinline__ int2 band_cols(const AttnArgs &a, int64_t r, int64_t j0, int len)
+{
+    int64_t lo = 0, hi = a.Nk - 1;
+    if (a.band) {
+        lo = max(lo, r + a.shift + a.win_lo);
+        hi = min(hi, r + a.shift + a.win_hi);
+    }
+    return make_int2((int)clamp64(lo - j0, -1, len), (int)clamp64(hi - j0, -1, len));
+}
+__device__ __forceinline__ int2 band_rows(const AttnArgs &a, int64_t j, int64_t i0, int len)
+{
+    if (j >= a.Nk)
+        return make_int2(len, -1);
+    int64_t lo = 0, hi = a.Nq - 1 + len; /* rows past Nq are harmless */
+    if (a.band) {
+        lo = max(lo, j - a.shift - a.win_hi);
+        hi = min(hi, j - a.shift - a.win_lo);
+    }
+    return make_int2((int)clamp64(lo - i0, -1, len), (int)clamp64(hi - i0, -1, len));
+}
+
+/* True when every pair of rows r0 .. r1 and keys j0 .. j0+Bc-1 is inside
+ * the band (no per-element mask needed for it). */
+__device__ __forceinline__ bool inside_band(const AttnArgs &a, int64_t r0, int64_t r1,
+                                            int64_t j0, int Bc)
+{
+    if (a.band)
+        return j0 - (r1 + a.shift) >= a.win_lo && j0 + Bc - 1 - (r0 + a.shift) <= a.win_hi;
+    return !a.causal || j0 + Bc - 1 <= r0 + a.shift;
+}
+
+/* tanh on the special-function unit (rel. error ~2^-11, below fp16/bf16
+ * output rounding): the softcap of the fp16/bf16 kernels. */
+__device__ __forceinline__ float tanh_fast(float x)
+{
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* The fast kernels keep raw scores q.k (the scale is folded into exp2):
+ * the variants' final logit of pair (i, j), back in raw units. */
+__device__ __forceinline__ float raw_score_mod(const AttnArgs &a, float s, float slope,
+                                               int64_t i, int64_t j)
+{
+    float x = s * (float)a.scale;
+    if (a.softcap > 0.f)
+        x = a.softcap * tanh_fast(x * (1.f / a.softcap));
+    if (a.alibi) /* i - j fits 32 bits (both < 2^31) */
+        x -= slope * fabsf((float)(int)(i - j) + (float)a.shift);
+    return x * (float)(1.0 / a.scale);
+}
+
+/* The softcap's d logit / d x = 1 - tanh^2 of pair (i, j), recovered from
+ * its probability p = exp2(logit log2e - lse2) (the backward keeps P, not
+ * the logit); 0 where p = 0, whose dS is 0 anyway. */
+__device__ __forceinline__ float softcap_grad(const AttnArgs &a, float p, float lse2,
+                                              float slope, int64_t i, int64_t j)
+{
+    if (!(p > 0.f))
+        return 0.f;
+    float x = (__log2f(p) + lse2) * 0.6931471805599453f;
+    if (a.alibi)
+        x += slope * fabsf((float)(int)(i - j) + (float)a.shift);
+    const float t = x * (1.f / a.softcap);
+    return 1.f - t * t;
+}
+
 /* The final logit of a visible pair from x = scale * q.k: softcap, then
  * ALiBi (attention.h); *dcap = 1 - tanh^2 (d logit / dx) if asked. */
 template <typename A>

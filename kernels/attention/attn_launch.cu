@@ -37,10 +37,6 @@ bool fg::mma_path_ok(const AttnArgs &a, bool backward)
     const char *force = getenv("FG_ATTN_KERNEL");
     if (force && strcmp(force, "general") == 0)
         return false;
-    /* Masks and score modifiers beyond causal run on the general kernels
-     * for now (documented in attention.h and doc/performance.md). */
-    if (a.variant)
-        return false;
     bool ok = aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && aligned16(a.o);
     if (backward)
         ok = ok && aligned16(a.dout) && aligned16(a.dq) && aligned16(a.dk) &&
