@@ -75,6 +75,10 @@
  * Supported: head_dim a multiple of 8 in [8, 256]; seqlen_q, seqlen_k and
  * batch * heads_q in [1, 2^31); block_q, block_k <= 1024.
  * Devices and dtypes: CPU fp32/fp64; CUDA when the build and machine have it.
+ * Every variant runs on every path; on CUDA, fp16/bf16 variants take the
+ * Hopper (sm_90a) tensor-core kernels, while GPUs without them run the
+ * variants on the general kernels (correct, plain-FMA speed) until the
+ * sm_80 kernels have them (doc/performance.md). */
  *
  * Errors: every function validates all arguments before it writes anything;
  * on failure it returns a status, fg_last_error() explains it and every
