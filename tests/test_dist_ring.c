@@ -16,6 +16,7 @@ typedef struct rcase {
     fg_dtype dt;
     int64_t B, n, H, Hk, d; /* n: tokens per rank */
     int packed;             /* q, k, v (and grads) as views of one [B, n, 3, H, d] */
+    double softcap;
 } rcase;
 
 static double get(const void *p, fg_dtype dt, int64_t i)
@@ -74,6 +75,7 @@ static void run(fg_comm *c, const rcase *rc)
     fg_attn_params gp;
     fg_attn_params_init(&gp, B, Nt, Nt, H, Hk, d);
     gp.causal = rc->causal;
+    gp.softcap = rc->softcap;
     gp.block_q = gp.block_k = 8;
     fg_attn_tensor tQ = fg_attn_bshd(Q, dt, Nt, H, d),
                    tK = fg_attn_bshd(K, dt, Nt, Hk, d),
@@ -149,6 +151,7 @@ static void run(fg_comm *c, const rcase *rc)
     fg_attn_params p;
     fg_attn_params_init(&p, B, n, n, H, Hk, d);
     p.causal = rc->causal;
+    p.softcap = rc->softcap;
     p.block_q = p.block_k = 4;
     FGD_OK(fg_ring_attention_forward(c, rc->layout, &p, &q, &k, &v, &o, &st));
     FGD_OK(fg_ring_attention_backward(c, rc->layout, &p, &q, &k, &v, &o, &g,
@@ -227,6 +230,11 @@ static void test_errors(fg_comm *c)
                                         &t, &st) == FG_ERR_INVALID_ARGUMENT,
               "seqlen_q != seqlen_k");
     p.seqlen_k = 4;
+    p.window_left = 2;
+    FGD_CHECK(fg_ring_attention_forward(c, FG_RING_CONTIGUOUS, &p, &t, &t, &t,
+                                        &t, &st) == FG_ERR_UNSUPPORTED,
+              "sliding window");
+    p.window_left = -1;
     p.device = FG_DEVICE_CUDA;
     FGD_CHECK(fg_ring_attention_forward(c, FG_RING_CONTIGUOUS, &p, &t, &t, &t,
                                         &t, &st) == FG_ERR_INVALID_ARGUMENT,
@@ -248,6 +256,7 @@ int main(int argc, char **argv)
         {"zigzag full fp64", FG_RING_ZIGZAG, 0, FG_FP64, 1, 8, 2, 2, 8, 0},
         {"contiguous causal fp32 packed", FG_RING_CONTIGUOUS, 1, FG_FP32, 2, 6, 2, 2, 8, 1},
         {"zigzag causal fp64 packed", FG_RING_ZIGZAG, 1, FG_FP64, 1, 12, 3, 3, 8, 1},
+        {"zigzag causal fp64 softcap", FG_RING_ZIGZAG, 1, FG_FP64, 2, 8, 2, 1, 8, 0, 2.0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         run(c, &cases[i]);

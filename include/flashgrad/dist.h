@@ -308,8 +308,9 @@ FG_API fg_status fg_dp_get_stats(const fg_dp *dp, fg_dp_stats *st);
  *
  * p describes the local problem: seqlen_q = seqlen_k = n (the same on
  * every rank; even for zigzag), heads, head_dim, scale; causal is the
- * global causal mask (Nq = Nk overall, so corners coincide). Dropout is
- * not supported (FG_ERR_UNSUPPORTED). Device: the communicator's (CPU with
+ * global causal mask (Nq = Nk overall, so corners coincide). softcap
+ * applies as usual; dropout, sliding windows, ALiBi and block masks (which
+ * would see block-local positions) are FG_ERR_UNSUPPORTED. Device: the communicator's (CPU with
  * MPI, CUDA with NCCL); p->device must match. Block calls use p's tiles,
  * threads and stream. Temporary memory: about 4 K/V blocks plus fp32
  * accumulators for fp16/bf16. */
