@@ -8,7 +8,8 @@
 #   3. runs the mpirun tests on 2 and 4 ranks of this machine
 #      (tests/mpi-np2.sh, tests/mpi-np4.sh -> tests/mpi-run.sh): the
 #      communicator's operations, data-parallel and ring-attention
-#      equivalence.
+#      equivalence; and flashgrad-train under mpirun -np 2
+#      (tests/test_train_mpi.sh).
 # Usage: bash scripts/ci-mpi.sh     (from anywhere). Exit status: the tests'.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -53,11 +54,12 @@ fi
 jobs=$(nproc 2>/dev/null || echo 1)
 say "make -j$jobs"
 make -j"$jobs" >/dev/null
-say "make check TESTS=\"tests/mpi-np2.sh tests/mpi-np4.sh\""
-if ! make -j1 check TESTS="tests/mpi-np2.sh tests/mpi-np4.sh"; then
-    for log in tests/mpi-np2.log tests/mpi-np4.log; do
+tests="tests/mpi-np2.sh tests/mpi-np4.sh tests/test_train_mpi.sh"
+say "make check TESTS=\"$tests\""
+if ! make -j1 check TESTS="$tests"; then
+    for log in tests/mpi-np2.log tests/mpi-np4.log tests/test_train_mpi.log; do
         [[ -f $log ]] && { printf '\n===== %s =====\n' "$log"; cat "$log"; }
     done
     exit 1
 fi
-cat tests/mpi-np2.log tests/mpi-np4.log
+cat tests/mpi-np2.log tests/mpi-np4.log tests/test_train_mpi.log
