@@ -153,6 +153,16 @@ typedef struct keyset {
     int64_t start, count, step;
 } keyset;
 
+/* Key set ks of an operand of P ([B, Nk, Hk, d] in b). */
+static fg_attn_tensor keyset_view(const prob *P, const buf *b,
+                                  const keyset *ks)
+{
+    fg_attn_tensor t = fg_attn_bshd(elem(b, ks->start * P->Hk * P->d), P->dt,
+                                    P->Nk, P->Hk, P->d);
+    t.stride_s *= ks->step;
+    return t;
+}
+
 static void split_check(fg_dtype dt, const keyset *ks, int n, int64_t Nk,
                         uint64_t salt)
 {
@@ -167,12 +177,8 @@ static void split_check(fg_dtype dt, const keyset *ks, int n, int64_t Nk,
     fg_attn_tensor tq = fg_attn_bshd(P.q.p, dt, Nq, H, d);
     for (int i = 0; i < n; i++) {
         fg_attn_params p = params(&P, Nq, ks[i].count, 0);
-        fg_attn_tensor tk = fg_attn_bshd(elem(&P.k, ks[i].start * Hk * d), dt,
-                                         Nk, Hk, d);
-        fg_attn_tensor tv = fg_attn_bshd(elem(&P.v, ks[i].start * Hk * d), dt,
-                                         Nk, Hk, d);
-        tk.stride_s *= ks[i].step;
-        tv.stride_s *= ks[i].step;
+        fg_attn_tensor tk = keyset_view(&P, &P.k, &ks[i]),
+                       tv = keyset_view(&P, &P.v, &ks[i]);
         po[i] = mk(nq, dt);
         pm[i] = mk(ns, P.sdt);
         pl[i] = mk(ns, P.sdt);
@@ -199,18 +205,10 @@ static void split_check(fg_dtype dt, const keyset *ks, int n, int64_t Nk,
     double *acc = calloc(nq, sizeof(double));
     for (int i = 0; i < n; i++) {
         fg_attn_params p = params(&P, Nq, ks[i].count, 0);
-        fg_attn_tensor tk = fg_attn_bshd(elem(&P.k, ks[i].start * Hk * d), dt,
-                                         Nk, Hk, d);
-        fg_attn_tensor tv = fg_attn_bshd(elem(&P.v, ks[i].start * Hk * d), dt,
-                                         Nk, Hk, d);
-        fg_attn_tensor tdk = fg_attn_bshd(elem(&dk, ks[i].start * Hk * d), dt,
-                                          Nk, Hk, d);
-        fg_attn_tensor tdv = fg_attn_bshd(elem(&dv, ks[i].start * Hk * d), dt,
-                                          Nk, Hk, d);
-        tk.stride_s *= ks[i].step;
-        tv.stride_s *= ks[i].step;
-        tdk.stride_s *= ks[i].step;
-        tdv.stride_s *= ks[i].step;
+        fg_attn_tensor tk = keyset_view(&P, &P.k, &ks[i]),
+                       tv = keyset_view(&P, &P.v, &ks[i]),
+                       tdk = keyset_view(&P, &dk, &ks[i]),
+                       tdv = keyset_view(&P, &dv, &ks[i]);
         ck_assert_msg(fg_attention_backward(&p, &tq, &tk, &tv, &to, &tg, &st,
                                             &tdqi, &tdk, &tdv) == FG_OK,
                       "%s", fg_last_error());
@@ -283,10 +281,9 @@ START_TEST(test_causal_chunks)
         fg_attn_tensor tq = fg_attn_bshd(elem(&P.q, a * c * H * d), dt, N, H, d);
         for (int64_t b = 0; b <= a; b++) {
             fg_attn_params p = params(&P, c, c, b == a);
-            fg_attn_tensor tk = fg_attn_bshd(elem(&P.k, b * c * Hk * d), dt, N,
-                                             Hk, d);
-            fg_attn_tensor tv = fg_attn_bshd(elem(&P.v, b * c * Hk * d), dt, N,
-                                             Hk, d);
+            const keyset kb = {b * c, c, 1};
+            fg_attn_tensor tk = keyset_view(&P, &P.k, &kb),
+                           tv = keyset_view(&P, &P.v, &kb);
             po[b] = mk(nqc, dt);
             pm[b] = mk(nsc, P.sdt);
             pl[b] = mk(nsc, P.sdt);
@@ -313,10 +310,9 @@ START_TEST(test_causal_chunks)
                                          H, d);
         for (int64_t b = 0; b <= a; b++) {
             fg_attn_params p = params(&P, c, c, b == a);
-            fg_attn_tensor tk = fg_attn_bshd(elem(&P.k, b * c * Hk * d), dt, N,
-                                             Hk, d);
-            fg_attn_tensor tv = fg_attn_bshd(elem(&P.v, b * c * Hk * d), dt, N,
-                                             Hk, d);
+            const keyset kb = {b * c, c, 1};
+            fg_attn_tensor tk = keyset_view(&P, &P.k, &kb),
+                           tv = keyset_view(&P, &P.v, &kb);
             fg_attn_tensor tdq = fg_attn_bshd(ts.p, dt, c, H, d);
             fg_attn_tensor tdk = fg_attn_bshd(elem(&ts, (int64_t)nqc), dt, c,
                                               Hk, d);
@@ -354,11 +350,34 @@ START_TEST(test_causal_chunks)
 }
 END_TEST
 
+/* Two fp64 parts (o0, m0, l0) and (o1, m1, l1) and the output (o, m, l) of
+ * a [1, Nq, 1 or 2, 8] problem, as the merge takes them. */
+typedef struct two_parts {
+    fg_attn_params p;
+    fg_attn_tensor op[2], out;
+    fg_attn_stats sp[2], st;
+} two_parts;
+
+static two_parts two(int64_t Nq, int64_t H, double *o0, double *m0,
+                     double *l0, double *o1, double *m1, double *l1,
+                     double *o, double *m, double *l)
+{
+    two_parts t;
+    fg_attn_params_init(&t.p, 1, Nq, Nq, H, H, 8);
+    t.op[0] = fg_attn_bshd(o0, FG_FP64, Nq, H, 8);
+    t.op[1] = fg_attn_bshd(o1, FG_FP64, Nq, H, 8);
+    t.sp[0] = (fg_attn_stats){m0, l0, FG_FP64};
+    t.sp[1] = (fg_attn_stats){m1, l1, FG_FP64};
+    t.out = fg_attn_bshd(o, FG_FP64, Nq, H, 8);
+    t.st = (fg_attn_stats){m, l, FG_FP64};
+    return t;
+}
+
 /* Rows no part sees: a part with m = -inf, l = 0 (and O garbage) is
  * ignored; with every part empty the row is O = 0, m = -inf, l = 0. */
 START_TEST(test_empty_parts)
 {
-    const int64_t B = 1, Nq = 3, H = 1, d = 8;
+    const int64_t Nq = 3, H = 1;
     double o0[24], o1[24], m0[3], l0[3], m1[3], l1[3], o[24], m[3], l[3];
     fgt_rng r = fgt_rng_for(5);
     fgt_fill(o0, 24, &r, 1);
@@ -374,15 +393,9 @@ START_TEST(test_empty_parts)
     l0[2] = 0;
     for (int i = 16; i < 24; i++)
         o0[i] = 0;
-    fg_attn_params p;
-    fg_attn_params_init(&p, B, Nq, Nq, H, H, d);
-    fg_attn_tensor op[2] = {fg_attn_bshd(o0, FG_FP64, Nq, H, d),
-                            fg_attn_bshd(o1, FG_FP64, Nq, H, d)};
-    fg_attn_stats sp[2] = {{m0, l0, FG_FP64}, {m1, l1, FG_FP64}};
-    fg_attn_tensor to = fg_attn_bshd(o, FG_FP64, Nq, H, d);
-    fg_attn_stats st = {m, l, FG_FP64};
-    ck_assert_msg(fg_attention_merge(&p, 2, op, sp, &to, &st) == FG_OK, "%s",
-                  fg_last_error());
+    two_parts t = two(Nq, H, o0, m0, l0, o1, m1, l1, o, m, l);
+    ck_assert_msg(fg_attention_merge(&t.p, 2, t.op, t.sp, &t.out, &t.st) ==
+                      FG_OK, "%s", fg_last_error());
     for (int i = 0; i < 16; i++)
         ck_assert_msg(o[i] == o0[i], "O[%d] = %g, want %g", i, o[i], o0[i]);
     for (int i = 16; i < 24; i++)
@@ -442,19 +455,16 @@ END_TEST
 
 START_TEST(test_errors)
 {
-    const int64_t B = 1, Nq = 4, H = 2, d = 8;
+    const int64_t Nq = 4, H = 2;
     double o0[64], o1[64], m0[8], l0[8], m1[8], l1[8], o[64], m[8], l[8];
     memset(m0, 0, sizeof m0);
     memcpy(m1, m0, sizeof m0);
     for (int i = 0; i < 8; i++)
         l0[i] = l1[i] = 1;
-    fg_attn_params p;
-    fg_attn_params_init(&p, B, Nq, Nq, H, H, d);
-    fg_attn_tensor op[2] = {fg_attn_bshd(o0, FG_FP64, Nq, H, d),
-                            fg_attn_bshd(o1, FG_FP64, Nq, H, d)};
-    fg_attn_stats sp[2] = {{m0, l0, FG_FP64}, {m1, l1, FG_FP64}};
-    fg_attn_tensor to = fg_attn_bshd(o, FG_FP64, Nq, H, d);
-    fg_attn_stats st = {m, l, FG_FP64};
+    two_parts t = two(Nq, H, o0, m0, l0, o1, m1, l1, o, m, l);
+    fg_attn_params p = t.p;
+    fg_attn_tensor *op = t.op, to = t.out;
+    fg_attn_stats *sp = t.sp, st = t.st;
     ck_assert_int_eq(fg_attention_merge(NULL, 2, op, sp, &to, &st),
                      FG_ERR_INVALID_ARGUMENT);
     ck_assert_int_eq(fg_attention_merge(&p, 0, op, sp, &to, &st),

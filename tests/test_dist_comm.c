@@ -64,6 +64,15 @@ static void check_values(const void *got, fg_dtype dt, size_t n, size_t off,
     fgd_checks++;
 }
 
+/* "allreduce fixed avg in place" and the like, into buf[64]. */
+static const char *label(char *buf, const char *op_name, int fixed, int op,
+                         int inplace)
+{
+    snprintf(buf, 64, "%s%s%s%s", op_name, fixed ? " fixed" : "",
+             op ? " avg" : " sum", inplace ? " in place" : "");
+    return buf;
+}
+
 static void test_allreduce(fg_comm *c, int fixed)
 {
     FGD_OK(fg_comm_set_fixed_order(c, fixed));
@@ -87,9 +96,7 @@ static void test_allreduce(fg_comm *c, int fixed)
                                                  (fg_reduce_op)op));
                     }
                     char what[64];
-                    snprintf(what, sizeof what, "allreduce%s%s%s",
-                             fixed ? " fixed" : "", op ? " avg" : " sum",
-                             inplace ? " in place" : "");
+                    label(what, "allreduce", fixed, op, inplace);
                     check_values(recv, dt, n, 0, (fg_reduce_op)op,
                                  op ? avg_tol(dt) : 0, what);
                     FGD_CHECK((unsigned char)recv[n * es] == 0xff,
@@ -157,9 +164,7 @@ static void test_reduce_scatter(fg_comm *c, int fixed)
                 FGD_OK(fg_comm_reduce_scatter(c, send, out, per, dt,
                                               (fg_reduce_op)op));
                 char what[64];
-                snprintf(what, sizeof what, "reduce_scatter%s%s%s",
-                         fixed ? " fixed" : "", op ? " avg" : " sum",
-                         inplace ? " in place" : "");
+                label(what, "reduce_scatter", fixed, op, inplace);
                 check_values(out, dt, per, (size_t)fgd_rank * per,
                              (fg_reduce_op)op, op ? avg_tol(dt) : 0, what);
                 free(send);

@@ -162,72 +162,120 @@ static void test_merge(void)
     merge_case("bf16 parts into fp32", 4, FG_BF16, FG_FP32, 0, 1e-6);
 }
 
-/* ---- 2. causal attention in chunks on one GPU -------------------------------- */
+/* ---- a global problem and its unsplit reference on the GPU ---------------- */
 
-/* Reference: the unsplit attention on the GPU; then query chunk a merges
- * blocks (a, b <= a), and every block's backward runs with the merged O
- * (in the operand dtype), m and l. */
-static void chunked_case(fg_dtype dt, double tol)
+typedef struct gprob {
+    int64_t B, Nt, H, Hk, d, nq, nk;
+    fg_dtype dt;
+    double *hq, *hk, *hv, *hg;         /* inputs (host, as drawn) */
+    fg_tensor *Q, *K, *V, *G;          /* inputs on the device */
+    fg_attn_tensor tq, tk, tv, tg;     /* their [B, Nt, heads, d] views */
+    double *ro, *rl, *rdq, *rdk, *rdv; /* the reference (host) */
+    fg_attn_params p;                  /* the unsplit problem */
+} gprob;
+
+static void gprob_init(gprob *g, fg_dtype dt, int64_t B, int64_t Nt,
+                       int64_t H, int64_t Hk, int64_t d, int causal,
+                       uint64_t seed)
 {
-    const int64_t B = 2, H = 4, Hk = 2, d = 64, c = 16, nc = 8, Nt = c * nc;
-    const int64_t nq = B * Nt * H * d, nk = B * Nt * Hk * d, ns = B * H * Nt;
-    const int64_t qc = B * c * H * d, kc = B * c * Hk * d, sc = B * H * c;
-    uint64_t s = 7;
-    double *hq = rnd(nq, &s, 1.5), *hk = rnd(nk, &s, 1.5), *hv = rnd(nk, &s, 1),
-           *hg = rnd(nq, &s, 1);
-    fg_tensor *Q = dev(hq, nq, dt), *K = dev(hk, nk, dt), *V = dev(hv, nk, dt),
-              *G = dev(hg, nq, dt), *O = dev(NULL, nq, dt),
-              *M = dev(NULL, ns, FG_FP32), *L = dev(NULL, ns, FG_FP32),
-              *DQ = dev(NULL, nq, dt), *DK = dev(NULL, nk, dt),
-              *DV = dev(NULL, nk, dt);
-    fg_attn_params p;
-    fg_attn_params_init(&p, B, Nt, Nt, H, Hk, d);
-    p.causal = 1;
-    p.device = FG_DEVICE_CUDA;
-    p.cuda_stream = fg_cuda_get_stream();
-    fg_attn_tensor tq = fg_attn_bshd(ptr(Q, 0), dt, Nt, H, d),
-                   tk = fg_attn_bshd(ptr(K, 0), dt, Nt, Hk, d),
-                   tv = fg_attn_bshd(ptr(V, 0), dt, Nt, Hk, d),
-                   tg = fg_attn_bshd(ptr(G, 0), dt, Nt, H, d),
-                   to = fg_attn_bshd(ptr(O, 0), dt, Nt, H, d),
+    memset(g, 0, sizeof *g);
+    g->B = B; g->Nt = Nt; g->H = H; g->Hk = Hk; g->d = d; g->dt = dt;
+    g->nq = B * Nt * H * d;
+    g->nk = B * Nt * Hk * d;
+    const int64_t ns = B * H * Nt;
+    g->hq = rnd(g->nq, &seed, 1.5);
+    g->hk = rnd(g->nk, &seed, 1.5);
+    g->hv = rnd(g->nk, &seed, 1);
+    g->hg = rnd(g->nq, &seed, 1);
+    g->Q = dev(g->hq, g->nq, dt);
+    g->K = dev(g->hk, g->nk, dt);
+    g->V = dev(g->hv, g->nk, dt);
+    g->G = dev(g->hg, g->nq, dt);
+    fg_tensor *O = dev(NULL, g->nq, dt), *M = dev(NULL, ns, FG_FP32),
+              *L = dev(NULL, ns, FG_FP32), *DQ = dev(NULL, g->nq, dt),
+              *DK = dev(NULL, g->nk, dt), *DV = dev(NULL, g->nk, dt);
+    fg_attn_params_init(&g->p, B, Nt, Nt, H, Hk, d);
+    g->p.causal = causal;
+    g->p.device = FG_DEVICE_CUDA;
+    g->p.cuda_stream = fg_cuda_get_stream();
+    g->tq = fg_attn_bshd(ptr(g->Q, 0), dt, Nt, H, d);
+    g->tk = fg_attn_bshd(ptr(g->K, 0), dt, Nt, Hk, d);
+    g->tv = fg_attn_bshd(ptr(g->V, 0), dt, Nt, Hk, d);
+    g->tg = fg_attn_bshd(ptr(g->G, 0), dt, Nt, H, d);
+    fg_attn_tensor to = fg_attn_bshd(ptr(O, 0), dt, Nt, H, d),
                    tdq = fg_attn_bshd(ptr(DQ, 0), dt, Nt, H, d),
                    tdk = fg_attn_bshd(ptr(DK, 0), dt, Nt, Hk, d),
                    tdv = fg_attn_bshd(ptr(DV, 0), dt, Nt, Hk, d);
     fg_attn_stats ts = {ptr(M, 0), ptr(L, 0), FG_FP32};
-    FGD_OK(fg_attention_forward(&p, &tq, &tk, &tv, &to, &ts));
-    FGD_OK(fg_attention_backward(&p, &tq, &tk, &tv, &to, &tg, &ts, &tdq, &tdk,
-                                 &tdv));
-    double *ro = host(O), *rdq = host(DQ), *rdk = host(DK), *rdv = host(DV);
+    FGD_OK(fg_attention_forward(&g->p, &g->tq, &g->tk, &g->tv, &to, &ts));
+    FGD_OK(fg_attention_backward(&g->p, &g->tq, &g->tk, &g->tv, &to, &g->tg,
+                                 &ts, &tdq, &tdk, &tdv));
+    g->ro = host(O);
+    g->rl = host(L);
+    g->rdq = host(DQ);
+    g->rdk = host(DK);
+    g->rdv = host(DV);
+    fg_tensor *tmp[] = {O, M, L, DQ, DK, DV};
+    for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+        fg_tensor_free(tmp[i]);
+}
 
-    /* Chunked. Per query chunk: parts (bf16: into an fp32 accumulator),
-     * then the merged O back in the operand dtype for the backward. */
-    double *go = calloc((size_t)nq, sizeof(double)), *gdq = calloc((size_t)nq, sizeof(double)),
-           *gdk = calloc((size_t)nk, sizeof(double)), *gdv = calloc((size_t)nk, sizeof(double));
+static void gprob_free(gprob *g)
+{
+    fg_tensor *t[] = {g->Q, g->K, g->V, g->G};
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+        fg_tensor_free(t[i]);
+    double *h[] = {g->hq, g->hk, g->hv, g->hg, g->ro, g->rl, g->rdq, g->rdk,
+                   g->rdv};
+    for (size_t i = 0; i < sizeof h / sizeof *h; i++)
+        free(h[i]);
+}
+
+/* ---- 2. causal attention in chunks on one GPU -------------------------------- */
+
+/* Query chunk a merges blocks (a, b <= a) (bf16: into an fp32
+ * accumulator, then back to bf16 for the backward), and every block's
+ * backward runs with the merged O, m and l; against the unsplit attention. */
+static void chunked_case(fg_dtype dt, double tol)
+{
+    const int64_t B = 2, H = 4, Hk = 2, d = 64, c = 16, nc = 8, Nt = c * nc;
+    const int64_t qc = B * c * H * d, kc = B * c * Hk * d, sc = B * H * c;
+    gprob g;
+    gprob_init(&g, dt, B, Nt, H, Hk, d, 1, 7);
+    double *go = calloc((size_t)g.nq, sizeof(double)),
+           *gdq = calloc((size_t)g.nq, sizeof(double)),
+           *gdk = calloc((size_t)g.nk, sizeof(double)),
+           *gdv = calloc((size_t)g.nk, sizeof(double));
     fg_tensor *PO = dev(NULL, qc * nc, dt), *PM = dev(NULL, sc * nc, FG_FP32),
               *PL = dev(NULL, sc * nc, FG_FP32), *AO = dev(NULL, qc, FG_FP32),
               *AM = dev(NULL, sc, FG_FP32), *AL = dev(NULL, sc, FG_FP32),
               *OD = dev(NULL, qc, dt), *BQ = dev(NULL, qc, dt),
               *BK = dev(NULL, kc, dt), *BV = dev(NULL, kc, dt);
-    fg_attn_params pb = p, pm = p;
+    fg_attn_params pb = g.p, pm = g.p;
     pb.seqlen_q = pb.seqlen_k = pm.seqlen_q = pm.seqlen_k = c;
     pm.causal = 0;
     fg_attn_tensor ao = fg_attn_bshd(ptr(AO, 0), FG_FP32, c, H, d),
-                   od = fg_attn_bshd(ptr(OD, 0), dt, c, H, d);
+                   od = fg_attn_bshd(ptr(OD, 0), dt, c, H, d),
+                   bq = fg_attn_bshd(ptr(BQ, 0), dt, c, H, d),
+                   bk = fg_attn_bshd(ptr(BK, 0), dt, c, Hk, d),
+                   bv = fg_attn_bshd(ptr(BV, 0), dt, c, Hk, d);
     fg_attn_stats ast = {ptr(AM, 0), ptr(AL, 0), FG_FP32};
     fg_attn_tensor op[8];
     fg_attn_stats sp[8];
     for (int64_t a = 0; a < nc; a++) {
-        fg_attn_tensor qa = tq, ga = tg;
-        qa.data = ptr(Q, a * c * H * d);
-        ga.data = ptr(G, a * c * H * d);
+        fg_attn_tensor qa = g.tq, ga = g.tg, kb[8], vb[8];
+        qa.data = ptr(g.Q, a * c * H * d);
+        ga.data = ptr(g.G, a * c * H * d);
         for (int64_t b = 0; b <= a; b++) {
-            fg_attn_tensor kb = tk, vb = tv;
-            kb.data = ptr(K, b * c * Hk * d);
-            vb.data = ptr(V, b * c * Hk * d);
+            kb[b] = g.tk;
+            vb[b] = g.tv;
+            kb[b].data = ptr(g.K, b * c * Hk * d);
+            vb[b].data = ptr(g.V, b * c * Hk * d);
             op[b] = fg_attn_bshd(ptr(PO, b * qc), dt, c, H, d);
             sp[b] = (fg_attn_stats){ptr(PM, b * sc), ptr(PL, b * sc), FG_FP32};
             pb.causal = b == a;
-            FGD_OK(fg_attention_forward(&pb, &qa, &kb, &vb, &op[b], &sp[b]));
+            FGD_OK(fg_attention_forward(&pb, &qa, &kb[b], &vb[b], &op[b],
+                                        &sp[b]));
         }
         FGD_OK(fg_attention_merge(&pm, (int)a + 1, op, sp, &ao, &ast));
         FGD_OK(fg_attention_merge(&pm, 1, &ao, &ast, &od, &ast));
@@ -237,15 +285,9 @@ static void chunked_case(fg_dtype dt, double tol)
                    sizeof(double) * (size_t)(c * H * d));
         free(h);
         for (int64_t b = 0; b <= a; b++) {
-            fg_attn_tensor kb = tk, vb = tv;
-            kb.data = ptr(K, b * c * Hk * d);
-            vb.data = ptr(V, b * c * Hk * d);
-            fg_attn_tensor bq = fg_attn_bshd(ptr(BQ, 0), dt, c, H, d),
-                           bk = fg_attn_bshd(ptr(BK, 0), dt, c, Hk, d),
-                           bv = fg_attn_bshd(ptr(BV, 0), dt, c, Hk, d);
             pb.causal = b == a;
-            FGD_OK(fg_attention_backward(&pb, &qa, &kb, &vb, &od, &ga, &ast,
-                                         &bq, &bk, &bv));
+            FGD_OK(fg_attention_backward(&pb, &qa, &kb[b], &vb[b], &od, &ga,
+                                         &ast, &bq, &bk, &bv));
             double *x = host(BQ), *y = host(BK), *z = host(BV);
             for (int64_t bb = 0; bb < B; bb++) {
                 for (int64_t e = 0; e < c * H * d; e++)
@@ -259,16 +301,15 @@ static void chunked_case(fg_dtype dt, double tol)
         }
     }
     const char *name = dt == FG_BF16 ? "causal, 8 chunks, bf16" : "causal, 8 chunks, fp32";
-    report(name, "O", fgd_rel_err(go, ro, (size_t)nq), tol);
-    report(name, "dQ", fgd_rel_err(gdq, rdq, (size_t)nq), tol);
-    report(name, "dK", fgd_rel_err(gdk, rdk, (size_t)nk), tol);
-    report(name, "dV", fgd_rel_err(gdv, rdv, (size_t)nk), tol);
-    fg_tensor *all[] = {Q, K, V, G, O, M, L, DQ, DK, DV, PO, PM, PL, AO, AM,
-                        AL, OD, BQ, BK, BV};
+    report(name, "O", fgd_rel_err(go, g.ro, (size_t)g.nq), tol);
+    report(name, "dQ", fgd_rel_err(gdq, g.rdq, (size_t)g.nq), tol);
+    report(name, "dK", fgd_rel_err(gdk, g.rdk, (size_t)g.nk), tol);
+    report(name, "dV", fgd_rel_err(gdv, g.rdv, (size_t)g.nk), tol);
+    fg_tensor *all[] = {PO, PM, PL, AO, AM, AL, OD, BQ, BK, BV};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         fg_tensor_free(all[i]);
-    free(hq); free(hk); free(hv); free(hg); free(ro); free(rdq); free(rdk);
-    free(rdv); free(go); free(gdq); free(gdk); free(gdv);
+    free(go); free(gdq); free(gdk); free(gdv);
+    gprob_free(&g);
 }
 
 /* ---- 3 / 4: NCCL ---------------------------------------------------------------- */
@@ -358,6 +399,22 @@ static void test_ops(fg_comm *c)
               "NCCL properties");
 }
 
+/* This rank's rows of a global [B, Nt, heads, d] array, as [B, n, heads,
+ * d] (a new buffer). */
+static double *rows_of(const double *g, int64_t B, int64_t Nt, int64_t n,
+                       int64_t heads, int64_t d, fg_ring_layout layout,
+                       int N, int r)
+{
+    double *x = malloc(sizeof(double) * (size_t)(B * n * heads * d));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t gi = fg_ring_position(layout, N, r, n, i);
+            memcpy(x + (b * n + i) * heads * d, g + (b * Nt + gi) * heads * d,
+                   sizeof(double) * (size_t)(heads * d));
+        }
+    return x;
+}
+
 /* Ring attention on this rank's rows against the unsplit attention on the
  * GPU (every rank computes it from the same global data). */
 static void test_ring(fg_comm *c, fg_ring_layout layout, int causal,
@@ -365,40 +422,14 @@ static void test_ring(fg_comm *c, fg_ring_layout layout, int causal,
 {
     const int N = fg_comm_size(c), r = fg_comm_rank(c);
     const int64_t B = 2, H = 4, Hk = 2, d = 64, n = 32, Nt = n * N;
-    const int64_t nq = B * Nt * H * d, nk = B * Nt * Hk * d;
     const int64_t lq = B * n * H * d, lk = B * n * Hk * d, ls = B * H * n;
-    uint64_t s = 11;
-    double *hq = rnd(nq, &s, 1.5), *hk = rnd(nk, &s, 1.5), *hv = rnd(nk, &s, 1),
-           *hg = rnd(nq, &s, 1);
-    fg_tensor *Q = dev(hq, nq, dt), *K = dev(hk, nk, dt), *V = dev(hv, nk, dt),
-              *G = dev(hg, nq, dt), *O = dev(NULL, nq, dt),
-              *M = dev(NULL, B * H * Nt, FG_FP32), *L = dev(NULL, B * H * Nt, FG_FP32),
-              *DQ = dev(NULL, nq, dt), *DK = dev(NULL, nk, dt), *DV = dev(NULL, nk, dt);
-    fg_attn_params p;
-    fg_attn_params_init(&p, B, Nt, Nt, H, Hk, d);
-    p.causal = causal;
-    p.device = FG_DEVICE_CUDA;
-    p.cuda_stream = fg_cuda_get_stream();
-    fg_attn_tensor tq = fg_attn_bshd(ptr(Q, 0), dt, Nt, H, d), tk = fg_attn_bshd(ptr(K, 0), dt, Nt, Hk, d),
-                   tv = fg_attn_bshd(ptr(V, 0), dt, Nt, Hk, d), tg = fg_attn_bshd(ptr(G, 0), dt, Nt, H, d),
-                   to = fg_attn_bshd(ptr(O, 0), dt, Nt, H, d), tdq = fg_attn_bshd(ptr(DQ, 0), dt, Nt, H, d),
-                   tdk = fg_attn_bshd(ptr(DK, 0), dt, Nt, Hk, d), tdv = fg_attn_bshd(ptr(DV, 0), dt, Nt, Hk, d);
-    fg_attn_stats ts = {ptr(M, 0), ptr(L, 0), FG_FP32};
-    FGD_OK(fg_attention_forward(&p, &tq, &tk, &tv, &to, &ts));
-    FGD_OK(fg_attention_backward(&p, &tq, &tk, &tv, &to, &tg, &ts, &tdq, &tdk, &tdv));
-    double *ro = host(O), *rdq = host(DQ), *rdk = host(DK), *rdv = host(DV), *rl = host(L);
-    /* local rows */
-    double *xq = malloc(sizeof(double) * (size_t)lq), *xg = malloc(sizeof(double) * (size_t)lq),
-           *xk = malloc(sizeof(double) * (size_t)lk), *xv = malloc(sizeof(double) * (size_t)lk);
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t i = 0; i < n; i++) {
-            const int64_t gi = fg_ring_position(layout, N, r, n, i);
-            memcpy(xq + (b * n + i) * H * d, hq + (b * Nt + gi) * H * d, sizeof(double) * (size_t)(H * d));
-            memcpy(xg + (b * n + i) * H * d, hg + (b * Nt + gi) * H * d, sizeof(double) * (size_t)(H * d));
-            memcpy(xk + (b * n + i) * Hk * d, hk + (b * Nt + gi) * Hk * d, sizeof(double) * (size_t)(Hk * d));
-            memcpy(xv + (b * n + i) * Hk * d, hv + (b * Nt + gi) * Hk * d, sizeof(double) * (size_t)(Hk * d));
-        }
-    fg_tensor *q = dev(xq, lq, dt), *k = dev(xk, lk, dt), *v = dev(xv, lk, dt), *g = dev(xg, lq, dt),
+    gprob g;
+    gprob_init(&g, dt, B, Nt, H, Hk, d, causal, 11);
+    double *xq = rows_of(g.hq, B, Nt, n, H, d, layout, N, r),
+           *xg = rows_of(g.hg, B, Nt, n, H, d, layout, N, r),
+           *xk = rows_of(g.hk, B, Nt, n, Hk, d, layout, N, r),
+           *xv = rows_of(g.hv, B, Nt, n, Hk, d, layout, N, r);
+    fg_tensor *q = dev(xq, lq, dt), *k = dev(xk, lk, dt), *v = dev(xv, lk, dt), *gr = dev(xg, lq, dt),
               *o = dev(NULL, lq, dt), *m = dev(NULL, ls, FG_FP32), *l = dev(NULL, ls, FG_FP32),
               *dq = dev(NULL, lq, dt), *dk = dev(NULL, lk, dt), *dv = dev(NULL, lk, dt);
     fg_attn_params lp;
@@ -406,50 +437,44 @@ static void test_ring(fg_comm *c, fg_ring_layout layout, int causal,
     lp.causal = causal;
     lp.device = FG_DEVICE_CUDA;
     fg_attn_tensor aq = fg_attn_bshd(ptr(q, 0), dt, n, H, d), ak = fg_attn_bshd(ptr(k, 0), dt, n, Hk, d),
-                   av = fg_attn_bshd(ptr(v, 0), dt, n, Hk, d), ag = fg_attn_bshd(ptr(g, 0), dt, n, H, d),
+                   av = fg_attn_bshd(ptr(v, 0), dt, n, Hk, d), ag = fg_attn_bshd(ptr(gr, 0), dt, n, H, d),
                    ao = fg_attn_bshd(ptr(o, 0), dt, n, H, d), adq = fg_attn_bshd(ptr(dq, 0), dt, n, H, d),
                    adk = fg_attn_bshd(ptr(dk, 0), dt, n, Hk, d), adv = fg_attn_bshd(ptr(dv, 0), dt, n, Hk, d);
     fg_attn_stats as = {ptr(m, 0), ptr(l, 0), FG_FP32};
     FGD_OK(fg_ring_attention_forward(c, layout, &lp, &aq, &ak, &av, &ao, &as));
     FGD_OK(fg_ring_attention_backward(c, layout, &lp, &aq, &ak, &av, &ao, &ag, &as, &adq, &adk, &adv));
-    double *go = host(o), *gdq = host(dq), *gdk = host(dk), *gdv = host(dv), *gl = host(l);
+    double *got[5] = {host(o), host(l), host(dq), host(dk), host(dv)};
     /* the reference's rows of this rank */
-    double *wo = malloc(sizeof(double) * (size_t)lq), *wdq = malloc(sizeof(double) * (size_t)lq),
-           *wdk = malloc(sizeof(double) * (size_t)lk), *wdv = malloc(sizeof(double) * (size_t)lk),
-           *wl = malloc(sizeof(double) * (size_t)ls);
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t i = 0; i < n; i++) {
-            const int64_t gi = fg_ring_position(layout, N, r, n, i);
-            memcpy(wo + (b * n + i) * H * d, ro + (b * Nt + gi) * H * d, sizeof(double) * (size_t)(H * d));
-            memcpy(wdq + (b * n + i) * H * d, rdq + (b * Nt + gi) * H * d, sizeof(double) * (size_t)(H * d));
-            memcpy(wdk + (b * n + i) * Hk * d, rdk + (b * Nt + gi) * Hk * d, sizeof(double) * (size_t)(Hk * d));
-            memcpy(wdv + (b * n + i) * Hk * d, rdv + (b * Nt + gi) * Hk * d, sizeof(double) * (size_t)(Hk * d));
-            for (int64_t h = 0; h < H; h++)
-                wl[(b * H + h) * n + i] = rl[(b * H + h) * Nt + gi];
-        }
+    double *want[5] = {rows_of(g.ro, B, Nt, n, H, d, layout, N, r),
+                       malloc(sizeof(double) * (size_t)ls),
+                       rows_of(g.rdq, B, Nt, n, H, d, layout, N, r),
+                       rows_of(g.rdk, B, Nt, n, Hk, d, layout, N, r),
+                       rows_of(g.rdv, B, Nt, n, Hk, d, layout, N, r)};
+    for (int64_t bh = 0; bh < B * H; bh++) /* l: [B, H, N] rows */
+        for (int64_t i = 0; i < n; i++)
+            want[1][bh * n + i] =
+                g.rl[bh * Nt + fg_ring_position(layout, N, r, n, i)];
+    const char *what[5] = {"O", "l", "dQ", "dK", "dV"};
+    const int64_t len[5] = {lq, ls, lq, lk, lk};
     char name[96];
     snprintf(name, sizeof name, "ring N=%d %s %s %s", N,
              layout == FG_RING_ZIGZAG ? "zigzag" : "contiguous",
              causal ? "causal" : "full", fg_dtype_name(dt));
-    if (r == 0) {
-        report(name, "O", fgd_rel_err(go, wo, (size_t)lq), tol);
-        report(name, "l", fgd_rel_err(gl, wl, (size_t)ls), tol);
-        report(name, "dQ", fgd_rel_err(gdq, wdq, (size_t)lq), tol);
-        report(name, "dK", fgd_rel_err(gdk, wdk, (size_t)lk), tol);
-        report(name, "dV", fgd_rel_err(gdv, wdv, (size_t)lk), tol);
-    } else {
-        FGD_CHECK(fgd_rel_err(go, wo, (size_t)lq) <= tol && fgd_rel_err(gl, wl, (size_t)ls) <= tol &&
-                      fgd_rel_err(gdq, wdq, (size_t)lq) <= tol && fgd_rel_err(gdk, wdk, (size_t)lk) <= tol &&
-                      fgd_rel_err(gdv, wdv, (size_t)lk) <= tol,
-                  "%s on rank %d", name, r);
+    for (int i = 0; i < 5; i++) {
+        const double e = fgd_rel_err(got[i], want[i], (size_t)len[i]);
+        if (r == 0)
+            report(name, what[i], e, tol);
+        else
+            FGD_CHECK(e <= tol, "%s on rank %d: %s rel error %.3g", name, r,
+                      what[i], e);
+        free(got[i]);
+        free(want[i]);
     }
-    fg_tensor *all[] = {Q, K, V, G, O, M, L, DQ, DK, DV, q, k, v, g, o, m, l, dq, dk, dv};
+    fg_tensor *all[] = {q, k, v, gr, o, m, l, dq, dk, dv};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         fg_tensor_free(all[i]);
-    double *hs[] = {hq, hk, hv, hg, ro, rdq, rdk, rdv, rl, xq, xg, xk, xv,
-                    go, gdq, gdk, gdv, gl, wo, wdq, wdk, wdv, wl};
-    for (size_t i = 0; i < sizeof hs / sizeof *hs; i++)
-        free(hs[i]);
+    free(xq); free(xg); free(xk); free(xv);
+    gprob_free(&g);
 }
 
 /* The data-parallel GPT step against one process on all the rows as N

@@ -4,14 +4,16 @@
  * (the statistics fp32, or fp64 with fp64 O); arithmetic in fp64 when some
  * operand is fp64, else fp32. Validation is done by
  * lib/attention/attention_merge.c. */
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "lib/attention/attention_merge.h"
 #include "kernels/runtime/cuda_check.h"
+#include "kernels/runtime/dtype_access.cuh"
 
 namespace {
+
+using fg::ld_dt;
+using fg::st_dt;
 
 /* Parts per launch: the arguments travel by value (kernel parameter
  * space), more parts are folded in by further launches. */
@@ -24,30 +26,6 @@ struct MergeArgs {
     fg_attn_merge_operand out;
     long long Nq, H, d, rows;
 };
-
-template <class A>
-__device__ __forceinline__ A ld(const void *p, fg_dtype dt, long long i)
-{
-    switch (dt) {
-    case FG_FP64: return (A)((const double *)p)[i];
-    case FG_FP16: return (A)__half2float(((const __half *)p)[i]);
-    case FG_BF16: return (A)__bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    default: return (A)((const float *)p)[i];
-    }
-}
-
-template <class A>
-__device__ __forceinline__ void st(void *p, fg_dtype dt, long long i, A x)
-{
-    switch (dt) {
-    case FG_FP64: ((double *)p)[i] = (double)x; break;
-    case FG_FP16: ((__half *)p)[i] = __float2half_rn((float)x); break;
-    case FG_BF16:
-        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)x);
-        break;
-    default: ((float *)p)[i] = (float)x; break;
-    }
-}
 
 template <class A> __device__ __forceinline__ A ex(A x);
 template <> __device__ __forceinline__ float ex<float>(float x)
@@ -71,15 +49,15 @@ template <class A> __global__ void merge_kernel(const MergeArgs a)
     A w[kMaxParts];
     A mx = -(A)INFINITY;
     for (int k = 0; k < a.n; k++) {
-        const A lk = ld<A>(a.parts[k].l, a.parts[k].st_dtype, r);
-        const A mk = ld<A>(a.parts[k].m, a.parts[k].st_dtype, r);
+        const A lk = ld_dt<A>(a.parts[k].l, a.parts[k].st_dtype, r);
+        const A mk = ld_dt<A>(a.parts[k].m, a.parts[k].st_dtype, r);
         w[k] = lk > 0 ? mk : -(A)INFINITY; /* m of the parts that see keys */
         if (lk > 0 && mk > mx)
             mx = mk;
     }
     A L = 0;
     for (int k = 0; k < a.n; k++) {
-        const A lk = ld<A>(a.parts[k].l, a.parts[k].st_dtype, r);
+        const A lk = ld_dt<A>(a.parts[k].l, a.parts[k].st_dtype, r);
         w[k] = w[k] == -(A)INFINITY ? (A)0 : lk * ex<A>(w[k] - mx);
         L += w[k];
     }
@@ -92,17 +70,17 @@ template <class A> __global__ void merge_kernel(const MergeArgs a)
         for (int k = 0; k < a.n; k++) {
             const fg_attn_merge_operand &x = a.parts[k];
             if (w[k] != 0)
-                acc += w[k] * ld<A>(x.o, x.o_dtype,
+                acc += w[k] * ld_dt<A>(x.o, x.o_dtype,
                                     b * x.sb + i * x.ss + h * x.sh + c);
         }
-        st<A>(y.o, y.o_dtype, b * y.sb + i * y.ss + h * y.sh + c, acc);
+        st_dt<A>(y.o, y.o_dtype, b * y.sb + i * y.ss + h * y.sh + c, acc);
     }
     /* Every lane has read the row's statistics before they are replaced
      * (the output may be one of the parts). */
     __syncwarp();
     if (lane == 0) {
-        st<A>(y.m, y.st_dtype, r, L > 0 ? mx : -(A)INFINITY);
-        st<A>(y.l, y.st_dtype, r, L);
+        st_dt<A>(y.m, y.st_dtype, r, L > 0 ? mx : -(A)INFINITY);
+        st_dt<A>(y.l, y.st_dtype, r, L);
     }
 }
 

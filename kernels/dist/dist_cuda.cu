@@ -3,13 +3,12 @@
  * writing dK/dV/dQ and the statistics back into the caller's layout) and a
  * converting accumulate dst += src (partial gradients into fp32 or fp64
  * accumulators). Both on the flashgrad context stream. */
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "lib/dist/dist_internal.h"
 #include "kernels/runtime/cuda_check.h"
 #include "kernels/runtime/cuda_context.h"
+#include "kernels/runtime/dtype_access.cuh"
 
 namespace {
 
@@ -29,31 +28,13 @@ __global__ void copy4d_kernel(E *dst, long long db, long long ds, long long dh,
 }
 
 template <class A>
-__device__ __forceinline__ A ld(const void *p, fg_dtype dt, long long i)
-{
-    switch (dt) {
-    case FG_FP64: return (A)((const double *)p)[i];
-    case FG_FP16: return (A)__half2float(((const __half *)p)[i]);
-    case FG_BF16: return (A)__bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    default: return (A)((const float *)p)[i];
-    }
-}
-
-template <class A>
 __global__ void add_kernel(void *dst, fg_dtype ddt, const void *src,
                            fg_dtype sdt, long long n)
 {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
-        const A v = ld<A>(dst, ddt, i) + ld<A>(src, sdt, i);
-        switch (ddt) {
-        case FG_FP64: ((double *)dst)[i] = (double)v; break;
-        case FG_FP16: ((__half *)dst)[i] = __float2half_rn((float)v); break;
-        case FG_BF16:
-            ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn((float)v);
-            break;
-        default: ((float *)dst)[i] = (float)v; break;
-        }
+        fg::st_dt<A>(dst, ddt, i,
+                     fg::ld_dt<A>(dst, ddt, i) + fg::ld_dt<A>(src, sdt, i));
     }
 }
 

@@ -386,6 +386,21 @@ static fg_status fixed_start(fg_comm *c, const void *send, void *recv,
 
 /* ---- operations -------------------------------------------------------------------- */
 
+/* A request for one of MPI's reductions, with count result elements. */
+static mpi_req *reduction_req(fg_comm *c, void *recv, size_t count,
+                              fg_dtype dt, fg_reduce_op op)
+{
+    mpi_req *r = req_new(c, K_PLAIN, 1);
+    if (!r)
+        return NULL;
+    r->dt = dt;
+    r->op = op;
+    r->recv = recv;
+    r->f64 = dt == FG_FP64;
+    r->work_n = count;
+    return r;
+}
+
 static fg_status mpi_allreduce(fg_comm *c, const void *send, void *recv,
                                size_t count, fg_dtype dt, fg_reduce_op op,
                                fg_comm_request **req)
@@ -393,14 +408,9 @@ static fg_status mpi_allreduce(fg_comm *c, const void *send, void *recv,
     FG_TRY(check_count(count, "fg_comm_allreduce"));
     if (c->fixed_order && c->size > 1)
         return fixed_start(c, send, recv, count, dt, op, 1, req);
-    mpi_req *r = req_new(c, K_PLAIN, 1);
+    mpi_req *r = reduction_req(c, recv, count, dt, op);
     if (!r)
         return FG_FAIL(FG_ERR_OUT_OF_MEMORY, "request");
-    r->dt = dt;
-    r->op = op;
-    r->recv = recv;
-    r->f64 = dt == FG_FP64;
-    r->work_n = count;
     const void *sbuf = send == recv ? MPI_IN_PLACE : send;
     void *rbuf = recv;
     if (is_half(dt)) {
@@ -428,14 +438,9 @@ static fg_status mpi_reduce_scatter(fg_comm *c, const void *send, void *recv,
     FG_TRY(check_count(count * (size_t)c->size, "fg_comm_reduce_scatter"));
     if (c->fixed_order && c->size > 1)
         return fixed_start(c, send, recv, count, dt, op, 0, req);
-    mpi_req *r = req_new(c, K_PLAIN, 1);
+    mpi_req *r = reduction_req(c, recv, count, dt, op);
     if (!r)
         return FG_FAIL(FG_ERR_OUT_OF_MEMORY, "request");
-    r->dt = dt;
-    r->op = op;
-    r->recv = recv;
-    r->f64 = dt == FG_FP64;
-    r->work_n = count;
     const size_t total = count * (size_t)c->size;
     const void *sbuf = send;
     void *rbuf = recv;

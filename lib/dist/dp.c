@@ -154,13 +154,21 @@ static void reset_pending(fg_dp *dp)
     dp->epoch++;
 }
 
-fg_status fg_dp_set_sync(fg_dp *dp, int sync)
+/* No reduction in flight (between fg_dp_finish_backward and the next
+ * synchronising backward). */
+static fg_status check_idle(const fg_dp *dp, const char *fn)
 {
     if (!dp)
-        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL dp");
+        return fg_error(FG_ERR_INVALID_ARGUMENT, "%s: NULL dp", fn);
     if (dp->next_launch > 0)
-        return FG_FAIL(FG_ERR_STATE, "reductions are in flight: call "
-                       "fg_dp_finish_backward first");
+        return fg_error(FG_ERR_STATE, "%s: reductions are in flight: call "
+                        "fg_dp_finish_backward first", fn);
+    return FG_OK;
+}
+
+fg_status fg_dp_set_sync(fg_dp *dp, int sync)
+{
+    FG_TRY(check_idle(dp, __func__));
     dp->armed = sync != 0;
     return FG_OK;
 }
@@ -499,11 +507,7 @@ static fg_status gather_params(fg_dp *dp)
 
 fg_status fg_dp_step(fg_dp *dp, double lr)
 {
-    if (!dp)
-        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL dp");
-    if (dp->next_launch > 0)
-        return FG_FAIL(FG_ERR_STATE, "reductions are in flight: call "
-                       "fg_dp_finish_backward first");
+    FG_TRY(check_idle(dp, __func__));
     if (dp->opt)
         FG_TRY(fg_adamw_step(dp->opt, lr));
     dp->opt_steps++;

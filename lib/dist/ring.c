@@ -121,6 +121,30 @@ static fg_status dzero(const ring *R, void *p, size_t bytes)
 #endif
 }
 
+/* A call's temporary buffers: all allocated, or none (then FG_ERR_...);
+ * entries of 0 bytes stay NULL. */
+typedef struct wsbuf {
+    void **p;
+    size_t bytes;
+} wsbuf;
+
+static fg_status ws_alloc(const ring *R, const wsbuf *w, int n)
+{
+    for (int i = 0; i < n; i++)
+        *w[i].p = NULL;
+    fg_status s = FG_OK;
+    for (int i = 0; i < n && s == FG_OK; i++)
+        if (w[i].bytes)
+            s = dalloc(R, w[i].bytes, w[i].p);
+    return s;
+}
+
+static void ws_free(const ring *R, const wsbuf *w, int n)
+{
+    for (int i = 0; i < n; i++)
+        dfree(R, *w[i].p, w[i].bytes);
+}
+
 /* [B, S, Hh, d] strided copy, es-byte elements. */
 static fg_status copy4d(const ring *R, void *dst, const int64_t ds[3],
                         const void *src, const int64_t ss[3], int64_t B,
@@ -207,6 +231,14 @@ static fg_status pack(const ring *R, const fg_attn_tensor *t, void *buf,
     return FG_OK;
 }
 
+/* The local K and V into a ring buffer (K chunks, then V chunks). */
+static fg_status pack_kv(const ring *R, const fg_attn_tensor *k,
+                         const fg_attn_tensor *v, void *buf)
+{
+    FG_TRY(pack(R, k, buf, R->Hk, 1));
+    return pack(R, v, (char *)buf + (size_t)R->kvn * R->es, R->Hk, 1);
+}
+
 /* Statistics [B, H, n] <-> per-chunk [B, H, c] (to_chunks: split). */
 static fg_status stats_move(const ring *R, void *whole, void *chunk, int j,
                             int to_chunks)
@@ -216,6 +248,22 @@ static fg_status stats_move(const ring *R, void *whole, void *chunk, int j,
     /* As [B, H, c, 1] operands. */
     return to_chunks ? copy4d(R, chunk, sc, w, sw, R->B, R->H, R->c, 1, R->ses)
                      : copy4d(R, w, sw, chunk, sc, R->B, R->H, R->c, 1, R->ses);
+}
+
+/* Block (local query chunk jq, K/V chunk jk of the buffer held, which
+ * came from rank src): its parameters (causal on the diagonal) and K/V
+ * views; 0 when the causal mask empties it. */
+static int block(const ring *R, int src, int jq, int jk, void *kv,
+                 fg_attn_params *pb, fg_attn_tensor *kk, fg_attn_tensor *vv)
+{
+    const int kd = kind(R, chunk_gid(R, R->r, jq), chunk_gid(R, src, jk));
+    if (kd == SKIP)
+        return 0;
+    *pb = R->pb;
+    pb->causal = kd == DIAG;
+    *kk = chunk_buf(R, kv, R->dt, R->Hk, jk);
+    *vv = chunk_buf(R, (char *)kv + (size_t)R->kvn * R->es, R->dt, R->Hk, jk);
+    return 1;
 }
 
 /* ---- setup ------------------------------------------------------------------------------ */
@@ -325,26 +373,14 @@ fg_status fg_ring_attention_forward(fg_comm *c, fg_ring_layout layout,
     const size_t ob = (size_t)on * R.es, sb = (size_t)sn * R.ses;
     const size_t oacc_b = half ? (size_t)(R.B * R.n * R.H * R.d) * 4 : 0;
     const size_t sacc_b = R.nch > 1 ? 2 * (size_t)R.nch * sb : 0;
-    void *kv[2] = {NULL, NULL}, *opart = NULL, *mpart = NULL, *lpart = NULL,
-         *oacc = NULL, *sacc = NULL;
-    fg_status s = dalloc(&R, kvb, &kv[0]);
+    void *kv[2], *opart, *mpart, *lpart, *oacc, *sacc;
+    const wsbuf ws[] = {{&kv[0], kvb}, {&kv[1], kvb},   {&opart, ob},
+                        {&mpart, sb},  {&lpart, sb},    {&oacc, oacc_b},
+                        {&sacc, sacc_b}};
+    const int nws = (int)(sizeof ws / sizeof *ws);
+    fg_status s = ws_alloc(&R, ws, nws);
     if (s == FG_OK)
-        s = dalloc(&R, kvb, &kv[1]);
-    if (s == FG_OK)
-        s = dalloc(&R, ob, &opart);
-    if (s == FG_OK)
-        s = dalloc(&R, sb, &mpart);
-    if (s == FG_OK)
-        s = dalloc(&R, sb, &lpart);
-    if (s == FG_OK && oacc_b)
-        s = dalloc(&R, oacc_b, &oacc);
-    if (s == FG_OK && sacc_b)
-        s = dalloc(&R, sacc_b, &sacc);
-    /* Local K and V into the ring buffer. */
-    if (s == FG_OK)
-        s = pack(&R, k, kv[0], R.Hk, 1);
-    if (s == FG_OK)
-        s = pack(&R, v, (char *)kv[0] + (size_t)R.kvn * R.es, R.Hk, 1);
+        s = pack_kv(&R, k, v, kv[0]);
     if (s != FG_OK)
         goto out;
 
@@ -385,17 +421,12 @@ fg_status fg_ring_attention_forward(fg_comm *c, fg_ring_layout layout,
             }
         }
         for (int jq = 0; jq < R.nch && s == FG_OK; jq++) {
-            const int64_t a = chunk_gid(&R, R.r, jq);
             fg_attn_tensor qv = chunk_of(&R, q, jq);
             for (int jk = 0; jk < R.nch && s == FG_OK; jk++) {
-                const int kd = kind(&R, a, chunk_gid(&R, src, jk));
-                if (kd == SKIP)
+                fg_attn_params pb;
+                fg_attn_tensor kk, vv;
+                if (!block(&R, src, jq, jk, kv[cur], &pb, &kk, &vv))
                     continue;
-                fg_attn_params pb = R.pb;
-                pb.causal = kd == DIAG;
-                fg_attn_tensor kk = chunk_buf(&R, kv[cur], R.dt, R.Hk, jk);
-                fg_attn_tensor vv = chunk_buf(
-                    &R, (char *)kv[cur] + (size_t)R.kvn * R.es, R.dt, R.Hk, jk);
                 s = fg_attention_forward(&pb, &qv, &kk, &vv, &po, &pst);
                 if (s != FG_OK)
                     break;
@@ -435,13 +466,7 @@ fg_status fg_ring_attention_forward(fg_comm *c, fg_ring_layout layout,
         }
     }
 out:
-    dfree(&R, kv[0], kvb);
-    dfree(&R, kv[1], kvb);
-    dfree(&R, opart, ob);
-    dfree(&R, mpart, sb);
-    dfree(&R, lpart, sb);
-    dfree(&R, oacc, oacc_b);
-    dfree(&R, sacc, sacc_b);
+    ws_free(&R, ws, nws);
     return s;
 }
 
@@ -470,30 +495,17 @@ fg_status fg_ring_attention_backward(
     const size_t stb = R.nch > 1 ? 2 * (size_t)R.nch * sb : 0;
     const size_t convb = half ? (size_t)(qn > 2 * R.kvn ? qn : 2 * R.kvn) * R.es
                               : 0;
-    void *kv[2] = {0}, *loc[2] = {0}, *in[2] = {0}, *dqacc = NULL,
-         *part = NULL, *stc = NULL, *conv = NULL;
-    fg_status s = FG_OK;
-    for (int i = 0; i < 2 && s == FG_OK; i++) {
-        s = dalloc(&R, kvb, &kv[i]);
-        if (s == FG_OK)
-            s = dalloc(&R, dkvb, &loc[i]);
-        if (s == FG_OK)
-            s = dalloc(&R, dkvb, &in[i]);
-    }
-    if (s == FG_OK)
-        s = dalloc(&R, dqb, &dqacc);
-    if (s == FG_OK)
-        s = dalloc(&R, partb, &part);
-    if (s == FG_OK && stb)
-        s = dalloc(&R, stb, &stc);
-    if (s == FG_OK && convb)
-        s = dalloc(&R, convb, &conv);
+    void *kv[2], *loc[2], *in[2], *dqacc, *part, *stc, *conv;
+    const wsbuf ws[] = {{&kv[0], kvb},  {&kv[1], kvb},  {&loc[0], dkvb},
+                        {&loc[1], dkvb}, {&in[0], dkvb}, {&in[1], dkvb},
+                        {&dqacc, dqb},  {&part, partb}, {&stc, stb},
+                        {&conv, convb}};
+    const int nws = (int)(sizeof ws / sizeof *ws);
+    fg_status s = ws_alloc(&R, ws, nws);
     if (s == FG_OK)
         s = dzero(&R, dqacc, dqb);
     if (s == FG_OK)
-        s = pack(&R, k, kv[0], R.Hk, 1);
-    if (s == FG_OK)
-        s = pack(&R, v, (char *)kv[0] + (size_t)R.kvn * R.es, R.Hk, 1);
+        s = pack_kv(&R, k, v, kv[0]);
     /* The merged statistics of each query chunk. */
     fg_attn_stats qst[2];
     for (int j = 0; j < R.nch && s == FG_OK; j++) {
@@ -534,18 +546,13 @@ fg_status fg_ring_attention_backward(
         if (cs == FG_OK)
             cs = dzero(&R, loc[lc], dkvb);
         for (int jq = 0; jq < R.nch && cs == FG_OK; jq++) {
-            const int64_t a = chunk_gid(&R, R.r, jq);
             fg_attn_tensor qv = chunk_of(&R, q, jq), ov = chunk_of(&R, o, jq),
                            gv = chunk_of(&R, dout, jq);
             for (int jk = 0; jk < R.nch && cs == FG_OK; jk++) {
-                const int kd = kind(&R, a, chunk_gid(&R, src, jk));
-                if (kd == SKIP)
+                fg_attn_params pb;
+                fg_attn_tensor kk, vv;
+                if (!block(&R, src, jq, jk, kv[cur], &pb, &kk, &vv))
                     continue;
-                fg_attn_params pb = R.pb;
-                pb.causal = kd == DIAG;
-                fg_attn_tensor kk = chunk_buf(&R, kv[cur], R.dt, R.Hk, jk);
-                fg_attn_tensor vv = chunk_buf(
-                    &R, (char *)kv[cur] + (size_t)R.kvn * R.es, R.dt, R.Hk, jk);
                 cs = fg_attention_backward(&pb, &qv, &kk, &vv, &ov, &gv,
                                            &qst[jq], &pdq, &pdk, &pdv);
                 if (cs == FG_OK)
@@ -623,14 +630,6 @@ fg_status fg_ring_attention_backward(
         }
     }
 out:
-    for (int i = 0; i < 2; i++) {
-        dfree(&R, kv[i], kvb);
-        dfree(&R, loc[i], dkvb);
-        dfree(&R, in[i], dkvb);
-    }
-    dfree(&R, dqacc, dqb);
-    dfree(&R, part, partb);
-    dfree(&R, stc, stb);
-    dfree(&R, conv, convb);
+    ws_free(&R, ws, nws);
     return s;
 }
