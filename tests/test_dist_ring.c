@@ -249,13 +249,13 @@ int main(int argc, char **argv)
 {
     fg_comm *c = fgd_init(&argc, &argv, 100);
     const rcase cases[] = {
-        {"zigzag causal fp64 GQA", FG_RING_ZIGZAG, 1, FG_FP64, 2, 10, 4, 2, 16, 0},
-        {"zigzag causal fp32", FG_RING_ZIGZAG, 1, FG_FP32, 1, 14, 2, 2, 8, 0},
-        {"contiguous causal fp64", FG_RING_CONTIGUOUS, 1, FG_FP64, 2, 7, 2, 1, 8, 0},
-        {"contiguous full fp32 GQA", FG_RING_CONTIGUOUS, 0, FG_FP32, 1, 9, 4, 1, 16, 0},
-        {"zigzag full fp64", FG_RING_ZIGZAG, 0, FG_FP64, 1, 8, 2, 2, 8, 0},
-        {"contiguous causal fp32 packed", FG_RING_CONTIGUOUS, 1, FG_FP32, 2, 6, 2, 2, 8, 1},
-        {"zigzag causal fp64 packed", FG_RING_ZIGZAG, 1, FG_FP64, 1, 12, 3, 3, 8, 1},
+        {"zigzag causal fp64 GQA", FG_RING_ZIGZAG, 1, FG_FP64, 2, 10, 4, 2, 16, 0, 0},
+        {"zigzag causal fp32", FG_RING_ZIGZAG, 1, FG_FP32, 1, 14, 2, 2, 8, 0, 0},
+        {"contiguous causal fp64", FG_RING_CONTIGUOUS, 1, FG_FP64, 2, 7, 2, 1, 8, 0, 0},
+        {"contiguous full fp32 GQA", FG_RING_CONTIGUOUS, 0, FG_FP32, 1, 9, 4, 1, 16, 0, 0},
+        {"zigzag full fp64", FG_RING_ZIGZAG, 0, FG_FP64, 1, 8, 2, 2, 8, 0, 0},
+        {"contiguous causal fp32 packed", FG_RING_CONTIGUOUS, 1, FG_FP32, 2, 6, 2, 2, 8, 1, 0},
+        {"zigzag causal fp64 packed", FG_RING_ZIGZAG, 1, FG_FP64, 1, 12, 3, 3, 8, 1, 0},
         {"zigzag causal fp64 softcap", FG_RING_ZIGZAG, 1, FG_FP64, 2, 8, 2, 1, 8, 0, 2.0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)

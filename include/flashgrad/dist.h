@@ -81,7 +81,8 @@ FG_API fg_status fg_comm_init_mpi_comm(const void *mpi_comm, fg_comm **out);
 /* NCCL over the ranks of an MPI communicator (any number of hosts): rank 0
  * creates the unique id, MPI broadcasts it, every rank joins on CUDA
  * device `device` (-1: its rank on the host modulo the device count).
- * Collective over `mpi`, which stays usable and must outlive nothing. */
+ * Collective over `mpi`, which stays usable and independent of the new
+ * communicator (free them in any order). */
 FG_API fg_status fg_comm_init_nccl_mpi(fg_comm *mpi, int device,
                                        fg_comm **out);
 /* NCCL among nranks processes of one host, without MPI: rank 0 writes the
@@ -102,7 +103,8 @@ FG_API fg_status fg_comm_init_nccl_devices(const int *devices, int n,
 FG_API fg_status fg_comm_group_start(void);
 FG_API fg_status fg_comm_group_end(void);
 
-/* Frees a communicator (NULL-safe; collective for NCCL). */
+/* Frees a communicator (NULL-safe; NCCL: on every rank, after its last
+ * operation). */
 FG_API void fg_comm_free(fg_comm *c);
 /* MPI_Finalize, if flashgrad initialised MPI and no communicator is left;
  * call once at the end of the program. No-op otherwise. */
