@@ -268,9 +268,14 @@ static inline void fgt_run_case(const fgt_case *c, uint64_t salt, int with_bwd,
         double *rdk = malloc(sizeof(double) * r->nk);
         double *rdv = malloc(sizeof(double) * r->nk);
         naive_attention_backward(&ns, q, k, v, g, rdq, rdk, rdv);
-        r->err_dq = fgt_rel_err(r->dq, rdq, r->nq);
-        r->err_dk = fgt_rel_err(r->dk, rdk, r->nk);
-        r->err_dv = fgt_rel_err(r->dv, rdv, r->nk);
+        /* Relative to max(max |ref|, 0.1), as the GPU suites: masks that
+         * leave a row one key (a window of 0, say) make its dQ 0 in exact
+         * arithmetic (dS = P (dP - D) with P = 1 and dP = D), and the
+         * rounding of dP - D, ~1e-7 |dP| in fp32, would otherwise look
+         * like an enormous relative error (seen: max |dQ| < 1e-3). */
+        r->err_dq = fgt_rel_err_floor(r->dq, rdq, r->nq, 0.1);
+        r->err_dk = fgt_rel_err_floor(r->dk, rdk, r->nk, 0.1);
+        r->err_dv = fgt_rel_err_floor(r->dv, rdv, r->nk, 0.1);
         r->finite = r->finite && fgt_all_finite(r->dq, r->nq) &&
                     fgt_all_finite(r->dk, r->nk) && fgt_all_finite(r->dv, r->nk);
         free(rdq); free(rdk); free(rdv);
