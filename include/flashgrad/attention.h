@@ -162,7 +162,7 @@ FG_API fg_status fg_attention_dropout_mask(const fg_attn_params *p,
 
 /* The CPU backend keeps one workspace per calling thread and reuses it, so
  * repeated calls of the same (or smaller) size do not allocate. This frees
- * the calling thread's workspace (e.g. before the thread exits). */
+ * the calling thread's workspace now; a thread's exit also frees it. */
 FG_API void fg_attention_release_workspace(void);
 
 /* Dropout keep threshold T = floor((1 - p) * 2^24) used above. */
