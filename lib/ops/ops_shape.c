@@ -67,12 +67,15 @@ fg_status fg_reshape_raw(fg_tensor *x, int nd, const int64_t *shape,
 
 /* A stack view of t: narrowed to [start, start + step*len) on dim. With
  * len <= 1 the stride is never used and stride * step may overflow, so it
- * is kept; otherwise step * (len - 1) < extent bounds the product. */
+ * is kept; otherwise step * (len - 1) < extent bounds the product. An
+ * empty view keeps the offset: chains of empty slices at start = extent
+ * would otherwise add up past int64. */
 static fg_tensor slice_view(const fg_tensor *t, int dim, int64_t start,
                             int64_t len, int64_t step)
 {
     fg_tensor v = *t;
-    v.offset += start * t->stride[dim];
+    if (len > 0)
+        v.offset += start * t->stride[dim];
     v.shape[dim] = len;
     if (len > 1)
         v.stride[dim] *= step;
