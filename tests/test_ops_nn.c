@@ -344,7 +344,10 @@ static fg_status attention_fn(fg_tensor *const *in, int n, fg_tensor **out,
 START_TEST(test_attention_grad)
 {
     fgt_rng r = fgt_rng_for(550 + (uint64_t)_i);
-    for (int variant = 0; variant < 4; variant++) {
+    static const float slopes[4] = {0.25f, 0.5f, 0.125f, 0.75f};
+    /* 0-3: plain/causal, dropout, fused QKV; 4-5: window, top-left,
+     * softcap and ALiBi through the op's options (5 with dropout, fused) */
+    for (int variant = 0; variant < 6; variant++) {
         nn_ctx c = {0};
         fg_attention_options_init(&c.ao);
         int64_t B = fgt_int(&r, 1, 2), Nq = fgt_int(&r, 1, 6),
@@ -360,7 +363,14 @@ START_TEST(test_attention_grad)
             c.ao.seed = fgt_next(&r);
             c.ao.offset = fgt_next(&r) % 100;
         }
-        c.fused = variant == 3;
+        if (variant >= 4) {
+            c.ao.window_left = fgt_int(&r, 0, 3);
+            c.ao.window_right = fgt_int(&r, -1, 2);
+            c.ao.causal_align = FG_ATTN_ALIGN_TOP_LEFT;
+            c.ao.softcap = 1.5;
+            c.ao.alibi_slopes = slopes;
+        }
+        c.fused = variant == 3 || variant == 5;
         fg_tensor *in[3] = {NULL, NULL, NULL};
         int n_in = 3;
         if (c.fused) {
@@ -404,7 +414,9 @@ START_TEST(test_attention_memory)
     ck_assert_str_eq(fg_node_name(n), "AttentionBackward");
     const size_t es = 4, qkvo = (size_t)B * N * H * D * es,
                  stats = (size_t)B * H * N * es;
-    const size_t expect = 4 * qkvo + 2 * stats + sizeof(fg_attn_params);
+    /* the extra: the parameters and a copy of the block-mask struct */
+    const size_t expect = 4 * qkvo + 2 * stats + sizeof(fg_attn_params) +
+                          sizeof(fg_attn_block_mask);
     ck_assert_uint_eq(fg_node_saved_bytes(n), expect);
     ck_assert_uint_lt(fg_node_saved_bytes(n), (size_t)N * N * es);
     FGT_OK(fg_backward_with(out, g));

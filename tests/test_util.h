@@ -129,11 +129,14 @@ static inline double fgt_max_abs(const double *a, size_t n)
     return m;
 }
 
-/* Relative error of stats m where -inf must match exactly. */
+/* Relative error of stats m where -inf must match exactly. The
+ * denominator is at least 0.1: a single row's max logit can cancel to
+ * ~0.01, where one fp32 rounding of the dot product is already 1e-5 of it
+ * (seen with FG_TEST_SEED=1882789943199061, N = 1). */
 static inline double fgt_stats_err(const double *a, const double *ref,
                                    size_t n)
 {
-    double num = 0, den = 1e-300;
+    double num = 0, den = 0.1;
     for (size_t i = 0; i < n; i++) {
         if (isinf(ref[i]) || isinf(a[i])) {
             if (a[i] != ref[i])

@@ -50,6 +50,7 @@
 
 #include <stdint.h>
 
+#include "flashgrad/attention.h"
 #include "flashgrad/export.h"
 #include "flashgrad/status.h"
 #include "flashgrad/tensor.h"
@@ -307,6 +308,17 @@ typedef struct fg_attention_options {
     int num_threads;    /* CPU threads, 0 -> OpenMP default */
     int deterministic;  /* CUDA backward: dQ without atomics, bitwise
                            reproducible (the CPU is always deterministic) */
+    /* Variants, as in fg_attn_params (attention.h); the init function sets
+     * both windows to -1 (unbounded). The slopes and the block mask's
+     * arrays are read again by the backward: keep them alive (and
+     * unchanged) until it has run; the fg_attn_block_mask struct itself is
+     * copied. */
+    int causal_align;
+    int64_t window_left, window_right;
+    double softcap;
+    const float *alibi_slopes; /* fp32 on q's device, [H] or [B, H] */
+    int64_t alibi_stride_b;    /* 0 for [H], H for [B, H] */
+    const fg_attn_block_mask *block_mask;
 } fg_attention_options;
 FG_API void fg_attention_options_init(fg_attention_options *o);
 

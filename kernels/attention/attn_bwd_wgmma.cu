@@ -87,7 +87,9 @@ template <int D, bool kDropout> struct BwdSpec {
 #endif
 };
 
-template <typename T, int D, bool kCausal, bool kDropout>
+/* kMode: 0 no mask, 1 bottom-right causal (the tuned path), 2 the variants
+ * (attn_fwd_wgmma.cu), each its own instantiation. */
+template <typename T, int D, int kMode, bool kDropout>
 __global__ void __launch_bounds__(BwdSpec<D, kDropout>::kThreads, 1)
 attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
                       const __grid_constant__ CUtensorMap tmK,
@@ -154,13 +156,61 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
     if (!kSpec && threadIdx.x == 0)
         load_kv();
 
-    int64_t ib_first, nqb; /* query blocks to visit */
-    query_blocks(a, kCausal, j0, Br, &ib_first, &nqb);
-    const int64_t total = nqb * a.group; /* (head, query block) steps */
+    /* The (head, query block) steps: every query block of every head of
+     * the group, or (kMasked) the band's and the block lists' query blocks;
+     * per-head block lists give each head its own count. */
+    constexpr bool kCausal = kMode == 1, kMasked = kMode == 2;
+    BlockWalk qwalk;
+    int64_t total = 0;
+    const bool per_head = kMasked && a.sparse && a.bm_h > 1 && a.group > 1;
+    if (kMasked) {
+        qwalk = query_walk(a, b, hk * a.group, j0, Bc, Br);
+        if (per_head)
+            for (int gh = 0; gh < a.group; gh++)
+                total += query_walk(a, b, hk * a.group + gh, j0, Bc, Br).n;
+        else
+            total = (int64_t)qwalk.n * a.group;
+    } else {
+        int64_t ib_first, nqb;
+        query_blocks(a, kCausal, j0, Br, &ib_first, &nqb);
+        qwalk.first = ib_first;
+        qwalk.list = nullptr;
+        qwalk.blk = Br;
+        qwalk.n = (int)nqb;
+        total = nqb * a.group;
+    }
+    /* Step st -> its head gh, first query row i0 and whether it is dead. */
+    auto locate = [&](int64_t st, int &gh, int64_t &i0, bool &dead) {
+        if constexpr (kMasked) {
+            if (per_head) {
+                for (gh = 0; gh < a.group; gh++) {
+                    const BlockWalk w = query_walk(a, b, hk * a.group + gh, j0, Bc, Br);
+                    if (st < w.n) {
+                        i0 = w.start((int)st);
+                        dead = w.dead((int)st);
+                        return;
+                    }
+                    st -= w.n;
+                }
+            }
+        }
+        if (qwalk.n == 0) { /* no steps: never asked */
+            gh = 0;
+            i0 = 0;
+            dead = true;
+            return;
+        }
+        gh = (int)(st / qwalk.n);
+        const int k = (int)(st % qwalk.n);
+        i0 = qwalk.start(k);
+        dead = kMasked && qwalk.dead(k);
+    };
 
     auto issue = [&](int64_t st) { /* one thread */
-        const int gh = (int)(st / nqb);
-        const int64_t i0 = (ib_first + st % nqb) * Br;
+        int gh;
+        int64_t i0;
+        bool dead;
+        locate(st, gh, i0, dead);
         const int h = hk * a.group + gh;
         const uint32_t buf = sQ0 + (uint32_t)(st & 1) * 2 * qtile;
         const uint32_t bar = bar_q + 8 * (uint32_t)(st & 1);
@@ -265,8 +315,10 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
         named_arrive(1, 256);
     int64_t prev_i0 = 0, prev_bh = 0; /* kSpec: the step whose dQ is due */
     for (int64_t st = 0; st < total; st++) {
-        const int gh = (int)(st / nqb);
-        const int64_t i0 = (ib_first + st % nqb) * Br;
+        int gh;
+        int64_t i0;
+        bool dead;
+        locate(st, gh, i0, dead);
         const int h = hk * a.group + gh;
         const int64_t bh = (int64_t)b * a.H + h;
         const uint32_t sQ = sQ0 + (uint32_t)(st & 1) * 2 * qtile, sdO = sQ + qtile;
@@ -284,16 +336,53 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
          * share the accumulator layout): key j0 + key_base + 16 warp + g +
          * 8 ((x >> 1) & 1), query i0 + 8 (x >> 2) + 2 t4 + (x & 1). */
         const bool need_mask = j0 + Bc > a.Nk || i0 + Br > a.Nq ||
-                               (kCausal && j0 + Bc - 1 > i0 + a.shift);
+                               (kCausal && j0 + Bc - 1 > i0 + a.shift) ||
+                               (kMasked && (dead || !inside_band(a, i0, i0 + Br - 1, j0, Bc)));
         const float ks = (float)a.keep_scale;
-        auto mask = [&](float (&x)[Br / 2]) { /* masked scores -> -inf -> P = 0 */
+        const float slope = kMasked && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
+        /* Score modifiers (kMasked: softcap, ALiBi) on the raw S^T, then
+         * masked scores -> -inf -> P = 0. */
+        const bool mods = kMasked && (a.softcap > 0.f || a.alibi);
+        auto mask = [&](float (&x)[Br / 2]) {
+            if constexpr (kMasked) {
+                if (mods) {
 #pragma unroll
-            for (int e = 0; e < Br / 2; e++) {
-                const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1);
-                const int64_t i = i0 + 8 * (e >> 2) + 2 * t4 + (e & 1);
-                if (j >= a.Nk || (kCausal && j > i + a.shift))
-                    x[e] = -INFINITY;
+                    for (int e = 0; e < Br / 2; e++)
+                        x[e] = raw_score_mod(a, x[e], slope, i0 + 8 * (e >> 2) + 2 * t4 + (e & 1),
+                                             j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1));
+                }
+                if (!need_mask)
+                    return;
+                /* the rows each of this thread's two keys is seen by */
+                int2 rr[2];
+#pragma unroll
+                for (int kk = 0; kk < 2; kk++)
+                    rr[kk] = dead ? make_int2(Br, -1)
+                                  : band_rows(a, j0 + key_base + 16 * warp + g + 8 * kk, i0, Br);
+#pragma unroll
+                for (int e = 0; e < Br / 2; e++) {
+                    const int off = 8 * (e >> 2) + 2 * t4 + (e & 1);
+                    const int2 r = rr[(e >> 1) & 1];
+                    if (off < r.x || off > r.y)
+                        x[e] = -INFINITY;
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < Br / 2; e++) {
+                    const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1);
+                    const int64_t i = i0 + 8 * (e >> 2) + 2 * t4 + (e & 1);
+                    if (j >= a.Nk || (kCausal && j > i + a.shift))
+                        x[e] = -INFINITY;
+                }
             }
+        };
+        /* dS^T through the softcap: times 1 - tanh^2, recovered from P. */
+        auto cap_grad = [&](float p, int e) {
+            if (!kMasked || !(a.softcap > 0.f))
+                return 1.f;
+            const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1);
+            const int64_t i = i0 + 8 * (e >> 2) + 2 * t4 + (e & 1);
+            return softcap_grad(a, p, lse2[8 * (e >> 2) + 2 * t4 + (e & 1)], slope, i, j);
         };
         /* P^T = exp2(S^T scale log2e - lse2) (Alg4 L.13-14) in place, and
          * the dropout decisions (L.15-16) as bits of `keep`. */
@@ -366,7 +455,7 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
             wg_fence_regs(acc);
             const int tid = threadIdx.x & 127;
             if (wg == 0) {
-                if (need_mask)
+                if (need_mask || mods)
                     mask(acc);
                 uint32_t keep;
                 probs(acc, keep);
@@ -390,7 +479,9 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int x = 4 * qt + e;
-                        ds[e] = xch[x * 128 + tid] * (acc[x] * zf(keep, x) - Dv[8 * qt + 2 * t4 + (e & 1)]);
+                        const float p = xch[x * 128 + tid];
+                        ds[e] = p * (acc[x] * zf(keep, x) - Dv[8 * qt + 2 * t4 + (e & 1)]) *
+                                cap_grad(p, x);
                     }
                     store_t(sdS, qt, pack2<T>(ds[0], ds[1]), pack2<T>(ds[2], ds[3]));
                 }
@@ -446,7 +537,7 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
             wg_fence_regs(s);
             if (kSpec && (wg == 0 || st + 1 < total))
                 named_arrive(2 - wg, 256);
-            if (need_mask)
+            if (need_mask || mods)
                 mask(s);
             uint32_t keep;
             probs(s, keep); /* s keeps P^T before dropout, for dS^T */
@@ -482,7 +573,8 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int x = 4 * qt + e;
-                    ds[e] = s[x] * (dp[x] * zf(keep, x) - ((e & 1) ? Dq.y : Dq.x));
+                    ds[e] = s[x] * (dp[x] * zf(keep, x) - ((e & 1) ? Dq.y : Dq.x)) *
+                            cap_grad(s[x], x);
                 }
                 const int kk = qt >> 1, half = (qt & 1) * 2;
                 sf[kk][half] = pack2<T>(ds[0], ds[1]);
@@ -583,11 +675,11 @@ struct BwdMaps {
     CUtensorMap q, k, v, o;
 };
 
-template <typename T, int D, bool kCausal, bool kDropout>
+template <typename T, int D, int kMode, bool kDropout>
 static fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
     using Tile = BwdWgTile<D>;
-    auto kern = attn_bwd_wgmma_kernel<T, D, kCausal, kDropout>;
+    auto kern = attn_bwd_wgmma_kernel<T, D, kMode, kDropout>;
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)Tile::kSmem));
     dim3 grid((unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc), (unsigned)a.Hk,
@@ -600,11 +692,14 @@ static fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 template <typename T, int D>
 static fg_status launch_opts(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
+    if (a.variant)
+        return a.dropout ? launch<T, D, 2, true>(a, m, st)
+                         : launch<T, D, 2, false>(a, m, st);
     if (a.causal)
-        return a.dropout ? launch<T, D, true, true>(a, m, st)
-                         : launch<T, D, true, false>(a, m, st);
-    return a.dropout ? launch<T, D, false, true>(a, m, st)
-                     : launch<T, D, false, false>(a, m, st);
+        return a.dropout ? launch<T, D, 1, true>(a, m, st)
+                         : launch<T, D, 1, false>(a, m, st);
+    return a.dropout ? launch<T, D, 0, true>(a, m, st)
+                     : launch<T, D, 0, false>(a, m, st);
 }
 
 template <typename T>

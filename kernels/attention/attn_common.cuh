@@ -32,10 +32,284 @@ __device__ __forceinline__ void load_tile(A *dst, int ld, const Operand &t,
     }
 }
 
-/* Causal visibility with bottom-right alignment. */
+/* ---- the mask and score-modifier piece (attention.h's variants) -------
+ * Every kernel asks these: which keys a query block visits (the band and
+ * the block lists), whether one pair is visible, and the final logit. */
+
+/* Pair visibility: the band (causal is win_hi = 0); the block mask is
+ * applied by the block walk, whose tiles never straddle a 128-block. */
 __device__ __forceinline__ bool visible(const AttnArgs &a, int64_t i, int64_t j)
 {
-    return j < a.Nk && (!a.causal || j <= i + a.shift);
+    if (j >= a.Nk)
+        return false;
+    if (a.band) {
+        const int64_t t = j - (i + a.shift);
+        return t >= a.win_lo && t <= a.win_hi;
+    }
+    return !a.causal || j <= i + a.shift;
+}
+
+__host__ __device__ __forceinline__ int64_t clamp64(int64_t x, int64_t lo, int64_t hi)
+{
+    return x < lo ? lo : (x > hi ? hi : x);
+}
+/* Keys [begin, end) that query rows i0 .. i1 may see through the band, and
+ * query rows [begin, end) that may see keys j0 .. j1. */
+__device__ __forceinline__ int64_t band_key_begin(const AttnArgs &a, int64_t i0)
+{
+    return a.band ? clamp64(i0 + a.shift + a.win_lo, 0, a.Nk) : 0;
+}
+__device__ __forceinline__ int64_t band_key_end(const AttnArgs &a, int64_t i1)
+{
+    if (a.band)
+        return clamp64(i1 + a.shift + a.win_hi + 1, 0, a.Nk);
+    return a.causal ? clamp64(i1 + a.shift + 1, 0, a.Nk) : a.Nk;
+}
+__device__ __forceinline__ int64_t band_query_begin(const AttnArgs &a, int64_t j0)
+{
+    if (a.band)
+        return clamp64(j0 - a.shift - a.win_hi, 0, a.Nq);
+    return a.causal ? clamp64(j0 - a.shift, 0, a.Nq) : 0;
+}
+__device__ __forceinline__ int64_t band_query_end(const AttnArgs &a, int64_t j1)
+{
+    return a.band ? clamp64(j1 - a.shift - a.win_lo + 1, 0, a.Nq) : a.Nq;
+}
+
+/* The block lists of (b, h): key blocks of query block qb (kv) or query
+ * blocks of key block kb (!kv); *n = their count (0 if sparse is off). */
+__device__ __forceinline__ const int32_t *block_list(const AttnArgs &a, bool kv,
+                                                     int64_t b, int64_t h,
+                                                     int64_t blk, int *n)
+{
+    const int64_t bh = (a.bm_b > 1 ? b : 0) * a.bm_h + (a.bm_h > 1 ? h : 0);
+    const int64_t rows = kv ? a.nqb : a.nkb, len = kv ? a.nkb : a.nqb;
+    const int64_t r = bh * rows + blk;
+    *n = (kv ? a.kv_count : a.q_count)[r];
+    return (kv ? a.kv_index : a.q_index) + r * len;
+}
+
+/* Span sp of the walk over [lo, hi): the whole range, or with a block list
+ * its sp-th listed 128-block cut to the range; the start is rounded down
+ * to a multiple of `align` (the tile, so dropout's 4-column groups and
+ * tile-aligned loads hold; visible() masks the extra columns). Returns
+ * false for an empty span or a list entry outside [0, nblocks) (the
+ * validation cannot read device lists; such entries are skipped). */
+__device__ __forceinline__ bool walk_span(const int32_t *list, int n_list,
+                                          int nblocks, int sp, int64_t lo,
+                                          int64_t hi, int align, int64_t *s_lo,
+                                          int64_t *s_hi)
+{
+    if (list) {
+        if (sp >= n_list)
+            return false;
+        const int32_t blk = list[sp];
+        if (blk < 0 || blk >= nblocks)
+            return false;
+        const int64_t a0 = (int64_t)blk * FG_ATTN_SPARSE_BLOCK;
+        lo = max(lo, a0);
+        hi = min(hi, a0 + FG_ATTN_SPARSE_BLOCK);
+    }
+    *s_lo = lo - lo % align;
+    *s_hi = hi;
+    return hi > lo;
+}
+
+/* The fast kernels' block walk (kMasked instantiations): block k of a
+ * query block's key walk, or of a key block's query walk, starts at
+ * start(k). Dense: consecutive blocks from the band's first; sparse: the
+ * `per` sub-blocks of each listed 128-block. A list entry outside the mask
+ * (the validation cannot read device lists) is a dead block: it starts at
+ * 0, so every address stays in bounds, and the kernel masks all of it. */
+struct BlockWalk {
+    int64_t first;
+    int n;              /* blocks to visit */
+    const int32_t *list;
+    int per, nblk, blk; /* sub-blocks per 128-block, list range, block size */
+    int64_t limit;      /* the sequence length: sub-blocks at or past it
+                           (the tail of the last 128-block) are dead too */
+    __device__ __forceinline__ int64_t raw(int k) const
+    {
+        const int32_t e = list[k / per];
+        if (e < 0 || e >= nblk)
+            return -1;
+        const int64_t s = (int64_t)e * FG_ATTN_SPARSE_BLOCK + (int64_t)(k % per) * blk;
+        return s < limit ? s : -1;
+    }
+    __device__ __forceinline__ int64_t start(int k) const
+    {
+        if (!list)
+            return (first + k) * blk;
+        const int64_t s = raw(k);
+        return s < 0 ? 0 : s;
+    }
+    __device__ __forceinline__ bool dead(int k) const { return list && raw(k) < 0; }
+};
+
+/* Key walk of query rows i0 .. i0+rows-1 of (b, h) with Bc-key blocks. */
+__device__ __forceinline__ BlockWalk key_walk(const AttnArgs &a, int64_t b, int64_t h,
+                                              int64_t i0, int rows, int Bc)
+{
+    BlockWalk w;
+    w.blk = Bc;
+    w.list = nullptr;
+    w.first = 0;
+    w.per = FG_ATTN_SPARSE_BLOCK / Bc;
+    w.nblk = a.nkb;
+    w.limit = a.Nk;
+    if (a.sparse) {
+        int n;
+        w.list = block_list(a, true, b, h, i0 / FG_ATTN_SPARSE_BLOCK, &n);
+        w.n = n * w.per;
+        return w;
+    }
+    const int64_t lo = band_key_begin(a, i0), hi = band_key_end(a, i0 + rows - 1);
+    w.first = lo / Bc;
+    w.n = hi > lo ? (int)((hi + Bc - 1) / Bc - w.first) : 0;
+    return w;
+}
+
+/* Query walk of keys j0 .. j0+cols-1 for query head h with Br-row blocks. */
+__device__ __forceinline__ BlockWalk query_walk(const AttnArgs &a, int64_t b, int64_t h,
+                                                int64_t j0, int cols, int Br)
+{
+    BlockWalk w;
+    w.blk = Br;
+    w.list = nullptr;
+    w.first = 0;
+    w.per = FG_ATTN_SPARSE_BLOCK / Br;
+    w.nblk = a.nqb;
+    w.limit = a.Nq;
+    if (a.sparse) {
+        int n;
+        w.list = block_list(a, false, b, h, j0 / FG_ATTN_SPARSE_BLOCK, &n);
+        w.n = n * w.per;
+        return w;
+    }
+    const int64_t lo = band_query_begin(a, j0), hi = band_query_end(a, j0 + cols - 1);
+    w.first = lo / Br;
+    w.n = hi > lo ? (int)((hi + Br - 1) / Br - w.first) : 0;
+    return w;
+}
+
+/* The fast kernels' per-element mask, in 32-bit offsets: the keys row r
+ * sees, relative to j0 (band_cols), or the rows that see key j, relative
+ * to i0 (band_rows), as an inclusive range clamped to [-1, len] (empty
+ * when x > y). One 64-bit computation per row or key, two integer compares
+ * per element. */
+__device__ __forceinline__ int2 band_cols(const AttnArgs &a, int64_t r, int64_t j0, int len)
+{
+    int64_t lo = 0, hi = a.Nk - 1;
+    if (a.band) {
+        lo = max(lo, r + a.shift + a.win_lo);
+        hi = min(hi, r + a.shift + a.win_hi);
+    }
+    return make_int2((int)clamp64(lo - j0, -1, len), (int)clamp64(hi - j0, -1, len));
+}
+__device__ __forceinline__ int2 band_rows(const AttnArgs &a, int64_t j, int64_t i0, int len)
+{
+    if (j >= a.Nk)
+        return make_int2(len, -1);
+    int64_t lo = 0, hi = a.Nq - 1 + len; /* rows past Nq are harmless */
+    if (a.band) {
+        lo = max(lo, j - a.shift - a.win_hi);
+        hi = min(hi, j - a.shift - a.win_lo);
+    }
+    return make_int2((int)clamp64(lo - i0, -1, len), (int)clamp64(hi - i0, -1, len));
+}
+
+/* True when every pair of rows r0 .. r1 and keys j0 .. j0+Bc-1 is inside
+ * the band (no per-element mask needed for it). */
+__device__ __forceinline__ bool inside_band(const AttnArgs &a, int64_t r0, int64_t r1,
+                                            int64_t j0, int Bc)
+{
+    if (a.band)
+        return j0 - (r1 + a.shift) >= a.win_lo && j0 + Bc - 1 - (r0 + a.shift) <= a.win_hi;
+    return !a.causal || j0 + Bc - 1 <= r0 + a.shift;
+}
+
+/* tanh on the special-function unit (rel. error ~2^-11, below fp16/bf16
+ * output rounding): the softcap of the fp16/bf16 kernels. */
+__device__ __forceinline__ float tanh_fast(float x)
+{
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* The fast kernels keep raw scores q.k (the scale is folded into exp2):
+ * the variants' final logit of pair (i, j), back in raw units. */
+__device__ __forceinline__ float raw_score_mod(const AttnArgs &a, float s, float slope,
+                                               int64_t i, int64_t j)
+{
+    float x = s * (float)a.scale;
+    if (a.softcap > 0.f)
+        x = a.softcap * tanh_fast(x * (1.f / a.softcap));
+    if (a.alibi) /* i - j fits 32 bits (both < 2^31) */
+        x -= slope * fabsf((float)(int)(i - j) + (float)a.shift);
+    return x * (float)(1.0 / a.scale);
+}
+
+/* The softcap's d logit / d x = 1 - tanh^2 of pair (i, j), recovered from
+ * its probability p = exp2(logit log2e - lse2) (the backward keeps P, not
+ * the logit); 0 where p = 0, whose dS is 0 anyway. */
+__device__ __forceinline__ float softcap_grad(const AttnArgs &a, float p, float lse2,
+                                              float slope, int64_t i, int64_t j)
+{
+    if (!(p > 0.f))
+        return 0.f;
+    float x = (__log2f(p) + lse2) * 0.6931471805599453f;
+    if (a.alibi)
+        x += slope * fabsf((float)(int)(i - j) + (float)a.shift);
+    const float t = x * (1.f / a.softcap);
+    return 1.f - t * t;
+}
+
+/* The final logit of a visible pair from x = scale * q.k: softcap, then
+ * ALiBi (attention.h); *dcap = 1 - tanh^2 (d logit / dx) if asked. */
+template <typename A>
+__device__ __forceinline__ A score_mod(const AttnArgs &a, A x, A slope,
+                                       int64_t i, int64_t j, A *dcap)
+{
+    if (a.softcap > 0.f) {
+        const A cap = (A)a.softcap;
+        const A t = tanh(x / cap);
+        x = cap * t;
+        if (dcap)
+            *dcap = A(1) - t * t;
+    }
+    if (a.alibi) {
+        const int64_t dist = i + a.shift - j;
+        x -= slope * (A)(dist < 0 ? -dist : dist);
+    }
+    return x;
+}
+template <typename A>
+__device__ __forceinline__ A alibi_slope(const AttnArgs &a, int64_t b, int64_t h)
+{
+    return a.alibi ? (A)a.alibi[b * a.alibi_sb + h] : A(0);
+}
+
+/* The row max of the tensor-core kernels: one instruction like fmaxf, but
+ * a NaN wins (PTX max.NaN, sm_80+), so a NaN score makes its row NaN
+ * instead of looking like a masked row. */
+__device__ __forceinline__ float fmax_nan(float x, float y)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
+    return r;
+#else
+    return (x != x || x > y) ? x : y;
+#endif
+}
+
+/* max that lets a NaN win, so a NaN score makes its row NaN instead of
+ * looking like a masked row (fmax would drop it). */
+template <typename A>
+__device__ __forceinline__ A max_nan(A x, A y)
+{
+    return (x != x || x > y) ? x : y;
 }
 
 /* Dropout on a [Br, Bc] tile of probabilities whose columns start at j0
@@ -116,7 +390,7 @@ __device__ __forceinline__ float row_lse2(const AttnArgs &a, int64_t bh, int64_t
 {
     const float l = ((const float *)a.l)[bh * a.Nq + i];
     const float m = ((const float *)a.m)[bh * a.Nq + i];
-    return l > 0.f ? m * 1.4426950408889634f + __log2f(l) : INFINITY;
+    return l != 0.f ? m * 1.4426950408889634f + __log2f(l) : INFINITY;
 }
 
 } /* namespace fg */

@@ -53,7 +53,11 @@ template <int WG, bool kDropout> struct FwdSpec {
     static constexpr int kThreads = WG * 128 + (value ? 128 : 0);
 };
 
-template <typename T, int D, int WG, bool kCausal, bool kDropout>
+/* kMode: 0 no mask, 1 bottom-right causal (the tuned path), 2 the variants
+ * (band of any window or alignment, block lists, softcap, ALiBi), kept in
+ * their own instantiations so the plain and causal kernels stay as they
+ * were. */
+template <typename T, int D, int WG, int kMode, bool kDropout>
 __global__ void __launch_bounds__(FwdSpec<WG, kDropout>::kThreads, FwdWgTile<D, WG>::kMinBlocks)
 attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
                       const __grid_constant__ CUtensorMap tmK,
@@ -62,6 +66,7 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
 #ifdef FG_WGMMA_ENABLED
     using Tile = FwdWgTile<D, WG>;
     constexpr bool kSpec = FwdSpec<WG, kDropout>::value;
+    constexpr bool kCausal = kMode == 1, kMasked = kMode == 2;
     constexpr int Br = Tile::kBr, Bc = Tile::kBc;
     constexpr int SR = Bc / 2; /* S registers per thread */
     constexpr int OR = D / 2;  /* O registers per thread */
@@ -73,13 +78,24 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
 
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    const int mblk = kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int mblk = kMode != 0 ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int64_t i0 = (int64_t)mblk * Br;
     const int h = blockIdx.y, b = blockIdx.z, hk = h / a.group;
     const int64_t bh = (int64_t)b * a.H + h;
     const int rows = (int)min((int64_t)Br, a.Nq - i0);
 
-    const int nblocks = key_blocks(a, kCausal, i0, rows, Bc);
+    /* kMasked: the band, the block lists and the score modifiers
+     * (attention.h); otherwise every key block up to the causal limit. */
+    BlockWalk walk;
+    if (kMasked) {
+        walk = key_walk(a, b, h, i0, rows, Bc);
+    } else {
+        walk.first = 0;
+        walk.list = nullptr;
+        walk.blk = Bc;
+        walk.n = key_blocks(a, kCausal, i0, rows, Bc);
+    }
+    const int nblocks = walk.n;
 
     /* TMA loads, issued by thread 0 (kSpec: the producer warp), one
      * 64-column panel per copy, each tile completing on its own mbarrier:
@@ -114,10 +130,10 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
                     const uint32_t st = (uint32_t)(jb & 1), par = (uint32_t)((jb >> 1) - 1) & 1;
                     if (jb >= 2) /* K_{j-2} / V_{j-2} released by all consumers */
                         mbar_wait(freeK + 8 * st, par);
-                    tma_tile(sK0 + st * kv_stride, &tmK, barK + 8 * st, Bc, (int64_t)jb * Bc, hk);
+                    tma_tile(sK0 + st * kv_stride, &tmK, barK + 8 * st, Bc, walk.start(jb), hk);
                     if (jb >= 2)
                         mbar_wait(freeV + 8 * st, par);
-                    tma_tile(sV0 + st * kv_stride, &tmV, barV + 8 * st, Bc, (int64_t)jb * Bc, hk);
+                    tma_tile(sV0 + st * kv_stride, &tmV, barV + 8 * st, Bc, walk.start(jb), hk);
                 }
             }
             return;
@@ -145,7 +161,7 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
     if (!kSpec && threadIdx.x == 0) {
         tma_tile(sQ, &tmQ, barQ, Br, i0, h);
         if (nblocks > 0)
-            tma_tile(sK0, &tmK, barK, Bc, 0, hk);
+            tma_tile(sK0, &tmK, barK, Bc, walk.start(0), hk);
     }
 
     float o[OR];
@@ -175,13 +191,14 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
      * S_j = Q K_j^T and O += P_{j-1} V_{j-1} back to back, then runs the
      * softmax of S_j while the P V product is still on the tensor cores;
      * O is rescaled by alpha_j once that product has landed. */
+    const float slope = kMasked && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
     for (int jb = 0; jb < nblocks; jb++) {
-        const int64_t j0 = (int64_t)jb * Bc;
+        const int64_t j0 = walk.start(jb);
         const uint32_t sK = sK0 + (jb & 1) * kv_stride;
         if (!kSpec && threadIdx.x == 0) { /* both buffers were released by the last barrier */
             if (jb + 1 < nblocks)
                 tma_tile(sK0 + ((jb + 1) & 1) * kv_stride, &tmK, barK + 8 * ((jb + 1) & 1), Bc,
-                         j0 + Bc, hk);
+                         walk.start(jb + 1), hk);
             tma_tile(sV0 + (jb & 1) * kv_stride, &tmV, barV + 8 * (jb & 1), Bc, j0, hk);
         }
         if (jb == 0)
@@ -213,9 +230,31 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
         if (kSpec && lane == 0)
             mbar_arrive(freeK + 8 * (jb & 1)); /* K_j read */
 
-        const bool need_mask = j0 + Bc > a.Nk ||
-                               (kCausal && j0 + Bc - 1 > i0 + wg * 64 + a.shift);
-        if (need_mask) {
+        /* Score modifiers, then the mask (only on blocks that cross the
+         * band's edges or the end). */
+        if (kMasked && (a.softcap > 0.f || a.alibi)) {
+#pragma unroll
+            for (int i = 0; i < SR; i++)
+                s[i] = raw_score_mod(a, s[i], slope, row_w + ((i >> 1) & 1) * 8,
+                                     j0 + (i >> 2) * 8 + 2 * t4 + (i & 1));
+        }
+        const bool dead = kMasked && walk.dead(jb);
+        const bool need_mask =
+            j0 + Bc > a.Nk || (kCausal && j0 + Bc - 1 > i0 + wg * 64 + a.shift) ||
+            (kMasked && (dead || !inside_band(a, i0 + wg * 64, i0 + wg * 64 + 63, j0, Bc)));
+        if (kMasked && need_mask) { /* the keys each of this thread's rows sees */
+            int2 cc[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+                cc[r] = dead ? make_int2(Bc, -1) : band_cols(a, row_w + 8 * r, j0, Bc);
+#pragma unroll
+            for (int i = 0; i < SR; i++) {
+                const int col = (i >> 2) * 8 + 2 * t4 + (i & 1);
+                const int2 c = cc[(i >> 1) & 1];
+                if (col < c.x || col > c.y)
+                    s[i] = -INFINITY;
+            }
+        } else if (need_mask) {
 #pragma unroll
             for (int i = 0; i < SR; i++) {
                 const int64_t r = row_w + ((i >> 1) & 1) * 8;
@@ -232,9 +271,9 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
             float mx = m_raw[r];
 #pragma unroll
             for (int n = 0; n < Bc / 8; n++)
-                mx = fmaxf(mx, fmaxf(s[4 * n + 2 * r], s[4 * n + 2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                mx = fmax_nan(mx, fmax_nan(s[4 * n + 2 * r], s[4 * n + 2 * r + 1]));
+            mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             const float ms = mx == -INFINITY ? 0.f : mx * scale_log2;
             alpha[r] = mx == -INFINITY ? 1.f : exp2f(m_raw[r] * scale_log2 - ms);
             m_raw[r] = mx;
@@ -311,7 +350,7 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         const int64_t i = row_w + 8 * r;
-        const float inv = l > 0.f ? (float)a.keep_scale / l : 0.f;
+        const float inv = l != 0.f ? (float)a.keep_scale / l : 0.f;
         if (i < a.Nq) {
             T *dst = elem<T>(a.o, b, i, h);
 #pragma unroll
@@ -336,11 +375,11 @@ struct FwdMaps {
     CUtensorMap q, k, v;
 };
 
-template <typename T, int D, int WG, bool kCausal, bool kDropout>
+template <typename T, int D, int WG, int kMode, bool kDropout>
 static fg_status launch(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
 {
     using Tile = FwdWgTile<D, WG>;
-    auto kern = attn_fwd_wgmma_kernel<T, D, WG, kCausal, kDropout>;
+    auto kern = attn_fwd_wgmma_kernel<T, D, WG, kMode, kDropout>;
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)Tile::kSmem));
     dim3 grid((unsigned)((a.Nq + Tile::kBr - 1) / Tile::kBr), (unsigned)a.H,
@@ -353,11 +392,14 @@ static fg_status launch(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
 template <typename T, int D, int WG>
 static fg_status launch_opts(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
 {
+    if (a.variant)
+        return a.dropout ? launch<T, D, WG, 2, true>(a, m, st)
+                         : launch<T, D, WG, 2, false>(a, m, st);
     if (a.causal)
-        return a.dropout ? launch<T, D, WG, true, true>(a, m, st)
-                         : launch<T, D, WG, true, false>(a, m, st);
-    return a.dropout ? launch<T, D, WG, false, true>(a, m, st)
-                     : launch<T, D, WG, false, false>(a, m, st);
+        return a.dropout ? launch<T, D, WG, 1, true>(a, m, st)
+                         : launch<T, D, WG, 1, false>(a, m, st);
+    return a.dropout ? launch<T, D, WG, 0, true>(a, m, st)
+                     : launch<T, D, WG, 0, false>(a, m, st);
 }
 
 /* Warpgroups per block for head dim d, measured on an H100 (bf16, N = 8k):

@@ -14,9 +14,18 @@
 
 void fg_attention_options_init(fg_attention_options *o)
 {
-    if (o)
-        memset(o, 0, sizeof *o);
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->window_left = o->window_right = -1;
 }
+
+/* The node's copy of the parameters: the block mask struct travels with
+ * them (its arrays stay the caller's). */
+typedef struct attn_extra {
+    fg_attn_params p;
+    fg_attn_block_mask bm;
+} attn_extra;
 
 static fg_attn_tensor attn_view(const fg_tensor *t)
 {
@@ -38,7 +47,11 @@ static fg_status kernel_operand(fg_tensor *t, fg_arena *dom, fg_tensor **out)
 static fg_status attention_backward(fg_node *n, fg_tensor *const *g,
                                     fg_tensor **gin)
 {
-    const fg_attn_params *p = fg_node_extra(n);
+    const attn_extra *ex = fg_node_extra(n);
+    fg_attn_params pp = ex->p;
+    if (pp.block_mask)
+        pp.block_mask = &ex->bm;
+    const fg_attn_params *p = &pp;
     const fg_tensor *q = fg_node_saved(n, 0), *k = fg_node_saved(n, 1),
                     *v = fg_node_saved(n, 2), *o = fg_node_saved(n, 3),
                     *m = fg_node_saved(n, 4), *l = fg_node_saved(n, 5);
@@ -119,6 +132,15 @@ fg_status fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v,
     p.block_k = o.block_k;
     p.num_threads = o.num_threads;
     p.deterministic = o.deterministic || fg_get_deterministic();
+    p.causal_align = o.causal_align;
+    p.window_left = o.window_left;
+    p.window_right = o.window_right;
+    p.softcap = o.softcap;
+    p.alibi_slopes = o.alibi_slopes;
+    p.alibi_stride_b = o.alibi_stride_b;
+    p.block_mask = o.block_mask;
+    attn_extra ex;
+    memset(&ex, 0, sizeof ex);
 
     fg_tensor *in[3] = {q, k, v};
     fg_arena *dom = fg_alloc_domain(in, 3);
@@ -146,8 +168,11 @@ fg_status fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v,
     }
     if (s == FG_OK && fg_ag_should_record(in, 3)) {
         fg_tensor *saved[6] = {qc, kc, vc, y, m, l};
-        s = fg_ag_record(&attention_def, in, 3, &y, 1, saved, 6, &p,
-                         sizeof p, NULL);
+        ex.p = p;
+        if (p.block_mask)
+            ex.bm = *p.block_mask;
+        s = fg_ag_record(&attention_def, in, 3, &y, 1, saved, 6, &ex,
+                         sizeof ex, NULL);
     }
     fg_tensor_free(qc);
     fg_tensor_free(kc);

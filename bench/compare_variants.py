@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""bench/compare_variants.py - flashgrad's attention variants against
+FlexAttention (torch.compile) in one process on one GPU, timed the same way
+for both: CUDA events around the forward and around the backward,
+standard-normal inputs, several interleaved rounds, the best of the
+per-round medians.
+
+flashgrad is called through ctypes on libflashgrad.so (build with shared
+libraries). TFLOP/s count only the kept (query, key) pairs: forward
+4*B*H*d*kept, backward 2.5x that (the FlashAttention convention; for a
+causal mask kept = N(N+1)/2 per head, about half of N^2).
+
+    python3 bench/compare_variants.py --lib .libs/libflashgrad.so [--quick]
+"""
+import argparse
+import ctypes as C
+import statistics
+import sys
+
+import torch
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+FG_FP32, FG_BF16, FG_CUDA = 0, 3, 1  # include/flashgrad/types.h
+
+
+class Tensor(C.Structure):
+    _fields_ = [("data", C.c_void_p), ("dtype", C.c_int), ("sb", C.c_int64),
+                ("ss", C.c_int64), ("sh", C.c_int64)]
+
+
+class Stats(C.Structure):
+    _fields_ = [("m", C.c_void_p), ("l", C.c_void_p), ("dtype", C.c_int)]
+
+
+class BlockMaskC(C.Structure):
+    _fields_ = [("batch", C.c_int64), ("heads", C.c_int64), ("q_blocks", C.c_int64),
+                ("k_blocks", C.c_int64), ("kv_count", C.c_void_p),
+                ("kv_index", C.c_void_p), ("q_count", C.c_void_p),
+                ("q_index", C.c_void_p)]
+
+
+class Params(C.Structure):  # fg_attn_params, field for field
+    _fields_ = [("batch", C.c_int64), ("seqlen_q", C.c_int64), ("seqlen_k", C.c_int64),
+                ("heads_q", C.c_int64), ("heads_kv", C.c_int64), ("head_dim", C.c_int64),
+                ("device", C.c_int), ("softmax_scale", C.c_double), ("causal", C.c_int),
+                ("dropout_p", C.c_double), ("seed", C.c_uint64), ("offset", C.c_uint64),
+                ("block_q", C.c_int), ("block_k", C.c_int), ("num_threads", C.c_int),
+                ("cuda_stream", C.c_void_p), ("deterministic", C.c_int),
+                ("causal_align", C.c_int), ("window_left", C.c_int64),
+                ("window_right", C.c_int64), ("softcap", C.c_double),
+                ("alibi_slopes", C.c_void_p), ("alibi_stride_b", C.c_int64),
+                ("block_mask", C.c_void_p)]
+
+
+def bshd(t):
+    return Tensor(t.data_ptr(), FG_BF16, t.stride(0), t.stride(1), t.stride(2))
+
+
+class Flashgrad:
+    def __init__(self, path):
+        self.lib = C.CDLL(path)
+        self.lib.fg_last_error.restype = C.c_char_p
+        self.lib.fg_attn_params_init.argtypes = [C.POINTER(Params)] + [C.c_int64] * 6
+
+    def check(self, st, what):
+        if st != 0:
+            raise RuntimeError(f"{what}: {self.lib.fg_last_error().decode()}")
+
+    def params(self, B, N, H, d):
+        p = Params()
+        self.lib.fg_attn_params_init(C.byref(p), B, N, N, H, H, d)
+        p.device = FG_CUDA
+        p.cuda_stream = torch.cuda.current_stream().cuda_stream
+        return p
+
+    def fwd(self, p, q, k, v, o, m, l):
+        st = Stats(m.data_ptr(), l.data_ptr(), FG_FP32)
+        ts = [bshd(x) for x in (q, k, v, o)]
+        self.check(self.lib.fg_attention_forward(C.byref(p), *[C.byref(t) for t in ts],
+                                                 C.byref(st)), "forward")
+
+    def bwd(self, p, q, k, v, o, g, m, l, dq, dk, dv):
+        st = Stats(m.data_ptr(), l.data_ptr(), FG_FP32)
+        ts = [bshd(x) for x in (q, k, v, o, g)]
+        gs = [bshd(x) for x in (dq, dk, dv)]
+        self.check(self.lib.fg_attention_backward(
+            C.byref(p), *[C.byref(t) for t in ts], C.byref(st),
+            *[C.byref(t) for t in gs]), "backward")
+
+
+def time_pair(fwd, bwd, reps):
+    """Median forward and backward ms over reps calls (events around each)."""
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+    tf, tb = [], []
+    for _ in range(reps):
+        ev[0].record()
+        fwd()
+        ev[1].record()
+        ev[2].record()
+        bwd()
+        ev[3].record()
+        torch.cuda.synchronize()
+        tf.append(ev[0].elapsed_time(ev[1]))
+        tb.append(ev[2].elapsed_time(ev[3]))
+    return statistics.median(tf), statistics.median(tb)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", default=".libs/libflashgrad.so")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=10)
+    args = ap.parse_args()
+    fg = Flashgrad(args.lib)
+    torch.manual_seed(0)
+    dev = "cuda"
+    H, d = 16, 128
+    flex = torch.compile(flex_attention, dynamic=False)
+    print(f"PyTorch {torch.__version__}, {torch.cuda.get_device_name()}; bf16, "
+          f"H={H}, d={d}, B*N = 16k tokens; TFLOP/s over kept pairs, fwd / bwd",
+          flush=True)
+
+    cells = [("causal", 8192), ("window 1024", 8192), ("alibi+causal", 8192),
+             ("softcap 30+causal", 8192), ("50% block-sparse", 8192),
+             ("causal", 2048), ("softcap 30+causal", 2048), ("dense", 8192)]
+    if args.quick:
+        cells = cells[:5]
+    rows = []
+    for name, N in cells:
+        B = 16384 // N
+        shape = (B, N, H, d)
+        q, k, v, g = (torch.randn(shape, device=dev, dtype=torch.bfloat16) for _ in range(4))
+        o, dq, dk, dv = (torch.empty_like(q) for _ in range(4))
+        m = torch.empty(B, H, N, device=dev, dtype=torch.float32)
+        l = torch.empty_like(m)
+        p = fg.params(B, N, H, d)
+        slopes = torch.tensor([2.0 ** (-8.0 * (i + 1) / H) for i in range(H)],
+                              device=dev, dtype=torch.float32)
+        i_idx = torch.arange(N, device=dev)
+        keep = None  # dense [N, N] bool of kept pairs for the count (one head)
+        score_mod, mask_mod = None, None
+        keepalive = []
+        if "causal" in name or "window" in name:
+            p.causal = 1
+        if "window" in name:
+            p.window_left = 1024
+        if "alibi" in name:
+            p.alibi_slopes = slopes.data_ptr()
+            score_mod = lambda s, b, h, qi, ki: s - slopes[h] * (qi - ki).abs()
+        if "softcap" in name:
+            p.softcap = 30.0
+            score_mod = lambda s, b, h, qi, ki: 30.0 * torch.tanh(s / 30.0)
+        nqb = N // 128
+        if "block-sparse" in name:
+            bmap = torch.rand(B, H, nqb, nqb, device=dev) < 0.5
+            kv_count = bmap.sum(-1, dtype=torch.int32)
+            kv_index = torch.argsort((~bmap).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+            bmT = bmap.transpose(-1, -2)
+            q_count = bmT.sum(-1, dtype=torch.int32)
+            q_index = torch.argsort((~bmT).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+            cm = BlockMaskC(B, H, nqb, nqb, kv_count.data_ptr(), kv_index.data_ptr(),
+                            q_count.data_ptr(), q_index.data_ptr())
+            keepalive += [kv_count, kv_index, q_count, q_index, cm]
+            p.block_mask = C.addressof(cm)
+            block_mask = BlockMask.from_kv_blocks(kv_count, kv_index,
+                                                  BLOCK_SIZE=128, seq_lengths=(N, N))
+            kept = int(bmap.sum().item()) * 128 * 128 / (B * H)
+        else:
+            qi, ki = i_idx[:, None], i_idx[None, :]
+            keep = torch.ones(N, N, dtype=torch.bool, device=dev)
+            if p.causal:
+                keep &= ki <= qi
+            if "window" in name:
+                keep &= ki >= qi - 1024
+            kept = int(keep.sum().item())
+            if p.causal and "window" in name:
+                mask_mod = lambda b, h, qi, ki: (ki <= qi) & (ki >= qi - 1024)
+            elif p.causal:
+                mask_mod = lambda b, h, qi, ki: ki <= qi
+            block_mask = None
+            if mask_mod is not None:
+                from torch.nn.attention.flex_attention import create_block_mask
+                block_mask = create_block_mask(mask_mod, None, None, N, N, device=dev)
+            del keep
+        fl = 4.0 * B * H * d * kept
+
+        qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
+        gt = g.transpose(1, 2)
+        state = {}
+
+        def flex_fwd():
+            state["out"] = flex(qt, kt, vt, score_mod=score_mod, block_mask=block_mask)
+
+        def flex_bwd():
+            state["out"].backward(gt)
+            qt.grad = kt.grad = vt.grad = None
+
+        def fg_fwd():
+            fg.fwd(p, q, k, v, o, m, l)
+
+        def fg_bwd():
+            fg.bwd(p, q, k, v, o, g, m, l, dq, dk, dv)
+
+        # warm-up (compilation) before any timing
+        for f in (flex_fwd, flex_bwd, fg_fwd, fg_bwd, flex_fwd, flex_bwd):
+            f()
+        torch.cuda.synchronize()
+        # same output? (max abs difference against FlexAttention's O)
+        fg_fwd()
+        flex_fwd()
+        torch.cuda.synchronize()
+        diff = (o.float() - state["out"].transpose(1, 2).float()).abs().max().item()
+        flex_bwd()
+        best = {"fg": [1e9, 1e9], "flex": [1e9, 1e9]}
+        for _ in range(args.rounds):  # interleaved rounds, best median
+            for who, (f, b) in (("fg", (fg_fwd, fg_bwd)), ("flex", (flex_fwd, flex_bwd))):
+                tf, tb = time_pair(f, b, args.reps)
+                best[who][0] = min(best[who][0], tf)
+                best[who][1] = min(best[who][1], tb)
+        r = {"variant": name, "N": N, "B": B,
+             "fg_fwd": fl / best["fg"][0] / 1e9, "fg_bwd": 2.5 * fl / best["fg"][1] / 1e9,
+             "flex_fwd": fl / best["flex"][0] / 1e9,
+             "flex_bwd": 2.5 * fl / best["flex"][1] / 1e9,
+             "fg_fwd_ms": best["fg"][0], "fg_bwd_ms": best["fg"][1], "maxdiff": diff}
+        rows.append(r)
+        print(r, flush=True)
+        del keepalive
+
+    print()
+    print(f"{'variant':>20} {'N':>5} | {'flashgrad':>13} | {'FlexAttention':>13} | "
+          f"{'ratio':>11} | {'fwd ms':>7} {'bwd ms':>7} | max|dO|")
+    for r in rows:
+        print(f"{r['variant']:>20} {r['N']:>5} | {r['fg_fwd']:6.1f}/{r['fg_bwd']:6.1f} | "
+              f"{r['flex_fwd']:6.1f}/{r['flex_bwd']:6.1f} | "
+              f"{r['fg_fwd'] / r['flex_fwd']:5.2f}/{r['fg_bwd'] / r['flex_bwd']:5.2f} | "
+              f"{r['fg_fwd_ms']:7.3f} {r['fg_bwd_ms']:7.3f} | {r['maxdiff']:.2e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
