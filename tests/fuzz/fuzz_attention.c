@@ -370,10 +370,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     only_outputs_changed(fwd_out, "forward");
     const double tol = pb.dt == FG_FP64 ? 1e-10 : 2e-4;
-    naive_shape ns = {pb.B, pb.Nq, pb.Nk, pb.H, pb.Hk, pb.d,
-                      pb.p.softmax_scale > 0 ? pb.p.softmax_scale
-                                             : 1.0 / sqrt((double)pb.d),
-                      pb.p.causal, pb.p.dropout_p, NULL};
+    naive_shape ns = {.B = pb.B, .Nq = pb.Nq, .Nk = pb.Nk, .H = pb.H,
+                      .Hk = pb.Hk, .d = pb.d,
+                      .scale = pb.p.softmax_scale > 0
+                                   ? pb.p.softmax_scale
+                                   : 1.0 / sqrt((double)pb.d),
+                      .causal = pb.p.causal, .p = pb.p.dropout_p};
     const int64_t nmask = pb.B * pb.H * pb.Nq * pb.Nk;
     uint8_t *mask = malloc((size_t)nmask);
     ref_dropout_mask(pb.p.seed, pb.p.offset, pb.p.dropout_p, pb.B, pb.H,
