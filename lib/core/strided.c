@@ -86,8 +86,8 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* All offsets sum_k a_k * str[k], 0 <= a_k < ext[k], over dims [lo, hi),
- * plus `base`, times `scale`, into out (count of them), sorted. */
+/* base + scale * sum_k a_k * str[k] for every 0 <= a_k < ext[k] over dims
+ * [lo, hi), into out (count of them), sorted. */
 static void enumerate_sorted(const int64_t *ext, const int64_t *str, int lo,
                              int hi, int64_t base, int64_t scale,
                              int64_t *out, int64_t count)
