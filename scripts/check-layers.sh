@@ -14,7 +14,9 @@
 #   4 lib/ops             differentiable ops (CPU) ...
 #     kernels/ops         ... and their CUDA kernels
 #   5 lib/train           nn layers, GPT, optimiser, checkpoints, data
-#   6 tools, examples,    programs: public headers only (and headers of
+#   6 lib/dist            communicator (MPI), data parallel, ring attention
+#     kernels/dist        ... and the NCCL backend and its CUDA kernels
+#   7 tools, examples,    programs: public headers only (and headers of
 #     bench               their own folder)
 # Tests may include anything.
 #
@@ -40,7 +42,8 @@ rank_of() {
     lib/autograd/*) echo 3 ;;
     lib/ops/* | kernels/ops/*) echo 4 ;;
     lib/train/*) echo 5 ;;
-    tools/* | examples/* | bench/*) echo 6 ;;
+    lib/dist/* | kernels/dist/*) echo 6 ;;
+    tools/* | examples/* | bench/*) echo 7 ;;
     include/flashgrad/*) echo public ;;
     *) echo unknown ;;
     esac
@@ -85,9 +88,9 @@ for f in $files; do
         [[ $to == public ]] && continue
         # A program may split itself into files: its own folder's headers
         # are fine, any other non-public header is not.
-        [[ $from == 6 && $(dirname "$target") == "$dir" ]] && continue
+        [[ $from == 7 && $(dirname "$target") == "$dir" ]] && continue
         if [[ $to == unknown ]] ||
-            [[ $from == 6 ]] || ((to > from)); then
+            [[ $from == 7 ]] || ((to > from)); then
             echo "check-layers: $f:$lineno includes $target" \
                 "(layer $to from layer $from)" >&2
             bad=$((bad + 1))

@@ -249,6 +249,55 @@ FG_API fg_status fg_attn_block_mask_build(fg_attn_block_mask *out,
 /* Dropout keep threshold T = floor((1 - p) * 2^24) used above. */
 FG_API uint32_t fg_dropout_threshold(double p);
 
+/* ---- merging partial results ------------------------------------------------
+ * Attention over keys that are the disjoint union of key sets K_1 .. K_n
+ * (with their V_i) is the merge of the attentions over each set. With
+ * (O_i, m_i, l_i) from fg_attention_forward on (Q, K_i, V_i):
+ *
+ *     m = max_i m_i,   w_i = l_i exp(m_i - m),   l = sum_i w_i,
+ *     O = sum_i (w_i / l) O_i
+ *
+ * (the union's softmax normaliser is the parts' normalisers brought to a
+ * common max; logsumexp = m + log l). This is exact up to rounding. A part
+ * in which a row sees no key (m_i = -inf, l_i = 0) contributes nothing; a
+ * row that no part sees gets m = -inf, l = 0, O = 0, as from the forward.
+ * Used by ring attention (flashgrad/dist.h), split-K decoding and any
+ * attention computed in pieces.
+ *
+ * Backward of a split attention: call fg_attention_backward on each part
+ * (Q, K_i, V_i) with the MERGED O and the MERGED stats m, l (and the same
+ * dO). The backward recomputes P_ij = exp(S_ij - m_i) / l_i and
+ * D_i = rowsum(dO_i * O_i); with the global m, l and O these are the
+ * probabilities and D of the whole attention, so part i yields exactly the
+ * dK_i, dV_i of its keys and its share of dQ, and dQ = sum_i dQ_i (up to
+ * the rounding of that sum). With a part's own m_i, l_i, O_i the result
+ * would be the gradient of a different function.
+ *
+ * Masks: each part's call describes its own (queries, keys) block. For
+ * causal attention cut into equal chunks of length c along both the query
+ * and the key sequence, block (query chunk a, key chunk b) is full
+ * (causal = 0) for b < a, empty (skip it) for b > a, and for b == a it is
+ * plain causal with Nq == Nk == c. With dropout each part draws its mask
+ * with part-local key indices, so a split run uses a different (equally
+ * valid) mask than the unsplit call; the merge itself is exact either way.
+ *
+ * fg_attention_merge reads batch, seqlen_q, heads_q, head_dim, device,
+ * num_threads and cuda_stream of p (nothing else). o_parts[i] and
+ * stats_parts[i] are the n_parts >= 1 inputs; o, stats the output, which
+ * may be exactly one of the parts (same pointers and strides: in-place
+ * accumulation, O_acc = merge(O_acc, O_new)) but may not overlap an input
+ * otherwise. Each O has its own dtype and strides ([B, Nq, H, d], d
+ * contiguous); each stats' dtype follows its O (fp64 for fp64, fp32
+ * otherwise). CPU: fp32/fp64. CUDA: also fp16/bf16 O (e.g. bf16 parts
+ * merged into an fp32 accumulator), asynchronous on cuda_stream.
+ * Arithmetic is fp64 when any O is fp64, else fp32. The result does not
+ * depend on num_threads. */
+FG_API fg_status fg_attention_merge(const fg_attn_params *p, int n_parts,
+                                    const fg_attn_tensor *o_parts,
+                                    const fg_attn_stats *stats_parts,
+                                    const fg_attn_tensor *o,
+                                    const fg_attn_stats *stats);
+
 FG_END_DECLS
 
 #endif /* FLASHGRAD_ATTENTION_H */

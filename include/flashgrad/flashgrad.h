@@ -22,7 +22,8 @@
  * FlashAttention kernels), tensor.h (tensors, arenas, random generator),
  * autograd.h (the tape, hooks, differentiable ops), gradcheck.h, nn.h
  * (layers, the GPT model, toy data, sampling), optim.h (AdamW, clipping,
- * LR schedule, checkpoints). */
+ * LR schedule, checkpoints), dist.h (MPI/NCCL communicator, data
+ * parallelism, ring attention). */
 #ifndef FLASHGRAD_FLASHGRAD_H
 #define FLASHGRAD_FLASHGRAD_H
 
@@ -36,5 +37,6 @@
 #include "flashgrad/gradcheck.h"
 #include "flashgrad/nn.h"
 #include "flashgrad/optim.h"
+#include "flashgrad/dist.h"
 
 #endif /* FLASHGRAD_FLASHGRAD_H */

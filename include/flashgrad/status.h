@@ -21,7 +21,8 @@ typedef enum fg_status {
     FG_ERR_NO_DEVICE = 5,        /* CUDA requested but no usable GPU */
     FG_ERR_STATE = 6,            /* call not valid in the current state */
     FG_ERR_IO = 7,               /* file read/write failed or corrupt data */
-    FG_ERR_INTERNAL = 8          /* a bug in flashgrad: please report it */
+    FG_ERR_INTERNAL = 8,         /* a bug in flashgrad: please report it */
+    FG_ERR_COMM = 9              /* an MPI/NCCL call failed (dist.h) */
 } fg_status;
 
 /* Message of the last failure on this thread ("" if none). The pointer stays

@@ -2,6 +2,7 @@
  * the public API's validation. */
 #include <cuda_runtime.h>
 
+#include "flashgrad/types.h" /* FG_API on fg_cuda_available: exported */
 #include "device.h"
 #include "cuda_check.h"
 

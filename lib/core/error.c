@@ -63,6 +63,7 @@ const char *fg_status_string(fg_status s)
     case FG_ERR_STATE: return "invalid state";
     case FG_ERR_IO: return "I/O error";
     case FG_ERR_INTERNAL: return "internal error";
+    case FG_ERR_COMM: return "communication error";
     }
     return "unknown status";
 }

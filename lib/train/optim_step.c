@@ -1,8 +1,10 @@
 /* lib/train/optim_step.c - one training step: micro-batches with gradient
- * accumulation inside an arena, clipping, AdamW, zeroing. */
+ * accumulation inside an arena (fg_gpt_accumulate, also used by the
+ * data-parallel step of lib/dist), clipping, AdamW, zeroing. */
 #include "flashgrad/optim.h"
 #include "lib/core/error.h"
 #include "lib/autograd/tensor_internal.h"
+#include "train_internal.h"
 
 /* Zero gradients for parameters that have none yet (the first step), made
  * before the forward: every step then has the same live set of buffers,
@@ -19,13 +21,12 @@ static fg_status ensure_grads(const fg_param *ps, int n)
     return FG_OK;
 }
 
-fg_status fg_gpt_train_step(const fg_gpt *m, fg_adamw *opt, const int64_t *x,
+fg_status fg_gpt_accumulate(const fg_gpt *m, const int64_t *x,
                             const int64_t *y, int64_t B, int64_t T, int accum,
-                            double clip, double lr, fg_generator *rng,
-                            fg_arena *arena, fg_step_stats *stats)
+                            fg_generator *rng, fg_arena *arena,
+                            fg_micro_fn before_backward, void *user,
+                            double *loss_sum)
 {
-    if (!m || !opt || !x || !y || accum < 1 || B <= 0 || T <= 0)
-        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "bad arguments");
     int n;
     const fg_param *ps = fg_gpt_params(m, &n);
     FG_TRY(ensure_grads(ps, n));
@@ -44,6 +45,8 @@ fg_status fg_gpt_train_step(const fg_gpt *m, fg_adamw *opt, const int64_t *x,
         if (s == FG_OK)
             s = accum > 1 ? fg_scale(loss, 1.0 / accum, &scaled)
                           : (scaled = fg_tensor_retain(loss), FG_OK);
+        if (s == FG_OK && before_backward)
+            s = before_backward(user, a, accum);
         if (s == FG_OK)
             s = fg_backward(scaled);
         /* Read the loss only now: on a GPU the host has then enqueued the
@@ -57,6 +60,22 @@ fg_status fg_gpt_train_step(const fg_gpt *m, fg_adamw *opt, const int64_t *x,
             fg_arena_pop(arena);
         total += l;
     }
+    *loss_sum = total;
+    return s;
+}
+
+fg_status fg_gpt_train_step(const fg_gpt *m, fg_adamw *opt, const int64_t *x,
+                            const int64_t *y, int64_t B, int64_t T, int accum,
+                            double clip, double lr, fg_generator *rng,
+                            fg_arena *arena, fg_step_stats *stats)
+{
+    if (!m || !opt || !x || !y || accum < 1 || B <= 0 || T <= 0)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "bad arguments");
+    int n;
+    const fg_param *ps = fg_gpt_params(m, &n);
+    double total = 0;
+    fg_status s = fg_gpt_accumulate(m, x, y, B, T, accum, rng, arena, NULL,
+                                    NULL, &total);
     double norm = 0;
     if (s == FG_OK)
         s = fg_clip_grad_norm(ps, n, clip, &norm);

@@ -140,15 +140,22 @@ static int build_model(run *r)
     oc.lr = o->lr;
     oc.weight_decay = o->wd;
     oc.beta2 = o->beta2;
-    if (fg_adamw_create(ps, n, &oc, &r->opt) != FG_OK)
+    if (r->world > 1) {
+        const int rc = dist_create(r, &oc);
+        if (rc)
+            return rc;
+    } else if (fg_adamw_create(ps, n, &oc, &r->opt) != FG_OK) {
         return setup_error();
+    }
     fg_generator_init(&r->st.rng, (uint64_t)o->seed ^ 0xD50F);
     r->st.data_rng = (uint64_t)o->seed * 0x9E3779B97F4A7C15ull + 1;
     r->st.best_val = INFINITY;
     if (o->resume[0] &&
-        fg_checkpoint_load(o->resume, r->m, r->opt, &r->st) != FG_OK)
+        (r->dp ? fg_dp_checkpoint_load(r->dp, o->resume, r->m, &r->st)
+               : fg_checkpoint_load(o->resume, r->m, r->opt, &r->st)) != FG_OK)
         return complain(EXIT_USAGE, "--resume: %s", fg_last_error());
-    const int64_t rows = o->batch * o->accum, T = r->d.T;
+    /* Under mpirun the batch holds every rank's rows. */
+    const int64_t rows = o->batch * o->accum * r->world, T = r->d.T;
     r->x = malloc((size_t)(rows * T) * sizeof *r->x);
     r->y = malloc((size_t)(rows * T) * sizeof *r->y);
     if (!r->x || !r->y)
@@ -241,6 +248,13 @@ static int open_outputs(run *r)
 {
     opts *o = &r->o;
     int rc;
+    if (r->rank > 0) { /* rank 0 writes; the others only join its saves */
+        if (strcmp(o->ckpt, "none")) {
+            snprintf(r->ckpt, sizeof r->ckpt, "(rank 0)");
+            snprintf(r->best, sizeof r->best, "(rank 0)");
+        }
+        return 0;
+    }
     if ((rc = make_out_dir(r)) ||
         (rc = output_path(r, o->ckpt, "last.ckpt", r->ckpt)) ||
         (rc = output_path(r, o->log, "log.csv", r->log)) ||
@@ -283,6 +297,11 @@ static void print_header(run *r)
            (long long)o->threads, o->threads == 1 ? "" : "s",
            r->flops_per_token / 1e6,
            o->peak_flops > 0 ? "" : "; MFU needs --peak-flops");
+    if (r->world > 1)
+        printf("data parallel: %d ranks (%s), %lld sequences per rank and "
+               "micro-batch%s\n", r->world,
+               fg_comm_get_backend(r->comm) == FG_COMM_NCCL ? "NCCL" : "MPI",
+               (long long)o->batch, o->zero1 ? ", ZeRO-1" : "");
     printf("run folder: %s\n", r->out);
     printf("config:\n");
     opts_write(o, stdout, 78);
@@ -305,7 +324,7 @@ static int setup(run *r, int argc, char **argv)
         strcpy(o->data, abs); /* kept absolute: --resume from elsewhere */
     fg_set_num_threads((int)o->threads);
     fg_set_deterministic((int)o->deterministic);
-    if ((rc = pick_device(r)))
+    if ((rc = dist_init(r)) || (rc = pick_device(r)))
         return rc;
     const int cuda = r->dev == FG_DEVICE_CUDA;
     r->bf16 = !strcmp(o->dtype, "bf16") || (!strcmp(o->dtype, "auto") && cuda);
@@ -359,7 +378,7 @@ static int finish(run *r)
         if ((rc = eval_loss(r, 0, &tr)) || (rc = eval_loss(r, 1, &val)))
             return rc;
         printf("final: train loss %.4f | val loss %.4f\n", tr, val);
-        return write_samples(r);
+        return r->rank == 0 ? write_samples(r) : 0;
     }
     double acc;
     if (fg_sort_task_accuracy(r->m, &r->d.task, o->final_examples,
@@ -381,15 +400,28 @@ static int train(run *r)
     int stop = 0, sig = 0, rc = 0;
     signals_install();
     r->t0 = now();
-    while (r->st.step < o->steps && !stop && !(sig = signals_caught())) {
-        if (data_batch(&r->d, 0, &r->st.data_rng, B * o->accum, r->x,
+    while (r->st.step < o->steps && !stop &&
+           !(sig = dist_signal(r, signals_caught()))) {
+        /* Under mpirun every rank draws the whole batch (the same data
+         * state everywhere) and trains on its own rows of it. */
+        const int64_t rows = B * o->accum, mine = r->rank * rows * T;
+        if (data_batch(&r->d, 0, &r->st.data_rng, rows * r->world, r->x,
                        r->y) != FG_OK)
             return lib_error(EXIT_FAIL);
         fg_step_stats ss;
         const double lr = fg_lr_at(&sched, r->st.step), t = now();
-        if (fg_gpt_train_step(r->m, r->opt, r->x, r->y, B, T, (int)o->accum,
-                              o->clip, lr, &r->st.rng, r->arena, &ss) != FG_OK)
+        /* Dropout: rank r's own stream (seed moved by r), at rank 0's
+         * offset, so a checkpoint's generator restores every rank. */
+        fg_generator g = r->st.rng;
+        g.seed += (uint64_t)r->rank * 0x9E3779B97F4A7C15ull;
+        if ((r->dp ? fg_dp_train_step(r->dp, r->m, r->x + mine, r->y + mine,
+                                      B, T, (int)o->accum, o->clip, lr, &g,
+                                      r->arena, &ss)
+                   : fg_gpt_train_step(r->m, r->opt, r->x, r->y, B, T,
+                                       (int)o->accum, o->clip, lr, &g,
+                                       r->arena, &ss)) != FG_OK)
             return lib_error(EXIT_FAIL);
+        r->st.rng.offset = g.offset;
         iv.train_s += now() - t;
         r->st.step++;
         iv.steps++;
@@ -412,7 +444,7 @@ static int train(run *r)
             memset(&iv, 0, sizeof iv);
         }
         if (r->d.text && o->sample_interval && s % o->sample_interval == 0 &&
-            !last && (rc = write_samples(r)))
+            !last && r->rank == 0 && (rc = write_samples(r)))
             return rc;
         if (o->ckpt_interval && s % o->ckpt_interval == 0 && !last && !stop &&
             (rc = ckpt_save(r, r->ckpt, "periodic")))
@@ -465,6 +497,7 @@ int main(int argc, char **argv)
         fclose(r->csv);
     fg_arena_free(r->arena);
     fg_adamw_free(r->opt);
+    dist_free(r);
     fg_gpt_free(r->m);
     data_release(&r->d);
     free(r->x);

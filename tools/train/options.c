@@ -105,6 +105,9 @@ static const spec SPECS[] = {
                 "nothing from more than 1"),
     INT("--deterministic", deterministic, 0, 1, BOTH,
         .help = "bitwise-reproducible CUDA steps (the CPU always is)"),
+    INT("--zero1", zero1, 0, 1, BOTH,
+        .help = "under mpirun: shard the AdamW moments across the\n"
+                "ranks (ZeRO-1)"),
     GROUP("Progress and evaluation"),
     INT("--print-interval", print_interval, 1, BIG, BOTH,
         .help = "steps between progress lines (loss, speed, MFU, ETA)"),

@@ -32,7 +32,7 @@ typedef struct opts {
     double lr, min_lr, wd, beta2, clip;
     /* machine */
     char device[8], dtype[8];
-    int64_t threads, deterministic;
+    int64_t threads, deterministic, zero1;
     /* progress and evaluation */
     int64_t print_interval, eval_interval, eval_batches, eval_examples,
         final_examples;

@@ -66,10 +66,12 @@ int report_open_csv(run *r)
 static void speed(const run *r, const interval *iv, double *tps,
                   double *mfu)
 {
+    /* Every rank's tokens; --peak-flops is one device's. */
     const double tokens = (double)(r->o.batch * r->o.accum * r->d.T) *
-                          (double)iv->steps;
+                          (double)r->world * (double)iv->steps;
     *tps = iv->train_s > 0 ? tokens / iv->train_s : 0;
-    *mfu = r->o.peak_flops > 0 ? *tps * r->flops_per_token / r->o.peak_flops
+    *mfu = r->o.peak_flops > 0 ? *tps * r->flops_per_token /
+                                     (r->o.peak_flops * r->world)
                                : -1;
 }
 

@@ -39,6 +39,11 @@ typedef struct run {
     double elapsed0;      /* seconds trained before this process */
     double t0;            /* this process's start of training */
     double flops_per_token;
+    /* under mpirun (dist.c); one process: world 1, the rest NULL */
+    int rank, world;
+    fg_comm *host;        /* MPI: the ranks */
+    fg_comm *comm;        /* the gradients': host (CPU) or NCCL (GPU) */
+    fg_dp *dp;            /* owns the optimizer; r->opt stays NULL */
 } run;
 
 /* Prints the library's last error; returns code. */
@@ -51,6 +56,16 @@ int ckpt_read_run(run *r, const char *path);
 /* Saves the model to path ("": off), saying why unless why is NULL; 0 or
  * EXIT_FAIL (printed). */
 int ckpt_save(run *r, const char *path, const char *why);
+
+/* ---- dist.c: data parallel under mpirun ------------------------------------- */
+/* Joins the other ranks when mpirun started several (before anything
+ * touches CUDA: NCCL picks the GPU); silences stdout except on rank 0. */
+int dist_init(run *r);
+/* The data-parallel state over r->m's parameters (replaces r->opt). */
+int dist_create(run *r, const fg_adamw_config *oc);
+/* The signal every rank acts on at this step (0: none). */
+int dist_signal(run *r, int sig);
+void dist_free(run *r);
 
 /* ---- report.c: progress, CSV, plot ------------------------------------------ */
 /* Opens the CSV log: a new one with its header (replacing a file of that

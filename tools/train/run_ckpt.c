@@ -34,7 +34,10 @@ int ckpt_save(run *r, const char *path, const char *why)
         fputc('\n', f);
     }
     fclose(f);
-    const fg_status s = fg_checkpoint_save(path, r->m, r->opt, &r->st, meta);
+    /* Data parallel: collective, rank 0 writes. */
+    const fg_status s =
+        r->dp ? fg_dp_checkpoint_save(r->dp, path, r->m, &r->st, meta)
+              : fg_checkpoint_save(path, r->m, r->opt, &r->st, meta);
     free(meta);
     if (s != FG_OK)
         return lib_error(EXIT_FAIL);

@@ -1,0 +1,726 @@
+/* lib/dist/dp.c - data parallelism (dist.h): the flat gradient buffer and
+ * its buckets, the post-accumulate hooks that start each bucket's
+ * reduction during the backward, ZeRO-1 (AdamW over this rank's slices of
+ * every bucket, then the parameters' all-gather), the data-parallel train
+ * step and checkpoints.
+ *
+ * Layout. Parameters are laid out in the flat buffer in reverse order (the
+ * backward produces the last layers' gradients first) and grouped into
+ * buckets of about bucket_bytes (whole parameters; a larger one is a bucket
+ * of its own). With ZeRO-1 each bucket is padded to a multiple of the
+ * ranks and rank r owns its r-th slice. Every parameter's .grad is a view
+ * of its place, so the backward accumulates straight into the buffer and
+ * the all-reduce needs no copies.
+ *
+ * Order. Buckets are started strictly in index order (bucket i + 1 only
+ * after i), whatever order the hooks complete them in, so every rank issues
+ * the same collectives in the same order, as MPI and NCCL require. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+
+#include "comm_internal.h"
+#include "dist_internal.h"
+#include "lib/autograd/tensor_internal.h"
+#include "lib/core/error.h"
+#include "lib/train/train_internal.h"
+
+typedef struct dp_param {
+    struct fg_dp *dp;
+    fg_tensor *t;       /* retained */
+    fg_tensor *view;    /* the .grad we installed (t owns it) */
+    int64_t numel, flat; /* elements; offset in the buffer */
+    int bucket;
+    uint64_t ready_epoch;
+    fg_hook *hook;
+} dp_param;
+
+typedef struct dp_bucket {
+    int64_t off, len, padded, chunk; /* elements; chunk = padded / size */
+    int nparams, pending;
+    fg_comm_request *req;
+} dp_bucket;
+
+/* ZeRO-1: one piece of a parameter inside this rank's slice of a bucket. */
+typedef struct dp_seg {
+    int param;
+    int64_t poff, flat, len; /* offset in the parameter, in the buffer */
+} dp_seg;
+
+struct fg_dp {
+    fg_comm *comm;
+    fg_dp_config cfg;
+    int n;
+    dp_param *ps;
+    fg_param *params; /* copy of the caller's array */
+    int nb;
+    dp_bucket *bk;
+    fg_tensor *gflat; /* 1-D, the gradient buffer */
+    char *gbase;
+    fg_dtype dt;
+    fg_device dev;
+    size_t es;
+    int64_t total;
+    /* the step in progress */
+    int armed;
+    uint64_t epoch;
+    int next_launch;
+    /* optimizer: full, or over the segments */
+    fg_adamw *opt;
+    int nseg;
+    dp_seg *seg;
+    fg_param *segp; /* 1-D views: parameter slice, .grad = buffer slice */
+    int64_t shard_elements;
+    int64_t opt_steps; /* AdamW steps taken (ZeRO-1 ranks may own nothing) */
+    /* stats */
+    int64_t steps, started_in_backward;
+};
+
+void fg_dp_config_init(fg_dp_config *c)
+{
+    if (!c)
+        return;
+    memset(c, 0, sizeof *c);
+    c->bucket_bytes = (size_t)4 << 20;
+    c->overlap = 1;
+    fg_adamw_config_init(&c->adamw);
+}
+
+/* ---- buckets ------------------------------------------------------------------- */
+
+static fg_status launch(fg_dp *dp, dp_bucket *b)
+{
+    char *p = dp->gbase + (size_t)b->off * dp->es;
+    if (dp->cfg.zero1) {
+        char *mine = p + (size_t)(dp->comm->rank * b->chunk) * dp->es;
+        return fg_comm_ireduce_scatter(dp->comm, p, mine, (size_t)b->chunk,
+                                       dp->dt, FG_REDUCE_AVG, &b->req);
+    }
+    return fg_comm_iallreduce(dp->comm, p, p, (size_t)b->len, dp->dt,
+                              FG_REDUCE_AVG, &b->req);
+}
+
+/* Starts every bucket that is complete and next in line. */
+static fg_status launch_ready(fg_dp *dp, int from_hook)
+{
+    while (dp->next_launch < dp->nb && dp->bk[dp->next_launch].pending == 0) {
+        FG_TRY(launch(dp, &dp->bk[dp->next_launch]));
+        dp->next_launch++;
+        dp->started_in_backward += from_hook;
+    }
+    return FG_OK;
+}
+
+/* Lets MPI advance the reductions in flight (it progresses inside calls). */
+static fg_status poll(fg_dp *dp)
+{
+    for (int i = 0; i < dp->next_launch; i++) {
+        int done = 0;
+        if (dp->bk[i].req)
+            FG_TRY(fg_comm_test(dp->bk[i].req, &done));
+    }
+    return FG_OK;
+}
+
+static fg_status dp_hook(fg_tensor *leaf, void *user)
+{
+    dp_param *e = user;
+    fg_dp *dp = e->dp;
+    if (!dp->armed)
+        return FG_OK;
+    if (leaf->grad != e->view)
+        return fg_error(FG_ERR_STATE,
+                        "data parallel: the gradient of %s was replaced "
+                        "(fg_tensor_clear_grad?); zero it with "
+                        "fg_dp_zero_grad", dp->params[e - dp->ps].name);
+    if (e->ready_epoch == dp->epoch)
+        return FG_OK;
+    e->ready_epoch = dp->epoch;
+    if (--dp->bk[e->bucket].pending == 0 && dp->cfg.overlap)
+        FG_TRY(launch_ready(dp, 1));
+    return poll(dp);
+}
+
+static void reset_pending(fg_dp *dp)
+{
+    for (int i = 0; i < dp->nb; i++)
+        dp->bk[i].pending = dp->bk[i].nparams;
+    dp->next_launch = 0;
+    dp->armed = 0;
+    dp->epoch++;
+}
+
+/* No reduction in flight (between fg_dp_finish_backward and the next
+ * synchronising backward). */
+static fg_status check_idle(const fg_dp *dp, const char *fn)
+{
+    if (!dp)
+        return fg_error(FG_ERR_INVALID_ARGUMENT, "%s: NULL dp", fn);
+    if (dp->next_launch > 0)
+        return fg_error(FG_ERR_STATE, "%s: reductions are in flight: call "
+                        "fg_dp_finish_backward first", fn);
+    return FG_OK;
+}
+
+fg_status fg_dp_set_sync(fg_dp *dp, int sync)
+{
+    FG_TRY(check_idle(dp, __func__));
+    dp->armed = sync != 0;
+    return FG_OK;
+}
+
+fg_status fg_dp_finish_backward(fg_dp *dp)
+{
+    if (!dp)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL dp");
+    fg_status s = FG_OK;
+    /* Buckets whose parameters got no gradient (or all of them, without
+     * a synchronising backward) start now, in order. */
+    for (int i = 0; i < dp->nb; i++)
+        dp->bk[i].pending = 0;
+    s = launch_ready(dp, 0);
+    for (int i = 0; i < dp->nb; i++) {
+        fg_status w = fg_comm_wait(dp->bk[i].req); /* NULL-safe */
+        dp->bk[i].req = NULL;
+        if (s == FG_OK)
+            s = w;
+    }
+    reset_pending(dp);
+    dp->steps++;
+    return s;
+}
+
+/* ---- creation ---------------------------------------------------------------------- */
+
+static fg_status check_params(fg_comm *comm, const fg_param *params, int n,
+                              fg_dtype *dt)
+{
+    for (int i = 0; i < n; i++) {
+        fg_tensor *t = params[i].tensor;
+        if (!t)
+            return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "parameter %d is NULL", i);
+        const fg_dtype d = fg_tensor_dtype(t);
+        if (i == 0)
+            *dt = d;
+        if ((d != FG_FP32 && d != FG_FP64) || d != *dt)
+            return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                           "parameters must all be fp32 or all fp64 (%s is "
+                           "%s)", params[i].name, fg_dtype_name(d));
+        if (fg_tensor_device(t) != comm->device)
+            return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                           "parameter %s is on %s but the communicator (%s) "
+                           "moves %s buffers", params[i].name,
+                           fg_device_name(fg_tensor_device(t)),
+                           comm->backend == FG_COMM_MPI ? "MPI" : "NCCL",
+                           fg_device_name(comm->device));
+        if (!fg_tensor_is_contiguous(t) || !t->requires_grad ||
+            t->grad_fn)
+            return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                           "parameter %s must be a contiguous leaf requiring "
+                           "grad", params[i].name);
+        for (int j = 0; j < i; j++)
+            if (params[j].tensor == t)
+                return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                               "parameter %s is listed twice", params[i].name);
+    }
+    return FG_OK;
+}
+
+/* Buckets over the parameters in reverse order. */
+static fg_status plan(fg_dp *dp)
+{
+    const int N = dp->comm->size;
+    const int64_t cap = (int64_t)(dp->cfg.bucket_bytes / dp->es) > 0
+                            ? (int64_t)(dp->cfg.bucket_bytes / dp->es)
+                            : 1;
+    dp->bk = calloc((size_t)dp->n, sizeof *dp->bk);
+    if (!dp->bk)
+        return FG_FAIL(FG_ERR_OUT_OF_MEMORY, "buckets");
+    int64_t off = 0;
+    dp_bucket *b = NULL;
+    for (int i = dp->n - 1; i >= 0; i--) {
+        dp_param *p = &dp->ps[i];
+        if (!b || b->len >= cap) {
+            if (b) {
+                b->padded = dp->cfg.zero1 ? (b->len + N - 1) / N * N : b->len;
+                b->chunk = b->padded / N;
+                off += b->padded;
+            }
+            b = &dp->bk[dp->nb++];
+            b->off = off;
+        }
+        p->bucket = (int)(b - dp->bk);
+        p->flat = b->off + b->len;
+        b->len += p->numel;
+        b->nparams++;
+    }
+    b->padded = dp->cfg.zero1 ? (b->len + N - 1) / N * N : b->len;
+    b->chunk = b->padded / N;
+    dp->total = off + b->padded;
+    return FG_OK;
+}
+
+/* Each parameter's .grad becomes a view of its place in the buffer (an
+ * existing gradient is copied in). */
+static fg_status install_views(fg_dp *dp)
+{
+    for (int i = 0; i < dp->n; i++) {
+        dp_param *p = &dp->ps[i];
+        fg_tensor *t = p->t;
+        int64_t stride[FG_MAX_DIMS];
+        fg_contiguous_strides(t->nd, t->shape, stride);
+        fg_tensor *v = NULL;
+        FG_TRY(fg_tensor_view_new(NULL, dp->gflat, t->nd, t->shape, stride,
+                                  dp->gflat->offset + p->flat, &v));
+        if (t->grad) {
+            fg_status s = fg_tensor_copy(v, t->grad);
+            if (s != FG_OK) {
+                fg_tensor_free(v);
+                return s;
+            }
+            fg_tensor_free(t->grad);
+        }
+        t->grad = v;
+        p->view = v;
+    }
+    return FG_OK;
+}
+
+/* ZeRO-1: the pieces of parameters inside this rank's slice of each
+ * bucket, as 1-D parameter views whose .grad views the buffer, and AdamW
+ * over them (moments for those elements only). */
+static fg_status make_shard(fg_dp *dp)
+{
+    const int r = dp->comm->rank;
+    int cap = dp->n + dp->nb;
+    dp->seg = calloc((size_t)cap, sizeof *dp->seg);
+    dp->segp = calloc((size_t)cap, sizeof *dp->segp);
+    if (!dp->seg || !dp->segp)
+        return FG_FAIL(FG_ERR_OUT_OF_MEMORY, "shard");
+    for (int i = 0; i < dp->n; i++) {
+        const dp_param *p = &dp->ps[i];
+        const dp_bucket *b = &dp->bk[p->bucket];
+        const int64_t lo = b->off + r * b->chunk, hi = lo + b->chunk;
+        const int64_t a = p->flat > lo ? p->flat : lo;
+        const int64_t e = p->flat + p->numel < hi ? p->flat + p->numel : hi;
+        if (a >= e)
+            continue;
+        dp_seg *s = &dp->seg[dp->nseg];
+        s->param = i;
+        s->flat = a;
+        s->poff = a - p->flat;
+        s->len = e - a;
+        dp->shard_elements += s->len;
+        fg_param *q = &dp->segp[dp->nseg++];
+        *q = dp->params[i];
+        FG_TRY(fg_tensor_view_new(NULL, p->t, FG_SHAPE(s->len),
+                                  (const int64_t[]){1},
+                                  p->t->offset + s->poff, &q->tensor));
+        q->tensor->requires_grad = 1;
+        FG_TRY(fg_tensor_view_new(NULL, dp->gflat, FG_SHAPE(s->len),
+                                  (const int64_t[]){1},
+                                  dp->gflat->offset + s->flat,
+                                  &q->tensor->grad));
+    }
+    if (dp->nseg == 0)
+        return FG_OK; /* more ranks than elements: nothing to update */
+    return fg_adamw_create(dp->segp, dp->nseg, &dp->cfg.adamw, &dp->opt);
+}
+
+fg_status fg_dp_create(fg_comm *comm, const fg_param *params, int n,
+                       const fg_dp_config *c, fg_dp **out)
+{
+    if (!comm || !params || n < 1 || !out)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "need a communicator, n >= 1 "
+                       "parameters and out");
+    *out = NULL;
+    fg_dp_config def;
+    fg_dp_config_init(&def);
+    if (!c)
+        c = &def;
+    if (comm->backend == FG_COMM_NCCL && fg_comm_get_stream(comm))
+        return FG_FAIL(FG_ERR_UNSUPPORTED, "a communicator of one of several "
+                       "GPUs driven by one process (one GPU per process, "
+                       "please)");
+    fg_dtype dt = FG_FP32;
+    FG_TRY(check_params(comm, params, n, &dt));
+    fg_dp *dp = calloc(1, sizeof *dp);
+    if (!dp)
+        return FG_FAIL(FG_ERR_OUT_OF_MEMORY, "fg_dp");
+    dp->comm = comm;
+    dp->cfg = *c;
+    if (dp->cfg.bucket_bytes == 0)
+        dp->cfg.bucket_bytes = def.bucket_bytes;
+    dp->n = n;
+    dp->dt = dt;
+    dp->dev = comm->device;
+    dp->es = fg_dtype_size(dt);
+    dp->ps = calloc((size_t)n, sizeof *dp->ps);
+    dp->params = calloc((size_t)n, sizeof *dp->params);
+    fg_status s = dp->ps && dp->params
+                      ? FG_OK
+                      : FG_FAIL(FG_ERR_OUT_OF_MEMORY, "fg_dp");
+    for (int i = 0; s == FG_OK && i < n; i++) {
+        dp->params[i] = params[i];
+        dp->ps[i].dp = dp;
+        dp->ps[i].t = fg_tensor_retain(params[i].tensor);
+        dp->ps[i].numel = fg_tensor_numel(params[i].tensor);
+    }
+    if (s == FG_OK)
+        s = plan(dp);
+    /* Parameters and optimizer state live on the heap. */
+    int pushed = s == FG_OK && fg_arena_push(NULL) == FG_OK;
+    if (s == FG_OK && !pushed)
+        s = FG_FAIL(FG_ERR_STATE, "arena stack full");
+    if (s == FG_OK)
+        s = fg_tensor_zeros(dt, dp->dev, FG_SHAPE(dp->total), &dp->gflat);
+    if (s == FG_OK) {
+        dp->gbase = fg_tensor_data(dp->gflat);
+        s = install_views(dp);
+    }
+    /* Every rank starts from rank 0's values. */
+    for (int i = 0; s == FG_OK && i < n; i++)
+        s = fg_comm_broadcast(comm, fg_tensor_data(dp->ps[i].t),
+                              (size_t)dp->ps[i].numel, dt, 0);
+    if (s == FG_OK && dp->cfg.zero1)
+        s = make_shard(dp);
+    else if (s == FG_OK)
+        s = fg_adamw_create(dp->params, n, &dp->cfg.adamw, &dp->opt);
+    if (pushed)
+        fg_arena_pop(NULL);
+    for (int i = 0; s == FG_OK && i < n; i++)
+        s = fg_tensor_register_post_accumulate_hook(dp->ps[i].t, dp_hook,
+                                                    &dp->ps[i],
+                                                    &dp->ps[i].hook);
+    if (s != FG_OK) {
+        fg_dp_free(dp);
+        return s;
+    }
+    reset_pending(dp);
+    *out = dp;
+    return FG_OK;
+}
+
+void fg_dp_free(fg_dp *dp)
+{
+    if (!dp)
+        return;
+    for (int i = 0; i < dp->nb; i++)
+        fg_comm_wait(dp->bk[i].req);
+    for (int i = 0; dp->ps && i < dp->n; i++) {
+        fg_hook_remove(dp->ps[i].hook);
+        fg_tensor_free(dp->ps[i].t);
+    }
+    fg_adamw_free(dp->opt);
+    for (int i = 0; dp->segp && i < dp->nseg; i++)
+        fg_tensor_free(dp->segp[i].tensor); /* frees its .grad view */
+    fg_tensor_free(dp->gflat);
+    free(dp->ps);
+    free(dp->params);
+    free(dp->bk);
+    free(dp->seg);
+    free(dp->segp);
+    free(dp);
+}
+
+/* ---- clipping, step ------------------------------------------------------------- */
+
+fg_status fg_dp_clip_grad_norm(fg_dp *dp, double max_norm, double *norm)
+{
+    if (!dp)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL dp");
+    if (!dp->cfg.zero1) /* every rank holds the same averaged gradients */
+        return fg_clip_grad_norm(dp->params, dp->n, max_norm, norm);
+    /* ZeRO-1: the sum of squares of the slices, summed over the ranks. */
+    double ss = 0;
+    if (dp->nseg > 0) {
+        double local = 0;
+        FG_TRY(fg_clip_grad_norm(dp->segp, dp->nseg, 0, &local));
+        ss = local * local;
+    }
+    FG_TRY(fg_comm_allreduce_host_f64(dp->comm, &ss, 1, FG_REDUCE_SUM));
+    const double total = sqrt(ss);
+    if (norm)
+        *norm = total;
+    if (max_norm > 0 && total > max_norm) {
+        const double k = max_norm / (total + 1e-6);
+        fg_no_grad_begin();
+        fg_status s = FG_OK;
+        for (int i = 0; s == FG_OK && i < dp->nseg; i++) {
+            fg_tensor *g = dp->segp[i].tensor->grad, *scaled = NULL;
+            s = fg_scale(g, k, &scaled);
+            if (s == FG_OK)
+                s = fg_tensor_copy(g, scaled);
+            fg_tensor_free(scaled);
+        }
+        fg_no_grad_end();
+        FG_TRY(s);
+    }
+    return FG_OK;
+}
+
+fg_status fg_dp_zero_grad(fg_dp *dp)
+{
+    if (!dp)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL dp");
+    return fg_tensor_fill(dp->gflat, 0.0);
+}
+
+/* ZeRO-1 after the slices' update: this rank's slices go into the buffer,
+ * each bucket is all-gathered in place, every parameter is copied out. */
+static fg_status gather_params(fg_dp *dp)
+{
+    for (int i = 0; i < dp->nseg; i++) {
+        const dp_seg *s = &dp->seg[i];
+        const char *src = (const char *)fg_tensor_data(dp->ps[s->param].t) +
+                          (size_t)s->poff * dp->es;
+        FG_TRY(fg_dist_copy(dp->dev, dp->gbase + (size_t)s->flat * dp->es, src,
+                            (size_t)s->len * dp->es));
+    }
+    fg_status s = FG_OK;
+    for (int i = 0; i < dp->nb && s == FG_OK; i++) {
+        dp_bucket *b = &dp->bk[i];
+        char *p = dp->gbase + (size_t)b->off * dp->es;
+        s = fg_comm_iallgather(dp->comm,
+                               p + (size_t)(dp->comm->rank * b->chunk) *
+                                       dp->es,
+                               p, (size_t)b->chunk, dp->dt, &b->req);
+    }
+    for (int i = 0; i < dp->nb; i++) {
+        fg_status w = fg_comm_wait(dp->bk[i].req);
+        dp->bk[i].req = NULL;
+        if (s == FG_OK)
+            s = w;
+    }
+    for (int i = 0; s == FG_OK && i < dp->n; i++)
+        s = fg_dist_copy(dp->dev, fg_tensor_data(dp->ps[i].t),
+                         dp->gbase + (size_t)dp->ps[i].flat * dp->es,
+                         (size_t)dp->ps[i].numel * dp->es);
+    if (s == FG_OK)
+        s = fg_dp_zero_grad(dp);
+    return s;
+}
+
+fg_status fg_dp_step(fg_dp *dp, double lr)
+{
+    FG_TRY(check_idle(dp, __func__));
+    if (dp->opt)
+        FG_TRY(fg_adamw_step(dp->opt, lr));
+    dp->opt_steps++;
+    if (dp->cfg.zero1)
+        return gather_params(dp);
+    return FG_OK;
+}
+
+fg_adamw *fg_dp_optimizer(const fg_dp *dp) { return dp ? dp->opt : NULL; }
+
+/* ---- the train step ----------------------------------------------------------------- */
+
+/* Only the last micro-batch's backward synchronises. */
+static fg_status before_backward(void *user, int micro, int accum)
+{
+    return fg_dp_set_sync(user, micro == accum - 1);
+}
+
+static fg_status check_model(const fg_dp *dp, const fg_gpt *m)
+{
+    int n = 0;
+    const fg_param *ps = fg_gpt_params(m, &n);
+    if (n != dp->n)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "the model has %d parameters, "
+                       "the fg_dp %d", n, dp->n);
+    for (int i = 0; i < n; i++)
+        if (ps[i].tensor != dp->ps[i].t)
+            return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "parameter %d (%s) is "
+                           "not the one the fg_dp was created with", i,
+                           ps[i].name);
+    return FG_OK;
+}
+
+fg_status fg_dp_train_step(fg_dp *dp, const fg_gpt *m, const int64_t *x,
+                           const int64_t *y, int64_t B, int64_t T, int accum,
+                           double clip, double lr, fg_generator *rng,
+                           fg_arena *arena, fg_step_stats *stats)
+{
+    if (!dp || !m || !x || !y || accum < 1 || B <= 0 || T <= 0)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "bad arguments");
+    FG_TRY(check_model(dp, m));
+    double total = 0, norm = 0;
+    fg_status s = fg_gpt_accumulate(m, x, y, B, T, accum, rng, arena,
+                                    before_backward, dp, &total);
+    /* Reductions already started must complete on every rank, even when
+     * this one failed. */
+    fg_status f = fg_dp_finish_backward(dp);
+    if (s == FG_OK)
+        s = f;
+    if (s == FG_OK)
+        s = fg_dp_clip_grad_norm(dp, clip, &norm);
+    if (s == FG_OK)
+        s = fg_dp_step(dp, lr);
+    fg_status z = fg_dp_zero_grad(dp);
+    if (s == FG_OK)
+        s = z;
+    double loss = total / accum;
+    if (s == FG_OK)
+        s = fg_comm_allreduce_host_f64(dp->comm, &loss, 1, FG_REDUCE_AVG);
+    if (s == FG_OK && stats) {
+        stats->loss = loss;
+        stats->grad_norm = norm;
+    }
+    return s;
+}
+
+/* ---- checkpoints ---------------------------------------------------------------------- */
+
+/* The same verdict on every rank: `bad` is this rank's (0 ok); returns the
+ * number of ranks that failed. */
+static fg_status agree(fg_comm *c, int bad, int *nbad)
+{
+    double x = bad != 0;
+    FG_TRY(fg_comm_allreduce_host_f64(c, &x, 1, FG_REDUCE_SUM));
+    *nbad = (int)x;
+    return FG_OK;
+}
+
+/* ZeRO-1: moment k (0: m, 1: v) of every rank's slices into full's
+ * moments on rank 0 (every rank takes part; full is NULL elsewhere). */
+static fg_status gather_moment(fg_dp *dp, int k, fg_tensor *flat,
+                               fg_adamw *full)
+{
+    char *base = fg_tensor_data(flat);
+    for (int i = 0; i < dp->nseg; i++) {
+        fg_tensor *mt = NULL, *vt = NULL;
+        FG_TRY(fg_adamw_state(dp->opt, i, &mt, &vt));
+        FG_TRY(fg_dist_copy(dp->dev, base + (size_t)dp->seg[i].flat * dp->es,
+                            fg_tensor_data(k ? vt : mt),
+                            (size_t)dp->seg[i].len * dp->es));
+    }
+    for (int i = 0; i < dp->nb; i++) {
+        const dp_bucket *b = &dp->bk[i];
+        char *p = base + (size_t)b->off * dp->es;
+        FG_TRY(fg_comm_allgather(dp->comm,
+                                 p + (size_t)(dp->comm->rank * b->chunk) *
+                                         dp->es,
+                                 p, (size_t)b->chunk, dp->dt));
+    }
+    for (int i = 0; full && i < dp->n; i++) {
+        fg_tensor *mt = NULL, *vt = NULL;
+        FG_TRY(fg_adamw_state(full, i, &mt, &vt));
+        FG_TRY(fg_dist_copy(dp->dev, fg_tensor_data(k ? vt : mt),
+                            base + (size_t)dp->ps[i].flat * dp->es,
+                            (size_t)dp->ps[i].numel * dp->es));
+    }
+    return FG_OK;
+}
+
+/* A full AdamW over the model's parameters (heap), for ZeRO-1 checkpoints. */
+static fg_status full_adamw(fg_dp *dp, fg_adamw **out)
+{
+    FG_TRY(fg_arena_push(NULL));
+    fg_status s = fg_adamw_create(dp->params, dp->n, &dp->cfg.adamw, out);
+    fg_arena_pop(NULL);
+    return s;
+}
+
+fg_status fg_dp_checkpoint_save(fg_dp *dp, const char *path, const fg_gpt *m,
+                                const fg_train_state *st, const char *meta)
+{
+    if (!dp || !m)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL dp or model");
+    FG_TRY(check_model(dp, m));
+    const int root = dp->comm->rank == 0;
+    fg_adamw *opt = dp->opt, *full = NULL;
+    fg_status s = FG_OK;
+    if (dp->cfg.zero1) {
+        /* Collective: every rank runs the gathers, even after a local
+         * failure (with a zeroed staging buffer), so none is left waiting. */
+        fg_tensor *flat = NULL;
+        FG_TRY(fg_arena_push(NULL));
+        s = fg_tensor_zeros(dp->dt, dp->dev, FG_SHAPE(dp->total), &flat);
+        fg_arena_pop(NULL);
+        FG_TRY(s);
+        if (root)
+            s = full_adamw(dp, &full);
+        for (int k = 0; k < 2; k++) {
+            fg_status g = gather_moment(dp, k, flat, s == FG_OK ? full : NULL);
+            if (s == FG_OK)
+                s = g;
+        }
+        fg_tensor_free(flat);
+        if (s == FG_OK && full)
+            s = fg_adamw_set_steps(full, dp->opt_steps);
+        opt = full;
+    }
+    if (s == FG_OK && root)
+        s = fg_checkpoint_save(path, m, opt, st, meta);
+    fg_adamw_free(full);
+    int nbad = 0;
+    FG_TRY(agree(dp->comm, s != FG_OK, &nbad));
+    if (s == FG_OK && nbad)
+        return FG_FAIL(FG_ERR_IO, "rank 0 could not write the checkpoint %s",
+                       path);
+    return s;
+}
+
+fg_status fg_dp_checkpoint_load(fg_dp *dp, const char *path, fg_gpt *m,
+                                fg_train_state *st)
+{
+    if (!dp || !m)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL dp or model");
+    FG_TRY(check_model(dp, m));
+    fg_status s = FG_OK;
+    if (!dp->cfg.zero1) {
+        s = fg_checkpoint_load(path, m, dp->opt, st);
+        if (s == FG_OK)
+            dp->opt_steps = fg_adamw_steps(dp->opt);
+    } else {
+        /* The whole state into a temporary full AdamW, then this rank's
+         * slices out of it. */
+        fg_adamw *full = NULL;
+        s = full_adamw(dp, &full);
+        if (s == FG_OK)
+            s = fg_checkpoint_load(path, m, full, st);
+        for (int i = 0; s == FG_OK && i < dp->nseg; i++) {
+            const dp_seg *g = &dp->seg[i];
+            fg_tensor *fm, *fv, *sm, *sv;
+            s = fg_adamw_state(full, g->param, &fm, &fv);
+            if (s == FG_OK)
+                s = fg_adamw_state(dp->opt, i, &sm, &sv);
+            const size_t off = (size_t)g->poff * dp->es,
+                         nb = (size_t)g->len * dp->es;
+            if (s == FG_OK)
+                s = fg_dist_copy(dp->dev, fg_tensor_data(sm),
+                                 (char *)fg_tensor_data(fm) + off, nb);
+            if (s == FG_OK)
+                s = fg_dist_copy(dp->dev, fg_tensor_data(sv),
+                                 (char *)fg_tensor_data(fv) + off, nb);
+        }
+        if (s == FG_OK) {
+            dp->opt_steps = fg_adamw_steps(full);
+            if (dp->opt)
+                s = fg_adamw_set_steps(dp->opt, dp->opt_steps);
+        }
+        fg_adamw_free(full);
+    }
+    int nbad = 0;
+    FG_TRY(agree(dp->comm, s != FG_OK, &nbad));
+    if (s == FG_OK && nbad)
+        return FG_FAIL(FG_ERR_IO, "%d rank(s) could not load %s", nbad, path);
+    return s;
+}
+
+fg_status fg_dp_get_stats(const fg_dp *dp, fg_dp_stats *st)
+{
+    if (!dp || !st)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL argument");
+    st->buckets = dp->nb;
+    st->buffer_bytes = (size_t)dp->total * dp->es;
+    st->shard_elements = dp->cfg.zero1 ? dp->shard_elements : dp->total;
+    st->steps = dp->steps;
+    st->started_in_backward = dp->started_in_backward;
+    return FG_OK;
+}

@@ -1,0 +1,23 @@
+/* lib/train/train_internal.h - the training step's micro-batch loop, shared
+ * by fg_gpt_train_step (optim_step.c) and the data-parallel step above it
+ * (lib/dist/dp.c). */
+#ifndef FG_LIB_TRAIN_INTERNAL_H
+#define FG_LIB_TRAIN_INTERNAL_H
+
+#include "flashgrad/nn.h"
+#include "flashgrad/tensor.h"
+
+/* Called before the backward of micro-batch `micro` (0 .. accum-1). */
+typedef fg_status (*fg_micro_fn)(void *user, int micro, int accum);
+
+/* The forward/backward loop of fg_gpt_train_step (optim.h): gradients of
+ * loss / accum accumulate into the parameters' .grad (created zero first
+ * where missing); *loss_sum receives the sum of the micro-batch losses.
+ * before_backward may be NULL. */
+fg_status fg_gpt_accumulate(const fg_gpt *m, const int64_t *x,
+                            const int64_t *y, int64_t B, int64_t T, int accum,
+                            fg_generator *rng, fg_arena *arena,
+                            fg_micro_fn before_backward, void *user,
+                            double *loss_sum);
+
+#endif /* FG_LIB_TRAIN_INTERNAL_H */

@@ -1,0 +1,3 @@
+#!/bin/sh
+# make check: the MPI tests on 2 ranks (tests/mpi-run.sh).
+exec bash "${srcdir:-.}/tests/mpi-run.sh" 2

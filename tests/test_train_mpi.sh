@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# tests/test_train_mpi.sh - flashgrad-train under mpirun -np 2 (CPU):
+#  - two ranks with --batch 8 log the same losses, validation losses and
+#    gradient norms (to the printed digits) as one process with --batch 8
+#    --accum 2 (bitwise equal parameters, doc/distributed.md);
+#  - ZeRO-1: 10 steps, then --resume to 20, logs what a straight 20-step
+#    run logs;
+#  - only rank 0 prints and writes a run folder.
+# Skipped (77) when configure found no MPI.
+set -u
+mpirun=${FG_MPIRUN-}
+if [[ -z $mpirun ]]; then
+    echo "skipped: configure found no MPI"
+    exit 77
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+train=$PWD/tools/train/flashgrad-train
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+args=(--batch 8 --sort-len 4 --sort-digits 5 --threads 1 --dropout 0
+      --eval-interval 10 --print-interval 5 --eval-examples 64
+      --final-examples 64 --plot none --device cpu)
+np2=(timeout 120 "$mpirun" --oversubscribe --allow-run-as-root -np 2)
+fail=0
+check() { # what, condition...
+    local what=$1
+    shift
+    if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fail=1; fi
+}
+# The sort task ends with exit 3 (accuracy below 99%) after so few steps.
+runs=0
+run() {
+    runs=$((runs + 1))
+    "$@" >"$work/out.$runs" 2>&1
+    local rc=$?
+    [[ $rc -eq 0 || $rc -eq 3 ]]
+}
+cols() { cut -d, -f1-5 "$1/log.csv"; }
+
+check "2 ranks run" run "${np2[@]}" "$train" --steps 20 "${args[@]}" --out-dir dp
+check "1 process, accum 2, runs" run "$train" --steps 20 "${args[@]}" --accum 2 --out-dir one
+check "2 ranks = 1 process with accum 2" cmp -s <(cols dp) <(cols one)
+check "one run folder, rank 0's" test "$(ls -d "$work"/*/ | wc -l)" -eq 2
+"${np2[@]}" "$train" --steps 4 "${args[@]}" --print-interval 2 --out-dir quiet \
+    --ckpt none --log none >quiet.out 2>&1
+check "only rank 0 prints" test "$(grep -c '^step ' quiet.out)" -eq 2
+
+check "ZeRO-1, 20 steps" run "${np2[@]}" "$train" --steps 20 "${args[@]}" --zero1 1 --out-dir z20
+check "ZeRO-1, 10 steps" run "${np2[@]}" "$train" --steps 10 "${args[@]}" --zero1 1 --out-dir z10
+check "ZeRO-1, resumed to 20" run "${np2[@]}" "$train" --resume z10/last.ckpt --steps 20
+check "ZeRO-1 resume = straight run" cmp -s <(cols z10) <(cols z20)
+if [[ $fail -ne 0 ]]; then
+    for f in "$work"/out.* quiet.out; do echo "== $f"; tail -n 20 "$f"; done
+    for d in dp one z10 z20; do echo "== $d/log.csv"; cat "$d/log.csv"; done
+fi
+exit $fail

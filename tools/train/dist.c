@@ -1,0 +1,97 @@
+/* tools/train/dist.c - flashgrad-train under mpirun: data parallelism
+ * (flashgrad/dist.h). Started by mpirun with N > 1 processes, the trainer
+ * joins them with MPI (CPU) or NCCL over MPI (--device cuda; one GPU per
+ * process, by its rank on the host), every rank trains on its own rows of
+ * an N times larger batch and the gradients are averaged: the run equals
+ * one process with --accum N times larger (doc/distributed.md). Rank 0
+ * prints, logs, samples and writes checkpoints; the others stay silent. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "run.h"
+#include "util.h"
+
+/* Set by mpirun (Open MPI), by Hydra (MPICH) or by a PMIx launcher. */
+static int launched_by_mpi(void)
+{
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") ||
+           getenv("PMIX_RANK");
+}
+
+int dist_init(run *r)
+{
+    r->world = 1;
+    if (!launched_by_mpi())
+        return 0;
+    if (!fg_comm_backend_available(FG_COMM_MPI))
+        return complain(EXIT_USAGE, "started by mpirun, but this flashgrad "
+                        "was built without MPI (configure --with-mpi)");
+    if (fg_comm_init_mpi(NULL, NULL, &r->host) != FG_OK)
+        return lib_error(EXIT_FAIL);
+    r->rank = fg_comm_rank(r->host);
+    r->world = fg_comm_size(r->host);
+    if (r->world == 1) { /* mpirun -np 1: the one-process trainer */
+        fg_comm_free(r->host);
+        r->host = NULL;
+        return 0;
+    }
+    /* Only rank 0 speaks; errors (stderr) come from every rank. */
+    if (r->rank > 0 && !freopen("/dev/null", "w", stdout))
+        return complain(EXIT_FAIL, "rank %d: cannot silence stdout", r->rank);
+    /* NCCL picks this rank's GPU before anything touches CUDA. */
+    const char *dev = r->o.device;
+    const int cuda = !strcmp(dev, "cuda") ||
+                     (!strcmp(dev, "auto") && fg_cuda_available() &&
+                      fg_comm_backend_available(FG_COMM_NCCL));
+    if (!cuda) {
+        r->comm = r->host;
+        return 0;
+    }
+    if (fg_comm_init_nccl_mpi(r->host, -1, &r->comm) != FG_OK)
+        return complain(EXIT_USAGE, "--device cuda under mpirun: %s",
+                        fg_last_error());
+    return 0;
+}
+
+int dist_create(run *r, const fg_adamw_config *oc)
+{
+    int n;
+    const fg_param *ps = fg_gpt_params(r->m, &n);
+    fg_dp_config dc;
+    fg_dp_config_init(&dc);
+    dc.adamw = *oc;
+    dc.zero1 = (int)r->o.zero1;
+    if (fg_comm_device(r->comm) != r->dev)
+        return complain(EXIT_USAGE, "the ranks communicate %s buffers but "
+                        "the model is on %s (--device)",
+                        fg_device_name(fg_comm_device(r->comm)),
+                        fg_device_name(r->dev));
+    if (fg_dp_create(r->comm, ps, n, &dc, &r->dp) != FG_OK)
+        return lib_error(EXIT_FAIL);
+    return 0;
+}
+
+/* Every rank stops at the same step: a signal any rank caught counts for
+ * all (mpirun forwards them, but not at the same instant). */
+int dist_signal(run *r, int sig)
+{
+    if (!r->dp)
+        return sig;
+    double f[2] = {sig == SIGINT, sig != 0 && sig != SIGINT};
+    if (fg_comm_allreduce(r->host, f, f, 2, FG_FP64, FG_REDUCE_SUM) != FG_OK)
+        return sig ? sig : SIGTERM; /* the ranks cannot agree: stop */
+    return f[0] > 0 ? SIGINT : f[1] > 0 ? SIGTERM : 0;
+}
+
+void dist_free(run *r)
+{
+    fg_dp_free(r->dp);
+    r->dp = NULL;
+    if (r->comm != r->host)
+        fg_comm_free(r->comm);
+    fg_comm_free(r->host);
+    r->comm = r->host = NULL;
+    fg_dist_finalize();
+}
