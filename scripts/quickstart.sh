@@ -27,7 +27,7 @@ MAIN_JOB=(tools/train/flashgrad-train) # relative to the build folder
 # ---------------------------------------------------------------------------
 
 DEPS=(build-essential autoconf automake libtool pkg-config check
-      libsubunit-dev libopenblas-dev)
+      libsubunit-dev libopenblas-dev libopenmpi-dev openmpi-bin)
 
 say() { printf '==> %s\n' "$*"; }
 die() { printf 'quickstart: %s\n' "$*" >&2; exit 1; }

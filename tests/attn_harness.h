@@ -6,6 +6,7 @@
 #define FG_TESTS_ATTN_HARNESS_H
 
 #include "naive_attention.h"
+#include "ref_dropout.h"
 #include "test_util.h"
 
 typedef struct fgt_case {
@@ -238,12 +239,10 @@ static inline void fgt_run_case(const fgt_case *c, uint64_t salt, int with_bwd,
     r->l = fgt_stats_to_d(c, sl, r->ns);
 
     uint8_t *mask = NULL;
-    if (c->p > 0) {
+    if (c->p > 0) { /* from the documented mapping, not the library's */
         mask = malloc((size_t)(c->B * c->H * c->Nq * c->Nk));
-        fg_attn_params mp = p;
-        mp.device = FG_DEVICE_CPU;
-        if (fg_attention_dropout_mask(&mp, mask) != FG_OK)
-            r->fwd = FG_ERR_INTERNAL;
+        ref_dropout_mask(c->seed, c->offset, c->p, c->B, c->H, c->Nq, c->Nk,
+                         mask);
         ns.keep = mask;
     }
     r->ro = malloc(sizeof(double) * r->nq);
@@ -268,9 +267,14 @@ static inline void fgt_run_case(const fgt_case *c, uint64_t salt, int with_bwd,
         double *rdk = malloc(sizeof(double) * r->nk);
         double *rdv = malloc(sizeof(double) * r->nk);
         naive_attention_backward(&ns, q, k, v, g, rdq, rdk, rdv);
-        r->err_dq = fgt_rel_err(r->dq, rdq, r->nq);
-        r->err_dk = fgt_rel_err(r->dk, rdk, r->nk);
-        r->err_dv = fgt_rel_err(r->dv, rdv, r->nk);
+        /* Relative to max(max |ref|, 0.1), as the GPU suites: masks that
+         * leave a row one key (a window of 0, say) make its dQ 0 in exact
+         * arithmetic (dS = P (dP - D) with P = 1 and dP = D), and the
+         * rounding of dP - D, ~1e-7 |dP| in fp32, would otherwise look
+         * like an enormous relative error (seen: max |dQ| < 1e-3). */
+        r->err_dq = fgt_rel_err_floor(r->dq, rdq, r->nq, 0.1);
+        r->err_dk = fgt_rel_err_floor(r->dk, rdk, r->nk, 0.1);
+        r->err_dv = fgt_rel_err_floor(r->dv, rdv, r->nk, 0.1);
         r->finite = r->finite && fgt_all_finite(r->dq, r->nq) &&
                     fgt_all_finite(r->dk, r->nk) && fgt_all_finite(r->dv, r->nk);
         free(rdq); free(rdk); free(rdv);

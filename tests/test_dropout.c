@@ -1,7 +1,8 @@
 /* tests/test_dropout.c - attention dropout: keep rate, determinism, offsets,
- * p = 0, and forward/backward against the naive reference with the same
- * mask. The mask itself is checked bit for bit against cuRAND in the GPU
- * suite; here its host side (Philox KATs live in test_philox). */
+ * p = 0, the mask against the documented mapping (tests/ref_dropout.h),
+ * and forward/backward against the naive reference with the reference's
+ * mask. The GPU suite checks cuRAND's mask against the same reference;
+ * Philox KATs live in test_philox. */
 #include <check.h>
 
 #include "attn_harness.h"
@@ -80,6 +81,35 @@ START_TEST(test_seed_offset)
 }
 END_TEST
 
+/* The library's mask is the documented mapping's bit for bit
+ * (tests/ref_dropout.h rebuilds it from attention.h with its own Philox),
+ * for random seeds and offsets with their high halves set. */
+START_TEST(test_mask_matches_reference)
+{
+    fgt_rng r = fgt_rng_for(90 + (uint64_t)_i);
+    const int64_t B = fgt_int(&r, 1, 3), H = fgt_int(&r, 1, 4),
+                  Nq = fgt_int(&r, 1, 40), Nk = fgt_int(&r, 1, 70);
+    fg_attn_params prm;
+    fg_attn_params_init(&prm, B, Nq, Nk, H, 1, 8);
+    prm.dropout_p = (double)fgt_int(&r, 1, 999) / 1000.0;
+    prm.seed = fgt_next(&r);
+    prm.offset = fgt_next(&r);
+    const size_t n = (size_t)(B * H * Nq * Nk);
+    uint8_t *got = malloc(n), *want = malloc(n);
+    memset(got, 7, n);
+    ck_assert(fg_attention_dropout_mask(&prm, got) == FG_OK);
+    ref_dropout_mask(prm.seed, prm.offset, prm.dropout_p, B, H, Nq, Nk, want);
+    for (size_t e = 0; e < n; e++)
+        ck_assert_msg(got[e] == want[e],
+                      "element %zu of [%lld, %lld, %lld, %lld]: %d, the "
+                      "documented mapping gives %d",
+                      e, (long long)B, (long long)H, (long long)Nq,
+                      (long long)Nk, got[e], want[e]);
+    free(got);
+    free(want);
+}
+END_TEST
+
 /* Forward and backward with dropout equal the naive computation with the
  * same mask, across layouts, dtypes, causal, GQA and block sizes. */
 START_TEST(test_against_naive)
@@ -148,6 +178,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_keep_rate, 0, 4);
     tcase_add_test(tc, test_seed_offset);
+    tcase_add_loop_test(tc, test_mask_matches_reference, 0, 8);
     tcase_add_loop_test(tc, test_against_naive, 0, 5);
     tcase_add_test(tc, test_determinism_and_p0);
     suite_add_tcase(s, tc);

@@ -26,6 +26,7 @@
 #include <cuda_runtime.h>
 
 #include "lowp.h"
+#include "ref_dropout.h"
 #include "test_util.h"
 #include "flashgrad/cuda.h"
 
@@ -269,9 +270,8 @@ static void run_case(const gcase *c, fg_dtype dt, uint64_t salt)
         uint8_t *mask = NULL;
         if (c->p > 0) {
             mask = malloc((size_t)(c->B * c->H * c->Nq * c->Nk));
-            fg_attn_params mp = p;
-            mp.device = FG_DEVICE_CPU;
-            ck_assert(fg_attention_dropout_mask(&mp, mask) == FG_OK);
+            ref_dropout_mask(p.seed, p.offset, c->p, c->B, c->H, c->Nq,
+                             c->Nk, mask);
             s.keep = mask;
         }
         outs lp;
@@ -427,7 +427,8 @@ START_TEST(test_deterministic)
 }
 END_TEST
 
-/* The GPU mask (cuRAND's Philox) equals the CPU mask bit for bit. */
+/* The GPU mask (cuRAND's Philox) equals the CPU mask and the documented
+ * mapping (tests/ref_dropout.h) bit for bit. */
 START_TEST(test_dropout_mask)
 {
     fg_attn_params p;
@@ -446,6 +447,10 @@ START_TEST(test_dropout_mask)
         ck_assert_msg(fg_attention_dropout_mask(&p, b) == FG_OK, "%s",
                       fg_last_error());
         ck_assert_msg(memcmp(a, b, n) == 0, "GPU and CPU masks differ (p=%g)",
+                      ps[t]);
+        ref_dropout_mask(p.seed, p.offset, p.dropout_p, 2, 3, 67, 301, a);
+        ck_assert_msg(memcmp(a, b, n) == 0,
+                      "GPU mask differs from the documented mapping (p=%g)",
                       ps[t]);
     }
     free(a);

@@ -1,9 +1,9 @@
 /* tests/test_gpu_train.c - the GPT training step on the GPU: it equals the
  * CPU step (fp32, dropout off) within 1e-4 on every parameter after the
  * AdamW update; once warm it allocates no device (or host) memory; bf16
- * autocast training lowers the loss; a checkpoint written from the GPU
- * loads into a CPU model bit for bit. Exits 77 without a GPU (CUDA is
- * touched only inside the forked tests). */
+ * autocast training tracks the fp32 run (stated tolerances); a checkpoint
+ * written from the GPU loads into a CPU model bit for bit. Exits 77 without
+ * a GPU (CUDA is touched only inside the forked tests). */
 #include "test_ops_util.h"
 
 #include "flashgrad/cuda.h"
@@ -166,35 +166,63 @@ START_TEST(test_no_allocation_when_warm)
 }
 END_TEST
 
-START_TEST(test_bf16_loss_decreases)
+/* bf16 autocast training against the fp32 run on the GPU (itself equal to
+ * the CPU's, test_step_matches_cpu), same initial parameters, same batches,
+ * 150 AdamW steps at lr 3e-3. Tolerances, stated:
+ *  - step 0 (identical parameters, so only bf16 rounding of the products'
+ *    and attention's inputs differs, ~2^-9 relative each): |loss - fp32|
+ *    <= 2% of fp32;
+ *  - steps 1..19: <= 5% of fp32 per step. Rounding differences are not
+ *    amplified yet: on the CPU, fp32 and fp64 runs of this loop agree to
+ *    ~1e-7 over these steps and part only after step ~40 (chaotically:
+ *    3% apart at step 150), so later steps are compared only in the mean;
+ *  - mean of steps 100..149: bf16 <= 1.5 x fp32 + 0.05 (it learns about as
+ *    well; lower is fine), and fp32 below 0.6 x its first five steps'
+ *    mean (the reference learned, so the comparison means something). */
+START_TEST(test_bf16_tracks_fp32)
 {
-    fg_gpt *m = model(FG_DEVICE_CUDA, 0);
-    fg_adamw *o = optimizer(m);
+    fg_gpt *m32 = model(FG_DEVICE_CUDA, 0), *m16 = model(FG_DEVICE_CUDA, 0);
+    fg_adamw *o32 = optimizer(m32), *o16 = optimizer(m16);
     fg_arena *a;
     FGT_OK(fg_arena_create(0, &a));
     const int64_t T = fg_sort_task_seqlen(&task);
     int64_t x[64 * TMAX], y[64 * TMAX];
     uint64_t r = fgt_base_seed() | 1;
-    FGT_OK(fg_autocast_begin(FG_BF16));
-    double first = 0, last = 0;
+    double first32 = 0, late32 = 0, late16 = 0;
     for (int step = 0; step < 150; step++) {
         FGT_OK(fg_sort_task_batch(&task, 0, &r, 64, x, y));
-        fg_step_stats st;
-        FGT_OK(fg_gpt_train_step(m, o, x, y, 64, T, 1, 1.0, 3e-3, NULL, a,
-                                 &st));
-        ck_assert_msg(isfinite(st.loss) && isfinite(st.grad_norm),
-                      "step %d: loss %g, grad norm %g", step, st.loss,
-                      st.grad_norm);
+        fg_step_stats s32, s16;
+        FGT_OK(fg_gpt_train_step(m32, o32, x, y, 64, T, 1, 1.0, 3e-3, NULL,
+                                 a, &s32));
+        FGT_OK(fg_autocast_begin(FG_BF16));
+        FGT_OK(fg_gpt_train_step(m16, o16, x, y, 64, T, 1, 1.0, 3e-3, NULL,
+                                 a, &s16));
+        FGT_OK(fg_autocast_end());
+        ck_assert_msg(isfinite(s16.loss) && isfinite(s16.grad_norm),
+                      "step %d: bf16 loss %g, grad norm %g", step, s16.loss,
+                      s16.grad_norm);
+        const double rel = fabs(s16.loss - s32.loss) / s32.loss;
+        if (step < 20)
+            ck_assert_msg(rel <= (step == 0 ? 0.02 : 0.05),
+                          "step %d: bf16 loss %.5f, fp32 %.5f (%.2g apart)",
+                          step, s16.loss, s32.loss, rel);
         if (step < 5)
-            first += st.loss / 5;
-        if (step >= 145)
-            last += st.loss / 5;
+            first32 += s32.loss / 5;
+        if (step >= 100) {
+            late32 += s32.loss / 50;
+            late16 += s16.loss / 50;
+        }
     }
-    FGT_OK(fg_autocast_end());
-    ck_assert_msg(last < 0.6 * first, "loss %.4f -> %.4f", first, last);
+    ck_assert_msg(late32 < 0.6 * first32, "fp32 loss %.4f -> %.4f", first32,
+                  late32);
+    ck_assert_msg(late16 <= 1.5 * late32 + 0.05,
+                  "mean loss of steps 100..149: bf16 %.4f, fp32 %.4f",
+                  late16, late32);
     fg_arena_free(a);
-    fg_adamw_free(o);
-    fg_gpt_free(m);
+    fg_adamw_free(o32);
+    fg_adamw_free(o16);
+    fg_gpt_free(m32);
+    fg_gpt_free(m16);
 }
 END_TEST
 
@@ -251,7 +279,7 @@ int main(void)
      * runs every kernel of a training step, forward, backward and AdamW. */
     if (!getenv("FG_SANITIZE")) {
         tcase_add_test(tc, test_no_allocation_when_warm);
-        tcase_add_test(tc, test_bf16_loss_decreases);
+        tcase_add_test(tc, test_bf16_tracks_fp32);
         tcase_add_test(tc, test_checkpoint_gpu_to_cpu);
     }
     suite_add_tcase(s, tc);

@@ -124,6 +124,81 @@ START_TEST(test_gpt_gradcheck)
 }
 END_TEST
 
+/* The GPT's attention variants: ALiBi drops the learned positions; a
+ * window of 1 in 2 layers means position t sees tokens t-2 .. t only
+ * (changing token 0 leaves positions >= 3 unchanged); the whole model
+ * passes gradcheck with window, ALiBi and softcap on; a checkpoint keeps
+ * the options. */
+START_TEST(test_gpt_variants)
+{
+    fg_gpt_config c;
+    fg_gpt_config_init(&c);
+    c.vocab = 13;
+    c.ctx = 8;
+    c.n_layer = 2;
+    c.n_head = 2;
+    c.n_embd = 16;
+    c.dtype = FG_FP64;
+    c.attn_window = 1;
+    c.alibi = 1;
+    c.attn_softcap = 2.0;
+    fg_gpt *m, *plain = small_model(FG_FP64, 0, 1, 3);
+    FGT_OK(fg_gpt_create(&c, 3, &m));
+    int n, n0;
+    const fg_param *ps = fg_gpt_params(m, &n);
+    fg_gpt_params(plain, &n0);
+    ck_assert_int_eq(n, n0 - 1);
+    for (int i = 0; i < n; i++)
+        ck_assert_str_ne(ps[i].name, "wpe");
+
+    int64_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8}, tok2[8];
+    memcpy(tok2, tok, sizeof tok);
+    tok2[0] = 12;
+    fg_tensor *l1, *l2;
+    FGT_OK(fg_gpt_forward(m, tok, 1, 8, NULL, NULL, &l1, NULL));
+    FGT_OK(fg_gpt_forward(m, tok2, 1, 8, NULL, NULL, &l2, NULL));
+    const double *a = fg_tensor_data(l1), *b = fg_tensor_data(l2);
+    for (int t = 0; t < 8; t++) {
+        double diff = 0;
+        for (int v = 0; v < 13; v++)
+            diff = fmax(diff, fabs(a[t * 13 + v] - b[t * 13 + v]));
+        if (t >= 3)
+            ck_assert_msg(diff == 0, "position %d sees token 0", t);
+        else
+            ck_assert_msg(diff > 0, "position %d ignores token 0", t);
+    }
+    fg_tensor_free(l1);
+    fg_tensor_free(l2);
+
+    int64_t tgt[12];
+    for (int i = 0; i < 12; i++)
+        tgt[i] = i % 4 == 0 ? -1 : (i * 3) % 13;
+    int64_t tk[12];
+    for (int i = 0; i < 12; i++)
+        tk[i] = (i * 5 + 1) % 13;
+    gc_ctx g = {m, tk, tgt};
+    fg_tensor *in[2] = {ps[3].tensor, ps[0].tensor}; /* wte, ln1 w/b, qkv.w */
+    ck_assert_str_eq(ps[3].name, "h0.attn.qkv.w");
+    fgt_gradcheck("gpt variants", gc_fn, &g, in, 2, 0);
+
+    char path[] = "/tmp/fg_test_variants_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert(fd >= 0);
+    close(fd);
+    fg_train_state st;
+    memset(&st, 0, sizeof st);
+    FGT_OK(fg_checkpoint_save(path, m, NULL, &st, NULL));
+    fg_gpt_config back;
+    FGT_OK(fg_checkpoint_peek(path, &back, NULL, NULL, 0));
+    ck_assert(back.attn_window == 1 && back.alibi == 1 && back.attn_softcap == 2.0);
+    FGT_FAILS(fg_checkpoint_load(path, plain, NULL, NULL), FG_ERR_IO);
+    ck_assert(strstr(fg_last_error(), "window 1, alibi 1, softcap 2"));
+    unlink(path);
+    fg_gpt_free(m);
+    fg_gpt_free(plain);
+}
+END_TEST
+
 START_TEST(test_lr_schedule)
 {
     fg_lr_schedule s = {1e-3, 1e-4, 10, 110};
@@ -347,6 +422,7 @@ FGT_MAIN_BEGIN("nn")
 FGT_TEST(test_params_and_init)
 FGT_TEST(test_forward_shapes_and_initial_loss)
 FGT_TEST(test_gpt_gradcheck)
+FGT_TEST(test_gpt_variants)
 FGT_TEST(test_lr_schedule)
 FGT_TEST(test_clip_and_adamw)
 FGT_TEST(test_overfit_one_batch)

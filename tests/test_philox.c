@@ -1,10 +1,15 @@
 /* tests/test_philox.c - the host Philox4x32-10 against published known-answer
  * vectors (Random123's kat_vectors for philox4x32_10, which cuRAND's
- * generator reproduces), and the dropout word mapping. */
+ * generator reproduces), and the dropout word mapping of attention.h: the
+ * keep bit of chosen elements (b, h, i, j) rebuilt from the documented
+ * formula with the test's own Philox (ref_dropout.h), which passes the
+ * same known answers, and two words pinned by value. */
 #include <check.h>
 #include <stdlib.h>
 
 #include "lib/core/philox.h"
+#include "ref_dropout.h"
+#include "test_util.h"
 
 typedef struct { fg_u32x4 ctr; fg_u32x2 key; fg_u32x4 out; } kat;
 
@@ -26,18 +31,94 @@ START_TEST(test_kat)
     ck_assert_msg(r.x == t->out.x && r.y == t->out.y && r.z == t->out.z &&
                       r.w == t->out.w,
                   "KAT %d: got %08x %08x %08x %08x", _i, r.x, r.y, r.z, r.w);
+    /* The reference the mapping tests rely on passes them too. */
+    const uint32_t c[4] = {t->ctr.x, t->ctr.y, t->ctr.z, t->ctr.w};
+    const uint32_t k[2] = {t->key.x, t->key.y};
+    uint32_t o[4];
+    ref_philox4x32_10(c, k, o);
+    ck_assert_msg(o[0] == t->out.x && o[1] == t->out.y && o[2] == t->out.z &&
+                      o[3] == t->out.w,
+                  "reference KAT %d: got %08x %08x %08x %08x", _i, o[0], o[1],
+                  o[2], o[3]);
+}
+END_TEST
+
+/* The keep bit of element (b, h, i, j) as fg_attention_dropout_mask
+ * reports it (a [B, H, Nq, Nk] mask just large enough). */
+static int library_keep(uint64_t seed, uint64_t offset, double p, int64_t H,
+                        int64_t b, int64_t h, int64_t i, int64_t j)
+{
+    fg_attn_params prm;
+    fg_attn_params_init(&prm, b + 1, i + 1, j + 1, H, 1, 8);
+    prm.dropout_p = p;
+    prm.seed = seed;
+    prm.offset = offset;
+    const size_t n = (size_t)((b + 1) * H * (i + 1) * (j + 1));
+    uint8_t *mask = malloc(n);
+    ck_assert(fg_attention_dropout_mask(&prm, mask) == FG_OK);
+    const int keep = mask[((b * H + h) * (i + 1) + i) * (j + 1) + j];
+    free(mask);
+    return keep;
+}
+
+/* Two elements pinned by value: seed 0x0123456789abcdef, offset
+ * 0xfedcba9876543210, H = 4, (b, h, i) = (1, 2, 3) give key
+ * {0x89abcdef, 0x01234567 ^ 0xfedcba98} and counter {j / 4 = 1, 3, 6,
+ * 0x76543210}, whose Philox words are 41256eb5 af5a30a8 58da3acc daa07fa9.
+ * j = 5 reads word 1 (top 24 bits 0xaf5a30 = 11491888), j = 6 word 2
+ * (0x58da3a = 5823034); T(0.3) = 11744051, T(0.5) = 8388608,
+ * T(0.7) = 5033164. */
+START_TEST(test_mapping_pinned)
+{
+    const uint64_t seed = 0x0123456789abcdefull, off = 0xfedcba9876543210ull;
+    const uint32_t ctr[4] = {1, 3, 6, 0x76543210u};
+    const uint32_t key[2] = {0x89abcdefu, 0x01234567u ^ 0xfedcba98u};
+    const fg_u32x4 r = fg_philox4x32_10((fg_u32x4){ctr[0], ctr[1], ctr[2],
+                                                   ctr[3]},
+                                        (fg_u32x2){key[0], key[1]});
+    ck_assert(r.x == 0x41256eb5u && r.y == 0xaf5a30a8u &&
+              r.z == 0x58da3accu && r.w == 0xdaa07fa9u);
+    ck_assert_int_eq(fg_dropout_threshold(0.3), 11744051);
+    ck_assert_int_eq(fg_dropout_threshold(0.5), 8388608);
+    ck_assert_int_eq(fg_dropout_threshold(0.7), 5033164);
+    ck_assert_int_eq(library_keep(seed, off, 0.3, 4, 1, 2, 3, 5), 1);
+    ck_assert_int_eq(library_keep(seed, off, 0.5, 4, 1, 2, 3, 5), 0);
+    ck_assert_int_eq(library_keep(seed, off, 0.5, 4, 1, 2, 3, 6), 1);
+    ck_assert_int_eq(library_keep(seed, off, 0.7, 4, 1, 2, 3, 6), 0);
+}
+END_TEST
+
+/* Random elements, seeds and offsets (high halves included, so the key's
+ * hi32(seed) ^ hi32(offset) and every counter word matter): the library's
+ * keep bit is the documented formula's. */
+START_TEST(test_mapping_random)
+{
+    fgt_rng rng = fgt_rng_for(17);
+    for (int t = 0; t < 200; t++) {
+        const uint64_t seed = fgt_next(&rng), off = fgt_next(&rng);
+        const double p = (double)fgt_int(&rng, 1, 99) / 100.0;
+        const int64_t H = fgt_int(&rng, 1, 5), b = fgt_int(&rng, 0, 2),
+                      h = fgt_int(&rng, 0, H - 1), i = fgt_int(&rng, 0, 40),
+                      j = fgt_int(&rng, 0, 40);
+        ck_assert_msg(library_keep(seed, off, p, H, b, h, i, j) ==
+                          ref_dropout_keep(seed, off, p, H, b, h, i, j),
+                      "seed %016llx offset %016llx p %g H %lld (b, h, i, j) "
+                      "= (%lld, %lld, %lld, %lld)",
+                      (unsigned long long)seed, (unsigned long long)off, p,
+                      (long long)H, (long long)b, (long long)h, (long long)i,
+                      (long long)j);
+    }
 }
 END_TEST
 
 int main(void)
 {
+    fgt_base_seed();
     Suite *s = suite_create("philox");
     TCase *tc = tcase_create("kat");
     tcase_add_loop_test(tc, test_kat, 0, 3);
+    tcase_add_test(tc, test_mapping_pinned);
+    tcase_add_test(tc, test_mapping_random);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fgt_run_suite(s);
 }

@@ -88,6 +88,13 @@ check "MFU with --peak-flops" grep -q "| MFU [0-9.]*% |" run1.out
 check "periodic checkpoints" \
     test "$(grep -c '^checkpoint (periodic).*at step [48]$' run1.out)" = 2
 check "samples during training" grep -q "^---- sample 1 at step 4 " run1/samples.txt
+
+# ---- attention variants: window, ALiBi (no learned positions), softcap ------
+t "attention variants train" 0 "^final: train loss" "${TEXT[@]}" --steps 6 \
+    --window 4 --alibi 1 --softcap 5 --out-dir runv
+check "variants in the config print" grep -q -- "--window 4 --alibi 1 --softcap 5" out
+t "bad --window" 2 "--window" "${TEXT[@]}" --window -1
+t "bad --softcap" 2 "--softcap" "${TEXT[@]}" --softcap nan
 check "config print: device, threads, no sort flags" eval \
     'grep -q -- "--device auto" run1.out && grep -q -- "--threads 1" run1.out &&
      grep -q "| cpu, fp32, 1 thread |" run1.out && ! grep -q -- "--sort-len" run1.out'

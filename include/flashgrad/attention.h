@@ -153,14 +153,16 @@ typedef struct fg_attn_params {
     int64_t heads_kv;  /* Hk >= 1, divides H */
     int64_t head_dim;  /* d, multiple of 8 in [8, 256] */
     fg_device device;  /* where all pointers live; default CPU */
-    double softmax_scale; /* 0 -> 1/sqrt(d); must be finite and > 0 */
+    double softmax_scale; /* 0 -> 1/sqrt(d); else in (0, FLT_MAX] for every
+                             dtype; overflowing scores: doc/reliability.md */
     int causal;        /* bottom-right aligned causal mask */
     double dropout_p;  /* in [0, 1) */
     uint64_t seed;     /* dropout RNG key */
     uint64_t offset;   /* dropout RNG stream offset */
     int block_q;       /* CPU tile rows Br, 0 -> default (64) */
     int block_k;       /* CPU tile columns Bc, 0 -> default (64) */
-    int num_threads;   /* CPU threads, 0 -> OpenMP default; result is
+    int num_threads;   /* CPU threads, 0 -> OpenMP default, at most 1024;
+                          capped at the processor count; result is
                           identical for every thread count */
     void *cuda_stream; /* cudaStream_t for device = CUDA, NULL = default
                           stream; CUDA calls are asynchronous on it */
@@ -228,7 +230,7 @@ FG_API fg_status fg_attention_dropout_mask(const fg_attn_params *p,
 
 /* The CPU backend keeps one workspace per calling thread and reuses it, so
  * repeated calls of the same (or smaller) size do not allocate. This frees
- * the calling thread's workspace (e.g. before the thread exits). */
+ * the calling thread's workspace now; a thread's exit also frees it. */
 FG_API void fg_attention_release_workspace(void);
 
 /* Block masks from a dense boolean block map. map is uint8

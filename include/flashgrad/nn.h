@@ -117,6 +117,13 @@ typedef struct fg_nn_attention {
     fg_nn_linear proj; /* [C, C] */
     int64_t n_head;
     double dropout;
+    /* Attention variants (attention.h), off when 0 / NULL: each token sees
+     * itself and the `window` tokens before it; scores capped at
+     * `softcap`; ALiBi slopes (fp32 [n_head] on the layer's device,
+     * owned by the caller, e.g. the GPT). */
+    int64_t window;
+    double softcap;
+    const float *alibi_slopes;
 } fg_nn_attention;
 FG_API fg_status fg_nn_attention_init(fg_nn_attention *a, int64_t C,
                                       int64_t n_head, double dropout,
@@ -169,6 +176,13 @@ typedef struct fg_gpt_config {
     int tie_weights;   /* LM head = token embedding transposed */
     fg_dtype dtype;    /* FG_FP32 or FG_FP64 */
     fg_device device;
+    /* Attention variants (0 = off): a sliding window of attn_window
+     * previous tokens; softcap on the attention scores; ALiBi (per-head
+     * linear distance biases with the geometric slopes 2^(-8 (h+1) / H)
+     * of Press et al.) instead of learned position embeddings. */
+    int64_t attn_window;
+    double attn_softcap;
+    int alibi;
 } fg_gpt_config;
 
 /* Defaults: vocab 0 (must be set), ctx 64, 2 layers, 4 heads, width 64,

@@ -111,7 +111,8 @@ FG_API double fg_lr_at(const fg_lr_schedule *s, int64_t step);
  * a whole file. A temporary left by a save that died is removed by the
  * next save of that PATH. I/O errors carry the system's reason. */
 
-#define FG_CHECKPOINT_VERSION 1
+#define FG_CHECKPOINT_VERSION 2 /* 2 adds the attention variants of the
+                                  config; version 1 files still load */
 
 typedef struct fg_train_state {
     int64_t step;          /* optimizer steps done */

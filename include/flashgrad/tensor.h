@@ -77,8 +77,15 @@ FG_API fg_status fg_generator_next(fg_generator *g, uint64_t *seed,
 
 /* ---- creation -------------------------------------------------------- */
 
+/* Most elements a tensor can have, counting only its non-zero extents
+ * (2^59 - 1): every element and byte offset then fits in int64_t, and an
+ * empty tensor cannot carry extents whose strides would overflow. */
+#define FG_MAX_NUMEL (INT64_MAX / 16)
+
 /* Contiguous row-major tensors. `nd` is in [0, FG_MAX_DIMS] (nd = 0 is a
- * scalar), every extent >= 0. `empty` leaves the data uninitialised. */
+ * scalar), every extent >= 0, and the product of the non-zero extents is at
+ * most FG_MAX_NUMEL (every shape-making function checks this). `empty`
+ * leaves the data uninitialised. */
 FG_API fg_status fg_tensor_empty(fg_dtype dt, fg_device dev, int nd,
                                  const int64_t *shape, fg_tensor **out);
 FG_API fg_status fg_tensor_zeros(fg_dtype dt, fg_device dev, int nd,
@@ -137,7 +144,7 @@ FG_API fg_device fg_tensor_device(const fg_tensor *t);
  * check of saved tensors (see autograd.h): fine for optimizer updates of
  * parameters, not for tensors a graph still needs. */
 FG_API void *fg_tensor_data(const fg_tensor *t);
-/* 1 if row-major contiguous. */
+/* 1 if row-major contiguous (always for a tensor with no elements). */
 FG_API int fg_tensor_is_contiguous(const fg_tensor *t);
 /* 1 if t and u share storage. */
 FG_API int fg_tensor_shares_storage(const fg_tensor *t, const fg_tensor *u);

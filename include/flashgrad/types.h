@@ -31,10 +31,11 @@ FG_API const char *fg_device_name(fg_device dev);
 FG_API const char *fg_version(void);
 
 /* CPU threads for flashgrad's OpenMP loops (n <= 0 keeps the OpenMP
- * default). flashgrad parallelises around its matrix products, so this also
- * pins an OpenBLAS backend to one thread: its spinning worker threads would
- * otherwise compete with ours for the same cores (measured: 2 OpenMP threads
- * on 2 cores ran the toy GPT step 2.7x slower with OpenBLAS threads on). */
+ * default; n is capped at the processor count). flashgrad parallelises
+ * around its matrix products, so this also pins an OpenBLAS backend to one
+ * thread: its spinning worker threads would otherwise compete with ours for
+ * the same cores (measured: 2 OpenMP threads on 2 cores ran the toy GPT
+ * step 2.7x slower with OpenBLAS threads on). */
 FG_API void fg_set_num_threads(int n);
 
 /* Deterministic algorithms everywhere (like

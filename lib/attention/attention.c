@@ -1,8 +1,13 @@
 /* lib/attention/attention.c - the public attention API: argument validation (all of it
  * before any output is touched) and dispatch to the CPU or CUDA backend. */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "attention_internal.h"
 #include "lib/core/error.h"
@@ -84,8 +89,9 @@ static fg_status check_params(const fg_attn_params *p, fg_attn_problem *pb,
                         "%s: heads_q (%lld) must be a multiple of heads_kv "
                         "(%lld)",
                         fn, (long long)p->heads_q, (long long)p->heads_kv);
+    int64_t bh;
     if (p->seqlen_q > INT32_MAX || p->seqlen_k > INT32_MAX ||
-        p->batch * p->heads_q > INT32_MAX)
+        __builtin_mul_overflow(p->batch, p->heads_q, &bh) || bh > INT32_MAX)
         return fg_error(FG_ERR_UNSUPPORTED,
                         "%s: seqlen and batch*heads must be < 2^31", fn);
     if (!isfinite(p->softmax_scale) || p->softmax_scale < 0.0)
@@ -93,17 +99,25 @@ static fg_status check_params(const fg_attn_params *p, fg_attn_problem *pb,
                         "%s: softmax_scale must be finite and > 0 (0 selects "
                         "1/sqrt(d)), got %g",
                         fn, p->softmax_scale);
+    /* The fp32 paths multiply by (float)scale: one beyond FLT_MAX is inf
+     * there and turns every score into inf or NaN. The same bound holds
+     * for fp64, so the oracle accepts exactly what fp32 accepts. */
+    if (p->softmax_scale > FLT_MAX)
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: softmax_scale %g is not a finite fp32 number",
+                        fn, p->softmax_scale);
     if (!(p->dropout_p >= 0.0 && p->dropout_p < 1.0))
         return fg_error(FG_ERR_INVALID_ARGUMENT,
                         "%s: dropout_p must be in [0, 1), got %g", fn,
                         p->dropout_p);
     if (p->block_q < 0 || p->block_q > FG_ATTN_MAX_BLOCK || p->block_k < 0 ||
-        p->block_k > FG_ATTN_MAX_BLOCK || p->num_threads < 0)
+        p->block_k > FG_ATTN_MAX_BLOCK || p->num_threads < 0 ||
+        p->num_threads > FG_ATTN_MAX_THREADS)
         return fg_error(FG_ERR_INVALID_ARGUMENT,
                         "%s: block_q/block_k must be in [0, %d] and "
-                        "num_threads >= 0 (got %d, %d, %d)",
-                        fn, FG_ATTN_MAX_BLOCK, p->block_q, p->block_k,
-                        p->num_threads);
+                        "num_threads in [0, %d] (got %d, %d, %d)",
+                        fn, FG_ATTN_MAX_BLOCK, FG_ATTN_MAX_THREADS,
+                        p->block_q, p->block_k, p->num_threads);
     if (p->device != FG_DEVICE_CPU && p->device != FG_DEVICE_CUDA)
         return fg_error(FG_ERR_INVALID_ARGUMENT, "%s: unknown device %d", fn,
                         (int)p->device);
@@ -127,6 +141,12 @@ static fg_status check_params(const fg_attn_params *p, fg_attn_problem *pb,
     pb->block_q = p->block_q ? p->block_q : FG_ATTN_DEFAULT_BLOCK_Q;
     pb->block_k = p->block_k ? p->block_k : FG_ATTN_DEFAULT_BLOCK_K;
     pb->num_threads = p->num_threads;
+#ifdef _OPENMP
+    /* Threads beyond the processors only cost OS threads and workspace:
+     * the result is the same for every count. */
+    if (pb->num_threads > omp_get_num_procs())
+        pb->num_threads = omp_get_num_procs();
+#endif
     pb->stream = p->cuda_stream;
     pb->deterministic = p->deterministic != 0;
     return FG_OK;

@@ -2,6 +2,7 @@
  * FlashAttention algorithm (attention_cpu_impl.h) for fp32 and fp64, and the
  * host side of the dropout RNG mapping (dropout_map.h + philox.h). */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -41,17 +42,35 @@ static int fg_cpu_thread_id(void)
 /* Per-thread workspace reused across calls, so a training step's attention
  * calls stop allocating once the largest size has been seen (the "memory
  * plan" of the autograd layer). Grown, never shrunk; released by
- * fg_attention_release_workspace() or at thread exit by the OS. */
+ * fg_attention_release_workspace() or, when the thread exits, by the
+ * destructor of a pthread key that mirrors the pointer (thread-local
+ * variables alone are not freed at thread exit). */
 static _Thread_local void *tls_ws;
 static _Thread_local size_t tls_ws_size;
+static pthread_once_t ws_key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t ws_key;
+static int ws_key_ok;
+
+static void ws_key_create(void)
+{
+    ws_key_ok = pthread_key_create(&ws_key, free) == 0;
+}
 
 static void *fg_cpu_workspace(size_t bytes)
 {
     if (bytes <= tls_ws_size)
         return tls_ws;
+    pthread_once(&ws_key_once, ws_key_create);
+    /* Without the key the buffer would leak at thread exit: refuse. */
+    if (!ws_key_ok)
+        return NULL;
     void *p = malloc(bytes);
     if (!p)
         return NULL;
+    if (pthread_setspecific(ws_key, p) != 0) {
+        free(p);
+        return NULL;
+    }
     free(tls_ws);
     tls_ws = p;
     tls_ws_size = bytes;
@@ -60,6 +79,8 @@ static void *fg_cpu_workspace(size_t bytes)
 
 void fg_attention_release_workspace(void)
 {
+    if (tls_ws) /* then this thread created the key (pthread_once) */
+        pthread_setspecific(ws_key, NULL);
     free(tls_ws);
     tls_ws = NULL;
     tls_ws_size = 0;

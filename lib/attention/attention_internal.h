@@ -13,6 +13,9 @@ extern "C" {
 #define FG_ATTN_DEFAULT_BLOCK_Q 64
 #define FG_ATTN_DEFAULT_BLOCK_K 64
 #define FG_ATTN_MAX_BLOCK 1024
+/* Largest num_threads accepted (a sanity bound; the CPU backend also never
+ * starts more threads than there are processors). */
+#define FG_ATTN_MAX_THREADS 1024
 
 typedef struct fg_attn_problem {
     int64_t B, Nq, Nk, H, Hk, d;

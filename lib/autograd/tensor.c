@@ -159,19 +159,26 @@ fg_status fg_check_shape(int nd, const int64_t *shape, int64_t *numel,
                         FG_MAX_DIMS);
     if (nd > 0 && !shape)
         return fg_error(FG_ERR_INVALID_ARGUMENT, "%s: shape is NULL", fn);
-    int64_t n = 1;
+    /* The product skips zero extents: an empty tensor's strides are still
+     * products of its other extents, so [0, 2^62, 4] would overflow them. */
+    int64_t n = 1, nz = 1;
     for (int i = 0; i < nd; i++) {
         if (shape[i] < 0)
             return fg_error(FG_ERR_INVALID_ARGUMENT,
                             "%s: extent %lld of dimension %d is negative", fn,
                             (long long)shape[i], i);
-        if (shape[i] > 0 && n > INT64_MAX / 16 / shape[i])
+        if (shape[i] == 0) {
+            n = 0;
+            continue;
+        }
+        if (__builtin_mul_overflow(nz, shape[i], &nz) || nz > FG_MAX_NUMEL)
             return fg_error(FG_ERR_INVALID_ARGUMENT,
-                            "%s: shape too large", fn);
-        n *= shape[i];
+                            "%s: shape too large (the product of the non-zero "
+                            "extents must be at most FG_MAX_NUMEL = 2^59 - 1)",
+                            fn);
     }
     if (numel)
-        *numel = n;
+        *numel = n ? nz : 0;
     return FG_OK;
 }
 
@@ -341,6 +348,8 @@ int fg_tensor_is_contiguous(const fg_tensor *t)
 {
     if (!t)
         return 0;
+    if (t->numel == 0) /* no element to be out of place (as in PyTorch) */
+        return 1;
     int64_t s = 1;
     for (int i = t->nd - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->stride[i] != s)

@@ -13,6 +13,9 @@ void openblas_set_num_threads(int num_threads);
 void fg_set_num_threads(int n)
 {
 #ifdef _OPENMP
+    /* More threads than processors only oversubscribe the cores. */
+    if (n > omp_get_num_procs())
+        n = omp_get_num_procs();
     if (n > 0)
         omp_set_num_threads(n);
 #else

@@ -65,14 +65,20 @@ fg_status fg_reshape_raw(fg_tensor *x, int nd, const int64_t *shape,
     return s;
 }
 
-/* A stack view of t: narrowed to [start, start + step*len) on dim. */
+/* A stack view of t: narrowed to [start, start + step*len) on dim. With
+ * len <= 1 the stride is never used and stride * step may overflow, so it
+ * is kept; otherwise step * (len - 1) < extent bounds the product. An
+ * empty view keeps the offset: chains of empty slices at start = extent
+ * would otherwise add up past int64. */
 static fg_tensor slice_view(const fg_tensor *t, int dim, int64_t start,
                             int64_t len, int64_t step)
 {
     fg_tensor v = *t;
-    v.offset += start * t->stride[dim];
+    if (len > 0)
+        v.offset += start * t->stride[dim];
     v.shape[dim] = len;
-    v.stride[dim] *= step;
+    if (len > 1)
+        v.stride[dim] *= step;
     v.numel = 1;
     for (int i = 0; i < v.nd; i++)
         v.numel *= v.shape[i];
@@ -122,6 +128,8 @@ fg_status fg_reshape(fg_tensor *x, int nd, const int64_t *shape,
         sh[infer] = x->numel / known;
         known = x->numel;
     }
+    /* An empty x lets zero hide huge extents from the product above. */
+    FG_TRY(fg_check_shape(nd, sh, NULL, fn));
     if (known != x->numel) {
         char a[128], b[128];
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
@@ -265,7 +273,10 @@ fg_status fg_slice(fg_tensor *x, int dim, int64_t start, int64_t end,
         end += n;
     start = start < 0 ? 0 : start > n ? n : start;
     end = end < start ? start : end > n ? n : end;
-    return slice_impl(x, d, start, (end - start + step - 1) / step, step, out);
+    /* ceil((end - start) / step) without forming end - start + step - 1,
+     * which overflows for a huge step. */
+    const int64_t len = end > start ? (end - start - 1) / step + 1 : 0;
+    return slice_impl(x, d, start, len, step, out);
 }
 
 fg_status fg_narrow(fg_tensor *x, int dim, int64_t start, int64_t length,
@@ -379,8 +390,12 @@ fg_status fg_concat(fg_tensor *const *xs, int n, int dim, fg_tensor **out)
                                i, (long long)xs[i]->shape[k], k,
                                (long long)x0->shape[k]);
         u.ex.sizes[i] = xs[i]->shape[d];
-        shape[d] += xs[i]->shape[d];
+        if (__builtin_add_overflow(shape[d], xs[i]->shape[d], &shape[d]))
+            return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                           "the extents at dimension %d overflow int64", d);
     }
+    /* The parts may be empty while the result is not: check its size. */
+    FG_TRY(fg_check_shape(x0->nd, shape, NULL, fn));
     fg_tensor *y;
     FG_TRY(fg_tensor_new(fg_alloc_domain(xs, n), x0->dtype, x0->device,
                          x0->nd, shape, &y));
@@ -415,10 +430,11 @@ fg_status fg_split(fg_tensor *x, int dim, const int64_t *sizes, int n,
                        "dim %d out of range for %d dimensions", dim, x->nd);
     int64_t total = 0;
     for (int i = 0; i < n; i++) {
-        if (sizes[i] < 0 || sizes[i] > x->shape[d])
-            return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "size %d is %lld", i,
-                           (long long)sizes[i]);
-        total += sizes[i];
+        if (sizes[i] < 0 || sizes[i] > x->shape[d] ||
+            __builtin_add_overflow(total, sizes[i], &total))
+            return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                           "size %d is %lld (dimension %d has %lld)", i,
+                           (long long)sizes[i], d, (long long)x->shape[d]);
     }
     if (total != x->shape[d])
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT,

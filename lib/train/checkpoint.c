@@ -143,6 +143,9 @@ static void put_config(wbuf *b, const fg_gpt_config *c)
     put_u64(b, (uint64_t)c->tie_weights);
     put_u64(b, (uint64_t)c->dtype);
     put_u64(b, (uint64_t)c->device);
+    put_u64(b, (uint64_t)c->attn_window); /* version 2 */
+    put_f64(b, c->attn_softcap);
+    put_u64(b, (uint64_t)c->alibi);
 }
 
 /* ---- saving: a unique temporary, fsync, rename --------------------------- */
@@ -454,6 +457,7 @@ static fg_status ckpt_open(const char *fn, const char *path, ckpt *c)
     const char *why = NULL;
     rbuf r = {c->file, got, 0, 0};
     uint64_t body = 0;
+    uint32_t ver = 0;
     if (got != c->size)
         why = "shorter than when it was opened (changed while reading)";
     else if (got < 8 || memcmp(c->file, MAGIC, 8) != 0)
@@ -462,10 +466,10 @@ static fg_status ckpt_open(const char *fn, const char *path, ckpt *c)
         why = "truncated (shorter than the header)";
     if (!why) {
         take(&r, 8);
-        const uint32_t ver = get_u32(&r);
+        ver = get_u32(&r);
         get_u32(&r);
         body = get_u64(&r);
-        if (ver != FG_CHECKPOINT_VERSION) {
+        if (ver != FG_CHECKPOINT_VERSION && ver != 1) {
             free(c->file);
             return fg_error_at(FG_ERR_IO, fn,
                                "%s: format version %u, this library reads "
@@ -491,6 +495,7 @@ static fg_status ckpt_open(const char *fn, const char *path, ckpt *c)
     }
     r.n = HEAD + body;
     fg_gpt_config *g = &c->cfg;
+    memset(g, 0, sizeof *g);
     g->vocab = (int64_t)get_u64(&r);
     g->ctx = (int64_t)get_u64(&r);
     g->n_layer = (int64_t)get_u64(&r);
@@ -500,6 +505,11 @@ static fg_status ckpt_open(const char *fn, const char *path, ckpt *c)
     g->tie_weights = (int)get_u64(&r);
     g->dtype = (fg_dtype)get_u64(&r);
     g->device = (fg_device)get_u64(&r);
+    if (ver >= 2) { /* version 1 had no attention variants */
+        g->attn_window = (int64_t)get_u64(&r);
+        g->attn_softcap = get_f64(&r);
+        g->alibi = (int)get_u64(&r);
+    }
     c->st.step = (int64_t)get_u64(&r);
     c->st.rng.seed = get_u64(&r);
     c->st.rng.offset = get_u64(&r);
@@ -587,13 +597,16 @@ fg_status fg_checkpoint_load(const char *path, fg_gpt *m, fg_adamw *opt,
     if (mc->vocab != c.cfg.vocab || mc->ctx != c.cfg.ctx ||
         mc->n_layer != c.cfg.n_layer || mc->n_head != c.cfg.n_head ||
         mc->n_embd != c.cfg.n_embd || mc->tie_weights != c.cfg.tie_weights ||
-        mc->dtype != c.cfg.dtype)
+        mc->dtype != c.cfg.dtype || mc->attn_window != c.cfg.attn_window ||
+        mc->attn_softcap != c.cfg.attn_softcap || mc->alibi != c.cfg.alibi)
         snprintf(why, sizeof why,
                  "model config differs from the checkpoint's (vocab %lld, "
-                 "ctx %lld, %lld layers, %lld heads, width %lld)",
+                 "ctx %lld, %lld layers, %lld heads, width %lld, window "
+                 "%lld, alibi %d, softcap %g)",
                  (long long)c.cfg.vocab, (long long)c.cfg.ctx,
                  (long long)c.cfg.n_layer, (long long)c.cfg.n_head,
-                 (long long)c.cfg.n_embd);
+                 (long long)c.cfg.n_embd, (long long)c.cfg.attn_window,
+                 c.cfg.alibi, c.cfg.attn_softcap);
     else if (opt && !c.has_opt)
         snprintf(why, sizeof why, "no optimizer state in the checkpoint");
     else if (c.n_tensors != (uint64_t)(c.has_opt ? 3 * n : n))

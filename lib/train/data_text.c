@@ -89,10 +89,11 @@ fg_status fg_text_data_batch(const fg_text_data *d, int split, uint64_t *rng,
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "bad arguments");
     const int64_t lo = split ? d->n_train : 0,
                   hi = split ? d->n : d->n_train;
-    if (hi - lo < T + 1)
+    if (hi - lo <= T) /* a window is T + 1 ids; T + 1 may overflow */
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
-                       "split %d has %lld characters, a window needs %lld",
-                       split, (long long)(hi - lo), (long long)(T + 1));
+                       "split %d has %lld characters, a window needs T + 1 "
+                       "with T = %lld",
+                       split, (long long)(hi - lo), (long long)T);
     for (int64_t b = 0; b < B; b++) {
         const int64_t st =
             lo + (int64_t)(fg_rng_next(rng) % (uint64_t)(hi - lo - T));

@@ -1,6 +1,7 @@
 /* lib/train/nn_gpt.c - the GPT model: token + position embeddings, dropout,
  * n_layer pre-LN blocks, a final LayerNorm and the LM head (tied to the
  * token embedding or its own [C, V] matrix). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@ struct fg_gpt {
     fg_nn_block *blocks;
     fg_nn_layernorm ln_f;
     fg_nn_linear head; /* weight NULL when tied */
+    fg_tensor *alibi;  /* [n_head] fp32 slopes, or NULL */
     fg_param *params;
     int n_params;
 };
@@ -51,7 +53,8 @@ static void collect(fg_gpt *m)
 {
     char nm[40];
     add_param(m, m->emb.tok, "wte", 1);
-    add_param(m, m->emb.pos, "wpe", 1);
+    if (m->emb.pos) /* none with ALiBi */
+        add_param(m, m->emb.pos, "wpe", 1);
     for (int i = 0; i < m->cfg.n_layer; i++) {
         fg_nn_block *b = &m->blocks[i];
 #define P(t, field, decay)                                      \
@@ -85,6 +88,13 @@ fg_status fg_gpt_create(const fg_gpt_config *c, uint64_t seed, fg_gpt **out)
                        "%lld layers, width %lld",
                        (long long)c->vocab, (long long)c->ctx,
                        (long long)c->n_layer, (long long)c->n_embd);
+    if (c->attn_window < 0 || !(c->attn_softcap >= 0) || !isfinite(c->attn_softcap) ||
+        c->n_head <= 0 || c->n_head > 256)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                       "bad config: attn_window %lld (>= 0), attn_softcap %g "
+                       "(finite, >= 0), %lld heads (1..256)",
+                       (long long)c->attn_window, c->attn_softcap,
+                       (long long)c->n_head);
     if (c->dtype != FG_FP32 && c->dtype != FG_FP64)
         return FG_FAIL(FG_ERR_UNSUPPORTED, "dtype %s: fp32 or fp64 only",
                        fg_dtype_name(c->dtype));
@@ -117,6 +127,21 @@ fg_status fg_gpt_create(const fg_gpt_config *c, uint64_t seed, fg_gpt **out)
     if (!c->tie_weights)
         NN_T(fg_nn_linear_init(&m->head, c->n_embd, c->vocab, 0, 0.02, &g,
                                dt, dev));
+    if (s == FG_OK && c->alibi) { /* ALiBi replaces learned positions */
+        float slopes[256];
+        for (int64_t h = 0; h < c->n_head; h++)
+            slopes[h] = (float)pow(2.0, -8.0 * (double)(h + 1) / (double)c->n_head);
+        s = fg_tensor_from_host(FG_FP32, dev, FG_SHAPE(c->n_head), slopes,
+                                &m->alibi);
+        fg_tensor_free(m->emb.pos);
+        m->emb.pos = NULL;
+    }
+    for (int i = 0; i < c->n_layer && s == FG_OK; i++) {
+        fg_nn_attention *a = &m->blocks[i].attn;
+        a->window = c->attn_window;
+        a->softcap = c->attn_softcap;
+        a->alibi_slopes = m->alibi ? fg_tensor_data(m->alibi) : NULL;
+    }
     fg_arena_pop(NULL);
     if (s != FG_OK) {
         fg_gpt_free(m);
@@ -132,6 +157,7 @@ void fg_gpt_free(fg_gpt *m)
     if (!m)
         return;
     fg_nn_embedding_release(&m->emb);
+    fg_tensor_free(m->alibi);
     if (m->blocks)
         for (int i = 0; i < m->cfg.n_layer; i++)
             fg_nn_block_release(&m->blocks[i]);

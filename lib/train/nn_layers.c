@@ -186,10 +186,13 @@ fg_status fg_nn_embedding_forward(const fg_nn_embedding *e,
 {
     if (!e || !e->tok || !tokens || B <= 0 || T <= 0)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "bad arguments");
-    if (T > fg_tensor_size(e->pos, 0) || T > NN_MAX_CTX)
+    const int64_t ctx = e->pos ? fg_tensor_size(e->pos, 0) : NN_MAX_CTX;
+    if (T > ctx || T > NN_MAX_CTX)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
                        "sequence length %lld exceeds the context %lld",
-                       (long long)T, (long long)fg_tensor_size(e->pos, 0));
+                       (long long)T, (long long)ctx);
+    if (!e->pos) /* no learned positions (ALiBi models) */
+        return fg_embedding(e->tok, tokens, FG_SHAPE(B, T), y);
     int64_t pos[NN_MAX_CTX]; /* 0..T-1 (fg_embedding copies them) */
     for (int64_t i = 0; i < T; i++)
         pos[i] = i;
@@ -269,6 +272,10 @@ fg_status fg_nn_attention_forward(const fg_nn_attention *a, fg_tensor *x,
     fg_attention_options ao;
     fg_attention_options_init(&ao);
     ao.causal = 1;
+    if (a->window > 0)
+        ao.window_left = a->window;
+    ao.softcap = a->softcap;
+    ao.alibi_slopes = a->alibi_slopes;
     fg_status s = FG_OK;
     if (dropping(a->dropout, mode)) {
         if (!mode->rng)

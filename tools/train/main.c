@@ -128,6 +128,9 @@ static int build_model(run *r)
     c.n_head = o->heads;
     c.n_embd = o->width;
     c.dropout = o->dropout;
+    c.attn_window = o->window;
+    c.attn_softcap = o->softcap;
+    c.alibi = (int)o->alibi;
     if (fg_gpt_create(&c, (uint64_t)o->seed, &r->m) != FG_OK)
         return setup_error();
     int n;

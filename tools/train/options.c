@@ -69,6 +69,13 @@ static const spec SPECS[] = {
         .help = "context length (the sort task's is 2 x --sort-len)",
         .dflt = "64"),
     REAL("--dropout", dropout, 0, 1, 0, 1, BOTH, .help = "dropout"),
+    INT("--window", window, 0, 1 << 24, BOTH,
+        .help = "sliding-window attention: each token sees itself and\n"
+                "this many tokens before it (0 = the whole context)"),
+    INT("--alibi", alibi, 0, 1, BOTH,
+        .help = "1: ALiBi distance biases instead of learned positions"),
+    REAL("--softcap", softcap, 0, 1e6, 0, 0, BOTH,
+         .help = "cap attention scores at X tanh(s / X) (0 = off)"),
     GROUP("Optimisation"),
     INT("--steps", steps, 1, BIG, BOTH, .help = "optimizer steps",
         .dflt = "sort 800, text 2000"),

@@ -25,6 +25,8 @@ typedef struct opts {
     /* model */
     int64_t layers, heads, width, ctx;
     double dropout;
+    int64_t window, alibi; /* attention variants (0 = off) */
+    double softcap;
     /* optimisation */
     int64_t steps, batch, accum, warmup, seed;
     double lr, min_lr, wd, beta2, clip;
