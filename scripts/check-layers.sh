@@ -13,6 +13,7 @@
 #   3 lib/autograd        tensors, arena, tape, engine, hooks, gradcheck
 #   4 lib/ops             differentiable ops (CPU) ...
 #     kernels/ops         ... and their CUDA kernels
+#     kernels/backend     the CUDA module's loader and entry table
 #   5 lib/train           nn layers, GPT, optimiser, checkpoints, data
 #   6 tools, examples,    programs: public headers only
 #     bench
@@ -38,7 +39,7 @@ rank_of() {
     kernels/runtime/*) echo 1 ;;
     lib/attention/* | kernels/attention/*) echo 2 ;;
     lib/autograd/*) echo 3 ;;
-    lib/ops/* | kernels/ops/*) echo 4 ;;
+    lib/ops/* | kernels/ops/* | kernels/backend/*) echo 4 ;;
     lib/train/*) echo 5 ;;
     tools/* | examples/* | bench/*) echo 6 ;;
     include/flashgrad/*) echo public ;;
