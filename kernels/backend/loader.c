@@ -18,6 +18,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -136,14 +137,14 @@ fg_status fg_cuda_backend_fail_stats(fg_cuda_memory_stats *st)
 #define FG_CUDA_TRAMPOLINE_(ret, name, params, args, fallback)                \
     ret name params                                                           \
     {                                                                         \
-        const fg_cuda_backend *b = backend();                                 \
-        return b ? b->name args : fallback;                                   \
+        const fg_cuda_backend *fg_be_ = backend();                            \
+        return fg_be_ ? fg_be_->name args : fallback;                         \
     }
 #define FG_CUDA_VTRAMPOLINE_(name, params, args)                              \
     void name params                                                          \
     {                                                                         \
-        const fg_cuda_backend *b = backend();                                 \
-        if (b)                                                                \
-            b->name args;                                                     \
+        const fg_cuda_backend *fg_be_ = backend();                            \
+        if (fg_be_)                                                           \
+            fg_be_->name args;                                                \
     }
 FG_CUDA_ENTRY_POINTS(FG_CUDA_TRAMPOLINE_, FG_CUDA_VTRAMPOLINE_)
