@@ -17,7 +17,7 @@ accum), clipping by global norm (1.0; 0 = measure only), AdamW with
 decoupled weight decay 0.1 on matrices and embeddings only (beta1 0.9,
 eps 1e-8), learning rate linear warmup ((step + 1) / warmup) then cosine to
 min_lr at the last step. The data mirrors lib/train/data_text.c and
-examples/train.c: vocabulary = the file's distinct bytes, sorted; first 90%
+tools/train/: vocabulary = the file's distinct bytes, sorted; first 90%
 train; random windows drawn with flashgrad's splitmix64 from the same seed,
 so the training batches are the very ones flashgrad-train sees; validation
 loss = mean over --eval-iters fixed batches.
@@ -285,7 +285,7 @@ def run(a, data, synthetic, compiled, csv_writer):
     tokens_per_step = rows * T
     clip = a.clip if a.clip > 0 else float("inf")  # inf: measure only
 
-    # Fixed evaluation windows, as examples/train.c eval_loss draws them.
+    # Fixed evaluation windows, as tools/train/evaluate.c eval_loss draws them.
     eval_sets = {}
     if not a.bench_only:
         for split in (0, 1):

@@ -24,7 +24,11 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Some versions print --help to stderr or exit non-zero after it.
 "$bin" --help >"$tmp/help" 2>&1 || true
-grep -o -- '--[a-z][a-z0-9-]*' "$tmp/help" | LC_ALL=C sort -u >"$tmp/help.opts"
+# Options are the lines that start with --, up to the description (two
+# spaces); prose that mentions an option (--name=value) is not one.
+perl -ne 'next unless /^\s*(--\S.*?)(?:\s{2,}|$)/;
+    my $spec = $1; print "$1\n" while $spec =~ /(--[a-z][a-z0-9-]*)/g' \
+    "$tmp/help" | LC_ALL=C sort -u >"$tmp/help.opts"
 if [[ ! -s $tmp/help.opts ]]; then
     echo "check-man-train: $bin --help printed no options:" >&2
     cat "$tmp/help" >&2

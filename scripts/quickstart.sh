@@ -19,10 +19,11 @@ set -euo pipefail
 
 # ---------------------------------------------------------------------------
 # THE MAIN JOB. `run` executes this command (plus any extra arguments given
-# after `run`). Today it is the attention demo: CPU attention forward and
-# backward checked against a naive computation. When the toy-transformer
-# trainer lands, point this at it; nothing else in this script needs to change.
-MAIN_JOB=(./examples/flashgrad-train) # relative to the build folder
+# after `run`): the trainer, flashgrad-train, which trains a small GPT on its
+# built-in task (or a text file with --data FILE). It runs in the caller's
+# directory, so relative paths in the arguments mean what they say and the
+# run's output folder lands there.
+MAIN_JOB=(tools/train/flashgrad-train) # relative to the build folder
 # ---------------------------------------------------------------------------
 
 DEPS=(build-essential autoconf automake libtool pkg-config check
@@ -50,7 +51,9 @@ test) [[ $# -eq 0 ]] || usage ;;
 *) usage ;;
 esac
 
-# Work from the repository root wherever we are called from.
+# Work from the repository root wherever we are called from; the main job
+# goes back to the caller's directory.
+caller=$PWD
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
@@ -176,8 +179,10 @@ build
 
 case $mode in
 run)
-    say "running: ${MAIN_JOB[*]} $*"
-    exec "${MAIN_JOB[@]}" "$@"
+    job=("$PWD/${MAIN_JOB[0]}" "${MAIN_JOB[@]:1}") # build folder: $PWD
+    cd "$caller"
+    say "running: ${job[*]} $* (in $caller)"
+    exec "${job[@]}" "$@"
     ;;
 test)
     say "make -j$jobs check"

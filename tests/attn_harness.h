@@ -18,7 +18,82 @@ typedef struct fgt_case {
     int block_q, block_k, threads;
     double amp;    /* input amplitude (1 by default) */
     double scale;  /* 0: default */
+    /* Variants (zero = off); slopes and the block map are drawn from the
+     * case's salt. */
+    int top_left;
+    int window;    /* use window_left/right (-1 unbounded) */
+    int64_t window_left, window_right;
+    double softcap;
+    int alibi;     /* 1: slopes [H]; 2: slopes [B, H] */
+    double sparse; /* > 0: keep each 128 x 128 block with this probability */
+    int map_bcast; /* block map [1, 1, nqb, nkb] instead of [B, H, ...] */
 } fgt_case;
+
+/* The variant inputs a case draws: ALiBi slopes and the block map. */
+typedef struct fgt_variants {
+    float *slopes;
+    uint8_t *map;
+    int32_t *storage;
+    fg_attn_block_mask bm;
+    int64_t mb, mh;
+} fgt_variants;
+
+static inline void fgt_variants_free(fgt_variants *v)
+{
+    free(v->slopes);
+    free(v->map);
+    free(v->storage);
+}
+
+/* Draws the variant inputs of c and points p (and the reference ns) at
+ * them. Slopes are positive (ALiBi's geometric slopes are in (0, 1]);
+ * every query block keeps its first listed block with probability
+ * c->sparse like the others, so empty rows occur too. */
+static inline void fgt_variants_make(const fgt_case *c, fgt_rng *rng,
+                                     fg_attn_params *p, naive_shape *ns,
+                                     fgt_variants *v)
+{
+    memset(v, 0, sizeof *v);
+    p->causal_align = c->top_left ? FG_ATTN_ALIGN_TOP_LEFT
+                                  : FG_ATTN_ALIGN_BOTTOM_RIGHT;
+    ns->top_left = c->top_left;
+    if (c->window) {
+        p->window_left = c->window_left;
+        p->window_right = c->window_right;
+        ns->window = 1;
+        ns->window_left = c->window_left;
+        ns->window_right = c->window_right;
+    }
+    p->softcap = c->softcap;
+    ns->softcap = c->softcap;
+    if (c->alibi) {
+        const int64_t n = (c->alibi == 2 ? c->B : 1) * c->H;
+        v->slopes = malloc(sizeof(float) * (size_t)n);
+        for (int64_t i = 0; i < n; i++)
+            v->slopes[i] = (float)(0.05 + 0.5 * fabs(fgt_uniform(rng)));
+        p->alibi_slopes = v->slopes;
+        p->alibi_stride_b = c->alibi == 2 ? c->H : 0;
+        ns->alibi = v->slopes;
+        ns->alibi_sb = p->alibi_stride_b;
+    }
+    if (c->sparse > 0) {
+        const int64_t nqb = (c->Nq + 127) / 128, nkb = (c->Nk + 127) / 128;
+        v->mb = c->map_bcast ? 1 : c->B;
+        v->mh = c->map_bcast ? 1 : c->H;
+        const size_t n = (size_t)(v->mb * v->mh * nqb * nkb);
+        v->map = malloc(n);
+        for (size_t i = 0; i < n; i++)
+            v->map[i] = 0.5 * (fgt_uniform(rng) + 1.0) < c->sparse;
+        v->storage = malloc(sizeof(int32_t) *
+                            (size_t)fg_attn_block_mask_storage(v->mb, v->mh, nqb, nkb));
+        if (fg_attn_block_mask_build(&v->bm, v->map, v->mb, v->mh, nqb, nkb,
+                                     v->storage, FG_DEVICE_CPU) == FG_OK)
+            p->block_mask = &v->bm;
+        ns->block_map = v->map;
+        ns->map_b = v->mb;
+        ns->map_h = v->mh;
+    }
+}
 
 typedef struct fgt_result {
     fg_status fwd, bwd;
@@ -140,6 +215,11 @@ static inline void fgt_run_case(const fgt_case *c, uint64_t salt, int with_bwd,
 
     fg_attn_params p;
     fgt_params(c, &p);
+    naive_shape ns = {c->B, c->Nq, c->Nk, c->H, c->Hk, c->d,
+                      c->scale > 0 ? c->scale : 1.0 / sqrt((double)c->d),
+                      c->causal, c->p, NULL};
+    fgt_variants var;
+    fgt_variants_make(c, &rng, &p, &ns, &var);
     fg_attn_tensor tq, tk, tv, to, tg, tdq, tdk, tdv;
     void *bq = fgt_pack(c, q, c->Nq, c->H, &tq);
     void *bk = fgt_pack(c, k, c->Nk, c->Hk, &tk);
@@ -157,9 +237,6 @@ static inline void fgt_run_case(const fgt_case *c, uint64_t salt, int with_bwd,
     r->m = fgt_stats_to_d(c, sm, r->ns);
     r->l = fgt_stats_to_d(c, sl, r->ns);
 
-    naive_shape ns = {c->B, c->Nq, c->Nk, c->H, c->Hk, c->d,
-                      c->scale > 0 ? c->scale : 1.0 / sqrt((double)c->d),
-                      c->causal, c->p, NULL};
     uint8_t *mask = NULL;
     if (c->p > 0) {
         mask = malloc((size_t)(c->B * c->H * c->Nq * c->Nk));
@@ -200,6 +277,7 @@ static inline void fgt_run_case(const fgt_case *c, uint64_t salt, int with_bwd,
         free(bdq); free(bdk); free(bdv);
     }
     free(mask);
+    fgt_variants_free(&var);
     free(q); free(k); free(v); free(g);
     free(bq); free(bk); free(bv); free(bg); free(bo);
     free(sm); free(sl);

@@ -7,9 +7,46 @@
 
 #define IDX(b, n, h, N, Hh, d) ((((b) * (N) + (n)) * (Hh) + (h)) * (d))
 
-static int visible(const naive_shape *s, int64_t i, int64_t j)
+static int64_t iprime(const naive_shape *s, int64_t i)
 {
-    return !s->causal || j <= i + (s->Nk - s->Nq);
+    return s->top_left ? i : i + (s->Nk - s->Nq);
+}
+
+/* The mask of attention.h written out pair by pair. */
+static int visible(const naive_shape *s, int64_t b, int64_t h, int64_t i,
+                   int64_t j)
+{
+    const int64_t ip = iprime(s, i);
+    if (s->causal && j > ip)
+        return 0;
+    if (s->window && s->window_left >= 0 && j < ip - s->window_left)
+        return 0;
+    if (s->window && s->window_right >= 0 && j > ip + s->window_right)
+        return 0;
+    if (s->block_map) {
+        const int64_t nqb = (s->Nq + 127) / 128, nkb = (s->Nk + 127) / 128;
+        const int64_t mb = s->map_b > 1 ? b : 0, mh = s->map_h > 1 ? h : 0;
+        if (!s->block_map[((mb * s->map_h + mh) * nqb + i / 128) * nkb + j / 128])
+            return 0;
+    }
+    return 1;
+}
+
+/* Final logit of a visible pair from scale * q.k; *dcap = d logit / d x. */
+static double score(const naive_shape *s, int64_t b, int64_t h, int64_t i,
+                    int64_t j, double x, double *dcap)
+{
+    double dc = 1.0;
+    if (s->softcap > 0) {
+        const double t = tanh(x / s->softcap);
+        x = s->softcap * t;
+        dc = 1.0 - t * t;
+    }
+    if (s->alibi)
+        x -= (double)s->alibi[b * s->alibi_sb + h] * fabs((double)(iprime(s, i) - j));
+    if (dcap)
+        *dcap = dc;
+    return x;
 }
 
 /* P (softmax probabilities) of one (b, h): [Nq, Nk]; also m and l rows. */
@@ -21,7 +58,7 @@ static void probs(const naive_shape *s, const double *q, const double *k,
         double mx = -INFINITY;
         double *row = P + i * s->Nk;
         for (int64_t j = 0; j < s->Nk; j++) {
-            if (!visible(s, i, j)) {
+            if (!visible(s, b, h, i, j)) {
                 row[j] = -INFINITY;
                 continue;
             }
@@ -30,7 +67,7 @@ static void probs(const naive_shape *s, const double *q, const double *k,
             double acc = 0;
             for (int64_t x = 0; x < d; x++)
                 acc += qi[x] * kj[x];
-            row[j] = acc * s->scale;
+            row[j] = score(s, b, h, i, j, acc * s->scale, NULL);
             if (row[j] > mx)
                 mx = row[j];
         }
@@ -121,8 +158,16 @@ void naive_attention_backward(const naive_shape *s, const double *q,
                 const double *qi = q + IDX(b, i, h, Nq, s->H, d);
                 double *dqi = dq + IDX(b, i, h, Nq, s->H, d);
                 for (int64_t j = 0; j < Nk; j++) {
+                    double dcap = 1.0;
+                    if (P[i * Nk + j] != 0) { /* recompute the softcap slope */
+                        const double *kj = k + IDX(b, j, hk, Nk, s->Hk, d);
+                        double acc = 0;
+                        for (int64_t x = 0; x < d; x++)
+                            acc += qi[x] * kj[x];
+                        score(s, b, h, i, j, acc * s->scale, &dcap);
+                    }
                     const double ds =
-                        P[i * Nk + j] * (dP[i * Nk + j] - dot) * s->scale;
+                        P[i * Nk + j] * (dP[i * Nk + j] - dot) * dcap * s->scale;
                     const double *kj = k + IDX(b, j, hk, Nk, s->Hk, d);
                     double *dkj = dk + IDX(b, j, hk, Nk, s->Hk, d);
                     for (int64_t x = 0; x < d; x++) {

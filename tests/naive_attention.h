@@ -12,6 +12,17 @@ typedef struct naive_shape {
     int causal;
     double p;            /* dropout probability */
     const uint8_t *keep; /* [B, H, Nq, Nk] mask, or NULL for no dropout */
+    /* Variants (attention.h), zero = off. */
+    int top_left;        /* causal/window/ALiBi alignment i' = i */
+    int window;          /* use window_left/right (-1 = unbounded) */
+    int64_t window_left, window_right;
+    double softcap;      /* > 0: S <- c tanh(S / c) */
+    const float *alibi;  /* slope of (b, h) = alibi[b * alibi_sb + h] */
+    int64_t alibi_sb;
+    /* Dense block map [mb, mh, nqb, nkb] of 128 x 128 blocks (nonzero =
+     * visible), or NULL. */
+    const uint8_t *block_map;
+    int64_t map_b, map_h;
 } naive_shape;
 
 /* O, m, l. Fully masked rows: O = 0, m = -inf, l = 0. */

@@ -2,7 +2,14 @@
  * optimizer moments and training state; a run resumed from a checkpoint
  * continues bit for bit like the uninterrupted run (dropout on); truncated,
  * corrupted, foreign and mismatched files are rejected with a clear error
- * and leave the model untouched. */
+ * and leave the model untouched; saving is atomic under concurrent savers,
+ * cleans up the temporaries of dead saves, and errors carry the system's
+ * reason. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "test_ops_util.h"
@@ -246,8 +253,144 @@ START_TEST(test_bad_files_rejected)
 }
 END_TEST
 
+/* Files in dir whose name starts with prefix. */
+static int count_prefixed(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
+}
+
+/* Two processes save different models to one path, over and over; the
+ * file left is whole and is one of the two, and no temporary remains. */
+START_TEST(test_concurrent_savers)
+{
+    char path[256], prefix[300];
+    tmp_path(path, "race");
+    snprintf(prefix, sizeof prefix, "%s.tmp.", path);
+    enum { ROUNDS = 25 };
+    pid_t kids[2];
+    for (int k = 0; k < 2; k++) {
+        kids[k] = fork();
+        ck_assert_int_ge(kids[k], 0);
+        if (kids[k] == 0) {
+            fg_gpt *m = model(100 + (uint64_t)k, 32);
+            fg_adamw *o = optimizer(m);
+            fg_train_state st;
+            init_state(&st);
+            st.step = k;
+            int bad = 0;
+            for (int i = 0; i < ROUNDS; i++)
+                bad += fg_checkpoint_save(path, m, o, &st, k ? "b" : "a") !=
+                       FG_OK;
+            if (bad)
+                fprintf(stderr, "saver %d: %s\n", k, fg_last_error());
+            _exit(bad ? 1 : 0);
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        int status;
+        ck_assert_int_eq(waitpid(kids[k], &status, 0), kids[k]);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                      "saver %d failed", k);
+    }
+    fg_gpt *got = model(7, 32), *a = model(100, 32), *b = model(101, 32);
+    fg_adamw *og = optimizer(got);
+    fg_train_state st;
+    char meta[8];
+    FGT_OK(fg_checkpoint_load(path, got, og, &st));
+    FGT_OK(fg_checkpoint_peek(path, NULL, NULL, meta, sizeof meta));
+    const int is_b = same_params(got, b);
+    ck_assert(is_b || same_params(got, a));
+    ck_assert_str_eq(meta, is_b ? "b" : "a");
+    ck_assert_int_eq(st.step, is_b);
+    ck_assert_int_eq(count_prefixed(".", prefix), 0);
+    remove(path);
+    fg_adamw_free(og);
+    fg_gpt_free(b);
+    fg_gpt_free(a);
+    fg_gpt_free(got);
+}
+END_TEST
+
+/* A temporary nobody holds (a save that was killed) goes at the next save;
+ * one a live saver holds (locked) stays. */
+START_TEST(test_stale_temporaries_removed)
+{
+    char path[256], dead[300], live[300], other[300];
+    tmp_path(path, "stale");
+    snprintf(dead, sizeof dead, "%s.tmp.AbC123", path);
+    snprintf(live, sizeof live, "%s.tmp.LiVe99", path);
+    snprintf(other, sizeof other, "%s.tmp.keep-me-too", path);
+    const char *files[] = {dead, live, other};
+    for (int i = 0; i < 3; i++)
+        write_bytes(files[i], (const unsigned char *)"partial", 7);
+    const int fd = open(live, O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(flock(fd, LOCK_EX), 0);
+    fg_gpt *m = model(1, 32);
+    fg_train_state st;
+    init_state(&st);
+    FGT_OK(fg_checkpoint_save(path, m, NULL, &st, NULL));
+    ck_assert_msg(access(dead, F_OK) != 0, "stale temporary kept");
+    ck_assert_msg(access(live, F_OK) == 0, "a live saver's file removed");
+    ck_assert_msg(access(other, F_OK) == 0, "not a temporary, removed");
+    FGT_OK(fg_checkpoint_load(path, m, NULL, NULL));
+    close(fd);
+    remove(live);
+    remove(other);
+    remove(path);
+    fg_gpt_free(m);
+}
+END_TEST
+
+/* Directories and unwritable places give clear errors with the reason. */
+START_TEST(test_io_errors_are_clear)
+{
+    fg_gpt *m = model(1, 32);
+    fg_train_state st;
+    init_state(&st);
+    char dir[256], file[256], below[300];
+    tmp_path(dir, "dir");
+    tmp_path(file, "file");
+    ck_assert_int_eq(mkdir(dir, 0777), 0);
+    FGT_FAILS(fg_checkpoint_load(dir, m, NULL, NULL), FG_ERR_IO);
+    ck_assert_msg(strstr(fg_last_error(), "is a directory"), "%s",
+                  fg_last_error());
+    FGT_FAILS(fg_checkpoint_peek(dir, NULL, NULL, NULL, 0), FG_ERR_IO);
+    ck_assert(strstr(fg_last_error(), "is a directory"));
+    FGT_FAILS(fg_checkpoint_save(dir, m, NULL, &st, NULL), FG_ERR_IO);
+    ck_assert_msg(strstr(fg_last_error(), "is a directory"), "%s",
+                  fg_last_error());
+    FGT_FAILS(fg_checkpoint_load("/nonexistent/x.ckpt", m, NULL, NULL),
+              FG_ERR_IO);
+    ck_assert_msg(strstr(fg_last_error(), strerror(ENOENT)), "%s",
+                  fg_last_error());
+    /* Below a regular file: fails even for root. */
+    write_bytes(file, (const unsigned char *)"x", 1);
+    snprintf(below, sizeof below, "%s/x.ckpt", file);
+    FGT_FAILS(fg_checkpoint_save(below, m, NULL, &st, NULL), FG_ERR_IO);
+    ck_assert_msg(strstr(fg_last_error(), strerror(ENOTDIR)), "%s",
+                  fg_last_error());
+    FGT_FAILS(fg_checkpoint_save("/nonexistent/x.ckpt", m, NULL, &st, NULL),
+              FG_ERR_IO);
+    ck_assert_msg(strstr(fg_last_error(), strerror(ENOENT)), "%s",
+                  fg_last_error());
+    rmdir(dir);
+    remove(file);
+    fg_gpt_free(m);
+}
+END_TEST
+
 FGT_MAIN_BEGIN("checkpoint")
 FGT_TEST(test_round_trip)
 FGT_TEST(test_resume_is_bitwise_identical)
 FGT_TEST(test_bad_files_rejected)
+FGT_TEST(test_concurrent_savers)
+FGT_TEST(test_stale_temporaries_removed)
+FGT_TEST(test_io_errors_are_clear)
 FGT_MAIN_END()

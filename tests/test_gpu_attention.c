@@ -534,6 +534,184 @@ START_TEST(test_fully_masked)
 }
 END_TEST
 
+/* Attention variants (window, top-left causal, softcap, ALiBi,
+ * block-sparse, with dropout and GQA) on the GPU against the CPU fp64
+ * oracle (itself checked pair by pair against the naive reference in
+ * test_attention_variants). fp64/fp32 as test_vs_cpu; fp16/bf16 (the naive
+ * low-precision twin has no variants) within 6e-3 / 4e-2 of max |ref|
+ * (a few ulps of the dtype: the plain cases above land near 1e-3 / 8e-3).
+ * The GPU block-mask builder must give the CPU builder's lists bit for
+ * bit. Sizes straddle the 64- and 128-blocks. */
+typedef struct vcase {
+    gcase g;
+    int top_left, window;
+    int64_t wl, wr;
+    double softcap;
+    int alibi;     /* 1: [H], 2: [B, H] */
+    double sparse; /* block keep probability, 0 = dense */
+} vcase;
+
+static const vcase vcases[] = {
+    {{1, 129, 129, 2, 1, 64, 0, 0, 0.0}, 0, 1, 33, 17, 0, 0, 0},
+    {{1, 300, 300, 2, 2, 128, 1, 1, 0.1}, 0, 1, 100, -1, 0, 0, 0},
+    {{1, 257, 97, 2, 1, 64, 1, 0, 0.0}, 1, 0, 0, 0, 0, 0, 0},
+    {{2, 200, 200, 4, 2, 64, 1, 0, 0.0}, 0, 0, 0, 0, 30.0, 0, 0},
+    {{1, 255, 255, 4, 4, 128, 1, 1, 0.0}, 0, 0, 0, 0, 0, 1, 0},
+    {{2, 140, 260, 2, 1, 32, 0, 0, 0.15}, 0, 0, 0, 0, 0, 2, 0},
+    {{1, 384, 384, 2, 2, 64, 0, 0, 0.0}, 0, 0, 0, 0, 0, 0, 0.5},
+    {{1, 300, 500, 4, 2, 128, 1, 1, 0.1}, 1, 1, 200, -1, 20.0, 1, 0.6},
+};
+
+static void run_variant(const vcase *vc, fg_dtype dt, uint64_t salt)
+{
+    const gcase *c = &vc->g;
+    const size_t nq = (size_t)(c->B * c->Nq * c->H * c->d);
+    const size_t nk = (size_t)(c->B * c->Nk * c->Hk * c->d);
+    const size_t ns = (size_t)(c->B * c->H * c->Nq);
+    size_t n[4] = {nq, nk, nk, nq}, no[4] = {nq, nq, nk, nk};
+    fgt_rng rng = fgt_rng_for(salt);
+    double *in[4];
+    for (int i = 0; i < 4; i++) {
+        in[i] = malloc(n[i] * 8);
+        fgt_fill(in[i], n[i], &rng, 1.0);
+        for (size_t e = 0; e < n[i]; e++)
+            in[i][e] = fgt_round_to(dt, in[i][e]);
+    }
+    fg_attn_params p;
+    params_for(c, &p, fgt_next(&rng));
+    p.causal_align = vc->top_left ? FG_ATTN_ALIGN_TOP_LEFT : FG_ATTN_ALIGN_BOTTOM_RIGHT;
+    if (vc->window) {
+        p.window_left = vc->wl;
+        p.window_right = vc->wr;
+    }
+    p.softcap = vc->softcap;
+    fg_attn_params pg = p; /* the GPU's copy points at device data */
+    float slopes[64], *dslopes = NULL;
+    if (vc->alibi) {
+        const int64_t ns_ = (vc->alibi == 2 ? c->B : 1) * c->H;
+        for (int64_t i = 0; i < ns_; i++)
+            slopes[i] = (float)(0.02 + 0.3 * fabs(fgt_uniform(&rng)));
+        CK_CUDA(cudaMalloc((void **)&dslopes, sizeof(float) * (size_t)ns_));
+        CK_CUDA(cudaMemcpy(dslopes, slopes, sizeof(float) * (size_t)ns_,
+                           cudaMemcpyHostToDevice));
+        p.alibi_slopes = slopes;
+        pg.alibi_slopes = dslopes;
+        p.alibi_stride_b = pg.alibi_stride_b = vc->alibi == 2 ? c->H : 0;
+    }
+    fg_attn_block_mask hbm, dbm;
+    int32_t *hst = NULL, *dst = NULL;
+    uint8_t *dmap = NULL;
+    if (vc->sparse > 0) {
+        const int64_t nqb = (c->Nq + 127) / 128, nkb = (c->Nk + 127) / 128;
+        const size_t nm = (size_t)(c->B * c->H * nqb * nkb);
+        uint8_t *map = malloc(nm);
+        for (size_t i = 0; i < nm; i++)
+            map[i] = 0.5 * (fgt_uniform(&rng) + 1) < vc->sparse;
+        const int64_t nst = fg_attn_block_mask_storage(c->B, c->H, nqb, nkb);
+        hst = malloc(sizeof(int32_t) * (size_t)nst);
+        int32_t *back = malloc(sizeof(int32_t) * (size_t)nst);
+        CK_CUDA(cudaMalloc((void **)&dst, sizeof(int32_t) * (size_t)nst));
+        CK_CUDA(cudaMemset(dst, 0, sizeof(int32_t) * (size_t)nst));
+        memset(hst, 0, sizeof(int32_t) * (size_t)nst);
+        CK_CUDA(cudaMalloc((void **)&dmap, nm));
+        CK_CUDA(cudaMemcpy(dmap, map, nm, cudaMemcpyHostToDevice));
+        ck_assert(fg_attn_block_mask_build(&hbm, map, c->B, c->H, nqb, nkb, hst,
+                                           FG_DEVICE_CPU) == FG_OK);
+        ck_assert_msg(fg_attn_block_mask_build(&dbm, dmap, c->B, c->H, nqb, nkb,
+                                               dst, FG_DEVICE_CUDA) == FG_OK,
+                      "%s", fg_last_error());
+        /* Unused list tails are not written: compare counts and the used
+         * entries only. */
+        CK_CUDA(cudaMemcpy(back, dst, sizeof(int32_t) * (size_t)nst,
+                           cudaMemcpyDeviceToHost));
+        for (int64_t r = 0; r < c->B * c->H * nqb; r++) {
+            ck_assert_int_eq(back[r], hbm.kv_count[r]);
+            for (int32_t x = 0; x < hbm.kv_count[r]; x++)
+                ck_assert_int_eq(back[c->B * c->H * nqb + r * nkb + x],
+                                 hbm.kv_index[r * nkb + x]);
+        }
+        free(back);
+        free(map);
+        p.block_mask = &hbm;
+        pg.block_mask = &dbm;
+    }
+    outs ref, gpu;
+    cpu_ref(c, &p, in, &ref);
+    gpu_run(c, dt, &pg, in, &gpu);
+    const double tol = dt == FG_FP64 ? 1e-12 : dt == FG_FP32 ? 1e-5
+                     : dt == FG_FP16 ? 6e-3 : 4e-2;
+    for (int i = 0; i < 4; i++) {
+        const double e = fgt_rel_err_floor(gpu.t[i], ref.t[i], no[i], 0.1);
+        ck_assert_msg(e <= tol, "variant %s %s err %.3g > %.3g (Nq=%lld Nk=%lld "
+                      "d=%lld win=%d(%lld,%lld) tl=%d cap=%g alibi=%d sparse=%g p=%g)",
+                      fg_dtype_name(dt), names[i], e, tol, (long long)c->Nq,
+                      (long long)c->Nk, (long long)c->d, vc->window,
+                      (long long)vc->wl, (long long)vc->wr, vc->top_left,
+                      vc->softcap, vc->alibi, vc->sparse, c->p);
+    }
+    const double stol = dt == FG_FP64 ? 1e-12 : 1e-5;
+    if (dt == FG_FP64 || dt == FG_FP32) {
+        ck_assert_msg(fgt_stats_err(gpu.m, ref.m, ns) <= stol, "m err");
+        ck_assert_msg(fgt_stats_err(gpu.l, ref.l, ns) <= stol, "l err");
+    }
+    outs_free(&ref);
+    outs_free(&gpu);
+    for (int i = 0; i < 4; i++)
+        free(in[i]);
+    free(hst);
+    if (dslopes)
+        CK_CUDA(cudaFree(dslopes));
+    if (dst)
+        CK_CUDA(cudaFree(dst));
+    if (dmap)
+        CK_CUDA(cudaFree(dmap));
+}
+
+START_TEST(test_variants)
+{
+    const fg_dtype dts[4] = {FG_FP64, FG_FP32, FG_FP16, FG_BF16};
+    for (int i = 0; i < 4; i++)
+        run_variant(&vcases[_i], dts[i], 7100 + 10 * (uint64_t)_i + (uint64_t)i);
+}
+END_TEST
+
+/* NaN in, NaN out on every path: a NaN in one query row makes that row's
+ * O and m NaN (not a masked row) and its dQ NaN. */
+START_TEST(test_nan_row)
+{
+    const gcase c = {1, 130, 130, 2, 2, 64, 1, 0, 0.0};
+    const fg_dtype dts[4] = {FG_FP64, FG_FP32, FG_FP16, FG_BF16};
+    const size_t nq = 130 * 2 * 64;
+    size_t n[4] = {nq, nq, nq, nq};
+    for (int di = 0; di < 4; di++) {
+        fgt_rng rng = fgt_rng_for(1500 + (uint64_t)di);
+        double *in[4];
+        for (int i = 0; i < 4; i++) {
+            in[i] = malloc(n[i] * 8);
+            fgt_fill(in[i], n[i], &rng, 1.0);
+        }
+        in[0][(70 * 2 + 1) * 64 + 3] = NAN; /* query row 70, head 1 */
+        fg_attn_params p;
+        params_for(&c, &p, 91);
+        outs r;
+        gpu_run(&c, dts[di], &p, in, &r);
+        for (int64_t i = 0; i < 130; i++) {
+            const int bad = i == 70;
+            ck_assert_msg(isnan(r.t[0][(i * 2 + 1) * 64]) == bad,
+                          "%s row %lld O", fg_dtype_name(dts[di]), (long long)i);
+            ck_assert_msg(isnan(r.m[130 + i]) == bad, "%s row %lld m",
+                          fg_dtype_name(dts[di]), (long long)i);
+            ck_assert_msg(isnan(r.t[1][(i * 2 + 1) * 64]) == bad,
+                          "%s row %lld dQ", fg_dtype_name(dts[di]), (long long)i);
+            ck_assert(!isnan(r.t[0][(i * 2) * 64])); /* head 0 untouched */
+        }
+        outs_free(&r);
+        for (int i = 0; i < 4; i++)
+            free(in[i]);
+    }
+}
+END_TEST
+
 /* No O(N^2) memory: at N = 32k (an N^2 fp32 matrix would be 4 GiB) the
  * forward + backward allocate only their O(B*H*N*d) workspace. */
 START_TEST(test_no_quadratic_memory)
@@ -646,6 +824,9 @@ int main(void)
     tcase_add_test(tc, test_dropout_mask);
     tcase_add_test(tc, test_fully_masked);
     tcase_add_test(tc, test_host_pointer_rejected);
+    tcase_add_loop_test(tc, test_variants, 0,
+                        sanitize ? 3 : (int)(sizeof vcases / sizeof vcases[0]));
+    tcase_add_test(tc, test_nan_row);
     if (!sanitize) {
         tcase_add_loop_test(tc, test_gradcheck_fp64, 0, 2);
         tcase_add_test(tc, test_no_quadratic_memory);

@@ -30,9 +30,28 @@
  * every key masked has m = -INFINITY, l = 0, O = 0 and zero gradients.
  * logsumexp = m + log(l).
  *
- * Causal masking is aligned to the bottom-right corner, as in
- * FlashAttention >= 2.1: query i may attend key j iff j <= i + (Nk - Nq).
- * With Nq > Nk the first Nq - Nk query rows therefore see no key at all.
+ * Masks and score modifiers (all optional, all combinable with each other,
+ * with dropout, GQA/MQA and strided layouts). Write i' = i + shift for
+ * query row i, where shift = Nk - Nq with the default bottom-right
+ * alignment (FlashAttention >= 2.1) and shift = 0 with top-left alignment
+ * (causal_align = FG_ATTN_ALIGN_TOP_LEFT, PyTorch's is_causal). Key j is
+ * visible to query i iff j < Nk and
+ *
+ *     causal:        j <= i'
+ *     window_left:   j >= i' - window_left    (-1: unbounded)
+ *     window_right:  j <= i' + window_right   (-1: unbounded)
+ *     block mask:    key block j / 128 is listed for query block i / 128
+ *
+ * and the score of a visible pair is
+ *
+ *     S_ij = scale q_i . k_j                     (plain)
+ *     S_ij <- softcap * tanh(S_ij / softcap)     (softcap > 0)
+ *     S_ij <- S_ij - slope[b, h] * |i' - j|      (alibi_slopes != NULL)
+ *
+ * in that order (softcap, then ALiBi, then the mask), as FlashAttention-2
+ * does; the backward differentiates the softcap exactly
+ * (dS_raw = dS (1 - tanh^2)). With Nq > Nk and bottom-right causal the first
+ * Nq - Nk query rows see no key at all.
  *
  * Dropout (probability p in [0, 1)) is applied to P after normalisation and
  * kept values are scaled by 1/(1-p). The keep decision for element
@@ -48,6 +67,10 @@
  * CPU and CUDA implementations produce identical masks; the backward
  * regenerates the mask from (seed, offset), nothing mask-shaped is stored.
  * Use a fresh offset (or seed) for every call that needs a new mask.
+ *
+ * NaN in, NaN out: a NaN in any score a row sees makes that row's O, m and
+ * l NaN, and every gradient it touches NaN (a NaN is never mistaken for a
+ * masked row).
  *
  * Supported: head_dim a multiple of 8 in [8, 256]; seqlen_q, seqlen_k and
  * batch * heads_q in [1, 2^31); block_q, block_k <= 1024.
@@ -87,6 +110,35 @@ typedef struct fg_attn_stats {
     fg_dtype dtype; /* FG_FP64 for fp64 operands, FG_FP32 otherwise */
 } fg_attn_stats;
 
+/* Causal alignment (fg_attn_params.causal_align). */
+enum {
+    FG_ATTN_ALIGN_BOTTOM_RIGHT = 0, /* i' = i + Nk - Nq (FlashAttention) */
+    FG_ATTN_ALIGN_TOP_LEFT = 1      /* i' = i (PyTorch is_causal) */
+};
+
+/* Block-sparse attention (the block-sparse FlashAttention of Dao et al.,
+ * given the FlexAttention way): the sequence is cut into blocks of
+ * FG_ATTN_SPARSE_BLOCK queries and keys; for each (b, h, query block) a
+ * count and an ascending list of the key blocks to visit, and the
+ * transposed lists the backward walks. Unlisted blocks are never loaded or
+ * computed. The arrays are int32, contiguous, on the operands' device:
+ *
+ *     kv_count [mb, mh, nqb]         kv_index [mb, mh, nqb, nkb]
+ *     q_count  [mb, mh, nkb]         q_index  [mb, mh, nkb, nqb]
+ *
+ * with nqb = ceil(Nq / 128), nkb = ceil(Nk / 128), and mb in {1, B},
+ * mh in {1, H} (1 broadcasts over that dimension). Only the first count
+ * entries of each list are read. fg_attn_block_mask_build() fills all four
+ * from a dense boolean block map; the two views must describe the same set
+ * of blocks. */
+#define FG_ATTN_SPARSE_BLOCK 128
+typedef struct fg_attn_block_mask {
+    int64_t batch, heads;     /* mb, mh: 1 or the problem's B, H */
+    int64_t q_blocks, k_blocks; /* nqb, nkb */
+    const int32_t *kv_count, *kv_index;
+    const int32_t *q_count, *q_index;
+} fg_attn_block_mask;
+
 /* Problem description shared by forward and backward. Fill it with
  * fg_attn_params_init(), then change what you need. */
 typedef struct fg_attn_params {
@@ -112,6 +164,18 @@ typedef struct fg_attn_params {
                           a fixed summation order instead of atomics, so
                           reruns are bitwise identical (slower). The CPU
                           backend is always deterministic. */
+    /* Variants (see the top of this file); fg_attn_params_init() sets
+     * none of them. */
+    int causal_align;      /* FG_ATTN_ALIGN_BOTTOM_RIGHT or _TOP_LEFT; also
+                              aligns the window and ALiBi distance */
+    int64_t window_left;   /* >= -1; -1 (the default) = unbounded */
+    int64_t window_right;  /* >= -1; -1 (the default) = unbounded */
+    double softcap;        /* 0 = off, else finite and > 0 */
+    const float *alibi_slopes; /* NULL = off, else fp32 slopes on the
+                              operands' device, finite, [H] or [B, H] */
+    int64_t alibi_stride_b; /* elements between batches of the slopes: 0 for
+                              [H] (shared by every batch), H for [B, H] */
+    const fg_attn_block_mask *block_mask; /* NULL = dense */
 } fg_attn_params;
 
 /* Defaults: CPU, scale 1/sqrt(d), no causal mask, no dropout. */
@@ -162,6 +226,19 @@ FG_API fg_status fg_attention_dropout_mask(const fg_attn_params *p,
  * repeated calls of the same (or smaller) size do not allocate. This frees
  * the calling thread's workspace (e.g. before the thread exits). */
 FG_API void fg_attention_release_workspace(void);
+
+/* Block masks from a dense boolean block map. map is uint8
+ * [mb, mh, nqb, nkb] (nonzero = visit) on `device`; storage is int32 on the
+ * same device with room for fg_attn_block_mask_storage(mb, mh, nqb, nkb)
+ * elements, and holds all four arrays of *out afterwards. On CUDA the
+ * build runs on the default stream and is complete on return. */
+FG_API int64_t fg_attn_block_mask_storage(int64_t mb, int64_t mh,
+                                          int64_t nqb, int64_t nkb);
+FG_API fg_status fg_attn_block_mask_build(fg_attn_block_mask *out,
+                                          const uint8_t *map, int64_t mb,
+                                          int64_t mh, int64_t nqb,
+                                          int64_t nkb, int32_t *storage,
+                                          fg_device device);
 
 /* Dropout keep threshold T = floor((1 - p) * 2^24) used above. */
 FG_API uint32_t fg_dropout_threshold(double p);

@@ -104,7 +104,12 @@ FG_API double fg_lr_at(const fg_lr_schedule *s, int64_t step);
  * little-endian. Loading checks magic, version, sizes, checksum, and that
  * the model's config and parameter shapes match; a truncated or corrupted
  * file gives FG_ERR_IO with a message saying what is wrong, and nothing is
- * modified. Saving writes PATH.tmp and renames it over PATH. */
+ * modified; so does a directory or any other file that is not one. Saving
+ * writes a temporary PATH.tmp.XXXXXX of a unique name, fsyncs it, renames
+ * it over PATH and fsyncs the directory: a crash or a kill leaves the old
+ * checkpoint or the new one, and concurrent savers of one PATH each leave
+ * a whole file. A temporary left by a save that died is removed by the
+ * next save of that PATH. I/O errors carry the system's reason. */
 
 #define FG_CHECKPOINT_VERSION 1
 

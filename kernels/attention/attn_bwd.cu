@@ -87,14 +87,16 @@ __device__ __forceinline__ void load_row_stats(const AttnArgs &a, int64_t bh,
     }
 }
 
-/* Alg4 L.12-14: P = exp(scale Q_i K_j^T - m) / l, masked entries 0; and
- * L.18: dP = dO_i V_j^T (before dropout). */
+/* Alg4 L.12-14: P = exp(score_mod(scale Q_i K_j^T) - m) / l, masked
+ * entries 0 (and, with softcap, dcap = 1 - tanh^2); L.18: dP = dO_i V_j^T
+ * (before dropout). Rows with l = 0 saw nothing: P = 0; a NaN row keeps
+ * its NaN. */
 template <typename A>
 __device__ __forceinline__ void bwd_recompute(const AttnArgs &a, const A *Qs,
                                               const A *dOs, const A *Ks,
                                               const A *Vs, const A *ms,
-                                              const A *ls, A *P, A *dP,
-                                              int64_t i0, int64_t j0)
+                                              const A *ls, A *P, A *dP, A *dcap,
+                                              int64_t i0, int64_t j0, A slope)
 {
     const int d = a.d, Br = a.Br, Bc = a.Bc, ld = d + 1;
     const A scale = (A)a.scale;
@@ -107,9 +109,13 @@ __device__ __forceinline__ void bwd_recompute(const AttnArgs &a, const A *Qs,
             s += qr[x] * kc[x];
             dp += gr[x] * vc[x];
         }
-        const bool ok = i0 + r < a.Nq && ls[r] > 0 && visible(a, i0 + r, j0 + c);
-        P[idx] = ok ? fast_exp(s * scale - ms[r]) / ls[r] : A(0);
+        const bool ok = i0 + r < a.Nq && ls[r] != A(0) && visible(a, i0 + r, j0 + c);
+        A dc = A(1);
+        const A x = score_mod<A>(a, s * scale, slope, i0 + r, j0 + c, &dc);
+        P[idx] = ok ? fast_exp(x - ms[r]) / ls[r] : A(0);
         dP[idx] = dp;
+        if (dcap)
+            dcap[idx] = dc;
     }
 }
 
@@ -130,6 +136,7 @@ attn_bwd_kernel(const AttnArgs a)
     A *dP = P + Br * Bc;
     A *PD = dP + Br * Bc; /* P with dropout applied (aliases P without) */
     A *ms = PD + Br * Bc, *ls = ms + Br, *Ds = ls + Br;
+    A *dcap = a.softcap > 0.f ? Ds + Br : nullptr; /* [Br, Bc] 1 - tanh^2 */
 
     const int64_t j0 = (int64_t)blockIdx.x * Bc;
     const int hk = blockIdx.y, b = blockIdx.z;
@@ -142,16 +149,23 @@ attn_bwd_kernel(const AttnArgs a)
     for (int idx = threadIdx.x; idx < Bc * d; idx += blockDim.x)
         dKs[idx] = dVs[idx] = 0;
 
-    /* Causal: query rows below j0 - shift see none of these keys. */
-    int64_t i_first = 0;
-    if (a.causal)
-        i_first = max((int64_t)0, j0 - a.shift);
+    /* The band bounds the query rows that see any of these keys; with a
+     * block mask only the listed query 128-blocks are walked. */
+    const int64_t q_lo = band_query_begin(a, j0), q_hi = band_query_end(a, j0 + cols - 1);
     const A *Pdrop = a.dropout ? PD : P;
 
     for (int g = 0; g < a.group; g++) {
         const int h = hk * a.group + g;
         const int64_t bh = (int64_t)b * a.H + h;
-        for (int64_t i0 = i_first - i_first % Br; i0 < a.Nq; i0 += Br) {
+        const A slope = alibi_slope<A>(a, b, h);
+        int nspan = 1;
+        const int32_t *list =
+            a.sparse ? block_list(a, false, b, h, j0 / FG_ATTN_SPARSE_BLOCK, &nspan) : nullptr;
+        for (int sp = 0; sp < nspan; sp++) {
+        int64_t s_lo, s_hi;
+        if (!walk_span(list, nspan, a.nqb, sp, q_lo, q_hi, Br, &s_lo, &s_hi))
+            continue;
+        for (int64_t i0 = s_lo; i0 < s_hi; i0 += Br) {
             const int rows = (int)min((int64_t)Br, a.Nq - i0);
             __syncthreads(); /* previous tiles consumed */
             /* Alg4 L.11: Q_i, dO_i, m_i, l_i (and D_i) on chip. */
@@ -159,7 +173,7 @@ attn_bwd_kernel(const AttnArgs a)
             load_tile<T, A>(dOs, ld, a.dout, b, i0, h, Br, rows, d);
             load_row_stats<A>(a, bh, i0, Br, rows, ms, ls, Ds);
             __syncthreads();
-            bwd_recompute<A>(a, Qs, dOs, Ks, Vs, ms, ls, P, dP, i0, j0);
+            bwd_recompute<A>(a, Qs, dOs, Ks, Vs, ms, ls, P, dP, dcap, i0, j0, slope);
             __syncthreads();
             if (a.dropout) {
                 /* Alg4 L.15-16, 19: Z from the seed; dP *= Z, PD = P * Z. */
@@ -168,10 +182,12 @@ attn_bwd_kernel(const AttnArgs a)
                 for (int idx = threadIdx.x; idx < Br * Bc; idx += blockDim.x)
                     PD[idx] *= P[idx];
             }
-            /* Alg4 L.21: dS = P * (dP - D), in place of dP. */
+            /* Alg4 L.21: dS = P * (dP - D), in place of dP; through the
+             * softcap times 1 - tanh^2 (ALiBi passes dS unchanged). */
             for (int idx = threadIdx.x; idx < Br * Bc; idx += blockDim.x) {
                 const int r = idx / Bc;
-                dP[idx] = P[idx] * (dP[idx] - Ds[r]);
+                const A ds = P[idx] * (dP[idx] - Ds[r]);
+                dP[idx] = dcap ? ds * dcap[idx] : ds;
             }
             __syncthreads();
             /* Alg4 L.17: dV_j += PD^T dO_i; L.23: dK_j += scale dS^T Q_i. */
@@ -197,6 +213,7 @@ attn_bwd_kernel(const AttnArgs a)
                 if (acc != A(0))
                     atomicAdd(dqa + idx, acc * scale);
             }
+        }
         }
     }
     __syncthreads();
@@ -228,6 +245,7 @@ attn_bwd_dq_kernel(const AttnArgs a)
     A *dP = P + Br * Bc;
     A *dQs = dP + Br * Bc;
     A *ms = dQs + Br * d, *ls = ms + Br, *Ds = ls + Br;
+    A *dcap = a.softcap > 0.f ? Ds + Br : nullptr; /* [Br, Bc] 1 - tanh^2 */
 
     const int64_t i0 = (int64_t)blockIdx.x * Br;
     const int h = blockIdx.y, b = blockIdx.z, hk = h / a.group;
@@ -240,25 +258,32 @@ attn_bwd_dq_kernel(const AttnArgs a)
     for (int idx = threadIdx.x; idx < Br * d; idx += blockDim.x)
         dQs[idx] = 0;
     load_row_stats<A>(a, bh, i0, Br, rows, ms, ls, Ds);
-    int64_t n_keys = a.Nk;
-    if (a.causal) {
-        const int64_t last = i0 + rows - 1 + a.shift + 1;
-        n_keys = last < 0 ? 0 : min(last, n_keys);
-    }
-    for (int64_t j0 = 0; j0 < n_keys; j0 += Bc) {
+    /* The same key walk as the forward (band, block lists). */
+    const int64_t k_lo = band_key_begin(a, i0), k_hi = band_key_end(a, i0 + rows - 1);
+    const A slope = alibi_slope<A>(a, b, h);
+    int nspan = 1;
+    const int32_t *list = a.sparse ? block_list(a, true, b, h, i0 / FG_ATTN_SPARSE_BLOCK, &nspan)
+                                   : nullptr;
+    for (int sp = 0; sp < nspan; sp++) {
+    int64_t s_lo, s_hi;
+    if (!walk_span(list, nspan, a.nkb, sp, k_lo, k_hi, Bc, &s_lo, &s_hi))
+        continue;
+    for (int64_t j0 = s_lo; j0 < s_hi; j0 += Bc) {
         const int cols = (int)min((int64_t)Bc, (int64_t)a.Nk - j0);
         __syncthreads();
         load_tile<T, A>(Ks, ld, a.k, b, j0, hk, Bc, cols, d);
         load_tile<T, A>(Vs, ld, a.v, b, j0, hk, Bc, cols, d);
         __syncthreads();
-        bwd_recompute<A>(a, Qs, dOs, Ks, Vs, ms, ls, P, dP, i0, j0);
+        bwd_recompute<A>(a, Qs, dOs, Ks, Vs, ms, ls, P, dP, dcap, i0, j0, slope);
         __syncthreads();
         if (a.dropout) {
             apply_dropout<A>(a, dP, (A *)nullptr, Bc, Br, Bc, bh, i0, j0);
             __syncthreads();
         }
-        for (int idx = threadIdx.x; idx < Br * Bc; idx += blockDim.x)
-            dP[idx] = P[idx] * (dP[idx] - Ds[idx / Bc]);
+        for (int idx = threadIdx.x; idx < Br * Bc; idx += blockDim.x) {
+            const A ds = P[idx] * (dP[idx] - Ds[idx / Bc]);
+            dP[idx] = dcap ? ds * dcap[idx] : ds;
+        }
         __syncthreads();
         for (int idx = threadIdx.x; idx < rows * d; idx += blockDim.x) {
             const int r = idx / d, x = idx - r * d;
@@ -267,6 +292,7 @@ attn_bwd_dq_kernel(const AttnArgs a)
                 acc += dP[r * Bc + c] * Ks[c * ld + x];
             dQs[idx] += acc * scale;
         }
+    }
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < rows * d; idx += blockDim.x) {
@@ -279,7 +305,8 @@ template <typename T>
 static fg_status launch_bwd_dq(AttnArgs a, size_t smem_limit, cudaStream_t st)
 {
     typedef typename AccOf<T>::type A;
-    const int t = pick_tile([&](int x) { return bwd_dq_smem_bytes(x, x, a.d, sizeof(A)); },
+    const int ncap = a.softcap > 0.f;
+    const int t = pick_tile([&](int x) { return bwd_dq_smem_bytes(x, x, a.d, sizeof(A), ncap); },
                             smem_limit);
     if (t == 0)
         return fg_error(FG_ERR_UNSUPPORTED,
@@ -287,7 +314,7 @@ static fg_status launch_bwd_dq(AttnArgs a, size_t smem_limit, cudaStream_t st)
                         "memory than this GPU has (deterministic dQ)",
                         a.d);
     a.Br = a.Bc = t;
-    const size_t smem = bwd_dq_smem_bytes(t, t, a.d, sizeof(A));
+    const size_t smem = bwd_dq_smem_bytes(t, t, a.d, sizeof(A), ncap);
     FG_CUDA_TRY(cudaFuncSetAttribute(attn_bwd_dq_kernel<T>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)smem));
@@ -301,7 +328,8 @@ template <typename T>
 static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
 {
     typedef typename AccOf<T>::type A;
-    const int t = pick_tile([&](int x) { return bwd_smem_bytes(x, x, a.d, sizeof(A)); },
+    const int ncap = a.softcap > 0.f;
+    const int t = pick_tile([&](int x) { return bwd_smem_bytes(x, x, a.d, sizeof(A), ncap); },
                             smem_limit);
     if (t == 0)
         return fg_error(FG_ERR_UNSUPPORTED,
@@ -327,7 +355,7 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
                                                                         : FG_FP16,
                                      a, st));
     } else {
-        const size_t smem = bwd_smem_bytes(t, t, a.d, sizeof(A));
+        const size_t smem = bwd_smem_bytes(t, t, a.d, sizeof(A), ncap);
         FG_CUDA_TRY(cudaFuncSetAttribute(attn_bwd_kernel<T>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)smem));

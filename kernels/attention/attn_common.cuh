@@ -32,10 +32,134 @@ __device__ __forceinline__ void load_tile(A *dst, int ld, const Operand &t,
     }
 }
 
-/* Causal visibility with bottom-right alignment. */
+/* ---- the mask and score-modifier piece (attention.h's variants) -------
+ * Every kernel asks these: which keys a query block visits (the band and
+ * the block lists), whether one pair is visible, and the final logit. */
+
+/* Pair visibility: the band (causal is win_hi = 0); the block mask is
+ * applied by the block walk, whose tiles never straddle a 128-block. */
 __device__ __forceinline__ bool visible(const AttnArgs &a, int64_t i, int64_t j)
 {
-    return j < a.Nk && (!a.causal || j <= i + a.shift);
+    if (j >= a.Nk)
+        return false;
+    if (a.band) {
+        const int64_t t = j - (i + a.shift);
+        return t >= a.win_lo && t <= a.win_hi;
+    }
+    return !a.causal || j <= i + a.shift;
+}
+
+__host__ __device__ __forceinline__ int64_t clamp64(int64_t x, int64_t lo, int64_t hi)
+{
+    return x < lo ? lo : (x > hi ? hi : x);
+}
+/* Keys [begin, end) that query rows i0 .. i1 may see through the band, and
+ * query rows [begin, end) that may see keys j0 .. j1. */
+__device__ __forceinline__ int64_t band_key_begin(const AttnArgs &a, int64_t i0)
+{
+    return a.band ? clamp64(i0 + a.shift + a.win_lo, 0, a.Nk) : 0;
+}
+__device__ __forceinline__ int64_t band_key_end(const AttnArgs &a, int64_t i1)
+{
+    if (a.band)
+        return clamp64(i1 + a.shift + a.win_hi + 1, 0, a.Nk);
+    return a.causal ? clamp64(i1 + a.shift + 1, 0, a.Nk) : a.Nk;
+}
+__device__ __forceinline__ int64_t band_query_begin(const AttnArgs &a, int64_t j0)
+{
+    if (a.band)
+        return clamp64(j0 - a.shift - a.win_hi, 0, a.Nq);
+    return a.causal ? clamp64(j0 - a.shift, 0, a.Nq) : 0;
+}
+__device__ __forceinline__ int64_t band_query_end(const AttnArgs &a, int64_t j1)
+{
+    return a.band ? clamp64(j1 - a.shift - a.win_lo + 1, 0, a.Nq) : a.Nq;
+}
+
+/* The block lists of (b, h): key blocks of query block qb (kv) or query
+ * blocks of key block kb (!kv); *n = their count (0 if sparse is off). */
+__device__ __forceinline__ const int32_t *block_list(const AttnArgs &a, bool kv,
+                                                     int64_t b, int64_t h,
+                                                     int64_t blk, int *n)
+{
+    const int64_t bh = (a.bm_b > 1 ? b : 0) * a.bm_h + (a.bm_h > 1 ? h : 0);
+    const int64_t rows = kv ? a.nqb : a.nkb, len = kv ? a.nkb : a.nqb;
+    const int64_t r = bh * rows + blk;
+    *n = (kv ? a.kv_count : a.q_count)[r];
+    return (kv ? a.kv_index : a.q_index) + r * len;
+}
+
+/* Span sp of the walk over [lo, hi): the whole range, or with a block list
+ * its sp-th listed 128-block cut to the range; the start is rounded down
+ * to a multiple of `align` (the tile, so dropout's 4-column groups and
+ * tile-aligned loads hold; visible() masks the extra columns). Returns
+ * false for an empty span or a list entry outside [0, nblocks) (the
+ * validation cannot read device lists; such entries are skipped). */
+__device__ __forceinline__ bool walk_span(const int32_t *list, int n_list,
+                                          int nblocks, int sp, int64_t lo,
+                                          int64_t hi, int align, int64_t *s_lo,
+                                          int64_t *s_hi)
+{
+    if (list) {
+        if (sp >= n_list)
+            return false;
+        const int32_t blk = list[sp];
+        if (blk < 0 || blk >= nblocks)
+            return false;
+        const int64_t a0 = (int64_t)blk * FG_ATTN_SPARSE_BLOCK;
+        lo = max(lo, a0);
+        hi = min(hi, a0 + FG_ATTN_SPARSE_BLOCK);
+    }
+    *s_lo = lo - lo % align;
+    *s_hi = hi;
+    return hi > lo;
+}
+
+/* The final logit of a visible pair from x = scale * q.k: softcap, then
+ * ALiBi (attention.h); *dcap = 1 - tanh^2 (d logit / dx) if asked. */
+template <typename A>
+__device__ __forceinline__ A score_mod(const AttnArgs &a, A x, A slope,
+                                       int64_t i, int64_t j, A *dcap)
+{
+    if (a.softcap > 0.f) {
+        const A cap = (A)a.softcap;
+        const A t = tanh(x / cap);
+        x = cap * t;
+        if (dcap)
+            *dcap = A(1) - t * t;
+    }
+    if (a.alibi) {
+        const int64_t dist = i + a.shift - j;
+        x -= slope * (A)(dist < 0 ? -dist : dist);
+    }
+    return x;
+}
+template <typename A>
+__device__ __forceinline__ A alibi_slope(const AttnArgs &a, int64_t b, int64_t h)
+{
+    return a.alibi ? (A)a.alibi[b * a.alibi_sb + h] : A(0);
+}
+
+/* The row max of the tensor-core kernels: one instruction like fmaxf, but
+ * a NaN wins (PTX max.NaN, sm_80+), so a NaN score makes its row NaN
+ * instead of looking like a masked row. */
+__device__ __forceinline__ float fmax_nan(float x, float y)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
+    return r;
+#else
+    return (x != x || x > y) ? x : y;
+#endif
+}
+
+/* max that lets a NaN win, so a NaN score makes its row NaN instead of
+ * looking like a masked row (fmax would drop it). */
+template <typename A>
+__device__ __forceinline__ A max_nan(A x, A y)
+{
+    return (x != x || x > y) ? x : y;
 }
 
 /* Dropout on a [Br, Bc] tile of probabilities whose columns start at j0
@@ -116,7 +240,7 @@ __device__ __forceinline__ float row_lse2(const AttnArgs &a, int64_t bh, int64_t
 {
     const float l = ((const float *)a.l)[bh * a.Nq + i];
     const float m = ((const float *)a.m)[bh * a.Nq + i];
-    return l > 0.f ? m * 1.4426950408889634f + __log2f(l) : INFINITY;
+    return l != 0.f ? m * 1.4426950408889634f + __log2f(l) : INFINITY;
 }
 
 } /* namespace fg */

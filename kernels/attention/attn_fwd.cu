@@ -16,7 +16,7 @@ namespace fg {
 template <typename A>
 __device__ __forceinline__ void fwd_scores(const AttnArgs &a, const A *Qs,
                                            const A *Ks, A *S, int64_t i0,
-                                           int64_t j0)
+                                           int64_t j0, A slope)
 {
     const int d = a.d, Br = a.Br, Bc = a.Bc;
     const A scale = (A)a.scale;
@@ -26,7 +26,9 @@ __device__ __forceinline__ void fwd_scores(const AttnArgs &a, const A *Qs,
         A acc = 0;
         for (int x = 0; x < d; x++)
             acc += qr[x] * kc[x];
-        S[idx] = visible(a, i0 + r, j0 + c) ? acc * scale : (A)-INFINITY;
+        S[idx] = visible(a, i0 + r, j0 + c)
+                     ? score_mod<A>(a, acc * scale, slope, i0 + r, j0 + c, nullptr)
+                     : (A)-INFINITY;
     }
 }
 
@@ -43,9 +45,9 @@ __device__ __forceinline__ void fwd_softmax(const AttnArgs &a, A *S, A *ms,
         A *row = S + r * Bc;
         A mx = ms[r];
         for (int c = lane; c < Bc; c += 32)
-            mx = max(mx, row[c]);
+            mx = max_nan(mx, row[c]);
         for (int o = 16; o > 0; o >>= 1)
-            mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            mx = max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, o));
         A sum = 0;
         const bool empty = mx == (A)-INFINITY;
         for (int c = lane; c < Bc; c += 32) {
@@ -109,21 +111,27 @@ attn_fwd_kernel(const AttnArgs a)
         ls[r] = 0;
     }
 
-    /* Causal: keys past the last row's limit are never loaded. */
-    int64_t n_keys = a.Nk;
-    if (a.causal) {
-        const int64_t last = i0 + rows - 1 + a.shift + 1;
-        n_keys = last < 0 ? 0 : min(last, n_keys);
-    }
+    /* The band (causal, window) bounds the keys any row sees: K/V blocks
+     * outside are never loaded; with a block mask only the listed 128-blocks
+     * are walked (block-sparse FlashAttention). */
+    const int64_t k_lo = band_key_begin(a, i0), k_hi = band_key_end(a, i0 + rows - 1);
     const int64_t bh = (int64_t)b * a.H + h;
-    for (int64_t j0 = 0; j0 < n_keys; j0 += Bc) {
+    const A slope = alibi_slope<A>(a, b, h);
+    int nspan = 1;
+    const int32_t *list = a.sparse ? block_list(a, true, b, h, i0 / FG_ATTN_SPARSE_BLOCK, &nspan)
+                                   : nullptr;
+    for (int sp = 0; sp < nspan; sp++) {
+    int64_t s_lo, s_hi;
+    if (!walk_span(list, nspan, a.nkb, sp, k_lo, k_hi, Bc, &s_lo, &s_hi))
+        continue;
+    for (int64_t j0 = s_lo; j0 < s_hi; j0 += Bc) {
         const int cols = (int)min((int64_t)Bc, a.Nk - j0);
         __syncthreads(); /* previous block's tiles are consumed */
         /* Alg1 L.6: K_j, V_j on chip. */
         load_tile<T, A>(Ks, d + 1, a.k, b, j0, hk, Bc, cols, d);
         load_tile<T, A>(Vs, d, a.v, b, j0, hk, Bc, cols, d);
         __syncthreads();
-        fwd_scores<A>(a, Qs, Ks, S, i0, j0); /* Alg1 L.9 + mask */
+        fwd_scores<A>(a, Qs, Ks, S, i0, j0, slope); /* Alg1 L.9 + mods + mask */
         __syncthreads();
         fwd_softmax<A>(a, S, ms, ls, alpha);
         __syncthreads();
@@ -133,14 +141,16 @@ attn_fwd_kernel(const AttnArgs a)
         }
         fwd_pv<A>(a, S, Vs, alpha, Oacc, cols);
     }
+    }
     __syncthreads();
 
     /* Epilogue (Alg1 L.12-13, normalised once): O = acc / l; fully masked
-     * rows (l = 0) get O = 0. Stats: m and l as they stand. */
+     * rows (l = 0) get O = 0, NaN rows stay NaN. Stats: m and l as they
+     * stand. */
     for (int idx = threadIdx.x; idx < rows * d; idx += blockDim.x) {
         const int r = idx / d, x = idx - r * d;
         const A l = ls[r];
-        elem<T>(a.o, b, i0 + r, h)[x] = from_acc<T>(l > 0 ? Oacc[idx] / l : A(0));
+        elem<T>(a.o, b, i0 + r, h)[x] = from_acc<T>(l == A(0) ? A(0) : Oacc[idx] / l);
     }
     for (int r = threadIdx.x; r < rows; r += blockDim.x) {
         ((A *)a.m)[bh * a.Nq + i0 + r] = ms[r];

@@ -156,9 +156,9 @@ attn_fwd_mma_kernel(const AttnArgs a)
                 float mx = m_raw[mt][r];
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++)
-                    mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    mx = fmax_nan(mx, fmax_nan(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+                mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 const float ms = mx == -INFINITY ? 0.f : mx * scale_log2;
                 alpha[r] = mx == -INFINITY ? 1.f : exp2f(m_raw[mt][r] * scale_log2 - ms);
                 m_raw[mt][r] = mx;
@@ -241,7 +241,7 @@ attn_fwd_mma_kernel(const AttnArgs a)
             l += __shfl_xor_sync(0xffffffffu, l, 1);
             l += __shfl_xor_sync(0xffffffffu, l, 2);
             const int64_t i = row_w + mt * 16 + 8 * r;
-            const float inv = l > 0.f ? (float)a.keep_scale / l : 0.f;
+            const float inv = l != 0.f ? (float)a.keep_scale / l : 0.f;
             if (i < a.Nq) {
                 T *dst = elem<T>(a.o, b, i, h);
 #pragma unroll

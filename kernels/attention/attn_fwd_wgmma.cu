@@ -232,9 +232,9 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
             float mx = m_raw[r];
 #pragma unroll
             for (int n = 0; n < Bc / 8; n++)
-                mx = fmaxf(mx, fmaxf(s[4 * n + 2 * r], s[4 * n + 2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                mx = fmax_nan(mx, fmax_nan(s[4 * n + 2 * r], s[4 * n + 2 * r + 1]));
+            mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             const float ms = mx == -INFINITY ? 0.f : mx * scale_log2;
             alpha[r] = mx == -INFINITY ? 1.f : exp2f(m_raw[r] * scale_log2 - ms);
             m_raw[r] = mx;
@@ -311,7 +311,7 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         const int64_t i = row_w + 8 * r;
-        const float inv = l > 0.f ? (float)a.keep_scale / l : 0.f;
+        const float inv = l != 0.f ? (float)a.keep_scale / l : 0.f;
         if (i < a.Nq) {
             T *dst = elem<T>(a.o, b, i, h);
 #pragma unroll

@@ -37,6 +37,10 @@ bool fg::mma_path_ok(const AttnArgs &a, bool backward)
     const char *force = getenv("FG_ATTN_KERNEL");
     if (force && strcmp(force, "general") == 0)
         return false;
+    /* Masks and score modifiers beyond causal run on the general kernels
+     * for now (documented in attention.h and doc/performance.md). */
+    if (a.variant)
+        return false;
     bool ok = aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && aligned16(a.o);
     if (backward)
         ok = ok && aligned16(a.dout) && aligned16(a.dq) && aligned16(a.dk) &&
@@ -66,6 +70,30 @@ static fg_status base_args(const fg_attn_problem *pb, const char *fn,
     a->group = (int)pb->group;
     a->shift = pb->causal_shift;
     a->causal = pb->causal;
+    /* Plain bottom-right causal is the fast kernels' kCausal; anything else
+     * the band describes (windows, top-left) is a variant. */
+    const bool plain_causal = pb->causal && pb->win_hi == 0 &&
+                              pb->win_lo == -FG_ATTN_UNBOUNDED &&
+                              pb->causal_shift == pb->Nk - pb->Nq;
+    a->band = pb->band;
+    a->win_lo = pb->win_lo;
+    a->win_hi = pb->win_hi;
+    a->softcap = (float)pb->softcap;
+    a->alibi = pb->alibi;
+    a->alibi_sb = pb->alibi_sb;
+    a->sparse = pb->sparse;
+    if (pb->sparse) {
+        a->bm_b = (int)pb->bm.batch;
+        a->bm_h = (int)pb->bm.heads;
+        a->nqb = (int)pb->bm.q_blocks;
+        a->nkb = (int)pb->bm.k_blocks;
+        a->kv_count = pb->bm.kv_count;
+        a->kv_index = pb->bm.kv_index;
+        a->q_count = pb->bm.q_count;
+        a->q_index = pb->bm.q_index;
+    }
+    a->variant = (pb->band && !plain_causal) || pb->softcap > 0 || pb->alibi ||
+                 pb->sparse;
     a->scale = pb->scale;
     a->dropout = pb->dropout_p > 0.0;
     a->keep_threshold = pb->keep_threshold;

@@ -40,3 +40,11 @@ fg_status fg_attn_cuda_dropout_mask(const fg_attn_problem *pb, uint8_t *mask)
 }
 
 /* ---- flashgrad/cuda.h --------------------------------------------------- */
+
+fg_status fg_attn_cuda_block_mask_build(const fg_attn_block_mask *m,
+                                        const uint8_t *map)
+{
+    (void)m;
+    (void)map;
+    return FG_NO_CUDA("fg_attn_block_mask_build");
+}

@@ -75,8 +75,20 @@ struct AttnArgs {
      * tile is one contiguous run for a bulk reduce. */
     int dq_tile_d;
     int B, Nq, Nk, H, Hk, d, group;
-    int64_t shift;        /* Nk - Nq: query i sees key j iff j <= i + shift */
-    int causal;
+    int64_t shift;        /* i' = i + shift (Nk - Nq bottom-right, 0 top-left) */
+    int causal;           /* plain causal: the fast kernels' kCausal */
+    /* Masks and score modifiers (attention.h; fg_attn_problem): key j is
+     * visible to query i iff win_lo <= j - i' <= win_hi when band is set,
+     * and its 128-block is listed when sparse. variant = anything beyond
+     * plain/causal attention, which today only the general kernels do. */
+    int band, variant;
+    int64_t win_lo, win_hi;
+    float softcap;        /* 0 = off */
+    const float *alibi;   /* NULL = off; slope of (b, h) = alibi[b*alibi_sb + h] */
+    int64_t alibi_sb;
+    int sparse;
+    int bm_b, bm_h, nqb, nkb; /* block-mask extents (1 = broadcast) */
+    const int32_t *kv_count, *kv_index, *q_count, *q_index;
     double scale;
     int dropout;
     uint32_t keep_threshold;
@@ -103,22 +115,25 @@ inline size_t fwd_smem_bytes(int Br, int Bc, int d, size_t acc_size)
     return n * acc_size;
 }
 
-inline size_t bwd_dq_smem_bytes(int Br, int Bc, int d, size_t acc_size)
+/* The backward kernels keep the softcap's 1 - tanh^2 in one more [Br, Bc]
+ * tile when softcap is on (ncap = 1). */
+inline size_t bwd_dq_smem_bytes(int Br, int Bc, int d, size_t acc_size,
+                                int ncap)
 {
     size_t n = 2 * (size_t)Br * (d + 1)  /* Q_i, dO_i */
              + 2 * (size_t)Bc * (d + 1)  /* K_j, V_j */
-             + 2 * (size_t)Br * Bc       /* P, dP -> dS */
+             + (2 + ncap) * (size_t)Br * Bc /* P, dP -> dS (, dcap) */
              + (size_t)Br * d            /* dQ accumulator */
              + 3 * (size_t)Br;           /* m, l, D */
     return n * acc_size;
 }
 
-inline size_t bwd_smem_bytes(int Br, int Bc, int d, size_t acc_size)
+inline size_t bwd_smem_bytes(int Br, int Bc, int d, size_t acc_size, int ncap)
 {
     size_t n = 2 * (size_t)Bc * (d + 1)  /* K_j, V_j */
              + 2 * (size_t)Bc * d        /* dK_j, dV_j accumulators */
              + 2 * (size_t)Br * (d + 1)  /* Q_i, dO_i */
-             + 3 * (size_t)Br * Bc       /* P, dP -> dS, P with dropout */
+             + (3 + ncap) * (size_t)Br * Bc /* P, dP -> dS, P with dropout (, dcap) */
              + 3 * (size_t)Br;           /* m, l, D */
     return n * acc_size;
 }

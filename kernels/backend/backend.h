@@ -104,6 +104,9 @@ extern "C" {
     F(fg_status, fg_attn_cuda_dropout_mask,                                    \
       (const fg_attn_problem *pb, uint8_t *mask), (pb, mask),                  \
       fg_cuda_backend_fail("fg_attention_dropout_mask"))                       \
+    F(fg_status, fg_attn_cuda_block_mask_build,                                \
+      (const fg_attn_block_mask *m, const uint8_t *map), (m, map),             \
+      fg_cuda_backend_fail("fg_attn_block_mask_build"))                        \
     /* lib/autograd/cuda_backend.h */                                          \
     F(fg_status, fg_cuda_copy_strided, (fg_tensor * dst, const fg_tensor *src), \
       (dst, src), fg_cuda_backend_fail("fg_tensor_copy"))                      \

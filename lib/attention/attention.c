@@ -24,6 +24,8 @@ void fg_attn_params_init(fg_attn_params *p, int64_t batch, int64_t seqlen_q,
     p->heads_kv = heads_kv;
     p->head_dim = head_dim;
     p->device = FG_DEVICE_CPU;
+    p->window_left = -1;
+    p->window_right = -1;
 }
 
 fg_attn_tensor fg_attn_bshd(void *data, fg_dtype dtype, int64_t seqlen,
@@ -277,6 +279,7 @@ fg_status fg_attention_forward(const fg_attn_params *p, const fg_attn_tensor *q,
         OP("v", v, pb.Nk, pb.Hk), OP("o", o, pb.Nq, pb.H),
     };
     FG_TRY(check_operands(&pb, p->device, ops, 4, 3, stats, 1, fn));
+    FG_TRY(fg_attn_check_variants(p, &pb, fn));
     if (p->device == FG_DEVICE_CUDA)
         return fg_attn_cuda_forward(&pb, q, k, v, o, stats);
     return fg_attn_cpu_forward(&pb, q, k, v, o, stats);
@@ -303,6 +306,7 @@ fg_status fg_attention_backward(const fg_attn_params *p,
         OP("dk", dk, pb.Nk, pb.Hk),  OP("dv", dv, pb.Nk, pb.Hk),
     };
     FG_TRY(check_operands(&pb, p->device, ops, 8, 5, stats, 0, fn));
+    FG_TRY(fg_attn_check_variants(p, &pb, fn));
     if (p->device == FG_DEVICE_CUDA)
         return fg_attn_cuda_backward(&pb, q, k, v, o, dout, stats, dq, dk, dv);
     return fg_attn_cpu_backward(&pb, q, k, v, o, dout, stats, dq, dk, dv);

@@ -92,18 +92,22 @@ void fg_dropout_row(const fg_attn_problem *pb, int64_t b, int64_t h, int64_t i,
 #define T float
 #define SFX _f32
 #define EXP expf
+#define TANH tanhf
 #include "attention_cpu_impl.h"
 #undef T
 #undef SFX
 #undef EXP
+#undef TANH
 
 #define T double
 #define SFX _f64
 #define EXP exp
+#define TANH tanh
 #include "attention_cpu_impl.h"
 #undef T
 #undef SFX
 #undef EXP
+#undef TANH
 
 fg_status fg_attn_cpu_forward(const fg_attn_problem *pb,
                               const fg_attn_tensor *q, const fg_attn_tensor *k,

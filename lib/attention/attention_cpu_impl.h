@@ -8,7 +8,12 @@
  * Dao et al., arXiv 2205.14135; the loop order and the end-of-loop
  * normalisation follow FlashAttention-2 (query blocks outer; D = rowsum(dO*O)).
  *
- * Expects: T, SFX (name suffix), EXP (exp for T). */
+ * Masks and score modifiers (window, causal alignment, block mask, softcap,
+ * ALiBi) follow attention.h: the band limits which K/V blocks a query block
+ * visits (and which query rows a K/V block is visited by), the block mask
+ * lists them, and score_mod() turns scale * q.k into the final logit.
+ *
+ * Expects: T, SFX (name suffix), EXP and TANH (for T). */
 
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
@@ -27,6 +32,63 @@ static inline void FN(apply_dropout)(T *row, const uint8_t *keep, int64_t n,
 {
     for (int64_t c = 0; c < n; c++)
         row[c] = keep[c] ? row[c] * keep_scale : (T)0;
+}
+
+/* Columns [*c_lo, *c_hi) of the tile of keys j0 .. j0+cols-1 that row i
+ * sees through the band (empty when *c_hi <= *c_lo). */
+static inline void FN(row_cols)(const fg_attn_problem *pb, int64_t i,
+                                int64_t j0, int64_t cols, int64_t *c_lo,
+                                int64_t *c_hi)
+{
+    *c_lo = 0;
+    *c_hi = cols;
+    if (pb->band) {
+        *c_lo = fg_attn_clamp(fg_attn_key_begin(pb, i) - j0, 0, cols);
+        *c_hi = fg_attn_clamp(fg_attn_key_end(pb, i) - j0, 0, cols);
+    }
+}
+
+/* The final logits of row i over columns [c_lo, c_hi): s holds
+ * scale * q.k on entry. Softcap, then ALiBi (attention.h); dcap, if not
+ * NULL, receives d(capped)/d(scaled) = 1 - tanh^2 for the backward. */
+static inline void FN(score_mod)(const fg_attn_problem *pb, T *s, T *dcap,
+                                 int64_t b, int64_t h, int64_t i, int64_t j0,
+                                 int64_t c_lo, int64_t c_hi)
+{
+    if (pb->softcap > 0) {
+        const T cap = (T)pb->softcap, inv = (T)1 / cap;
+        for (int64_t c = c_lo; c < c_hi; c++) {
+            const T t = TANH(s[c] * inv);
+            s[c] = cap * t;
+            if (dcap)
+                dcap[c] = (T)1 - t * t;
+        }
+    }
+    if (pb->alibi) {
+        const T slope = (T)pb->alibi[b * pb->alibi_sb + h];
+        const int64_t ip = i + pb->causal_shift;
+        for (int64_t c = c_lo; c < c_hi; c++) {
+            const int64_t dist = ip - (j0 + c);
+            s[c] -= slope * (T)(dist < 0 ? -dist : dist);
+        }
+    }
+}
+
+/* The spans of indices [lo, hi) a block walks: the band's range, cut to the
+ * listed sparse blocks when there is a block mask (list != NULL). Span n of
+ * count; returns 0 when it is empty. */
+static inline int FN(span)(int64_t lo, int64_t hi, const int32_t *list,
+                           int32_t n, int64_t *s_lo, int64_t *s_hi)
+{
+    if (!list) {
+        *s_lo = lo;
+        *s_hi = hi;
+    } else {
+        const int64_t a = (int64_t)list[n] * FG_ATTN_SPARSE_BLOCK;
+        *s_lo = a > lo ? a : lo;
+        *s_hi = a + FG_ATTN_SPARSE_BLOCK < hi ? a + FG_ATTN_SPARSE_BLOCK : hi;
+    }
+    return *s_hi > *s_lo;
 }
 
 /* ---- forward --------------------------------------------------------- */
@@ -86,16 +148,22 @@ static void FN(fwd_block)(const fg_attn_problem *pb, FN(fwd_ws) *w, int64_t b,
         w->l[r] = 0;
     }
 
-    /* Causal: the last row of the block sees keys j <= i0+rows-1+shift, so
-     * K/V blocks beyond that are skipped, not computed and masked. */
-    int64_t n_keys = pb->Nk;
-    if (pb->causal) {
-        int64_t last = i0 + rows - 1 + pb->causal_shift + 1;
-        n_keys = last < 0 ? 0 : (last < n_keys ? last : n_keys);
-    }
+    /* The band (causal, window) bounds the keys any row of the block sees:
+     * K/V blocks outside are skipped, not computed and masked; with a block
+     * mask only the listed blocks are walked (block-sparse FlashAttention). */
+    const int64_t kb_lo = fg_attn_key_begin(pb, i0);
+    const int64_t kb_hi = fg_attn_key_end(pb, i0 + rows - 1);
+    int32_t nspans = 1;
+    const int32_t *list = NULL;
+    if (pb->sparse)
+        list = fg_attn_kv_list(pb, b, h, i0 / FG_ATTN_SPARSE_BLOCK, &nspans);
 
-    for (int64_t j0 = 0; j0 < n_keys; j0 += Bc) {
-        const int64_t cols = n_keys - j0 < Bc ? n_keys - j0 : Bc;
+    for (int32_t sp = 0; sp < nspans; sp++) {
+    int64_t s_lo, s_hi;
+    if (!FN(span)(kb_lo, kb_hi, list, sp, &s_lo, &s_hi))
+        continue;
+    for (int64_t j0 = s_lo; j0 < s_hi; j0 += Bc) {
+        const int64_t cols = s_hi - j0 < Bc ? s_hi - j0 : Bc;
         /* Alg1 L.6: load K_j, V_j. */
         for (int64_t c = 0; c < cols; c++) {
             const T *ks = FN(at)(k, b, j0 + c, hk);
@@ -105,45 +173,44 @@ static void FN(fwd_block)(const fg_attn_problem *pb, FN(fwd_ws) *w, int64_t b,
                 w->v[c * d + x] = vs[x];
             }
         }
-        /* A block straddles the diagonal if its last key is past the first
-         * row's limit; only those need the per-element mask. */
-        const int masked =
-            pb->causal && j0 + cols - 1 > i0 + pb->causal_shift;
 
         for (int64_t r = 0; r < rows; r++) {
             T *s = w->s + r * Bc;
-            /* Alg1 L.9: S_ij = scale * Q_i K_j^T. */
-            for (int64_t c = 0; c < cols; c++)
+            int64_t c_lo, c_hi; /* the keys of this tile row r sees */
+            FN(row_cols)(pb, i0 + r, j0, cols, &c_lo, &c_hi);
+            if (c_hi <= c_lo)
+                continue;
+            /* Alg1 L.9: S_ij = scale * Q_i K_j^T, then the score mods. */
+            for (int64_t c = c_lo; c < c_hi; c++)
                 s[c] = 0;
             for (int64_t x = 0; x < d; x++) {
                 const T qx = w->q[r * d + x];
                 const T *kr = w->kt + x * Bc;
-                for (int64_t c = 0; c < cols; c++)
+                for (int64_t c = c_lo; c < c_hi; c++)
                     s[c] += qx * kr[c];
             }
-            int64_t valid = cols; /* keys j0 .. j0+valid-1 are visible */
-            if (masked) {
-                int64_t lim = i0 + r + pb->causal_shift - j0 + 1;
-                valid = lim < 0 ? 0 : (lim < cols ? lim : cols);
-            }
-            /* Alg1 L.10: row max of the block, new running max. */
-            T mx = w->m[r];
-            for (int64_t c = 0; c < valid; c++) {
+            for (int64_t c = c_lo; c < c_hi; c++)
                 s[c] *= scale;
-                if (s[c] > mx)
+            FN(score_mod)(pb, s, NULL, b, h, i0 + r, j0, c_lo, c_hi);
+            /* Alg1 L.10: row max of the block, new running max. A NaN
+             * score wins the max, so the row becomes NaN, never "empty". */
+            T mx = w->m[r];
+            for (int64_t c = c_lo; c < c_hi; c++)
+                if (s[c] > mx || s[c] != s[c])
                     mx = s[c];
-            }
             if (mx == -(T)INFINITY)
                 continue; /* nothing visible yet in this row */
             /* P~ = exp(S - m_new), rowsum; Alg1 L.11: rescale l by
              * exp(m_old - m_new). */
             const T alpha = EXP(w->m[r] - mx); /* exp(-inf) = 0 at start */
             T sum = 0;
-            for (int64_t c = 0; c < valid; c++) {
+            for (int64_t c = 0; c < c_lo; c++)
+                s[c] = 0;
+            for (int64_t c = c_lo; c < c_hi; c++) {
                 s[c] = EXP(s[c] - mx);
                 sum += s[c];
             }
-            for (int64_t c = valid; c < cols; c++)
+            for (int64_t c = c_hi; c < cols; c++)
                 s[c] = 0;
             w->l[r] = alpha * w->l[r] + sum;
             w->m[r] = mx;
@@ -156,7 +223,7 @@ static void FN(fwd_block)(const fg_attn_problem *pb, FN(fwd_ws) *w, int64_t b,
             T *acc = w->acc + r * d;
             for (int64_t x = 0; x < d; x++)
                 acc[x] *= alpha;
-            for (int64_t c = 0; c < valid; c++) {
+            for (int64_t c = c_lo; c < c_hi; c++) {
                 const T pc = s[c];
                 const T *vr = w->v + c * d;
                 for (int64_t x = 0; x < d; x++)
@@ -164,14 +231,15 @@ static void FN(fwd_block)(const fg_attn_problem *pb, FN(fwd_ws) *w, int64_t b,
             }
         }
     }
+    }
 
     /* Normalise once (FA2) and write O, m, l (Alg1 L.12-13). Fully masked
-     * rows keep l = 0 and get O = 0. */
+     * rows keep l = 0 and get O = 0; NaN rows stay NaN. */
     T *m_out = (T *)st->m + (b * pb->H + h) * pb->Nq + i0;
     T *l_out = (T *)st->l + (b * pb->H + h) * pb->Nq + i0;
     for (int64_t r = 0; r < rows; r++) {
         T *dst = FN(at)(o, b, i0 + r, h);
-        const T inv = w->l[r] > 0 ? (T)1 / w->l[r] : (T)0;
+        const T inv = w->l[r] == 0 ? (T)0 : (T)1 / w->l[r];
         for (int64_t x = 0; x < d; x++)
             dst[x] = w->acc[r * d + x] * inv;
         m_out[r] = w->m[r];
@@ -224,12 +292,13 @@ typedef struct FN(bwd_ws) {
     T *p;   /* [Bc]     one row of P */
     T *pd;  /* [Bc]     P with dropout applied */
     T *dp;  /* [Bc]     one row of dP, then dS */
+    T *dcap; /* [Bc]    softcap derivative 1 - tanh^2 of one row */
     uint8_t *keep; /* [Bc] */
 } FN(bwd_ws);
 
 static size_t FN(bwd_ws_bytes)(int64_t Bc, int64_t d)
 {
-    size_t b = sizeof(T) * (size_t)(5 * Bc * d + 3 * Bc) + (size_t)Bc;
+    size_t b = sizeof(T) * (size_t)(5 * Bc * d + 4 * Bc) + (size_t)Bc;
     return (b + 63) & ~(size_t)63;
 }
 
@@ -244,6 +313,7 @@ static void FN(bwd_ws_carve)(FN(bwd_ws) *w, void *mem, int64_t Bc, int64_t d)
     w->p = p;  p += Bc;
     w->pd = p; p += Bc;
     w->dp = p; p += Bc;
+    w->dcap = p; p += Bc;
     w->keep = (uint8_t *)p;
 }
 
@@ -257,7 +327,7 @@ static void FN(bwd_task)(const fg_attn_problem *pb, FN(bwd_ws) *w, int64_t b,
                          const T *D, const fg_attn_tensor *dq,
                          const fg_attn_tensor *dk, const fg_attn_tensor *dv)
 {
-    const int64_t d = pb->d, Bc = pb->block_k, Br = pb->block_q, Nq = pb->Nq;
+    const int64_t d = pb->d, Bc = pb->block_k, Nq = pb->Nq;
     const T scale = (T)pb->scale, keep_scale = (T)pb->keep_scale;
     const int dropout = pb->dropout_p > 0.0;
 
@@ -284,80 +354,94 @@ static void FN(bwd_task)(const fg_attn_problem *pb, FN(bwd_ws) *w, int64_t b,
                 w->dv[c * d + x] = 0;
             }
         }
-        /* Causal: rows i < j0 - shift see none of these keys; skip them. */
-        int64_t i_first = 0;
-        if (pb->causal) {
-            i_first = j0 - pb->causal_shift;
-            if (i_first < 0)
-                i_first = 0;
-        }
+        /* The band bounds the query rows that see any of these keys; with
+         * a block mask only the listed query blocks are walked. */
+        const int64_t qb_lo = fg_attn_query_begin(pb, j0);
+        const int64_t qb_hi = fg_attn_query_end(pb, j0 + cols - 1);
         for (int64_t g = 0; g < pb->group; g++) {
             const int64_t h = hk * pb->group + g;
             const int64_t row0 = (b * pb->H + h) * Nq;
             const T *mrow = (const T *)st->m + row0;
             const T *lrow = (const T *)st->l + row0;
-            /* Alg4 L.10-11: stream the query blocks Q_i of this head past
-             * K_j, V_j; within a block the CPU works row by row. */
-            for (int64_t i0 = i_first - i_first % Br; i0 < Nq; i0 += Br)
-            for (int64_t i = i0 < i_first ? i_first : i0;
-                 i < i0 + Br && i < Nq; i++) {
-                int64_t valid = cols;
-                if (pb->causal) {
-                    int64_t lim = i + pb->causal_shift - j0 + 1;
-                    valid = lim < 0 ? 0 : (lim < cols ? lim : cols);
-                }
-                if (valid == 0 || !(lrow[i] > 0))
-                    continue; /* row sees nothing: P = 0, no gradient */
+            int32_t nspans = 1;
+            const int32_t *list = NULL;
+            if (pb->sparse)
+                list = fg_attn_q_list(pb, b, h, j0 / FG_ATTN_SPARSE_BLOCK,
+                                      &nspans);
+            /* Alg4 L.10-11: stream the query rows of this head past K_j,
+             * V_j (the CPU works row by row; Br only sizes the forward). */
+            for (int32_t sp = 0; sp < nspans; sp++) {
+            int64_t s_lo, s_hi;
+            if (!FN(span)(qb_lo, qb_hi, list, sp, &s_lo, &s_hi))
+                continue;
+            for (int64_t i = s_lo; i < s_hi; i++) {
+                int64_t c_lo, c_hi;
+                FN(row_cols)(pb, i, j0, cols, &c_lo, &c_hi);
+                /* A fully masked row (l = 0) has P = 0 and no gradient; a
+                 * NaN row (l NaN) goes on and spreads its NaN. */
+                if (c_hi <= c_lo || lrow[i] == 0)
+                    continue;
                 const T *qi = FN(at)(q, b, i, h);
                 const T *doi = FN(at)(dout, b, i, h);
                 T *dqi = FN(at)(dq, b, i, h);
-                /* Alg4 L.12-14: S = scale Q_i K_j^T, mask, P = exp(S - m) / l. */
-                for (int64_t c = 0; c < valid; c++)
-                    w->p[c] = 0;
+                /* Alg4 L.12-14: S = scale Q_i K_j^T, score mods, mask,
+                 * P = exp(S - m) / l. */
+                T *p = w->p;
+                for (int64_t c = c_lo; c < c_hi; c++)
+                    p[c] = 0;
                 for (int64_t x = 0; x < d; x++) {
                     const T qx = qi[x];
                     const T *kr = w->kt + x * Bc;
-                    for (int64_t c = 0; c < valid; c++)
-                        w->p[c] += qx * kr[c];
+                    for (int64_t c = c_lo; c < c_hi; c++)
+                        p[c] += qx * kr[c];
                 }
+                for (int64_t c = c_lo; c < c_hi; c++)
+                    p[c] *= scale;
+                FN(score_mod)(pb, p, w->dcap, b, h, i, j0, c_lo, c_hi);
                 const T mi = mrow[i], inv_l = (T)1 / lrow[i];
-                for (int64_t c = 0; c < valid; c++)
-                    w->p[c] = EXP(w->p[c] * scale - mi) * inv_l;
+                for (int64_t c = c_lo; c < c_hi; c++)
+                    p[c] = EXP(p[c] - mi) * inv_l;
                 /* Alg4 L.15-16: regenerate the mask, P_dropped = P*Z/(1-p). */
-                const T *pd = w->p;
+                const T *pd = p;
                 if (dropout) {
-                    fg_dropout_row(pb, b, h, i, j0, valid, w->keep);
-                    for (int64_t c = 0; c < valid; c++)
-                        w->pd[c] = w->p[c];
-                    FN(apply_dropout)(w->pd, w->keep, valid, keep_scale);
+                    fg_dropout_row(pb, b, h, i, j0, cols, w->keep);
+                    for (int64_t c = c_lo; c < c_hi; c++)
+                        w->pd[c] = w->keep[c] ? p[c] * keep_scale : (T)0;
                     pd = w->pd;
                 }
                 /* Alg4 L.17: dV_j += P_dropped^T dO_i. */
-                for (int64_t c = 0; c < valid; c++) {
+                for (int64_t c = c_lo; c < c_hi; c++) {
                     const T pc = pd[c];
                     T *dvr = w->dv + c * d;
                     for (int64_t x = 0; x < d; x++)
                         dvr[x] += pc * doi[x];
                 }
                 /* Alg4 L.18-19: dP = (dO_i V_j^T) * Z/(1-p). */
-                for (int64_t c = 0; c < valid; c++)
-                    w->dp[c] = 0;
+                T *dp = w->dp;
+                for (int64_t c = c_lo; c < c_hi; c++)
+                    dp[c] = 0;
                 for (int64_t x = 0; x < d; x++) {
                     const T gx = doi[x];
                     const T *vr = w->vt + x * Bc;
-                    for (int64_t c = 0; c < valid; c++)
-                        w->dp[c] += gx * vr[c];
+                    for (int64_t c = c_lo; c < c_hi; c++)
+                        dp[c] += gx * vr[c];
                 }
                 if (dropout)
-                    FN(apply_dropout)(w->dp, w->keep, valid, keep_scale);
-                /* Alg4 L.20-21: dS = P * (dP - D_i), D_i precomputed (FA2). */
+                    for (int64_t c = c_lo; c < c_hi; c++)
+                        dp[c] = w->keep[c] ? dp[c] * keep_scale : (T)0;
+                /* Alg4 L.20-21: dS = P * (dP - D_i), D_i precomputed (FA2);
+                 * through the softcap, times 1 - tanh^2 (ALiBi is a
+                 * constant shift and passes dS unchanged). */
                 const T Di = D[row0 + i];
-                for (int64_t c = 0; c < valid; c++)
-                    w->dp[c] = w->p[c] * (w->dp[c] - Di);
+                for (int64_t c = c_lo; c < c_hi; c++)
+                    dp[c] = p[c] * (dp[c] - Di);
+                if (pb->softcap > 0)
+                    for (int64_t c = c_lo; c < c_hi; c++)
+                        dp[c] *= w->dcap[c];
                 /* Alg4 L.22: dQ_i += scale dS K_j; L.23: dK_j += scale
                  * dS^T Q_i. */
-                for (int64_t c = 0; c < valid; c++) {
-                    const T ds = w->dp[c] * scale;
+                for (int64_t c = c_lo; c < c_hi; c++) {
+                    const T ds = dp[c] * scale;
                     const T *kr = w->kr + c * d;
                     T *dkr = w->dk + c * d;
                     for (int64_t x = 0; x < d; x++) {
@@ -365,6 +449,7 @@ static void FN(bwd_task)(const fg_attn_problem *pb, FN(bwd_ws) *w, int64_t b,
                         dkr[x] += ds * qi[x];
                     }
                 }
+            }
             }
         }
         /* Alg4 L.25: write dK_j, dV_j. */

@@ -19,7 +19,18 @@ typedef struct fg_attn_problem {
     int64_t group;        /* H / Hk query heads per K/V head */
     double scale;         /* resolved softmax scale */
     int causal;
-    int64_t causal_shift; /* Nk - Nq: query i sees key j iff j <= i + shift */
+    /* i' = i + causal_shift (Nk - Nq bottom-right, 0 top-left). Key j is
+     * visible to query i iff win_lo <= j - i' <= win_hi (and j < Nk, and
+     * its block is listed when sparse). band = 1 when either bound is
+     * finite: causal is win_hi = min(window_right, 0). */
+    int64_t causal_shift;
+    int band;
+    int64_t win_lo, win_hi;
+    double softcap;          /* 0 = off */
+    const float *alibi;      /* NULL = off; slope of (b, h): alibi[b*alibi_sb + h] */
+    int64_t alibi_sb;
+    int sparse;              /* bm is valid */
+    fg_attn_block_mask bm;
     double dropout_p;
     uint32_t keep_threshold; /* fg_dropout_threshold(p) */
     double keep_scale;       /* 1 / (1 - p) */
@@ -30,6 +41,61 @@ typedef struct fg_attn_problem {
     void *stream;            /* cudaStream_t (CUDA only) */
     int deterministic;       /* CUDA backward without dQ atomics */
 } fg_attn_problem;
+
+/* No bound: |win_lo|, |win_hi| at this value never limit anything (and
+ * i + shift +- it cannot overflow). */
+#define FG_ATTN_UNBOUNDED ((int64_t)1 << 62)
+
+static inline int64_t fg_attn_clamp(int64_t x, int64_t lo, int64_t hi)
+{
+    return x < lo ? lo : (x > hi ? hi : x);
+}
+/* Keys [begin, end) that rows i0 .. i1 (inclusive) may see through the
+ * band; queries [begin, end) that keys j0 .. j1 may be seen by. */
+static inline int64_t fg_attn_key_begin(const fg_attn_problem *pb, int64_t i0)
+{
+    return fg_attn_clamp(i0 + pb->causal_shift + pb->win_lo, 0, pb->Nk);
+}
+static inline int64_t fg_attn_key_end(const fg_attn_problem *pb, int64_t i1)
+{
+    return fg_attn_clamp(i1 + pb->causal_shift + pb->win_hi + 1, 0, pb->Nk);
+}
+static inline int64_t fg_attn_query_begin(const fg_attn_problem *pb, int64_t j0)
+{
+    return fg_attn_clamp(j0 - pb->causal_shift - pb->win_hi, 0, pb->Nq);
+}
+static inline int64_t fg_attn_query_end(const fg_attn_problem *pb, int64_t j1)
+{
+    return fg_attn_clamp(j1 - pb->causal_shift - pb->win_lo + 1, 0, pb->Nq);
+}
+/* The block-mask lists of (b, h): key blocks of query block qb, or query
+ * blocks of key block kb (broadcast dimensions have extent 1). */
+static inline const int32_t *fg_attn_kv_list(const fg_attn_problem *pb,
+                                             int64_t b, int64_t h, int64_t qb,
+                                             int32_t *count)
+{
+    const fg_attn_block_mask *m = &pb->bm;
+    const int64_t r = ((m->batch > 1 ? b : 0) * m->heads +
+                       (m->heads > 1 ? h : 0)) * m->q_blocks + qb;
+    *count = m->kv_count[r];
+    return m->kv_index + r * m->k_blocks;
+}
+static inline const int32_t *fg_attn_q_list(const fg_attn_problem *pb,
+                                            int64_t b, int64_t h, int64_t kb,
+                                            int32_t *count)
+{
+    const fg_attn_block_mask *m = &pb->bm;
+    const int64_t r = ((m->batch > 1 ? b : 0) * m->heads +
+                       (m->heads > 1 ? h : 0)) * m->k_blocks + kb;
+    *count = m->q_count[r];
+    return m->q_index + r * m->q_blocks;
+}
+
+/* Variant parameters (attention_mask.c): checks window, softcap, ALiBi and
+ * the block mask of p and fills the matching fields of pb (which already
+ * holds the sizes, device and dtype). */
+fg_status fg_attn_check_variants(const fg_attn_params *p, fg_attn_problem *pb,
+                                 const char *fn);
 
 /* CPU backend (attention_cpu.c). */
 fg_status fg_attn_cpu_forward(const fg_attn_problem *pb,
@@ -65,6 +131,9 @@ fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
                                 const fg_attn_tensor *dk,
                                 const fg_attn_tensor *dv);
 fg_status fg_attn_cuda_dropout_mask(const fg_attn_problem *pb, uint8_t *mask);
+/* Fills the lists of m (device storage, carved) from a device block map. */
+fg_status fg_attn_cuda_block_mask_build(const fg_attn_block_mask *m,
+                                        const uint8_t *map);
 
 #ifdef __cplusplus
 }

@@ -7,10 +7,22 @@
  * u64 nbytes, raw bytes): every parameter, then (with an optimizer) the
  * first and second moments of each, named NAME.m / NAME.v. The whole file
  * is read and checked before anything is copied, so a bad file changes
- * nothing. */
+ * nothing.
+ *
+ * Saving is crash- and race-safe: the bytes go to a temporary file of a
+ * unique name beside PATH (PATH.tmp.XXXXXX), which is fsync'ed, renamed
+ * over PATH and the directory fsync'ed; concurrent savers of one PATH
+ * each rename a complete file, so PATH is always one of them. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "flashgrad/optim.h"
 #include "lib/core/error.h"
@@ -133,6 +145,155 @@ static void put_config(wbuf *b, const fg_gpt_config *c)
     put_u64(b, (uint64_t)c->device);
 }
 
+/* ---- saving: a unique temporary, fsync, rename --------------------------- */
+
+/* A saver holds an flock on its temporary until the rename, so a
+ * temporary nobody has locked was left by a save that died (killed,
+ * crashed) and the next save of the same PATH removes it. */
+static const char TMP_TAG[] = ".tmp.";
+enum { TMP_RAND = 6 };
+
+/* dir (with its "/", or "" for the current one) and base name of path. */
+static void split_path(const char *path, char *dir, size_t cap,
+                       const char **base)
+{
+    const char *slash = strrchr(path, '/');
+    *base = slash ? slash + 1 : path;
+    const size_t n = slash ? (size_t)(slash - path) + 1 : 0;
+    snprintf(dir, cap, "%.*s", (int)n, path);
+}
+
+static void remove_stale_temporaries(const char *path)
+{
+    char dir[4096], prefix[4096], full[8192];
+    const char *base;
+    split_path(path, dir, sizeof dir, &base);
+    snprintf(prefix, sizeof prefix, "%s%s", base, TMP_TAG);
+    const size_t pn = strlen(prefix);
+    DIR *d = opendir(dir[0] ? dir : ".");
+    if (!d)
+        return;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (strncmp(e->d_name, prefix, pn) != 0 ||
+            strlen(e->d_name) != pn + TMP_RAND)
+            continue;
+        snprintf(full, sizeof full, "%s%s", dir, e->d_name);
+        const int fd = open(full, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+            continue;
+        struct stat a, b;
+        /* Unlocked, and still the file of that name: an orphan. */
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &a) == 0 &&
+            lstat(full, &b) == 0 && a.st_ino == b.st_ino &&
+            a.st_dev == b.st_dev)
+            unlink(full);
+        close(fd);
+    }
+    closedir(d);
+}
+
+/* Creates and locks PATH.tmp.XXXXXX; returns the descriptor or -1 (errno).
+ * Not mkstemp: its mode is 0600, where a checkpoint should get the
+ * umask's permissions like any file the program writes. */
+static int create_temporary(const char *path, char *tmp, size_t cap)
+{
+    static const char ALNUM[] = "abcdefghijklmnopqrstuvwxyz"
+                                "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^
+                 (uint64_t)getpid() << 12 ^ (uint64_t)(uintptr_t)tmp;
+    for (int attempt = 0; attempt < 100; attempt++) {
+        char suffix[TMP_RAND + 1];
+        for (int i = 0; i < TMP_RAND; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            suffix[i] = ALNUM[(x >> 33) % (sizeof ALNUM - 1)];
+        }
+        suffix[TMP_RAND] = 0;
+        if (snprintf(tmp, cap, "%s%s%s", path, TMP_TAG, suffix) >= (int)cap) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        const int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                            0666);
+        if (fd < 0 && errno == EEXIST)
+            continue;
+        if (fd < 0)
+            return -1;
+        /* A cleaner may have taken it between open and lock: then it is
+         * locked by the cleaner or already unlinked; take another name. */
+        struct stat sb;
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &sb) == 0 &&
+            sb.st_nlink > 0)
+            return fd;
+        close(fd);
+    }
+    errno = EEXIST;
+    return -1;
+}
+
+static int write_all(int fd, const unsigned char *p, size_t n)
+{
+    while (n > 0) {
+        const ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* path = the n bytes at p, all or nothing, even across a crash. */
+static fg_status write_atomically(const char *path, const unsigned char *p,
+                                  size_t n)
+{
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return fg_error_at(FG_ERR_IO, "fg_checkpoint_save",
+                           "%s: is a directory", path);
+    remove_stale_temporaries(path);
+    char tmp[4096 + 16];
+    const int fd = create_temporary(path, tmp, sizeof tmp);
+    if (fd < 0)
+        return fg_error_at(FG_ERR_IO, "fg_checkpoint_save",
+                           "cannot create a temporary file beside %s: %s",
+                           path, strerror(errno));
+    const char *step = "writing";
+    int bad = write_all(fd, p, n) != 0;
+    if (!bad && (step = "syncing", fsync(fd) != 0))
+        bad = 1;
+    /* Renamed while still locked, so no cleaner takes it first. */
+    if (!bad && (step = "renaming it to", rename(tmp, path) != 0))
+        bad = 1;
+    const int err = errno;
+    if (bad)
+        unlink(tmp);
+    close(fd);
+    if (bad)
+        return fg_error_at(FG_ERR_IO, "fg_checkpoint_save", "%s %s: %s",
+                           step, step[0] == 'r' ? path : tmp,
+                           strerror(err));
+    /* The rename is durable once the directory is on disk too. */
+    char dir[4096];
+    const char *base;
+    split_path(path, dir, sizeof dir, &base);
+    const int dfd = open(dir[0] ? dir : ".", O_RDONLY | O_DIRECTORY |
+                                                 O_CLOEXEC);
+    if (dfd < 0 || (fsync(dfd) != 0 && errno != EINVAL)) {
+        const int e = errno;
+        if (dfd >= 0)
+            close(dfd);
+        return fg_error_at(FG_ERR_IO, "fg_checkpoint_save",
+                           "%s written, but syncing its directory failed: "
+                           "%s", path, strerror(e));
+    }
+    close(dfd);
+    return FG_OK;
+}
+
 fg_status fg_checkpoint_save(const char *path, const fg_gpt *m,
                              const fg_adamw *opt, const fg_train_state *st,
                              const char *meta)
@@ -184,26 +345,9 @@ fg_status fg_checkpoint_save(const char *path, const fg_gpt *m,
         free(b.p);
         return FG_FAIL(FG_ERR_OUT_OF_MEMORY, "checkpoint buffer");
     }
-    /* Write a temporary file and rename it: an interrupted save never
-     * leaves a half-written checkpoint under the real name. */
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
-        free(b.p);
-        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "path too long");
-    }
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        free(b.p);
-        return FG_FAIL(FG_ERR_IO, "cannot create %s", tmp);
-    }
-    const int ok = fwrite(b.p, 1, b.n, f) == b.n;
-    const int closed = fclose(f) == 0;
+    const fg_status s = write_atomically(path, b.p, b.n);
     free(b.p);
-    if (!ok || !closed || rename(tmp, path) != 0) {
-        remove(tmp);
-        return FG_FAIL(FG_ERR_IO, "writing %s failed", path);
-    }
-    return FG_OK;
+    return s;
 }
 
 /* ---- reading ---------------------------------------------------------------- */
@@ -265,30 +409,53 @@ typedef struct ckpt {
 static fg_status ckpt_open(const char *fn, const char *path, ckpt *c)
 {
     memset(c, 0, sizeof *c);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return fg_error_at(FG_ERR_IO, fn, "cannot open %s", path);
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0)
-        size = ftell(f);
-    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return fg_error_at(FG_ERR_IO, fn, "%s: cannot determine size", path);
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return fg_error_at(FG_ERR_IO, fn, "cannot open %s: %s", path,
+                           strerror(errno));
+    struct stat sb;
+    const char *kind = NULL;
+    if (fstat(fd, &sb) != 0)
+        kind = strerror(errno);
+    else if (S_ISDIR(sb.st_mode))
+        kind = "is a directory, not a checkpoint";
+    else if (!S_ISREG(sb.st_mode))
+        kind = "not a regular file";
+    if (kind) {
+        close(fd);
+        return fg_error_at(FG_ERR_IO, fn, "%s: %s", path, kind);
     }
-    c->size = (size_t)size;
+    c->size = (size_t)sb.st_size;
     c->file = malloc(c->size ? c->size : 1);
     if (!c->file) {
-        fclose(f);
+        close(fd);
         return fg_error_at(FG_ERR_OUT_OF_MEMORY, fn, "%s: %zu bytes", path,
                            c->size);
     }
-    const size_t got = fread(c->file, 1, c->size, f);
-    fclose(f);
+    size_t got = 0;
+    int rerr = 0;
+    while (got < c->size) {
+        const ssize_t k = read(fd, c->file + got, c->size - got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            rerr = k < 0 ? errno : 0;
+            break;
+        }
+        got += (size_t)k;
+    }
+    close(fd);
+    if (rerr) {
+        free(c->file);
+        c->file = NULL;
+        return fg_error_at(FG_ERR_IO, fn, "reading %s: %s", path,
+                           strerror(rerr));
+    }
     const char *why = NULL;
     rbuf r = {c->file, got, 0, 0};
     uint64_t body = 0;
     if (got != c->size)
-        why = "read error";
+        why = "shorter than when it was opened (changed while reading)";
     else if (got < 8 || memcmp(c->file, MAGIC, 8) != 0)
         why = "not a flashgrad checkpoint (bad magic)";
     else if (got < HEAD + 8)

@@ -52,9 +52,18 @@ fg_status fg_sort_task_batch(const fg_sort_task *t, int split, uint64_t *rng,
     const int64_t T = 2 * L;
     int64_t a[64], cnt[64];
     for (int64_t b = 0; b < B; b++) {
+        int64_t tries = 0;
         do { /* rejection: about 8 tries per held-out example */
             for (int i = 0; i < L; i++)
                 a[i] = (int64_t)(fg_rng_next(rng) % (uint64_t)t->digits);
+            /* Tiny tasks (2 digits of 2, 4 of 2) have no held-out input
+             * at all: fail instead of looping forever. A split with any
+             * input is hit long before this bound (at least 1 in 256). */
+            if (++tries > 1000000)
+                return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                               "sort task with %d digits of %d: the %s "
+                               "split has no inputs",
+                               L, t->digits, split ? "held-out" : "training");
         } while (held_out(a, L) != split);
         memset(cnt, 0, sizeof cnt);
         for (int i = 0; i < L; i++)

@@ -1,8 +1,10 @@
 /* lib/train/data_text.c - character-level text data: vocabulary, encoding,
  * train/validation split, random windows. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "flashgrad/nn.h"
 #include "lib/core/error.h"
@@ -14,7 +16,14 @@ fg_status fg_text_data_load(const char *path, fg_text_data *d)
     memset(d, 0, sizeof *d);
     FILE *f = fopen(path, "rb");
     if (!f)
-        return FG_FAIL(FG_ERR_IO, "cannot open %s", path);
+        return FG_FAIL(FG_ERR_IO, "cannot open %s: %s", path,
+                       strerror(errno));
+    /* fopen opens a directory too; reading it would fail with EISDIR. */
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fclose(f);
+        return FG_FAIL(FG_ERR_IO, "%s: is a directory", path);
+    }
     unsigned char *buf = NULL;
     size_t n = 0, cap = 0;
     for (;;) {
@@ -33,12 +42,12 @@ fg_status fg_text_data_load(const char *path, fg_text_data *d)
         if (r == 0)
             break;
     }
-    int err = ferror(f);
+    const int err = ferror(f) ? errno : 0;
     fclose(f);
     if (err || n < 100) {
         free(buf);
         return FG_FAIL(FG_ERR_IO, "%s: %s", path,
-                       err ? "read error" : "fewer than 100 bytes");
+                       err ? strerror(err) : "fewer than 100 bytes");
     }
     int seen[256] = {0};
     for (size_t i = 0; i < n; i++)

@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# tests/test_train_cli.sh - flashgrad-train's command line, end to end, on
+# tiny models in a temporary folder (about 20 s on 2 cores): options, the
+# run folder, checkpoints (periodic, best, SIGINT/SIGTERM), resume, data
+# fingerprints, input and path checks. Run by `make check` from the build
+# folder; FG_TRAIN overrides the program. Needs no gnuplot (the plot is
+# checked when it is installed).
+if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi
+set -u
+
+train=${FG_TRAIN:-$PWD/tools/train/flashgrad-train}
+[[ -x $train ]] || { echo "no $train (build first)"; echo "0 passed, 1 failed"; exit 1; }
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/fg-train-cli.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok   $*"; }
+bad() {
+    failed=$((failed + 1))
+    echo "FAIL $*"
+    sed 's/^/     | /' out | tail -n 15
+}
+
+# t NAME RC PATTERN [ARGS...]: runs the trainer; wants exit status RC and
+# a line of stdout+stderr matching the extended regex PATTERN ('' = any).
+t() {
+    local name=$1 want=$2 pat=$3
+    shift 3
+    "$train" "$@" >out 2>&1
+    local rc=$?
+    if [[ $rc -ne $want ]]; then
+        bad "$name: exit $rc, want $want"
+    elif [[ -n $pat ]] && ! grep -Eq -- "$pat" out; then
+        bad "$name: no line matches /$pat/"
+    else
+        ok "$name"
+    fi
+}
+check() { # NAME COMMAND...: a test of its own
+    local name=$1
+    shift
+    if "$@"; then ok "$name"; else bad "$name"; fi
+}
+
+# A tiny model and a short text: each run takes a fraction of a second.
+TINY=(--layers 1 --heads 2 --width 16 --batch 4 --eval-batches 2 --warmup 2)
+awk 'BEGIN { srand(7); split("the a fox dog runs over under sun rain sea " \
+     "kings sing of old ships and", w, " ");
+     for (l = 0; l < 200; l++) { s = ""; for (i = 0; i < 8; i++)
+         s = s w[int(rand() * 18) + 1] " "; print s } }' >text.txt
+sed 's/fox/dog/' text.txt >other.txt # same characters, other text
+{ cat text.txt; echo 'Zebra!'; } >newchars.txt
+TEXT=(--data text.txt --ctx 16 --samples 1 --sample-len 20 "${TINY[@]}")
+
+# ---- options ----------------------------------------------------------------
+t "--steps 0 is refused" 2 "^flashgrad-train: --steps: 0 is out of range" --steps 0
+t "--batch 0 is refused" 2 "--batch: 0 is out of range" --batch 0
+t "--steps abc is refused" 2 "--steps: 'abc' is not a whole number" --steps abc
+t "--steps 1.5e2 is refused" 2 "--steps: '1.5e2' is not a whole number" --steps 1.5e2
+t "--steps=12x is refused" 2 "--steps: '12x' is not a whole number" --steps=12x
+t "--lr -1 is refused" 2 "--lr: -1 is out of range" --lr -1
+t "--dropout 1 is refused" 2 "--dropout: 1 is out of range \[0, 1\)" --dropout 1
+t "--seed overflow is refused" 2 "--seed: .* is out of range" --seed 99999999999999999999
+t "--device gpu is refused" 2 "--device: 'gpu' is not one of cpu\|cuda\|auto" --device gpu
+t "--bogus is an unknown option" 2 "unknown option --bogus" --bogus
+t "--bogus with a value too" 2 "unknown option --bogus" --bogus 3
+t "--steps without a value" 2 "--steps needs a value" --steps
+t "a stray argument" 2 "unexpected argument 'foo'" foo
+t "text options in sort mode" 2 "--samples applies to text mode only" --samples 3
+t "--version" 0 "^flashgrad-train \(flashgrad [0-9]+\.[0-9]+\.[0-9]+\)$" --version
+t "--help: exit codes" 0 "^  143|130  stopped by SIGINT" --help
+check "--help: defaults and modes" grep -Eq -- "--steps N .*\[sort 800, text 2000\]" out
+check "--help: fits 80 columns" eval '! awk "length > 79" out | grep -q .'
+
+# ---- a text run: the run folder, progress, evaluation, samples, MFU ----------
+t "text run" 0 "^final: train loss" "${TEXT[@]}" --steps 10 --print-interval 2 \
+    --eval-interval 5 --sample-interval 4 --ckpt-interval 4 --peak-flops 1e12 \
+    --out-dir run1
+cp out run1.out
+check "run folder holds config, log, samples, checkpoints" \
+    test -s run1/config -a -s run1/log.csv -a -s run1/samples.txt \
+    -a -s run1/last.ckpt -a -s run1/best.ckpt
+check "progress every 2 steps, evaluations every 5" \
+    test "$(grep -c '^step ' run1.out) $(grep -c '^eval at' run1.out)" = "6 2"
+check "MFU with --peak-flops" grep -q "| MFU [0-9.]*% |" run1.out
+check "periodic checkpoints" \
+    test "$(grep -c '^checkpoint (periodic).*at step [48]$' run1.out)" = 2
+check "samples during training" grep -q "^---- sample 1 at step 4 " run1/samples.txt
+check "config print: device, threads, no sort flags" eval \
+    'grep -q -- "--device auto" run1.out && grep -q -- "--threads 1" run1.out &&
+     grep -q "| cpu, fp32, 1 thread |" run1.out && ! grep -q -- "--sort-len" run1.out'
+check "CSV: header and one row per progress line" \
+    test "$(head -1 run1/log.csv | cut -d, -f1-4) $(wc -l <run1/log.csv)" = \
+    "step,loss,val_loss,accuracy 7"
+if command -v gnuplot >/dev/null 2>&1; then
+    check "loss.png is a PNG" eval 'head -c 4 run1/loss.png | grep -q PNG'
+else
+    check "no gnuplot: a note, no failure" grep -q "gnuplot is not installed" run1.out
+fi
+t "no MFU without --peak-flops" 0 "MFU needs --peak-flops" "${TEXT[@]}" --steps 2 --out-dir run0
+check "... and none on the progress line" eval '! grep -q "MFU [0-9]" out'
+t "an existing run folder is not overwritten" 2 "already holds a run" \
+    "${TEXT[@]}" --steps 2 --out-dir run1
+
+# ---- resume ------------------------------------------------------------------
+t "resume: more steps" 0 "resumed from .* at step 10" --resume run1/last.ckpt --steps 14
+cp out resume.out
+check "resume keeps the run's settings" eval \
+    'grep -q -- "--eval-interval 5" resume.out && grep -q -- "--print-interval 2" resume.out &&
+     grep -q -- "--sample-len 20" resume.out && grep -q -- "--peak-flops 1e+12" resume.out'
+check "resume appends to the CSV under one header" eval \
+    'test "$(grep -c ^step, run1/log.csv) $(cut -d, -f1 run1/log.csv | tr "\n" " ")" = \
+     "1 step 2 4 5 6 8 10 12 14 "'
+check "elapsed time goes on" awk -F, 'NR > 1 { if ($10 < last) exit 1; last = $10 }' run1/log.csv
+echo "99,9,,,0,0,0,0,,0" >>run1/log.csv # a row from after the checkpoint
+t "resume cuts the CSV back to the checkpoint" 0 "" --resume run1/last.ckpt --steps 16
+check "... the stale row is gone" eval '! grep -q "^99," run1/log.csv && tail -1 run1/log.csv | grep -q "^16,"'
+mkdir -p elsewhere
+(cd elsewhere && "$train" --resume ../run1/last.ckpt --steps 17 \
+    --out-dir ../run1b >../out 2>&1)
+check "resume from another directory (paths kept absolute)" eval \
+    'grep -q "resumed from ../run1/last.ckpt at step 16" out && test -s run1b/last.ckpt'
+t "resume on other text is refused" 2 "is not the text .* was trained on" \
+    --resume run1/last.ckpt --data other.txt --steps 18
+t "... unless --allow-new-data" 0 "resumed from" --resume run1/last.ckpt \
+    --data other.txt --steps 18 --allow-new-data --out-dir run2
+t "new characters are refused even then" 2 "character 0x21 \('!'\) that the vocabulary" \
+    --resume run1/last.ckpt --data newchars.txt --steps 18 --allow-new-data
+t "--allow-new-data without --resume" 2 "goes with --resume" "${TEXT[@]}" --allow-new-data
+t "resume: a directory" 2 "is a directory, not a checkpoint" --resume run1
+t "resume: a missing file" 2 "No such file or directory" --resume nothing.ckpt
+
+# ---- signals -----------------------------------------------------------------
+# A long run stopped by a signal saves last.ckpt and dies of the signal.
+sig_run() { # SIGNAL DIR WANT
+    "$train" "${TINY[@]}" --sort-len 4 --sort-digits 4 --steps 1000000 \
+        --print-interval 5 --eval-interval 1000 --ckpt-interval 0 \
+        --out-dir "$2" >"$2.out" 2>&1 &
+    local pid=$! i
+    for ((i = 0; i < 200; i++)); do # wait for the first progress row
+        [[ -f $2/log.csv && $(wc -l <"$2/log.csv") -ge 2 ]] && break
+        sleep 0.05
+    done
+    kill "-$1" "$pid"
+    wait "$pid"
+    local rc=$?
+    cp "$2.out" out
+    if [[ $rc -eq $3 ]] && grep -q "^checkpoint (SIG$1).*last.ckpt" out &&
+        [[ -s $2/last.ckpt ]]; then ok "$1: checkpoint, exit $rc"; else
+        bad "$1: exit $rc, want $3 and a checkpoint"; fi
+}
+sig_run TERM sigterm 143
+sig_run INT sigint 130
+at=$(tail -1 sigterm/log.csv | cut -d, -f1)
+"$train" --resume sigterm/last.ckpt --steps $((at + 7)) --final-examples 10 \
+    >out 2>&1
+rc=$?
+check "a run stopped by SIGTERM resumes" eval \
+    'test $rc -eq 3 -o $rc -eq 0 && grep -q "resumed from sigterm/last.ckpt" out'
+
+# ---- data checks ---------------------------------------------------------------
+printf 'binary\0data\1\2\3 %.0s' $(seq 40) >binary.bin
+t "binary input is refused" 2 "binary.bin does not look like text \(a NUL byte" \
+    --data binary.bin --ctx 8 "${TINY[@]}"
+t "... unless --bytes" 0 "raw bytes" --data binary.bin --bytes --ctx 8 --steps 2 \
+    --samples 1 --sample-len 8 "${TINY[@]}" --out-dir bytes
+check "... and samples show no raw control bytes" eval \
+    '! grep -a -A1 "^---- sample" out | grep -aq "[[:cntrl:]]"'
+printf '\xff\xfe broken utf-8 %.0s' $(seq 20) >latin.txt
+t "invalid UTF-8 is refused" 2 "invalid UTF-8 at byte 0" --data latin.txt --ctx 8
+t "a directory as data" 2 "--data .*: is a directory" --data "$tmp"
+t "a missing data file" 2 "No such file or directory" --data nothing.txt
+t "--ctx longer than the validation split" 2 "--ctx 900 needs windows of 901 characters, but the validation split" \
+    --data text.txt --ctx 900
+t "a sort task with an empty split" 2 "held-out split has no inputs" \
+    --sort-len 2 --sort-digits 2
+
+# ---- paths, devices ---------------------------------------------------------------
+t "unwritable --ckpt: refused before step 1" 2 "--ckpt /dev/null/x.ckpt: cannot write in /dev/null: Not a directory" \
+    "${TEXT[@]}" --ckpt /dev/null/x.ckpt --out-dir p1
+check "... nothing trained" eval '! grep -q "^step" out'
+t "unwritable --plot: refused before step 1" 2 "--plot /dev/null/x.png: .*Not a directory" \
+    "${TEXT[@]}" --plot /dev/null/x.png --out-dir p2
+t "unwritable --log" 2 "--log /dev/null/x.csv: Not a directory" \
+    "${TEXT[@]}" --log /dev/null/x.csv --out-dir p3
+t "unusable --out-dir" 2 "--out-dir text.txt/sub: Not a directory" \
+    "${TEXT[@]}" --out-dir text.txt/sub
+(cd elsewhere && "$train" --data ../text.txt --ctx 16 --samples 0 "${TINY[@]}" \
+    --steps 2 --out-dir ../rel >../out 2>&1)
+check "relative paths resolve against the working directory" \
+    grep -q -- "--data $(pwd -P)/text.txt" rel/config
+"$train" --device cuda "${TINY[@]}" --sort-len 4 --sort-digits 4 --steps 1 \
+    --final-examples 10 --out-dir cuda >out 2>&1
+rc=$?
+if [[ $rc -eq 2 ]]; then
+    check "--device cuda without a GPU says why" eval \
+        'grep -q "^flashgrad-train: --device cuda: no CUDA device (.*)$" out &&
+         ! grep -q "cudaMalloc\|\.cu:" out'
+else
+    check "--device cuda with a GPU trains" test "$rc" -eq 3 -o "$rc" -eq 0
+fi
+t "sort task below 99%: exit 3" 3 "held-out exact-match accuracy" \
+    "${TINY[@]}" --sort-len 4 --sort-digits 4 --steps 3 --final-examples 50 \
+    --out-dir sort1
+t "resume: a sort run cannot become text" 2 "is a sort-task run: --data cannot change" \
+    --resume sort1/last.ckpt --data text.txt
+check "sort run: accuracy in the CSV" awk -F, 'NR == 2 { exit !($4 != "") }' sort1/log.csv
+
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]

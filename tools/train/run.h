@@ -1,0 +1,76 @@
+/* tools/train/run.h - one training run: settings, data, model, optimizer,
+ * outputs; shared by the trainer's files. */
+#ifndef FG_TRAIN_RUN_H
+#define FG_TRAIN_RUN_H
+
+#include <stdio.h>
+
+#include <flashgrad/flashgrad.h>
+
+#include "data.h"
+#include "options.h"
+
+/* What a checkpoint says about its run besides the settings. */
+typedef struct run_origin {
+    int has_fingerprint;  /* written by a flashgrad-train that keeps it */
+    double elapsed;       /* seconds trained before */
+    int64_t nbytes;       /* text: size and FNV-1a of the trained text */
+    uint64_t fnv;
+    unsigned char vocab[256];
+    int n_vocab;          /* 0: none kept */
+    char data[PATH_CAP];  /* the text it was trained on ("": sort) */
+} run_origin;
+
+typedef struct run {
+    opts o;               /* the settings, as kept in checkpoints */
+    run_origin from;      /* with --resume */
+    /* outputs, resolved ("" = off) */
+    char out[PATH_CAP], config[PATH_CAP], ckpt[PATH_CAP], best[PATH_CAP],
+        log[PATH_CAP], plot[PATH_CAP], samples[PATH_CAP];
+    FILE *csv;
+    dataset d;
+    fg_device dev;
+    int bf16;
+    fg_gpt *m;
+    fg_adamw *opt;
+    fg_train_state st;
+    fg_arena *arena;
+    int64_t *x, *y;
+    double elapsed0;      /* seconds trained before this process */
+    double t0;            /* this process's start of training */
+    double flops_per_token;
+} run;
+
+/* Prints the library's last error; returns code. */
+int lib_error(int code);
+
+/* ---- run_ckpt.c: checkpoints ---------------------------------------------- */
+/* The settings and origin of the checkpoint at path into r->o and
+ * r->from (r->o starts from the defaults); 0 or EXIT_USAGE. */
+int ckpt_read_run(run *r, const char *path);
+/* Saves the model to path ("": off), saying why unless why is NULL; 0 or
+ * EXIT_FAIL (printed). */
+int ckpt_save(run *r, const char *path, const char *why);
+
+/* ---- report.c: progress, CSV, plot ------------------------------------------ */
+/* Opens the CSV log: a new one with its header (replacing a file of that
+ * name), or on resume the old one cut back to the resumed step and
+ * appended to; 0 or EXIT_USAGE. */
+int report_open_csv(run *r);
+typedef struct interval {
+    int64_t steps;        /* steps in the interval */
+    double loss, gnorm, lr, train_s; /* loss summed; seconds training */
+} interval;
+void report_progress(run *r, const interval *iv);
+/* One CSV row (val/acc < 0: none). */
+void report_row(run *r, const interval *iv, double val, double acc);
+/* Draws the loss curve; 0, or EXIT_FAIL when gnuplot is there and fails. */
+int report_plot(run *r);
+
+/* ---- evaluate.c --------------------------------------------------------------- */
+/* Mean loss over --eval-batches fixed batches of the split. */
+int eval_loss(run *r, int split, double *out);
+/* Writes --samples samples (text), printed and appended to samples.txt. */
+int write_samples(run *r);
+
+#endif
