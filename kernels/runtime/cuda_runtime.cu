@@ -4,6 +4,7 @@
 
 #include "device.h"
 #include "cuda_check.h"
+#include "flashgrad/types.h" /* FG_API: export fg_cuda_available */
 
 extern "C" int fg_cuda_available(void)
 {
