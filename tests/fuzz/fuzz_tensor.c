@@ -434,7 +434,7 @@ static void op_concat(fz *f)
     int64_t ys[FG_MAX_DIMS];
     rm_strides(nd, shape, ys);
     for (int64_t e = 0; e < total; e++) {
-        int64_t idx[FG_MAX_DIMS], rem = e;
+        int64_t idx[FG_MAX_DIMS] = {0}, rem = e;
         for (int i = 0; i < nd; i++) {
             idx[i] = rem / ys[i];
             rem %= ys[i];
