@@ -5,7 +5,6 @@
 #include "flashgrad/types.h" /* FG_API on fg_cuda_available: exported */
 #include "device.h"
 #include "cuda_check.h"
-#include "flashgrad/types.h" /* FG_API: export fg_cuda_available */
 
 extern "C" int fg_cuda_available(void)
 {
