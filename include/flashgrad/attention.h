@@ -143,6 +143,17 @@ typedef struct fg_attn_block_mask {
     const int32_t *q_count, *q_index;
 } fg_attn_block_mask;
 
+/* An additive score bias (fg_attn_params.bias) or its gradient
+ * (fg_attn_params.dbias): element (b, h, i, j) lives at
+ * data[b*stride_b + h*stride_h + i*stride_q + j*stride_k] (element
+ * strides). A zero stride broadcasts over that dimension, so [Nq, Nk],
+ * [H, Nq, Nk], [B, 1, 1, Nk] and [B, H, Nq, Nk] all fit. */
+typedef struct fg_attn_bias {
+    void *data;
+    fg_dtype dtype;  /* FG_FP32 or the operands' dtype */
+    int64_t stride_b, stride_h, stride_q, stride_k;
+} fg_attn_bias;
+
 /* Problem description shared by forward and backward. Fill it with
  * fg_attn_params_init(), then change what you need. */
 typedef struct fg_attn_params {
@@ -182,6 +193,26 @@ typedef struct fg_attn_params {
     int64_t alibi_stride_b; /* elements between batches of the slopes: 0 for
                               [H] (shared by every batch), H for [B, H] */
     const fg_attn_block_mask *block_mask; /* NULL = dense */
+    /* Additive bias (see fg_attn_bias): S_ij += bias[b, h, i, j] after
+     * softcap and ALiBi, before the mask. NULL = none. */
+    const fg_attn_bias *bias;
+    /* Backward only: where to write dL/dbias, with zero strides exactly
+     * where bias has them (broadcast dimensions are summed). Overwritten.
+     * NULL = not wanted. Forward ignores it. */
+    const fg_attn_bias *dbias;
+    /* Packed variable-length batches (NULL = dense). Q, O, dO, dQ are
+     * [total_q, H, d] and K, V, dK, dV [total_k, Hk, d] (stride_b unused);
+     * sequence b owns rows cu_seqlens_q[b] .. cu_seqlens_q[b+1]-1 of Q and
+     * cu_seqlens_k[b] .. cu_seqlens_k[b+1]-1 of K/V. Both are int32 [B+1]
+     * on the operands' device; seqlen_q and seqlen_k are then the maximum
+     * lengths. Stats are [H, total_q]. */
+    const int32_t *cu_seqlens_q;
+    const int32_t *cu_seqlens_k;
+    int64_t total_q, total_k;  /* rows of the packed buffers */
+    /* Key padding (NULL = none): int32 [B] on the operands' device; keys at
+     * or past seqused_k[b] of sequence b are masked. Works dense or
+     * packed. */
+    const int32_t *seqused_k;
 } fg_attn_params;
 
 /* Defaults: CPU, scale 1/sqrt(d), no causal mask, no dropout. */
