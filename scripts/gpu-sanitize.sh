@@ -1,0 +1,53 @@
+#!/bin/bash
+# scripts/gpu-sanitize.sh BUILDDIR [TOOL...] - run every GPU suite of a
+# built tree (BUILDDIR/tests/test_gpu_*) under compute-sanitizer, one run
+# per (suite, tool), and print one summary table. TOOLs default to
+# memcheck racecheck initcheck synccheck. The suites see FG_SANITIZE=1
+# (a representative subset of their cases: the tools slow kernels 10-100x)
+# and CK_FORK=no (so the tool follows the kernels into the test process).
+# Logs go to $FG_SANITIZE_LOGS (default BUILDDIR/sanitize). Exit status 1
+# when any run reports an error or hazard.
+set -uo pipefail
+bdir=${1:?usage: gpu-sanitize.sh BUILDDIR [TOOL...]}
+shift
+tools=("$@")
+[ ${#tools[@]} -gt 0 ] || tools=(memcheck racecheck initcheck synccheck)
+logs=${FG_SANITIZE_LOGS:-$bdir/sanitize}
+limit=${FG_SANITIZE_TIMEOUT:-540}
+mkdir -p "$logs"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sed 's/^/GPU: /'
+compute-sanitizer --version | tail -n 1
+rows=()
+fail=0
+for t in "$bdir"/tests/test_gpu_*; do
+    [ -x "$t" ] && [ -f "$t" ] || continue
+    case $t in *.o | *.log | *.trs) continue ;; esac
+    name=$(basename "$t")
+    for tool in "${tools[@]}"; do
+        log="$logs/$name.$tool.log"
+        t0=$SECONDS
+        # racecheck also checks shared-memory hazards in every kernel;
+        # initcheck flags reads of uninitialised device memory.
+        timeout "$limit" env CK_FORK=no FG_SANITIZE=1 NCCL_NVLS_ENABLE=0 \
+            compute-sanitizer --tool "$tool" --error-exitcode 1 \
+            --print-limit 20 "$t" >"$log" 2>&1
+        rc=$?
+        # racecheck reports hazards as warnings (exit 0): count them too.
+        if grep -Eq 'RACECHECK SUMMARY: [1-9]' "$log"; then rc=3; fi
+        case $rc in
+        0) st=clean ;;
+        77) st=skip ;;
+        124) st=TIMEOUT; fail=1 ;;
+        *) st="FAIL($rc)"; fail=1 ;;
+        esac
+        checks=$(grep -Eo '[0-9]+%: Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' "$log" | tail -n 1)
+        summ=$(grep -Eo '(ERROR|RACECHECK) SUMMARY: .*' "$log" | tail -n 1)
+        rows+=("$(printf '%-20s %-10s %-9s %5ss  %s | %s' "$name" "$tool" "$st" \
+            $((SECONDS - t0)) "$checks" "$summ")")
+        printf '%s\n' "${rows[-1]}"
+    done
+done
+echo
+printf '%-20s %-10s %-9s %6s  %s\n' suite tool result time 'checks | sanitizer summary'
+printf '%s\n' "${rows[@]}"
+exit $fail
