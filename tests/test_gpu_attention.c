@@ -361,6 +361,8 @@ START_TEST(test_general_lowp)
     setenv("FG_ATTN_KERNEL", "general", 1);
     run_case(&cases[_i], FG_BF16, 7000 + (uint64_t)_i);
     run_case(&cases[_i], FG_FP16, 7100 + (uint64_t)_i);
+    /* Under CK_FORK=no (compute-sanitizer) tests share the environment. */
+    unsetenv("FG_ATTN_KERNEL");
 }
 END_TEST
 
@@ -372,6 +374,8 @@ START_TEST(test_mma_lowp)
     setenv("FG_ATTN_KERNEL", "mma", 1);
     run_case(&cases[_i], FG_BF16, 7200 + (uint64_t)_i);
     run_case(&cases[_i], FG_FP16, 7300 + (uint64_t)_i);
+    /* Under CK_FORK=no (compute-sanitizer) tests share the environment. */
+    unsetenv("FG_ATTN_KERNEL");
 }
 END_TEST
 
@@ -680,6 +684,26 @@ START_TEST(test_variants)
 }
 END_TEST
 
+/* The racecheck subset of the variants and of the other kernel families:
+ * bf16 variants on the fast kernels, and small shapes on the general
+ * (fp32) and sm_80 (bf16) kernels. */
+static const int fast_vcases[] = {0, 4, 7};
+
+START_TEST(test_fast_variants)
+{
+    run_variant(&vcases[fast_vcases[_i]], FG_BF16, 7900 + (uint64_t)_i);
+}
+END_TEST
+
+START_TEST(test_fast_other_kernels)
+{
+    run_case(&cases[1 + _i], FG_FP32, 7950 + (uint64_t)_i);
+    setenv("FG_ATTN_KERNEL", "mma", 1);
+    run_case(&cases[1 + _i], FG_BF16, 7960 + (uint64_t)_i);
+    unsetenv("FG_ATTN_KERNEL");
+}
+END_TEST
+
 /* NaN in, NaN out on every path: a NaN in one query row makes that row's
  * O and m NaN (not a masked row) and its dQ NaN. */
 START_TEST(test_nan_row)
@@ -818,6 +842,9 @@ int main(void)
     if (sanitize && strcmp(getenv("FG_SANITIZE"), "fast") == 0) {
         tcase_add_loop_test(tc, test_fast_path, 0,
                             (int)(sizeof fast_cases / sizeof fast_cases[0]));
+        tcase_add_loop_test(tc, test_fast_variants, 0,
+                            (int)(sizeof fast_vcases / sizeof fast_vcases[0]));
+        tcase_add_loop_test(tc, test_fast_other_kernels, 0, 2);
         suite_add_tcase(s, tc);
         return fgt_run_suite(s);
     }
