@@ -169,6 +169,13 @@ static int build_model(run *r)
      * half is counted, so the numbers compare with theirs). */
     r->flops_per_token = 6.0 * (double)fg_gpt_num_params(r->m) +
                          12.0 * (double)(o->layers * o->width * T);
+    /* The MFU's divisor: given, or the dense peak of the GPU the trainer
+     * is tuned on (the library cannot name the GPU; doc/training.md). */
+    const int cuda = r->dev == FG_DEVICE_CUDA;
+    if (o->peak_tflops >= 0)
+        r->peak_flops = o->peak_tflops * 1e12;
+    else
+        r->peak_flops = !cuda ? 0 : r->bf16 ? 989e12 : 67e12;
     return 0;
 }
 
@@ -289,14 +296,21 @@ static void print_header(run *r)
                  "match on held-out sequences", (long long)o->sort_len,
                  (long long)o->sort_digits);
     printf("flashgrad %s | %s\n", fg_version(), what);
-    printf("model: %lld parameters | %s, %s, %lld thread%s | %.3g MFLOP per "
-           "token (6N + 12 L C T)%s\n",
+    const double tokens = (double)(o->batch * o->accum * r->d.T * r->world);
+    char peak[96];
+    if (r->peak_flops > 0)
+        snprintf(peak, sizeof peak, "MFU of %.4g TFLOP/s per device%s",
+                 r->peak_flops / 1e12, o->peak_tflops < 0
+                     ? " (H100 SXM default; set --peak-tflops)" : "");
+    else
+        snprintf(peak, sizeof peak, "MFU needs --peak-tflops");
+    printf("model: %lld parameters | %s, %s, %lld thread%s | %.4g MFLOP "
+           "per token (6N + 12 L C T), %.4g GFLOP per step | %s\n",
            (long long)fg_gpt_num_params(r->m), fg_device_name(r->dev),
            r->bf16 ? "bf16 autocast, fp32 parameters"
            : strcmp(o->dtype, "auto") ? o->dtype : "fp32",
            (long long)o->threads, o->threads == 1 ? "" : "s",
-           r->flops_per_token / 1e6,
-           o->peak_flops > 0 ? "" : "; MFU needs --peak-flops");
+           r->flops_per_token / 1e6, r->flops_per_token * tokens / 1e9, peak);
     if (r->world > 1)
         printf("data parallel: %d ranks (%s), %lld sequences per rank and "
                "micro-batch%s\n", r->world,

@@ -122,9 +122,11 @@ static const spec SPECS[] = {
         .help = "held-out sequences for the final accuracy"),
     REAL("--target-acc", target_acc, 0, 1, 0, 0, SORT,
          .help = "stop once an evaluation reaches it (0 = never)"),
-    REAL("--peak-flops", peak_flops, 0, 1e30, 0, 0, BOTH,
-         .help = "the device's peak FLOP/s: progress lines then\n"
-                 "show MFU (0: tokens/s only)"),
+    REAL("--peak-tflops", peak_tflops, -1, 1e6, 0, 0, BOTH,
+         .help = "one device's peak TFLOP/s, the MFU's divisor; -1:\n"
+                 "auto (cuda: an H100 SXM's dense peak, 989 bf16,\n"
+                 "67 fp32/fp64; cpu: no MFU); 0: no MFU",
+         .dflt = "-1"),
     GROUP("Outputs"),
     STR("--out-dir", out_dir, BOTH, "DIR",
         .help = "the run's folder: config, log.csv, loss.png,\n"
@@ -205,6 +207,7 @@ void opts_defaults(opts *o)
     o->samples = 2;
     o->sample_len = 300;
     o->temperature = 0.8;
+    o->peak_tflops = -1;
 }
 
 /* Shortest decimal that reads back as the same double. */
@@ -459,6 +462,14 @@ int opts_parse_args(opts *o, int argc, char **argv, opt_given *given)
 
 int opts_apply(opts *o, const char *name, const char *value, const char *src)
 {
+    if (!strcmp(name, "--peak-flops") && value) { /* older checkpoints */
+        const spec *tf = find("--peak-tflops", 13);
+        double v;
+        if (parse_real(&(spec){.name = name, .hi = 1e30}, value, &v, src))
+            return EXIT_USAGE;
+        *(double *)field(o, tf) = v > 0 ? v / 1e12 : -1; /* 0 meant unset */
+        return 0;
+    }
     const spec *sp = find(name, strlen(name));
     if (!sp || sp->scope == CMD || sp->kind == K_GROUP)
         return bad(src, "unknown setting %s (written by a newer "
@@ -502,6 +513,8 @@ int opts_finish(opts *o, const opt_given *given)
                    fmt_real(o->min_lr, a, sizeof a),
                    fmt_real(o->lr, b, sizeof b));
     }
+    if (o->peak_tflops < 0 && o->peak_tflops != -1)
+        return bad(NULL, "--peak-tflops: -1 (auto), 0 (off) or a peak");
     if (o->allow_new_data && !o->resume[0])
         return bad(NULL, "--allow-new-data goes with --resume");
     return 0;

@@ -62,17 +62,17 @@ int report_open_csv(run *r)
     return 0;
 }
 
-/* Tokens per second and MFU (-1 without --peak-flops) of an interval. */
+/* Tokens per second and MFU (-1 without a peak) of an interval. */
 static void speed(const run *r, const interval *iv, double *tps,
                   double *mfu)
 {
-    /* Every rank's tokens; --peak-flops is one device's. */
+    /* Every rank's tokens; the peak is one device's. */
     const double tokens = (double)(r->o.batch * r->o.accum * r->d.T) *
                           (double)r->world * (double)iv->steps;
     *tps = iv->train_s > 0 ? tokens / iv->train_s : 0;
-    *mfu = r->o.peak_flops > 0 ? *tps * r->flops_per_token /
-                                     (r->o.peak_flops * r->world)
-                               : -1;
+    *mfu = r->peak_flops > 0 ? *tps * r->flops_per_token /
+                                   (r->peak_flops * r->world)
+                             : -1;
 }
 
 void report_progress(run *r, const interval *iv)

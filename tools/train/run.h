@@ -39,6 +39,7 @@ typedef struct run {
     double elapsed0;      /* seconds trained before this process */
     double t0;            /* this process's start of training */
     double flops_per_token;
+    double peak_flops;    /* one device's, for the MFU (0: none) */
     /* under mpirun (dist.c); one process: world 1, the rest NULL */
     int rank, world;
     fg_comm *host;        /* MPI: the ranks */
