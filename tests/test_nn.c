@@ -412,7 +412,13 @@ START_TEST(test_sampling)
     ck_assert_int_eq(a[2], best);
     free(h);
     fg_tensor_free(lg);
-    o.temperature = 0;
+    o.top_k = 0;
+    o.temperature = 0; /* greedy too */
+    FGT_OK(fg_gpt_sample(m, a, 2, 1, &o));
+    ck_assert_int_eq(a[2], best);
+    o.temperature = -1;
+    FGT_FAILS(fg_gpt_sample(m, a, 2, 1, &o), FG_ERR_INVALID_ARGUMENT);
+    o.temperature = NAN;
     FGT_FAILS(fg_gpt_sample(m, a, 2, 1, &o), FG_ERR_INVALID_ARGUMENT);
     fg_gpt_free(m);
 }

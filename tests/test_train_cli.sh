@@ -99,6 +99,17 @@ check "CSV: tokens_per_s and mfu columns, consistent and sane" awk -F, -v fpt="$
 check "periodic checkpoints" \
     test "$(grep -c '^checkpoint (periodic).*at step [48]$' run1.out)" = 2
 check "samples during training" grep -q "^---- sample 1 at step 4 " run1/samples.txt
+check "generation speed after each sample" \
+    grep -Eq "^\(generated 20 tokens in [0-9.]+ s: [0-9]+ tok/s, cache\)$" run1.out
+t "--sample-mode recompute" 0 "tok/s, recompute\)" "${TEXT[@]}" --steps 3 \
+    --sample-mode recompute --out-dir runrc
+t "--sample-mode cache (the default)" 0 "tok/s, cache\)" "${TEXT[@]}" --steps 3 \
+    --out-dir runkv
+check "... the same text (past the context of 16)" cmp -s runrc/samples.txt runkv/samples.txt
+t "--sample-mode shift" 0 "tok/s, shift\)" "${TEXT[@]}" --steps 3 \
+    --sample-mode shift --temperature 0 --out-dir runsh
+t "--sample-mode bogus is refused" 2 "--sample-mode: 'bogus' is not one of" \
+    "${TEXT[@]}" --sample-mode bogus
 
 # ---- attention variants: window, ALiBi (no learned positions), softcap ------
 t "attention variants train" 0 "^final: train loss" "${TEXT[@]}" --steps 6 \

@@ -150,10 +150,15 @@ static const spec SPECS[] = {
         .help = "samples each time (printed, and kept in samples.txt)"),
     INT("--sample-len", sample_len, 1, 1 << 20, TEXT,
         .help = "characters per sample"),
-    REAL("--temperature", temperature, 0, 100, 1, 0, TEXT,
-         .help = "sampling temperature"),
+    REAL("--temperature", temperature, 0, 100, 0, 0, TEXT,
+         .help = "sampling temperature (0: greedy)"),
     INT("--top-k", top_k, 0, 256, TEXT,
         .help = "sample from the k likeliest characters (0 = all)"),
+    STR("--sample-mode", sample_mode, TEXT, "cache|shift|recompute",
+        .help = "KV cache (the recompute mode's text); shift: a cache\n"
+                "that keeps the last ctx/2 tokens when full (other\n"
+                "text past ctx, every token cheap); recompute: rerun\n"
+                "the context for every token"),
     GROUP("This invocation"),
     STR("--resume", resume, CMD, "PATH",
         .help = "continue the run saved in a checkpoint: every setting\n"
@@ -207,6 +212,7 @@ void opts_defaults(opts *o)
     o->samples = 2;
     o->sample_len = 300;
     o->temperature = 0.8;
+    strcpy(o->sample_mode, "cache");
     o->peak_tflops = -1;
 }
 

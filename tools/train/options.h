@@ -41,6 +41,7 @@ typedef struct opts {
     char out_dir[PATH_CAP], ckpt[PATH_CAP], log[PATH_CAP], plot[PATH_CAP];
     int64_t ckpt_interval, sample_interval, samples, sample_len, top_k;
     double temperature;
+    char sample_mode[12]; /* cache|shift|recompute */
     /* this invocation only, never kept in checkpoints */
     char resume[PATH_CAP];
     int64_t allow_new_data;
