@@ -111,6 +111,21 @@ t "--sample-mode shift" 0 "tok/s, shift\)" "${TEXT[@]}" --steps 3 \
 t "--sample-mode bogus is refused" 2 "--sample-mode: 'bogus' is not one of" \
     "${TEXT[@]}" --sample-mode bogus
 
+# ---- --profile-steps: a table per kernel family, results unchanged --------
+t "--profile-steps 3" 0 "^profile of steps 2\.\.4 \(wall-clock" "${TEXT[@]}" --steps 6 \
+    --print-interval 2 --dropout 0.1 --profile-steps 3 --out-dir runp1
+check "profile: every family timed and called" awk '
+    /^  (GEMM|attention|layernorm|softmax-xent|optimizer|other kernels) / {
+        n++; if (!($(NF - 2) > 0 && $NF >= 1)) bad = 1 }
+    /^  step \(wall\)/ { wall = $NF }
+    END { exit !(n == 6 && !bad && wall > 0) }' out
+t "... the same run without it" 0 "" "${TEXT[@]}" --steps 6 --print-interval 2 \
+    --dropout 0.1 --out-dir runp0
+check "... gives the same losses and gradient norms" eval \
+    'test "$(cut -d, -f1-5 runp1/log.csv)" = "$(cut -d, -f1-5 runp0/log.csv)"'
+t "--profile-steps past the end: the steps there are" 0 "^profile of steps 2\.\.3 " \
+    "${TEXT[@]}" --steps 3 --profile-steps 10 --out-dir runp2
+
 # ---- attention variants: window, ALiBi (no learned positions), softcap ------
 t "attention variants train" 0 "^final: train loss" "${TEXT[@]}" --steps 6 \
     --window 4 --alibi 1 --softcap 5 --out-dir runv

@@ -403,6 +403,17 @@ static int finish(run *r)
     return acc >= 0.99 ? EXIT_OK : EXIT_ACCURACY;
 }
 
+/* Ends the --profile-steps region after step `last` and prints it. */
+static int end_profile(run *r, int64_t first, int64_t last)
+{
+    fg_profile p;
+    if (fg_profile_end(&p) != FG_OK)
+        return lib_error(EXIT_FAIL);
+    if (last >= first)
+        report_profile(&p, first, last - first + 1);
+    return 0;
+}
+
 static int train(run *r)
 {
     const opts *o = &r->o;
@@ -411,11 +422,19 @@ static int train(run *r)
     const int64_t start = r->st.step;
     interval iv;
     memset(&iv, 0, sizeof iv);
-    int stop = 0, sig = 0, rc = 0;
+    int stop = 0, sig = 0, rc = 0, profiling = 0;
     signals_install();
     r->t0 = now();
+    /* --profile-steps: from the second step (the first warms caches) */
+    const int64_t prof_first = start + 2, prof_last = start + 1 +
+                                                      o->profile_steps;
     while (r->st.step < o->steps && !stop &&
            !(sig = dist_signal(r, signals_caught()))) {
+        if (o->profile_steps && r->st.step + 1 == prof_first) {
+            if (fg_profile_begin(r->dev) != FG_OK)
+                return lib_error(EXIT_FAIL);
+            profiling = 1;
+        }
         /* Under mpirun every rank draws the whole batch (the same data
          * state everywhere) and trains on its own rows of it. */
         const int64_t rows = B * o->accum, mine = r->rank * rows * T;
@@ -437,6 +456,12 @@ static int train(run *r)
             return lib_error(EXIT_FAIL);
         r->st.rng.offset = g.offset;
         iv.train_s += now() - t;
+        if (profiling && (r->st.step + 1 == prof_last ||
+                          r->st.step + 1 == o->steps)) {
+            profiling = 0;
+            if ((rc = end_profile(r, prof_first, r->st.step + 1)))
+                return rc;
+        }
         r->st.step++;
         iv.steps++;
         iv.loss += ss.loss;
@@ -464,6 +489,8 @@ static int train(run *r)
             (rc = ckpt_save(r, r->ckpt, "periodic")))
             return rc;
     }
+    if (profiling && (rc = end_profile(r, prof_first, r->st.step)))
+        return rc; /* stopped early: the steps profiled so far */
     const double wall = now() - r->t0;
     char w[32];
     if (sig) {

@@ -164,6 +164,10 @@ static const spec SPECS[] = {
         .help = "continue the run saved in a checkpoint: every setting\n"
                 "comes back unless given again (e.g. more --steps)",
         .dflt = ""),
+    INT("--profile-steps", profile_steps, 0, BIG, CMD,
+        .help = "time N steps after the first by kernel family (GEMM,\n"
+                "attention, layernorm, softmax-xent, optimizer, other\n"
+                "kernels, the rest) and print the table (0 = off)"),
     FLAG("--allow-new-data", allow_new_data, CMD,
          .help = "with --resume: train on a text other than the\n"
                  "checkpoint's (its characters must be in the\n"

@@ -45,6 +45,7 @@ typedef struct opts {
     /* this invocation only, never kept in checkpoints */
     char resume[PATH_CAP];
     int64_t allow_new_data;
+    int64_t profile_steps; /* 0: no profile */
 } opts;
 
 /* Which options a command line gave (index into the option table). */

@@ -80,6 +80,9 @@ typedef struct interval {
 void report_progress(run *r, const interval *iv);
 /* One CSV row (val/acc < 0: none). */
 void report_row(run *r, const interval *iv, double val, double acc);
+/* The --profile-steps table: per-step time of each kernel family, the
+ * rest of the wall time, steps first..first+steps-1. */
+void report_profile(const fg_profile *p, int64_t first, int64_t steps);
 /* Draws the loss curve; 0, or EXIT_FAIL when gnuplot is there and fails. */
 int report_plot(run *r);
 
