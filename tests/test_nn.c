@@ -412,8 +412,51 @@ START_TEST(test_sampling)
     ck_assert_int_eq(a[2], best);
     free(h);
     fg_tensor_free(lg);
-    o.temperature = 0;
+    o.top_k = 0;
+    o.temperature = 0; /* greedy too */
+    FGT_OK(fg_gpt_sample(m, a, 2, 1, &o));
+    ck_assert_int_eq(a[2], best);
+    o.temperature = -1;
     FGT_FAILS(fg_gpt_sample(m, a, 2, 1, &o), FG_ERR_INVALID_ARGUMENT);
+    o.temperature = NAN;
+    FGT_FAILS(fg_gpt_sample(m, a, 2, 1, &o), FG_ERR_INVALID_ARGUMENT);
+    fg_gpt_free(m);
+}
+END_TEST
+
+/* The profiler's regions: one at a time, CUDA refused without it, and a
+ * forward + backward counted in each family it touches. */
+START_TEST(test_profile_regions)
+{
+    fg_profile p;
+    FGT_FAILS(fg_profile_end(&p), FG_ERR_STATE);
+    if (!fg_cuda_available())
+        FGT_FAILS(fg_profile_begin(FG_DEVICE_CUDA), FG_ERR_UNSUPPORTED);
+    FGT_OK(fg_profile_begin(FG_DEVICE_CPU));
+    FGT_FAILS(fg_profile_begin(FG_DEVICE_CPU), FG_ERR_STATE);
+    fg_gpt *m = small_model(FG_FP32, 0, 1, 5);
+    const int64_t x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8] = {2, 3, 4, 5, 6,
+                                                          7, 8, 9};
+    fg_tensor *loss;
+    FGT_OK(fg_gpt_forward(m, x, 1, 8, y, NULL, NULL, &loss));
+    FGT_OK(fg_backward(loss));
+    FGT_OK(fg_profile_end(&p));
+    /* 2 layers: 4 products each and the head, forward and backward */
+    ck_assert_int_eq(p.calls[FG_PROF_GEMM], 18);
+    ck_assert_int_eq(p.calls[FG_PROF_ATTENTION], 4);
+    ck_assert_int_eq(p.calls[FG_PROF_LAYERNORM], 10);
+    ck_assert_int_eq(p.calls[FG_PROF_XENT], 2);
+    ck_assert_int_eq(p.calls[FG_PROF_OPTIMIZER], 0);
+    ck_assert(p.calls[FG_PROF_OTHER] > 0);
+    double sum = 0;
+    for (int f = 0; f < FG_PROF_NFAMILIES; f++) {
+        ck_assert(p.ms[f] >= 0);
+        sum += p.ms[f];
+    }
+    ck_assert(sum <= p.wall_ms * 1.001 + 1e-3);
+    ck_assert_str_eq(fg_profile_family_name(FG_PROF_GEMM), "GEMM");
+    ck_assert_str_eq(fg_profile_family_name(99), "?");
+    fg_tensor_free(loss);
     fg_gpt_free(m);
 }
 END_TEST
@@ -429,4 +472,5 @@ FGT_TEST(test_overfit_one_batch)
 FGT_TEST(test_sampling)
 FGT_TEST(test_gradient_accumulation)
 FGT_TEST(test_text_data)
+FGT_TEST(test_profile_regions)
 FGT_MAIN_END()

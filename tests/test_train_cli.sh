@@ -76,7 +76,7 @@ check "--help: fits 80 columns" eval '! awk "length > 79" out | grep -q .'
 
 # ---- a text run: the run folder, progress, evaluation, samples, MFU ----------
 t "text run" 0 "^final: train loss" "${TEXT[@]}" --steps 10 --print-interval 2 \
-    --eval-interval 5 --sample-interval 4 --ckpt-interval 4 --peak-flops 1e12 \
+    --eval-interval 5 --sample-interval 4 --ckpt-interval 4 --peak-tflops 1 \
     --out-dir run1
 cp out run1.out
 check "run folder holds config, log, samples, checkpoints" \
@@ -84,10 +84,47 @@ check "run folder holds config, log, samples, checkpoints" \
     -a -s run1/last.ckpt -a -s run1/best.ckpt
 check "progress every 2 steps, evaluations every 5" \
     test "$(grep -c '^step ' run1.out) $(grep -c '^eval at' run1.out)" = "6 2"
-check "MFU with --peak-flops" grep -q "| MFU [0-9.]*% |" run1.out
+check "MFU with --peak-tflops" grep -q "| MFU [0-9.]*% |" run1.out
+check "header: FLOPs per token and step, the peak" grep -Eq \
+    "[0-9.]+ MFLOP per token \(6N \+ 12 L C T\), [0-9.]+ GFLOP per step \| MFU of 1 TFLOP/s" run1.out
+# tokens_per_s > 0, and mfu = tokens_per_s x FLOPs per token / 1e12 (4 digits
+# in the CSV, the per-token count from the header).
+fpt=$(sed -nE 's/.*\| ([0-9.e+]+) MFLOP per token.*/\1/p' run1.out)
+check "CSV: tokens_per_s and mfu columns, consistent and sane" awk -F, -v fpt="$fpt" '
+    NR == 1 { ok = $8 == "tokens_per_s" && $9 == "mfu"; next }
+    { n++; m = $8 * fpt * 1e6 / 1e12
+      if (!($8 > 0) || !($9 > 0 && $9 < 1) || ($9 - m) > 1e-4 * m + 1e-6 ||
+          (m - $9) > 1e-4 * m + 1e-6) ok = 0 }
+    END { exit !(ok && n == 6 && fpt > 0) }' run1/log.csv
 check "periodic checkpoints" \
     test "$(grep -c '^checkpoint (periodic).*at step [48]$' run1.out)" = 2
 check "samples during training" grep -q "^---- sample 1 at step 4 " run1/samples.txt
+check "generation speed after each sample" \
+    grep -Eq "^\(generated 20 tokens in [0-9.]+ s: [0-9]+ tok/s, cache\)$" run1.out
+t "--sample-mode recompute" 0 "tok/s, recompute\)" "${TEXT[@]}" --steps 3 \
+    --sample-mode recompute --out-dir runrc
+t "--sample-mode cache (the default)" 0 "tok/s, cache\)" "${TEXT[@]}" --steps 3 \
+    --out-dir runkv
+check "... the same text (past the context of 16)" cmp -s runrc/samples.txt runkv/samples.txt
+t "--sample-mode shift" 0 "tok/s, shift\)" "${TEXT[@]}" --steps 3 \
+    --sample-mode shift --temperature 0 --out-dir runsh
+t "--sample-mode bogus is refused" 2 "--sample-mode: 'bogus' is not one of" \
+    "${TEXT[@]}" --sample-mode bogus
+
+# ---- --profile-steps: a table per kernel family, results unchanged --------
+t "--profile-steps 3" 0 "^profile of steps 2\.\.4 \(wall-clock" "${TEXT[@]}" --steps 6 \
+    --print-interval 2 --dropout 0.1 --profile-steps 3 --out-dir runp1
+check "profile: every family timed and called" awk '
+    /^  (GEMM|attention|layernorm|softmax-xent|optimizer|other kernels) / {
+        n++; if (!($(NF - 2) > 0 && $NF >= 1)) bad = 1 }
+    /^  step \(wall\)/ { wall = $NF }
+    END { exit !(n == 6 && !bad && wall > 0) }' out
+t "... the same run without it" 0 "" "${TEXT[@]}" --steps 6 --print-interval 2 \
+    --dropout 0.1 --out-dir runp0
+check "... gives the same losses and gradient norms" eval \
+    'test "$(cut -d, -f1-5 runp1/log.csv)" = "$(cut -d, -f1-5 runp0/log.csv)"'
+t "--profile-steps past the end: the steps there are" 0 "^profile of steps 2\.\.3 " \
+    "${TEXT[@]}" --steps 3 --profile-steps 10 --out-dir runp2
 
 # ---- attention variants: window, ALiBi (no learned positions), softcap ------
 t "attention variants train" 0 "^final: train loss" "${TEXT[@]}" --steps 6 \
@@ -106,8 +143,10 @@ if command -v gnuplot >/dev/null 2>&1; then
 else
     check "no gnuplot: a note, no failure" grep -q "gnuplot is not installed" run1.out
 fi
-t "no MFU without --peak-flops" 0 "MFU needs --peak-flops" "${TEXT[@]}" --steps 2 --out-dir run0
+t "no MFU on the CPU by default" 0 "MFU needs --peak-tflops" "${TEXT[@]}" --steps 2 --out-dir run0
 check "... and none on the progress line" eval '! grep -q "MFU [0-9]" out'
+check "... nor in the CSV" awk -F, 'NR > 1 && $9 != "" { exit 1 }' run0/log.csv
+t "--peak-tflops -0.5 is refused" 2 "--peak-tflops: -1 \(auto\), 0 \(off\)" "${TEXT[@]}" --peak-tflops -0.5
 t "an existing run folder is not overwritten" 2 "already holds a run" \
     "${TEXT[@]}" --steps 2 --out-dir run1
 
@@ -116,7 +155,7 @@ t "resume: more steps" 0 "resumed from .* at step 10" --resume run1/last.ckpt --
 cp out resume.out
 check "resume keeps the run's settings" eval \
     'grep -q -- "--eval-interval 5" resume.out && grep -q -- "--print-interval 2" resume.out &&
-     grep -q -- "--sample-len 20" resume.out && grep -q -- "--peak-flops 1e+12" resume.out'
+     grep -q -- "--sample-len 20" resume.out && grep -q -- "--peak-tflops 1" resume.out'
 check "resume appends to the CSV under one header" eval \
     'test "$(grep -c ^step, run1/log.csv) $(cut -d, -f1 run1/log.csv | tr "\n" " ")" = \
      "1 step 2 4 5 6 8 10 12 14 "'

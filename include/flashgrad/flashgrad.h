@@ -38,5 +38,6 @@
 #include "flashgrad/nn.h"
 #include "flashgrad/optim.h"
 #include "flashgrad/dist.h"
+#include "flashgrad/profile.h"
 
 #endif /* FLASHGRAD_FLASHGRAD_H */

@@ -210,20 +210,82 @@ FG_API fg_status fg_gpt_forward(const fg_gpt *m, const int64_t *tokens,
                                 const fg_nn_mode *mode, fg_tensor **logits,
                                 fg_tensor **loss);
 
+/* ---- KV cache (incremental decoding) --------------------------------------
+ * The keys and values of every layer for the tokens seen so far, so that
+ * the next token costs one one-token forward step instead of a pass over
+ * the whole context:
+ *
+ *     fg_gpt_kv_cache *kv;
+ *     fg_gpt_kv_cache_create(m, 1, &kv);
+ *     fg_gpt_forward_cached(m, kv, prompt, n, &logits);  // prefill
+ *     ... draw t from logits ...
+ *     fg_gpt_forward_cached(m, kv, &t, 1, &logits);      // one step
+ *
+ * The new tokens' queries attend, with bottom-right causal alignment, to
+ * all cached keys (and the window, softcap and ALiBi of the config, which
+ * depend only on the distance between positions); positions continue from
+ * the cached length. The cache holds up to ctx tokens in the dtype of the
+ * model's keys (bf16 inside an fg_autocast_begin(FG_BF16) region on CUDA:
+ * keep the region the same for the cache's lifetime), on the model's
+ * device: 2 x n_layer x batch x ctx x n_embd elements, allocated on the
+ * first forward (on the heap, whatever arena is pushed). */
+typedef struct fg_gpt_kv_cache fg_gpt_kv_cache;
+
+/* An empty cache for `batch` >= 1 sequences of model m (which must
+ * outlive it). */
+FG_API fg_status fg_gpt_kv_cache_create(const fg_gpt *m, int64_t batch,
+                                        fg_gpt_kv_cache **out);
+FG_API void fg_gpt_kv_cache_free(fg_gpt_kv_cache *c);
+/* Forgets the cached tokens (keeps the memory). */
+FG_API void fg_gpt_kv_cache_reset(fg_gpt_kv_cache *c);
+/* Tokens cached per sequence (0 for NULL). */
+FG_API int64_t fg_gpt_kv_cache_length(const fg_gpt_kv_cache *c);
+
+/* Runs the model, in evaluation mode and without recording, on T new
+ * tokens per sequence (host [batch, T], ids in [0, vocab)) that follow the
+ * cached ones; stores their keys and values; *logits = the logits of each
+ * sequence's last new token, [batch, vocab] in the model's dtype and on
+ * its device. The cached length plus T must not exceed ctx
+ * (FG_ERR_INVALID_ARGUMENT, nothing changed). The logits equal those of
+ * fg_gpt_forward on the whole sequence up to rounding. A failure inside
+ * the model empties the cache. */
+FG_API fg_status fg_gpt_forward_cached(const fg_gpt *m, fg_gpt_kv_cache *c,
+                                       const int64_t *tokens, int64_t T,
+                                       fg_tensor **logits);
+
 /* ---- sampling ----------------------------------------------------------- */
 
+/* How fg_gpt_sample runs the model for each new token. */
+typedef enum fg_sample_mode {
+    /* Rerun the model on the last ctx tokens (no cache). */
+    FG_SAMPLE_RECOMPUTE = 0,
+    /* KV cache: a prefill of the prompt's last ctx tokens, then one-token
+     * steps. Exactly the recompute mode's tokens: once the sequence is
+     * longer than ctx its window moves every token, so each further token
+     * costs a prefill of ctx tokens (as much as recomputing). */
+    FG_SAMPLE_CACHE = 1,
+    /* KV cache that, when full, keeps the last ctx / 2 tokens (a prefill)
+     * and goes on one token at a time: beyond ctx tokens the model sees
+     * between ctx / 2 and ctx of them instead of exactly ctx, so the text
+     * differs from the other modes' there, but every token stays cheap. */
+    FG_SAMPLE_CACHE_SHIFT = 2
+} fg_sample_mode;
+
 typedef struct fg_sample_options {
-    double temperature; /* > 0; default 1 */
+    double temperature; /* >= 0 (0: greedy, the argmax); default 1 */
     int top_k;          /* 0: all tokens */
     uint64_t seed;
+    fg_sample_mode mode; /* default FG_SAMPLE_CACHE */
 } fg_sample_options;
 FG_API void fg_sample_options_init(fg_sample_options *o);
 
 /* Appends n_new tokens to tokens[0..n_prompt-1] (tokens has room for
- * n_prompt + n_new, n_prompt >= 1). Each step runs the model on the last
- * ctx tokens without recording (no incremental cache), divides the last
- * logits by the temperature, keeps the top_k, and draws from the softmax
- * with a splitmix64 stream keyed by seed. Same seed, same text. */
+ * n_prompt + n_new, n_prompt >= 1). Each step runs the model (as `mode`
+ * says; without recording) on the sequence, divides the last logits by
+ * the temperature, keeps the top_k, and draws from the softmax with a
+ * splitmix64 stream keyed by seed (one draw per token in every mode and
+ * at every temperature; temperature 0 takes the argmax instead). Same
+ * seed, same text. */
 FG_API fg_status fg_gpt_sample(const fg_gpt *m, int64_t *tokens,
                                int64_t n_prompt, int64_t n_new,
                                const fg_sample_options *o);

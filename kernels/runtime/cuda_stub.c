@@ -5,6 +5,7 @@
 
 #include "flashgrad/cuda.h"
 #include "device.h"
+#include "profile.h"
 #include "lib/core/error.h"
 
 int fg_cuda_available(void) { return 0; }
@@ -45,3 +46,19 @@ fg_status fg_cuda_memory_reset_peak(void)
 }
 
 fg_status fg_cuda_empty_cache(void) { return FG_NO_CUDA("fg_cuda_empty_cache"); }
+
+fg_status fg_prof_cuda_record(int i)
+{
+    (void)i;
+    return FG_NO_CUDA("fg_profile_begin");
+}
+
+fg_status fg_prof_cuda_elapsed(int a, int b, float *ms)
+{
+    (void)a;
+    (void)b;
+    *ms = 0;
+    return FG_NO_CUDA("fg_profile_end");
+}
+
+void fg_prof_cuda_release(void) {}

@@ -24,6 +24,23 @@
 #include "cuda_backend.h"
 #endif
 #include "tensor_iter.h"
+#include "kernels/runtime/profile.h"
+
+/* The profiler's family of a node's backward (profile.h), by its op. */
+static int op_family(const fg_op_def *op)
+{
+    static const struct {
+        const char *name;
+        int family;
+    } known[] = {{"MatmulBackward", FG_PROF_GEMM},
+                 {"AttentionBackward", FG_PROF_ATTENTION},
+                 {"LayerNormBackward", FG_PROF_LAYERNORM},
+                 {"CrossEntropyBackward", FG_PROF_XENT}};
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+        if (!strcmp(op->name, known[i].name))
+            return known[i].family;
+    return FG_PROF_OTHER;
+}
 
 typedef struct engine {
     uint64_t epoch;
@@ -88,7 +105,7 @@ static fg_status add_into(fg_tensor *dst, const fg_tensor *src)
 {
 #ifdef FG_HAVE_CUDA
     if (dst->device == FG_DEVICE_CUDA) /* in place: same index in and out */
-        return fg_cuda_accumulate(dst, src);
+        FG_PROF_RETURN(FG_PROF_OTHER, fg_cuda_accumulate(dst, src));
 #endif
     fg_iter it;
     char *base[2] = {fg_tensor_base(dst), fg_tensor_base(src)};
@@ -443,7 +460,11 @@ static fg_status run_node(engine *e, fg_node *n)
     if (s == FG_OK && any) {
         s = fg_arena_push(n->obj.arena);
         if (s == FG_OK) {
+            const int prof = fg_prof_active
+                                 ? fg_prof_enter_slow(op_family(n->op))
+                                 : -1;
             s = n->op->backward(n, g, gin);
+            fg_prof_leave(prof);
             fg_arena_pop(n->obj.arena);
         }
         for (int i = 0; i < n->n_inputs && s == FG_OK; i++) {

@@ -11,6 +11,7 @@
 #include "flashgrad/attention.h"
 #include "flashgrad/cuda.h"
 #include "ops_internal.h"
+#include "kernels/runtime/profile.h"
 
 void fg_attention_options_init(fg_attention_options *o)
 {
@@ -88,8 +89,9 @@ static fg_status attention_backward(fg_node *n, fg_tensor *const *g,
 static const fg_op_def attention_def = {"AttentionBackward",
                                         attention_backward};
 
-fg_status fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v,
-                       const fg_attention_options *opt, fg_tensor **out)
+static fg_status fg_attention_impl(fg_tensor *q, fg_tensor *k, fg_tensor *v,
+                                   const fg_attention_options *opt,
+                                   fg_tensor **out)
 {
     static const char fn[] = "fg_attention";
     FG_TRY(fg_op_check_out(fn, out));
@@ -185,4 +187,10 @@ fg_status fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v,
     }
     *out = y;
     return FG_OK;
+}
+
+fg_status fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v,
+                       const fg_attention_options *opt, fg_tensor **out)
+{
+    FG_PROF_RETURN(FG_PROF_ATTENTION, fg_attention_impl(q, k, v, opt, out));
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ops_internal.h"
+#include "kernels/runtime/profile.h"
 #ifdef FG_HAVE_CUDA
 #include "cuda_ops_ew.h"
 #endif
@@ -179,8 +180,8 @@ static fg_status ew_binary_cuda(fg_ew_binary op, const fg_tensor *a,
 }
 #endif
 
-fg_status fg_ew_binary_raw(fg_ew_binary op, const fg_tensor *a,
-                           const fg_tensor *b, fg_arena *dom, fg_tensor **out)
+static fg_status fg_ew_binary_raw_impl(fg_ew_binary op, const fg_tensor *a,
+                                       const fg_tensor *b, fg_arena *dom, fg_tensor **out)
 {
     switch (a->device) { /* the per-device dispatch point */
     case FG_DEVICE_CPU: return ew_binary_cpu(op, a, b, dom, out);
@@ -189,6 +190,12 @@ fg_status fg_ew_binary_raw(fg_ew_binary op, const fg_tensor *a,
 #endif
     default: return fg_op_unsupported("elementwise op", a->device);
     }
+}
+
+fg_status fg_ew_binary_raw(fg_ew_binary op, const fg_tensor *a,
+                           const fg_tensor *b, fg_arena *dom, fg_tensor **out)
+{
+    FG_PROF_RETURN(FG_PROF_OTHER, fg_ew_binary_raw_impl(op, a, b, dom, out));
 }
 
 static fg_status ew_unary_cpu(fg_ew_unary op, const fg_tensor *x, double k,
@@ -223,8 +230,9 @@ static fg_status ew_unary_cuda(fg_ew_unary op, const fg_tensor *x, double k,
 }
 #endif
 
-fg_status fg_ew_unary_raw(fg_ew_unary op, const fg_tensor *x, double k,
-                          fg_arena *dom, fg_tensor **out)
+static fg_status fg_ew_unary_raw_impl(fg_ew_unary op, const fg_tensor *x,
+                                      double k,
+                                      fg_arena *dom, fg_tensor **out)
 {
     switch (x->device) {
     case FG_DEVICE_CPU: return ew_unary_cpu(op, x, k, dom, out);
@@ -235,9 +243,16 @@ fg_status fg_ew_unary_raw(fg_ew_unary op, const fg_tensor *x, double k,
     }
 }
 
+fg_status fg_ew_unary_raw(fg_ew_unary op, const fg_tensor *x, double k,
+                          fg_arena *dom, fg_tensor **out)
+{
+    FG_PROF_RETURN(FG_PROF_OTHER, fg_ew_unary_raw_impl(op, x, k, dom, out));
+}
+
 /* fg_copy_strided dispatches on the device itself. */
-fg_status fg_copy_raw(const fg_tensor *x, fg_dtype dt, fg_arena *dom,
-                      fg_tensor **out)
+static fg_status fg_copy_raw_impl(const fg_tensor *x, fg_dtype dt,
+                                  fg_arena *dom,
+                                  fg_tensor **out)
 {
     fg_tensor *y;
     FG_TRY(fg_tensor_new(dom, dt, x->device, x->nd, x->shape, &y));
@@ -248,6 +263,12 @@ fg_status fg_copy_raw(const fg_tensor *x, fg_dtype dt, fg_arena *dom,
     }
     *out = y;
     return FG_OK;
+}
+
+fg_status fg_copy_raw(const fg_tensor *x, fg_dtype dt, fg_arena *dom,
+                      fg_tensor **out)
+{
+    FG_PROF_RETURN(FG_PROF_OTHER, fg_copy_raw_impl(x, dt, dom, out));
 }
 
 /* ---- binary ops -------------------------------------------------------- */

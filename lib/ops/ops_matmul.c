@@ -15,6 +15,7 @@
 
 #include "lib/core/blas.h"
 #include "ops_internal.h"
+#include "kernels/runtime/profile.h"
 #ifdef FG_HAVE_CUDA
 #include "cuda_ops_blas.h"
 #endif
@@ -334,8 +335,9 @@ static fg_status matmul_backward(fg_node *n, fg_tensor *const *g,
 
 static const fg_op_def matmul_def = {"MatmulBackward", matmul_backward};
 
-fg_status fg_matmul(fg_tensor *a, fg_tensor *b, int trans_a, int trans_b,
-                    fg_tensor **out)
+static fg_status fg_matmul_impl(fg_tensor *a, fg_tensor *b, int trans_a,
+                                int trans_b,
+                                fg_tensor **out)
 {
     static const char fn[] = "fg_matmul";
     FG_TRY(fg_op_check_out(fn, out));
@@ -395,4 +397,10 @@ fg_status fg_matmul(fg_tensor *a, fg_tensor *b, int trans_a, int trans_b,
     FG_TRY(fg_op_finish(&matmul_def, in, 2, &y, 1, in, 2, &ex, sizeof ex));
     *out = y;
     return FG_OK;
+}
+
+fg_status fg_matmul(fg_tensor *a, fg_tensor *b, int trans_a, int trans_b,
+                    fg_tensor **out)
+{
+    FG_PROF_RETURN(FG_PROF_GEMM, fg_matmul_impl(a, b, trans_a, trans_b, out));
 }

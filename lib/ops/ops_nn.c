@@ -11,6 +11,7 @@
 #include "flashgrad/attention.h" /* fg_dropout_threshold */
 #include "ops_internal.h"
 #include "lib/core/philox.h"
+#include "kernels/runtime/profile.h"
 
 static inline double ld(const char *p, fg_dtype dt)
 {
@@ -192,8 +193,9 @@ static void layernorm_cpu_forward(const fg_tensor *xc, const fg_tensor *weight,
     }
 }
 
-fg_status fg_layernorm(fg_tensor *x, fg_tensor *weight, fg_tensor *bias,
-                       double eps, fg_tensor **out)
+static fg_status fg_layernorm_impl(fg_tensor *x, fg_tensor *weight,
+                                   fg_tensor *bias,
+                                   double eps, fg_tensor **out)
 {
     static const char fn[] = "fg_layernorm";
     FG_TRY(fg_op_check_out(fn, out));
@@ -259,6 +261,13 @@ fg_status fg_layernorm(fg_tensor *x, fg_tensor *weight, fg_tensor *bias,
     }
     *out = y;
     return FG_OK;
+}
+
+fg_status fg_layernorm(fg_tensor *x, fg_tensor *weight, fg_tensor *bias,
+                       double eps, fg_tensor **out)
+{
+    FG_PROF_RETURN(FG_PROF_LAYERNORM,
+                   fg_layernorm_impl(x, weight, bias, eps, out));
 }
 
 /* ---- embedding -------------------------------------------------------- */
@@ -344,8 +353,9 @@ static void embedding_cpu_forward(const fg_tensor *weight,
     }
 }
 
-fg_status fg_embedding(fg_tensor *weight, const int64_t *indices, int nd,
-                       const int64_t *shape, fg_tensor **out)
+static fg_status fg_embedding_impl(fg_tensor *weight, const int64_t *indices,
+                                   int nd,
+                                   const int64_t *shape, fg_tensor **out)
 {
     static const char fn[] = "fg_embedding";
     FG_TRY(fg_op_check_out(fn, out));
@@ -412,6 +422,13 @@ fg_status fg_embedding(fg_tensor *weight, const int64_t *indices, int nd,
     return FG_OK;
 }
 
+fg_status fg_embedding(fg_tensor *weight, const int64_t *indices, int nd,
+                       const int64_t *shape, fg_tensor **out)
+{
+    FG_PROF_RETURN(FG_PROF_OTHER,
+                   fg_embedding_impl(weight, indices, nd, shape, out));
+}
+
 /* ---- dropout ---------------------------------------------------------- */
 
 #define DROP_TAG FG_NN_DROPOUT_TAG /* "DROP", shared with the CUDA kernel */
@@ -472,8 +489,9 @@ static fg_status dropout_backward(fg_node *n, fg_tensor *const *g,
 
 static const fg_op_def dropout_def = {"DropoutBackward", dropout_backward};
 
-fg_status fg_dropout(fg_tensor *x, double p, uint64_t seed, uint64_t offset,
-                     fg_tensor **out)
+static fg_status fg_dropout_impl(fg_tensor *x, double p, uint64_t seed,
+                                 uint64_t offset,
+                                 fg_tensor **out)
 {
     static const char fn[] = "fg_dropout";
     FG_TRY(fg_op_check_out(fn, out));
@@ -507,4 +525,10 @@ fg_status fg_dropout(fg_tensor *x, double p, uint64_t seed, uint64_t offset,
     FG_TRY(fg_op_finish(&dropout_def, &x, 1, &y, 1, NULL, 0, &ex, sizeof ex));
     *out = y;
     return FG_OK;
+}
+
+fg_status fg_dropout(fg_tensor *x, double p, uint64_t seed, uint64_t offset,
+                     fg_tensor **out)
+{
+    FG_PROF_RETURN(FG_PROF_OTHER, fg_dropout_impl(x, p, seed, offset, out));
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ops_internal.h"
+#include "kernels/runtime/profile.h"
 #ifdef FG_HAVE_CUDA
 #include "cuda_ops_nn.h"
 #endif
@@ -269,9 +270,10 @@ static void ce_cpu_forward(const fg_tensor *x, fg_tensor *lse, fg_tensor *loss,
     st(fg_tensor_base(loss), dt, count ? total / (double)count : 0.0);
 }
 
-fg_status fg_cross_entropy(fg_tensor *logits, const int64_t *targets,
-                           int64_t n_targets, int64_t ignore_index,
-                           fg_tensor **out)
+static fg_status fg_cross_entropy_impl(fg_tensor *logits,
+                                       const int64_t *targets,
+                                       int64_t n_targets, int64_t ignore_index,
+                                       fg_tensor **out)
 {
     static const char fn[] = "fg_cross_entropy";
     FG_TRY(fg_op_check_out(fn, out));
@@ -362,4 +364,12 @@ fg_status fg_cross_entropy(fg_tensor *logits, const int64_t *targets,
     }
     *out = loss;
     return FG_OK;
+}
+
+fg_status fg_cross_entropy(fg_tensor *logits, const int64_t *targets,
+                           int64_t n_targets, int64_t ignore_index,
+                           fg_tensor **out)
+{
+    FG_PROF_RETURN(FG_PROF_XENT,
+                   fg_cross_entropy_impl(logits, targets, n_targets, ignore_index, out));
 }

@@ -16,17 +16,6 @@
             s = (expr);         \
     } while (0)
 
-struct fg_gpt {
-    fg_gpt_config cfg;
-    fg_nn_embedding emb;
-    fg_nn_block *blocks;
-    fg_nn_layernorm ln_f;
-    fg_nn_linear head; /* weight NULL when tied */
-    fg_tensor *alibi;  /* [n_head] fp32 slopes, or NULL */
-    fg_param *params;
-    int n_params;
-};
-
 void fg_gpt_config_init(fg_gpt_config *c)
 {
     if (!c)
@@ -188,6 +177,18 @@ int64_t fg_gpt_num_params(const fg_gpt *m)
     return total;
 }
 
+fg_status fg_gpt_check_tokens(const fg_gpt *m, const int64_t *tokens,
+                              int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab)
+            return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                           "token %lld at %lld not in [0, %lld)",
+                           (long long)tokens[i], (long long)i,
+                           (long long)m->cfg.vocab);
+    return FG_OK;
+}
+
 fg_status fg_gpt_forward(const fg_gpt *m, const int64_t *tokens, int64_t B,
                          int64_t T, const int64_t *targets,
                          const fg_nn_mode *mode, fg_tensor **logits,
@@ -201,13 +202,8 @@ fg_status fg_gpt_forward(const fg_gpt *m, const int64_t *tokens, int64_t B,
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
                        "B = %lld, T = %lld (context %lld)", (long long)B,
                        (long long)T, (long long)m->cfg.ctx);
-    for (int64_t i = 0; i < B * T; i++)
-        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab)
-            return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
-                           "token %lld at %lld not in [0, %lld)",
-                           (long long)tokens[i], (long long)i,
-                           (long long)m->cfg.vocab);
-    fg_tensor *x = NULL, *y = NULL, *h = NULL, *lg = NULL;
+    FG_TRY(fg_gpt_check_tokens(m, tokens, B * T));
+    fg_tensor *x = NULL, *y = NULL, *lg = NULL;
     fg_status s = fg_nn_embedding_forward(&m->emb, tokens, B, T, &x);
     NN_T(fg_nn_dropout(x, m->cfg.dropout, mode, &y));
     fg_tensor_free(x);
@@ -218,7 +214,21 @@ fg_status fg_gpt_forward(const fg_gpt *m, const int64_t *tokens, int64_t B,
         fg_tensor_free(x);
         x = y;
     }
-    NN_T(fg_nn_layernorm_forward(&m->ln_f, x, &h));
+    NN_T(fg_gpt_head(m, x, &lg));
+    if (loss)
+        NN_T(fg_cross_entropy(lg, targets, B * T, -1, loss));
+    fg_tensor_free(x);
+    if (s == FG_OK && logits)
+        *logits = lg;
+    else
+        fg_tensor_free(lg);
+    return s;
+}
+
+fg_status fg_gpt_head(const fg_gpt *m, fg_tensor *x, fg_tensor **logits)
+{
+    fg_tensor *h = NULL, *lg = NULL;
+    fg_status s = fg_nn_layernorm_forward(&m->ln_f, x, &h);
     if (m->head.weight) {
         NN_T(fg_nn_linear_forward(&m->head, h, &lg));
     } else { /* tied: h wte^T, in the autocast dtype when one is active */
@@ -235,11 +245,8 @@ fg_status fg_gpt_forward(const fg_gpt *m, const int64_t *tokens, int64_t B,
         fg_tensor_free(lg);
         lg = lf;
     }
-    if (loss)
-        NN_T(fg_cross_entropy(lg, targets, B * T, -1, loss));
-    fg_tensor_free(x);
     fg_tensor_free(h);
-    if (s == FG_OK && logits)
+    if (s == FG_OK)
         *logits = lg;
     else
         fg_tensor_free(lg);

@@ -184,18 +184,25 @@ fg_status fg_nn_embedding_forward(const fg_nn_embedding *e,
                                   const int64_t *tokens, int64_t B, int64_t T,
                                   fg_tensor **y)
 {
-    if (!e || !e->tok || !tokens || B <= 0 || T <= 0)
+    return fg_nn_embedding_forward_at(e, tokens, B, T, 0, y);
+}
+
+fg_status fg_nn_embedding_forward_at(const fg_nn_embedding *e,
+                                     const int64_t *tokens, int64_t B,
+                                     int64_t T, int64_t start, fg_tensor **y)
+{
+    if (!e || !e->tok || !tokens || B <= 0 || T <= 0 || start < 0)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "bad arguments");
     const int64_t ctx = e->pos ? fg_tensor_size(e->pos, 0) : NN_MAX_CTX;
-    if (T > ctx || T > NN_MAX_CTX)
+    if (start + T > ctx || start + T > NN_MAX_CTX)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
                        "sequence length %lld exceeds the context %lld",
-                       (long long)T, (long long)ctx);
+                       (long long)(start + T), (long long)ctx);
     if (!e->pos) /* no learned positions (ALiBi models) */
         return fg_embedding(e->tok, tokens, FG_SHAPE(B, T), y);
-    int64_t pos[NN_MAX_CTX]; /* 0..T-1 (fg_embedding copies them) */
+    int64_t pos[NN_MAX_CTX]; /* start..start+T-1 (fg_embedding copies) */
     for (int64_t i = 0; i < T; i++)
-        pos[i] = i;
+        pos[i] = start + i;
     fg_tensor *te = NULL, *pe = NULL;
     fg_status s = fg_embedding(e->tok, tokens, FG_SHAPE(B, T), &te);
     NN_T(fg_embedding(e->pos, pos, FG_SHAPE(T), &pe));
@@ -262,8 +269,49 @@ fg_status fg_nn_attention_init(fg_nn_attention *a, int64_t C, int64_t n_head,
     return s;
 }
 
-fg_status fg_nn_attention_forward(const fg_nn_attention *a, fg_tensor *x,
-                                  const fg_nn_mode *mode, fg_tensor **y)
+/* Stores this step's keys and values at [len, len + T) of the cache
+ * (allocated on first use, on the heap, in the keys' dtype: bf16 under
+ * autocast) and replaces k, v by views of the cache's first len + T rows.
+ * Bottom-right causal alignment then puts the T new queries at the end. */
+static fg_status kv_append(fg_nn_kv *kv, int64_t len, fg_tensor **k,
+                           fg_tensor **v)
+{
+    fg_tensor **cache[2] = {&kv->k, &kv->v}, **cur[2] = {k, v};
+    const int64_t *sh = fg_tensor_shape(*k), T = sh[1];
+    if (len < 0 || len + T > kv->cap)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                       "KV cache: %lld + %lld tokens exceed its %lld",
+                       (long long)len, (long long)T, (long long)kv->cap);
+    for (int i = 0; i < 2; i++) {
+        fg_tensor *dst = NULL, *all = NULL;
+        fg_status s = FG_OK;
+        if (*cache[i] && fg_tensor_dtype(*cache[i]) != fg_tensor_dtype(*k))
+            return FG_FAIL(FG_ERR_STATE, "KV cache holds %s keys, the "
+                           "model now makes %s ones (autocast changed?)",
+                           fg_dtype_name(fg_tensor_dtype(*cache[i])),
+                           fg_dtype_name(fg_tensor_dtype(*k)));
+        if (!*cache[i] && (s = fg_arena_push(NULL)) == FG_OK) {
+            s = fg_tensor_empty(fg_tensor_dtype(*k), fg_tensor_device(*k),
+                                FG_SHAPE(sh[0], kv->cap, sh[2], sh[3]),
+                                cache[i]);
+            fg_arena_pop(NULL);
+        }
+        NN_T(fg_narrow(*cache[i], 1, len, T, &dst));
+        NN_T(fg_tensor_copy(dst, *cur[i]));
+        NN_T(fg_narrow(*cache[i], 1, 0, len + T, &all));
+        fg_tensor_free(dst);
+        if (s != FG_OK)
+            return s;
+        fg_tensor_free(*cur[i]);
+        *cur[i] = all;
+    }
+    return FG_OK;
+}
+
+/* The attention layer; with kv, attending over the cached keys too. */
+static fg_status attention_core(const fg_nn_attention *a, fg_tensor *x,
+                                const fg_nn_mode *mode, fg_nn_kv *kv,
+                                int64_t len, fg_tensor **y)
 {
     if (!a || !x || !y || fg_tensor_ndim(x) != 3)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "x must be [B, T, C]");
@@ -294,6 +342,8 @@ fg_status fg_nn_attention_forward(const fg_nn_attention *a, fg_tensor *x,
     NN_T(fg_reshape(parts[0], FG_SHAPE(B, T, H, d), &q));
     NN_T(fg_reshape(parts[1], FG_SHAPE(B, T, H, d), &k));
     NN_T(fg_reshape(parts[2], FG_SHAPE(B, T, H, d), &v));
+    if (kv)
+        NN_T(kv_append(kv, len, &k, &v));
     NN_T(fg_attention(q, k, v, &ao, &o));
     NN_T(fg_reshape(o, FG_SHAPE(B, T, C), &o2));
     NN_T(fg_nn_linear_forward(&a->proj, o2, &p));
@@ -302,6 +352,12 @@ fg_status fg_nn_attention_forward(const fg_nn_attention *a, fg_tensor *x,
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         fg_tensor_free(all[i]);
     return s;
+}
+
+fg_status fg_nn_attention_forward(const fg_nn_attention *a, fg_tensor *x,
+                                  const fg_nn_mode *mode, fg_tensor **y)
+{
+    return attention_core(a, x, mode, NULL, 0, y);
 }
 
 void fg_nn_attention_release(fg_nn_attention *a)
@@ -377,15 +433,16 @@ fg_status fg_nn_block_init(fg_nn_block *b, int64_t C, int64_t n_head,
     return s;
 }
 
-fg_status fg_nn_block_forward(const fg_nn_block *b, fg_tensor *x,
-                              const fg_nn_mode *mode, fg_tensor **y)
+static fg_status block_core(const fg_nn_block *b, fg_tensor *x,
+                            const fg_nn_mode *mode, fg_nn_kv *kv, int64_t len,
+                            fg_tensor **y)
 {
     fg_tensor *h1 = NULL, *a = NULL, *x1 = NULL, *h2 = NULL, *m = NULL;
     fg_status s = FG_OK;
     NN_T(b ? FG_OK : FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL layer"));
     fg_tensor *ac = NULL, *mc = NULL;
     NN_T(fg_nn_layernorm_forward(&b->ln1, x, &h1));
-    NN_T(fg_nn_attention_forward(&b->attn, h1, mode, &a));
+    NN_T(attention_core(&b->attn, h1, mode, kv, len, &a));
     /* branches join the residual stream in its dtype */
     NN_T(fg_nn_to_dtype(a, fg_tensor_dtype(x), &ac));
     NN_T(fg_add(x, ac, &x1));
@@ -397,6 +454,20 @@ fg_status fg_nn_block_forward(const fg_nn_block *b, fg_tensor *x,
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         fg_tensor_free(all[i]);
     return s;
+}
+
+fg_status fg_nn_block_forward(const fg_nn_block *b, fg_tensor *x,
+                              const fg_nn_mode *mode, fg_tensor **y)
+{
+    return block_core(b, x, mode, NULL, 0, y);
+}
+
+fg_status fg_nn_block_forward_kv(const fg_nn_block *b, fg_tensor *x,
+                                 fg_nn_kv *kv, int64_t len, fg_tensor **y)
+{
+    if (!kv)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL cache");
+    return block_core(b, x, NULL, kv, len, y);
 }
 
 void fg_nn_block_release(fg_nn_block *b)

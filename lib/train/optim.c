@@ -10,6 +10,7 @@
 
 #include "flashgrad/optim.h"
 #include "lib/core/error.h"
+#include "kernels/runtime/profile.h"
 #ifdef FG_HAVE_CUDA
 #include "lib/ops/cuda_ops_blas.h"
 #endif
@@ -209,7 +210,7 @@ static fg_status adamw_step_cuda(fg_adamw *o, double lr, double bc1,
 }
 #endif
 
-fg_status fg_adamw_step(fg_adamw *o, double lr)
+static fg_status fg_adamw_step_impl(fg_adamw *o, double lr)
 {
     if (!o)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL optimizer");
@@ -244,6 +245,11 @@ fg_status fg_adamw_step(fg_adamw *o, double lr)
             ADAMW_LOOP(double, sqrt);
     }
     return FG_OK;
+}
+
+fg_status fg_adamw_step(fg_adamw *o, double lr)
+{
+    FG_PROF_RETURN(FG_PROF_OPTIMIZER, fg_adamw_step_impl(o, lr));
 }
 
 int64_t fg_adamw_steps(const fg_adamw *o)
@@ -303,8 +309,9 @@ static fg_status clip_cuda(const fg_param *params, int n, double max_norm,
 }
 #endif
 
-fg_status fg_clip_grad_norm(const fg_param *params, int n, double max_norm,
-                            double *norm)
+static fg_status fg_clip_grad_norm_impl(const fg_param *params, int n,
+                                        double max_norm,
+                                        double *norm)
 {
     if (!params || n < 0)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "bad arguments");
@@ -352,6 +359,13 @@ fg_status fg_clip_grad_norm(const fg_param *params, int n, double max_norm,
         }
     }
     return FG_OK;
+}
+
+fg_status fg_clip_grad_norm(const fg_param *params, int n, double max_norm,
+                            double *norm)
+{
+    FG_PROF_RETURN(FG_PROF_OPTIMIZER,
+                   fg_clip_grad_norm_impl(params, n, max_norm, norm));
 }
 
 double fg_lr_at(const fg_lr_schedule *s, int64_t step)

@@ -1,4 +1,5 @@
-/* lib/train/sample.c - autoregressive sampling with temperature and top-k. */
+/* lib/train/sample.c - autoregressive sampling with temperature and top-k,
+ * recomputing the context or with a KV cache. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,13 +14,22 @@ void fg_sample_options_init(fg_sample_options *o)
     o->temperature = 1.0;
     o->top_k = 0;
     o->seed = 0;
+    o->mode = FG_SAMPLE_CACHE;
 }
 
 /* Draws from the softmax of logits[0..V-1] / temperature restricted to
- * the top_k largest, with the uniform number u in [0, 1). */
+ * the top_k largest, with the uniform number u in [0, 1); temperature 0:
+ * the argmax (the first of equal ones). */
 static int64_t draw(double *lg, int64_t V, double temp, int top_k, double u,
                     double *scratch)
 {
+    if (temp == 0) {
+        int64_t best = 0;
+        for (int64_t v = 1; v < V; v++)
+            if (lg[v] > lg[best])
+                best = v;
+        return best;
+    }
     double mx = -INFINITY;
     for (int64_t v = 0; v < V; v++) {
         lg[v] /= temp;
@@ -59,37 +69,71 @@ static int64_t draw(double *lg, int64_t V, double temp, int top_k, double u,
     return last;
 }
 
-fg_status fg_gpt_sample(const fg_gpt *m, int64_t *tokens, int64_t n_prompt,
-                        int64_t n_new, const fg_sample_options *o)
+/* The logits that predict tokens[len] into lg (host, fp64): the model on
+ * the last ctx tokens, recomputed or through the cache (which, but for the
+ * first call, holds the tokens up to len - 2). */
+static fg_status next_logits(const fg_gpt *m, fg_gpt_kv_cache *kv,
+                             fg_sample_mode mode, const int64_t *tokens,
+                             int64_t len, int first, double *lg)
 {
-    if (!m || !tokens || n_prompt < 1 || n_new < 0)
-        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "bad arguments");
-    fg_sample_options def;
-    fg_sample_options_init(&def);
-    if (!o)
-        o = &def;
-    if (!(o->temperature > 0) || o->top_k < 0)
-        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
-                       "temperature must be > 0 and top_k >= 0");
-    const fg_gpt_config *c = fg_gpt_get_config(m);
-    const int64_t V = c->vocab;
-    double *lg = malloc((size_t)V * 2 * sizeof *lg);
-    if (!lg)
-        return FG_FAIL(FG_ERR_OUT_OF_MEMORY, "sampling buffer");
-    uint64_t rng = o->seed ^ 0x5A4D504C45ull;
-    fg_status s = FG_OK;
-    fg_no_grad_begin();
-    for (int64_t i = 0; i < n_new && s == FG_OK; i++) {
-        const int64_t len = n_prompt + i, T = len < c->ctx ? len : c->ctx;
-        fg_tensor *logits = NULL, *last = NULL;
+    const int64_t ctx = fg_gpt_get_config(m)->ctx,
+                  V = fg_gpt_get_config(m)->vocab;
+    fg_tensor *logits = NULL, *last = NULL;
+    fg_status s;
+    if (!kv) {
+        const int64_t T = len < ctx ? len : ctx;
         s = fg_gpt_forward(m, tokens + len - T, 1, T, NULL, NULL, &logits,
                            NULL);
         if (s == FG_OK)
             s = fg_narrow(logits, 1, T - 1, 1, &last);
-        if (s == FG_OK)
-            s = fg_tensor_copy_to_host(last, FG_FP64, lg, V);
-        fg_tensor_free(last);
-        fg_tensor_free(logits);
+    } else {
+        if (!first && fg_gpt_kv_cache_length(kv) < ctx) { /* one token */
+            s = fg_gpt_forward_cached(m, kv, tokens + len - 1, 1, &last);
+        } else { /* the prompt, or a full cache: prefill the window */
+            const int64_t keep = mode == FG_SAMPLE_CACHE_SHIFT && !first
+                                     ? (ctx + 1) / 2 : ctx;
+            const int64_t T = len < keep ? len : keep;
+            fg_gpt_kv_cache_reset(kv);
+            s = fg_gpt_forward_cached(m, kv, tokens + len - T, T, &last);
+        }
+    }
+    if (s == FG_OK)
+        s = fg_tensor_copy_to_host(last, FG_FP64, lg, V);
+    fg_tensor_free(last);
+    fg_tensor_free(logits);
+    return s;
+}
+
+fg_status fg_gpt_sample(const fg_gpt *m, int64_t *tokens, int64_t n_prompt,
+                        int64_t n_new, const fg_sample_options *o)
+{
+    if (!m || !tokens || n_prompt < 1 || n_new < 0)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "fg_gpt_sample: bad "
+                       "arguments");
+    fg_sample_options def;
+    fg_sample_options_init(&def);
+    if (!o)
+        o = &def;
+    if (!(o->temperature >= 0) || !isfinite(o->temperature) || o->top_k < 0)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                       "fg_gpt_sample: temperature %g (finite, >= 0), "
+                       "top_k %d (>= 0)", o->temperature, o->top_k);
+    if (o->mode != FG_SAMPLE_RECOMPUTE && o->mode != FG_SAMPLE_CACHE &&
+        o->mode != FG_SAMPLE_CACHE_SHIFT)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                       "fg_gpt_sample: unknown mode %d", (int)o->mode);
+    const int64_t V = fg_gpt_get_config(m)->vocab;
+    double *lg = malloc((size_t)V * 2 * sizeof *lg);
+    if (!lg)
+        return FG_FAIL(FG_ERR_OUT_OF_MEMORY, "sampling buffer");
+    fg_gpt_kv_cache *kv = NULL;
+    fg_status s = o->mode == FG_SAMPLE_RECOMPUTE
+                      ? FG_OK : fg_gpt_kv_cache_create(m, 1, &kv);
+    uint64_t rng = o->seed ^ 0x5A4D504C45ull;
+    fg_no_grad_begin();
+    for (int64_t i = 0; i < n_new && s == FG_OK; i++) {
+        const int64_t len = n_prompt + i;
+        s = next_logits(m, kv, o->mode, tokens, len, i == 0, lg);
         if (s == FG_OK) {
             const double u =
                 (double)(fg_rng_next(&rng) >> 11) * 0x1.0p-53;
@@ -97,6 +141,7 @@ fg_status fg_gpt_sample(const fg_gpt *m, int64_t *tokens, int64_t n_prompt,
         }
     }
     fg_no_grad_end();
+    fg_gpt_kv_cache_free(kv);
     free(lg);
     return s;
 }

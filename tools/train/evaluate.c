@@ -66,14 +66,19 @@ int write_samples(run *r)
     fg_sample_options_init(&so);
     so.temperature = o->temperature;
     so.top_k = (int)o->top_k;
+    so.mode = !strcmp(o->sample_mode, "shift")       ? FG_SAMPLE_CACHE_SHIFT
+              : !strcmp(o->sample_mode, "recompute") ? FG_SAMPLE_RECOMPUTE
+                                                     : FG_SAMPLE_CACHE;
     int rc = 0;
     for (int64_t i = 0; i < o->samples && !rc; i++) {
         so.seed = (uint64_t)o->seed + (uint64_t)i; /* same dice each time */
         tok[0] = r->d.td.stoi['\n'] >= 0 ? r->d.td.stoi['\n'] : 0;
+        const double t0 = now();
         if (fg_gpt_sample(r->m, tok, 1, o->sample_len, &so) != FG_OK) {
             rc = lib_error(EXIT_FAIL);
             break;
         }
+        const double dt = now() - t0;
         for (int64_t j = 1; j <= o->sample_len; j++)
             txt[j - 1] = r->d.td.itos[tok[j]];
         char head[128];
@@ -82,7 +87,9 @@ int write_samples(run *r)
                  (long long)r->st.step, o->temperature, (long long)o->top_k);
         fputs(head, stdout);
         put_shown(txt, (size_t)o->sample_len, !o->bytes);
-        putchar('\n');
+        printf("\n(generated %lld tokens in %.3f s: %.0f tok/s, %s)\n",
+               (long long)o->sample_len, dt,
+               dt > 0 ? (double)o->sample_len / dt : 0, o->sample_mode);
         if (f) {
             fputs(head, f);
             fwrite(txt, 1, (size_t)o->sample_len, f);

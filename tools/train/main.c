@@ -169,6 +169,13 @@ static int build_model(run *r)
      * half is counted, so the numbers compare with theirs). */
     r->flops_per_token = 6.0 * (double)fg_gpt_num_params(r->m) +
                          12.0 * (double)(o->layers * o->width * T);
+    /* The MFU's divisor: given, or the dense peak of the GPU the trainer
+     * is tuned on (the library cannot name the GPU; doc/training.md). */
+    const int cuda = r->dev == FG_DEVICE_CUDA;
+    if (o->peak_tflops >= 0)
+        r->peak_flops = o->peak_tflops * 1e12;
+    else
+        r->peak_flops = !cuda ? 0 : r->bf16 ? 989e12 : 67e12;
     return 0;
 }
 
@@ -289,14 +296,21 @@ static void print_header(run *r)
                  "match on held-out sequences", (long long)o->sort_len,
                  (long long)o->sort_digits);
     printf("flashgrad %s | %s\n", fg_version(), what);
-    printf("model: %lld parameters | %s, %s, %lld thread%s | %.3g MFLOP per "
-           "token (6N + 12 L C T)%s\n",
+    const double tokens = (double)(o->batch * o->accum * r->d.T * r->world);
+    char peak[96];
+    if (r->peak_flops > 0)
+        snprintf(peak, sizeof peak, "MFU of %.4g TFLOP/s per device%s",
+                 r->peak_flops / 1e12, o->peak_tflops < 0
+                     ? " (H100 SXM default; set --peak-tflops)" : "");
+    else
+        snprintf(peak, sizeof peak, "MFU needs --peak-tflops");
+    printf("model: %lld parameters | %s, %s, %lld thread%s | %.4g MFLOP "
+           "per token (6N + 12 L C T), %.4g GFLOP per step | %s\n",
            (long long)fg_gpt_num_params(r->m), fg_device_name(r->dev),
            r->bf16 ? "bf16 autocast, fp32 parameters"
            : strcmp(o->dtype, "auto") ? o->dtype : "fp32",
            (long long)o->threads, o->threads == 1 ? "" : "s",
-           r->flops_per_token / 1e6,
-           o->peak_flops > 0 ? "" : "; MFU needs --peak-flops");
+           r->flops_per_token / 1e6, r->flops_per_token * tokens / 1e9, peak);
     if (r->world > 1)
         printf("data parallel: %d ranks (%s), %lld sequences per rank and "
                "micro-batch%s\n", r->world,
@@ -389,6 +403,17 @@ static int finish(run *r)
     return acc >= 0.99 ? EXIT_OK : EXIT_ACCURACY;
 }
 
+/* Ends the --profile-steps region after step `last` and prints it. */
+static int end_profile(run *r, int64_t first, int64_t last)
+{
+    fg_profile p;
+    if (fg_profile_end(&p) != FG_OK)
+        return lib_error(EXIT_FAIL);
+    if (last >= first)
+        report_profile(&p, first, last - first + 1);
+    return 0;
+}
+
 static int train(run *r)
 {
     const opts *o = &r->o;
@@ -397,11 +422,19 @@ static int train(run *r)
     const int64_t start = r->st.step;
     interval iv;
     memset(&iv, 0, sizeof iv);
-    int stop = 0, sig = 0, rc = 0;
+    int stop = 0, sig = 0, rc = 0, profiling = 0;
     signals_install();
     r->t0 = now();
+    /* --profile-steps: from the second step (the first warms caches) */
+    const int64_t prof_first = start + 2, prof_last = start + 1 +
+                                                      o->profile_steps;
     while (r->st.step < o->steps && !stop &&
            !(sig = dist_signal(r, signals_caught()))) {
+        if (o->profile_steps && r->st.step + 1 == prof_first) {
+            if (fg_profile_begin(r->dev) != FG_OK)
+                return lib_error(EXIT_FAIL);
+            profiling = 1;
+        }
         /* Under mpirun every rank draws the whole batch (the same data
          * state everywhere) and trains on its own rows of it. */
         const int64_t rows = B * o->accum, mine = r->rank * rows * T;
@@ -423,6 +456,12 @@ static int train(run *r)
             return lib_error(EXIT_FAIL);
         r->st.rng.offset = g.offset;
         iv.train_s += now() - t;
+        if (profiling && (r->st.step + 1 == prof_last ||
+                          r->st.step + 1 == o->steps)) {
+            profiling = 0;
+            if ((rc = end_profile(r, prof_first, r->st.step + 1)))
+                return rc;
+        }
         r->st.step++;
         iv.steps++;
         iv.loss += ss.loss;
@@ -450,6 +489,8 @@ static int train(run *r)
             (rc = ckpt_save(r, r->ckpt, "periodic")))
             return rc;
     }
+    if (profiling && (rc = end_profile(r, prof_first, r->st.step)))
+        return rc; /* stopped early: the steps profiled so far */
     const double wall = now() - r->t0;
     char w[32];
     if (sig) {

@@ -122,9 +122,11 @@ static const spec SPECS[] = {
         .help = "held-out sequences for the final accuracy"),
     REAL("--target-acc", target_acc, 0, 1, 0, 0, SORT,
          .help = "stop once an evaluation reaches it (0 = never)"),
-    REAL("--peak-flops", peak_flops, 0, 1e30, 0, 0, BOTH,
-         .help = "the device's peak FLOP/s: progress lines then\n"
-                 "show MFU (0: tokens/s only)"),
+    REAL("--peak-tflops", peak_tflops, -1, 1e6, 0, 0, BOTH,
+         .help = "one device's peak TFLOP/s, the MFU's divisor; -1:\n"
+                 "auto (cuda: an H100 SXM's dense peak, 989 bf16,\n"
+                 "67 fp32/fp64; cpu: no MFU); 0: no MFU",
+         .dflt = "-1"),
     GROUP("Outputs"),
     STR("--out-dir", out_dir, BOTH, "DIR",
         .help = "the run's folder: config, log.csv, loss.png,\n"
@@ -148,15 +150,24 @@ static const spec SPECS[] = {
         .help = "samples each time (printed, and kept in samples.txt)"),
     INT("--sample-len", sample_len, 1, 1 << 20, TEXT,
         .help = "characters per sample"),
-    REAL("--temperature", temperature, 0, 100, 1, 0, TEXT,
-         .help = "sampling temperature"),
+    REAL("--temperature", temperature, 0, 100, 0, 0, TEXT,
+         .help = "sampling temperature (0: greedy)"),
     INT("--top-k", top_k, 0, 256, TEXT,
         .help = "sample from the k likeliest characters (0 = all)"),
+    STR("--sample-mode", sample_mode, TEXT, "cache|shift|recompute",
+        .help = "KV cache (the recompute mode's text); shift: a cache\n"
+                "that keeps the last ctx/2 tokens when full (other\n"
+                "text past ctx, every token cheap); recompute: rerun\n"
+                "the context for every token"),
     GROUP("This invocation"),
     STR("--resume", resume, CMD, "PATH",
         .help = "continue the run saved in a checkpoint: every setting\n"
                 "comes back unless given again (e.g. more --steps)",
         .dflt = ""),
+    INT("--profile-steps", profile_steps, 0, BIG, CMD,
+        .help = "time N steps after the first by kernel family (GEMM,\n"
+                "attention, layernorm, softmax-xent, optimizer, other\n"
+                "kernels, the rest) and print the table (0 = off)"),
     FLAG("--allow-new-data", allow_new_data, CMD,
          .help = "with --resume: train on a text other than the\n"
                  "checkpoint's (its characters must be in the\n"
@@ -205,6 +216,8 @@ void opts_defaults(opts *o)
     o->samples = 2;
     o->sample_len = 300;
     o->temperature = 0.8;
+    strcpy(o->sample_mode, "cache");
+    o->peak_tflops = -1;
 }
 
 /* Shortest decimal that reads back as the same double. */
@@ -459,6 +472,14 @@ int opts_parse_args(opts *o, int argc, char **argv, opt_given *given)
 
 int opts_apply(opts *o, const char *name, const char *value, const char *src)
 {
+    if (!strcmp(name, "--peak-flops") && value) { /* older checkpoints */
+        const spec *tf = find("--peak-tflops", 13);
+        double v;
+        if (parse_real(&(spec){.name = name, .hi = 1e30}, value, &v, src))
+            return EXIT_USAGE;
+        *(double *)field(o, tf) = v > 0 ? v / 1e12 : -1; /* 0 meant unset */
+        return 0;
+    }
     const spec *sp = find(name, strlen(name));
     if (!sp || sp->scope == CMD || sp->kind == K_GROUP)
         return bad(src, "unknown setting %s (written by a newer "
@@ -502,6 +523,8 @@ int opts_finish(opts *o, const opt_given *given)
                    fmt_real(o->min_lr, a, sizeof a),
                    fmt_real(o->lr, b, sizeof b));
     }
+    if (o->peak_tflops < 0 && o->peak_tflops != -1)
+        return bad(NULL, "--peak-tflops: -1 (auto), 0 (off) or a peak");
     if (o->allow_new_data && !o->resume[0])
         return bad(NULL, "--allow-new-data goes with --resume");
     return 0;

@@ -36,14 +36,16 @@ typedef struct opts {
     /* progress and evaluation */
     int64_t print_interval, eval_interval, eval_batches, eval_examples,
         final_examples;
-    double target_acc, peak_flops;
+    double target_acc, peak_tflops; /* -1: auto */
     /* outputs ("" paths: derived from out_dir) */
     char out_dir[PATH_CAP], ckpt[PATH_CAP], log[PATH_CAP], plot[PATH_CAP];
     int64_t ckpt_interval, sample_interval, samples, sample_len, top_k;
     double temperature;
+    char sample_mode[12]; /* cache|shift|recompute */
     /* this invocation only, never kept in checkpoints */
     char resume[PATH_CAP];
     int64_t allow_new_data;
+    int64_t profile_steps; /* 0: no profile */
 } opts;
 
 /* Which options a command line gave (index into the option table). */

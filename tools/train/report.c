@@ -62,17 +62,17 @@ int report_open_csv(run *r)
     return 0;
 }
 
-/* Tokens per second and MFU (-1 without --peak-flops) of an interval. */
+/* Tokens per second and MFU (-1 without a peak) of an interval. */
 static void speed(const run *r, const interval *iv, double *tps,
                   double *mfu)
 {
-    /* Every rank's tokens; --peak-flops is one device's. */
+    /* Every rank's tokens; the peak is one device's. */
     const double tokens = (double)(r->o.batch * r->o.accum * r->d.T) *
                           (double)r->world * (double)iv->steps;
     *tps = iv->train_s > 0 ? tokens / iv->train_s : 0;
-    *mfu = r->o.peak_flops > 0 ? *tps * r->flops_per_token /
-                                     (r->o.peak_flops * r->world)
-                               : -1;
+    *mfu = r->peak_flops > 0 ? *tps * r->flops_per_token /
+                                   (r->peak_flops * r->world)
+                             : -1;
 }
 
 void report_progress(run *r, const interval *iv)
@@ -111,6 +111,31 @@ void report_row(run *r, const interval *iv, double val, double acc)
         fprintf(r->csv, "%.6f", mfu);
     fprintf(r->csv, ",%.2f\n", r->elapsed0 + now() - r->t0);
     fflush(r->csv);
+}
+
+void report_profile(const fg_profile *p, int64_t first, int64_t steps)
+{
+    const double n = (double)steps, wall = p->wall_ms / n;
+    double sum = 0;
+    printf("profile of step%s %lld..%lld (%s time per step; %s):\n"
+           "  %-26s %9s %7s %8s\n", steps > 1 ? "s" : "", (long long)first,
+           (long long)(first + steps - 1),
+           p->device == FG_DEVICE_CUDA ? "GPU" : "wall-clock",
+           p->device == FG_DEVICE_CUDA ? "CUDA events around each op"
+                                       : "timers around each op",
+           "family", "ms/step", "share", "calls");
+    for (int f = 1; f <= FG_PROF_NFAMILIES; f++) { /* "other" last */
+        const int i = f % FG_PROF_NFAMILIES;
+        sum += p->ms[i];
+        printf("  %-26s %9.3f %6.1f%% %8.1f\n", fg_profile_family_name(i),
+               p->ms[i] / n, wall > 0 ? 100 * p->ms[i] / p->wall_ms : 0,
+               (double)p->calls[i] / n);
+    }
+    printf("  %-26s %9.3f %6.1f%%\n  %-26s %9.3f\n",
+           "launches, gaps, host (rest)", (p->wall_ms - sum) / n,
+           wall > 0 ? 100 * (p->wall_ms - sum) / p->wall_ms : 0,
+           "step (wall)", wall);
+    fflush(stdout);
 }
 
 /* What the plot needs to know of the CSV: whether a row has a

@@ -39,6 +39,7 @@ typedef struct run {
     double elapsed0;      /* seconds trained before this process */
     double t0;            /* this process's start of training */
     double flops_per_token;
+    double peak_flops;    /* one device's, for the MFU (0: none) */
     /* under mpirun (dist.c); one process: world 1, the rest NULL */
     int rank, world;
     fg_comm *host;        /* MPI: the ranks */
@@ -79,6 +80,9 @@ typedef struct interval {
 void report_progress(run *r, const interval *iv);
 /* One CSV row (val/acc < 0: none). */
 void report_row(run *r, const interval *iv, double val, double acc);
+/* The --profile-steps table: per-step time of each kernel family, the
+ * rest of the wall time, steps first..first+steps-1. */
+void report_profile(const fg_profile *p, int64_t first, int64_t steps);
 /* Draws the loss curve; 0, or EXIT_FAIL when gnuplot is there and fails. */
 int report_plot(run *r);
 
