@@ -20,7 +20,8 @@ mkdir -p "$bdir"
 cd "$bdir"
 if [ ! -f config.status ]; then
     "$src/configure" --disable-shared --enable-static-check --with-cuda \
-        --with-cuda-arch="$arch" --disable-cuda-ptx --without-blas \
+        --with-cuda-arch="$arch" --disable-cuda-ptx --enable-cuda-lineinfo \
+        --without-blas \
         ${FG_CONFIGURE_FLAGS:-}
 fi
 make -j"$(nproc)"

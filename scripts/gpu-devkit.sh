@@ -7,9 +7,12 @@
 #   DIR/check     Check's headers and static libraries (libcheck_pic.a,
 #                 libsubunit.a) for --enable-static-check
 #   DIR/build.sh  configure + make there:  bash DIR/build.sh BUILDDIR [ARCH]
-#                 (static, position-independent; BUILDDIR/libflashgrad-bench.so
-#                 is the same library linked as a shared object, for
-#                 bench/compare_variants.py through ctypes)
+#                 The installed layout: libflashgrad.so without CUDA, and
+#                 the CUDA module libflashgrad-cuda.so (with NCCL when the
+#                 machine has it) that it loads at the first CUDA call.
+#                 BUILDDIR/libflashgrad-bench.so links to the library, with
+#                 the module beside it, for bench/compare_variants.py
+#                 through ctypes (--lib BUILDDIR/libflashgrad-bench.so).
 #
 # DIR defaults to .devkit (keep it out of git: .git/info/exclude).
 set -euo pipefail
@@ -43,17 +46,25 @@ arch=${2:-90}
 mkdir -p "$bdir"
 cd "$bdir"
 export LIBRARY_PATH="$kit/check/lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
-"$kit/src/configure" --enable-silent-rules --disable-shared --with-pic \
-    --enable-static-check --with-cuda --with-cuda-arch="$arch" \
+"$kit/src/configure" --enable-silent-rules --enable-static-check \
+    --with-cuda --with-cuda-arch="$arch" \
     --without-blas CHECK_CFLAGS="-I$kit/check/include -pthread" \
     CHECK_LIBS="$kit/check/lib/libcheck_pic.a $kit/check/lib/libsubunit.a -pthread -lrt -lm" \
     >configure.log 2>&1 || { tail -30 configure.log; exit 1; }
+grep -q '^FG_CUDA_BACKEND_MODE = module' Makefile ||
+    { echo "build.sh: configure chose no CUDA module:"; tail -15 configure.log; exit 1; }
 make -j"$(nproc)" >make.log 2>&1 || { grep -v '^  [A-Z]' make.log | head -60; exit 1; }
 make -j"$(nproc)" check TESTS= >>make.log 2>&1 || { tail -40 make.log; exit 1; }
-cudalib=$(dirname "$(command -v nvcc)")/../lib64
-gcc -shared -o libflashgrad-bench.so -Wl,--whole-archive .libs/libflashgrad.a \
-    -Wl,--no-whole-archive -L"$cudalib" -lcudart -lcublas -fopenmp -lstdc++ -lm
+# The library loads the module from the folder it was itself loaded from,
+# so both links sit side by side.
+ln -sf .libs/libflashgrad.so libflashgrad-bench.so
+ln -sf .libs/libflashgrad-cuda.so libflashgrad-cuda.so
+sed -n '/^configure:$/,$p' configure.log
 echo "built in $bdir"
+# The tests link the library statically and find the module through
+# FG_CUDA_BACKEND, which make check sets.
+echo "tests: make -C $bdir check TESTS='tests/check-packaging.sh tests/test_gpu_attention ...'"
+echo "  or by hand: FG_CUDA_BACKEND=$bdir/.libs/libflashgrad-cuda.so $bdir/tests/test_gpu_ops"
 EOF
 chmod +x "$out/build.sh"
 du -sh "$out"

@@ -602,7 +602,7 @@ int main(int argc, char **argv)
         return child(atoi(argv[2]), atoi(argv[3]), argv[4]);
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (!fg_cuda_available()) {
-        printf("skipped: no usable GPU\n");
+        printf("skipped: no usable GPU (%s)\n", fg_last_error());
         return 77;
     }
     /* The multi-process part: its ranks are fresh processes (fork + exec,

@@ -168,8 +168,14 @@ static inline int fgt_gpu_present(void)
     pid_t pid = fork();
     if (pid < 0)
         return 0;
-    if (pid == 0)
-        _exit(fg_cuda_available() ? 0 : 1);
+    if (pid == 0) {
+        /* Why not: no GPU here, or (a CUDA build) no module found. */
+        if (!fg_cuda_available()) {
+            fprintf(stderr, "fg_cuda_available: %s\n", fg_last_error());
+            _exit(1);
+        }
+        _exit(0);
+    }
     int st = 0;
     if (waitpid(pid, &st, 0) < 0)
         return 0;

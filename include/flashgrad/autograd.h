@@ -42,9 +42,10 @@
  * steal references, validate every argument before writing anything, and
  * leave *out untouched on failure.
  *
- * Devices: ops dispatch on the tensors' device; only the CPU is
- * implemented, CUDA tensors give FG_ERR_UNSUPPORTED. All inputs of an op
- * must share device and dtype (fp32 or fp64). */
+ * Devices: ops dispatch on the tensors' device, CPU or CUDA (doc/gpu.md;
+ * on CUDA they run on the context stream of cuda.h). All inputs of an op
+ * must share device and dtype: fp32 or fp64, and on CUDA also fp16 and
+ * bf16 storage (computed in fp32). */
 #ifndef FLASHGRAD_AUTOGRAD_H
 #define FLASHGRAD_AUTOGRAD_H
 

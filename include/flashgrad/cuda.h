@@ -11,8 +11,10 @@
  * only while the first step runs (fg_cuda_memory_get_stats counts the
  * calls). fg_cuda_empty_cache() gives cached blocks back to the driver.
  *
- * In a build without CUDA these functions return FG_ERR_UNSUPPORTED (the
- * getters return 0). */
+ * When CUDA cannot be used - a build without CUDA, or the CUDA backend
+ * module (libflashgrad-cuda.so, doc/design.md 8.1) not installed or not
+ * loadable - these functions return FG_ERR_UNSUPPORTED with the reason
+ * (fg_cuda_get_stream returns NULL, fg_cuda_memory_get_stats zeroes *st). */
 #ifndef FLASHGRAD_CUDA_H
 #define FLASHGRAD_CUDA_H
 

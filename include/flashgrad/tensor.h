@@ -22,11 +22,11 @@
  * a step are reused within it. Parameters and their .grad live on the heap
  * (create them with no arena active). See doc/autograd.md.
  *
- * Devices. Tensors carry a device. Only FG_DEVICE_CPU can be allocated
- * today; asking for FG_DEVICE_CUDA returns FG_ERR_UNSUPPORTED (the CUDA
- * storage and ops come with a later release, without API change). fp16 and
- * bf16 tensors can be created, filled and copied (storage for the GPU);
- * the ops accept fp32 and fp64.
+ * Devices. Tensors carry a device: FG_DEVICE_CPU, or FG_DEVICE_CUDA when
+ * fg_cuda_available() (device memory from the caching allocator of
+ * cuda.h); otherwise creating a CUDA tensor fails with the reason. fp16
+ * and bf16 tensors are storage for the GPU: on the CPU they can be
+ * created, filled and copied, and the CPU ops accept fp32 and fp64.
  *
  * Threads. A tensor (and the graph behind it) must be used by one thread at
  * a time. The active-arena stack is per thread. */

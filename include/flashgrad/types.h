@@ -46,8 +46,9 @@ FG_API void fg_set_num_threads(int n);
 FG_API void fg_set_deterministic(int on);
 FG_API int fg_get_deterministic(void);
 
-/* 1 if this build has CUDA support and a GPU is usable now, else 0.
- * Never fails; on a machine without a driver it simply returns 0. */
+/* 1 if CUDA is usable now: the build has CUDA, its backend module is
+ * installed and loads, a driver and a GPU are present. Else 0, and
+ * fg_last_error() says which of those is missing. Never fails. */
 FG_API int fg_cuda_available(void);
 
 FG_END_DECLS

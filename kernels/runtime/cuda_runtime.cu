@@ -6,14 +6,23 @@
 #include "device.h"
 #include "cuda_check.h"
 
+/* Returns 0 with the reason recorded for fg_last_error(): no driver, no
+ * device, or what CUDA said. */
 extern "C" int fg_cuda_available(void)
 {
-    int n = 0; /* stays 0 when there is no driver */
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return n > 0;
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaSuccess && n > 0)
+        return 1;
+    (void)cudaGetLastError();
+    if (e == cudaErrorInsufficientDriver)
+        fg_error(FG_ERR_NO_DEVICE, "CUDA is not available: no usable NVIDIA "
+                 "driver (%s: %s)", cudaGetErrorName(e), cudaGetErrorString(e));
+    else if (e == cudaSuccess || e == cudaErrorNoDevice)
+        fg_error(FG_ERR_NO_DEVICE, "CUDA is not available: no CUDA device");
+    else
+        fg_cuda_status(e, "cudaGetDeviceCount", __FILE__, __LINE__);
+    return 0;
 }
 
 extern "C" fg_status fg_cuda_check_pointer(const void *ptr, const char *what)

@@ -8,7 +8,11 @@
 #include "profile.h"
 #include "lib/core/error.h"
 
-int fg_cuda_available(void) { return 0; }
+int fg_cuda_available(void)
+{
+    FG_NO_CUDA("fg_cuda_available");
+    return 0;
+}
 
 fg_status fg_cuda_check_pointer(const void *ptr, const char *what)
 {
