@@ -15,6 +15,10 @@ tools=("$@")
 logs=${FG_SANITIZE_LOGS:-$bdir/sanitize}
 limit=${FG_SANITIZE_TIMEOUT:-540}
 mkdir -p "$logs"
+# A shared build's suites load the CUDA backend module through this.
+if [ -z "${FG_CUDA_BACKEND:-}" ] && [ -f "$bdir/.libs/libflashgrad-cuda.so" ]; then
+    export FG_CUDA_BACKEND=$bdir/.libs/libflashgrad-cuda.so
+fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sed 's/^/GPU: /'
 compute-sanitizer --version | tail -n 1
 rows=()
