@@ -51,8 +51,15 @@ export LIBRARY_PATH="$kit/check/lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
 make -j"$(nproc)" >make.log 2>&1 || { grep -v '^  [A-Z]' make.log | head -60; exit 1; }
 make -j"$(nproc)" check TESTS= >>make.log 2>&1 || { tail -40 make.log; exit 1; }
 cudalib=$(dirname "$(command -v nvcc)")/../lib64
-gcc -shared -o libflashgrad-bench.so -Wl,--whole-archive .libs/libflashgrad.a \
-    -Wl,--no-whole-archive -L"$cudalib" -lcudart -lcublas -fopenmp -lstdc++ -lm
+# The libraries the library itself links (NCCL, MPI, BLAS when configured),
+# as libtool recorded them; -z defs fails here, not in ctypes, if one lacks.
+deps=()
+for w in $(sed -n "s/^dependency_libs='\(.*\)'\$/\1/p" libflashgrad.la); do
+    case $w in *.la) ;; *) deps+=("$w") ;; esac
+done
+gcc -shared -o libflashgrad-bench.so -Wl,-z,defs \
+    -Wl,--whole-archive .libs/libflashgrad.a -Wl,--no-whole-archive \
+    ${deps[@]+"${deps[@]}"} -L"$cudalib" -lcudart -lcublas -fopenmp -lstdc++ -lm
 echo "built in $bdir"
 EOF
 chmod +x "$out/build.sh"
