@@ -2,7 +2,7 @@
  * argument validation, with an fp64 reference check on every accepted call.
  *
  * The bytes choose tiny sizes (sometimes invalid ones; sometimes sequences
- * of 100 to 255, so a block mask has several 128-blocks), dtype, causal,
+ * of 120 to 159, so a block mask has one or two 128-blocks a side), dtype, causal,
  * dropout, scale, tiles, threads, the variants (fuzz_attn_variants.h:
  * causal alignment, window, softcap, ALiBi, block mask), and for every
  * operand a place in one
@@ -26,8 +26,9 @@
 #include "../ref_dropout.h"
 #include "fuzz_attn_variants.h"
 
-/* A region holds the largest contiguous operand: 255 x 2 x 8 fp64. */
-enum { ARENA = 1 << 19, REGION = 1 << 15, NOPS = 10 };
+/* A region holds the largest contiguous operand (159 x 2 x 8 fp64) and
+ * its start offset; the arena, the ten regions. */
+enum { ARENA = 1 << 18, REGION = 24 << 10, NOPS = 10 };
 enum { Q, K, V, O, M, L, DO, DQ, DK, DV };
 
 static _Alignas(64) unsigned char arena[ARENA];
@@ -89,8 +90,8 @@ static void decode_sizes(fz *f, problem *pb)
         pb->B = pb->Hk = 1;
         pb->H = 1 + pb->H % 2;
         pb->d = 8;
-        pb->Nq = 100 + fz_u8(f) % 156;
-        pb->Nk = 100 + fz_u8(f) % 156;
+        pb->Nq = 120 + fz_u8(f) % 40; /* one or two 128-blocks */
+        pb->Nk = 120 + fz_u8(f) % 40;
         return;
     default: return;
     }
