@@ -247,6 +247,80 @@ START_TEST(test_attention_param_bounds)
 }
 END_TEST
 
+/* fg_attn_bshd/bhsd multiplied the sizes unchecked (undefined on
+ * overflow; a wrapped stride could look valid). Now the strides are
+ * FG_ATTN_STRIDE_BAD and every entry point refuses them, saying why. */
+START_TEST(test_layout_overflow)
+{
+    const int64_t big = (int64_t)1 << 40;
+    const int64_t sizes[][3] = {{big, big, 8},   {1, big, (int64_t)1 << 30},
+                                {INT64_MAX, 1, 8}, {-1, 2, 8},
+                                {4, -2, 8},      {4, 2, -8},
+                                {(int64_t)1 << 31, 1 << 24, 256}}; /* 2^63 */
+    for (int i = 0; i < 7; i++)
+        for (int bhsd = 0; bhsd < 2; bhsd++) {
+            const int64_t *z = sizes[i];
+            fg_attn_tensor t = bhsd ? fg_attn_bhsd(NULL, FG_FP32, z[0], z[1], z[2])
+                                    : fg_attn_bshd(NULL, FG_FP32, z[0], z[1], z[2]);
+            ck_assert_int_eq(t.stride_b, FG_ATTN_STRIDE_BAD);
+            ck_assert_int_eq(t.stride_s, FG_ATTN_STRIDE_BAD);
+            ck_assert_int_eq(t.stride_h, FG_ATTN_STRIDE_BAD);
+            ck_assert_int_eq(t.dtype, FG_FP32);
+        }
+    /* Products just below 2^63 are still computed exactly. */
+    const int64_t s = (int64_t)1 << 31, h = (int64_t)1 << 23, d = 256;
+    fg_attn_tensor t = fg_attn_bshd(NULL, FG_FP64, s, h, d);
+    ck_assert_int_eq(t.stride_b, s * h * d);
+    ck_assert_int_eq(t.stride_s, h * d);
+    ck_assert_int_eq(t.stride_h, d);
+    t = fg_attn_bhsd(NULL, FG_FP64, s, h, d);
+    ck_assert_int_eq(t.stride_b, s * h * d);
+    ck_assert_int_eq(t.stride_s, d);
+    ck_assert_int_eq(t.stride_h, s * d);
+
+    /* Each operand of each entry point, in turn, with such strides. */
+    static small_attn a;
+    static double dq[PE], dk[PE], dv[PE], dout[PE];
+    const fg_attn_tensor bad = fg_attn_bshd(a.q, FG_FP64, big, big, PD);
+    fgt_rng r = fgt_rng_for(13);
+    fg_attn_params p;
+    fg_attn_params_init(&p, PB, PN, PN, PH, PH, PD);
+    for (int which = 0; which < 8; which++) {
+        small_attn_init(&a, FG_FP64);
+        fgt_poison_d(dq, PE);
+        fgt_poison_d(dk, PE);
+        fgt_poison_d(dv, PE);
+        fgt_fill(dout, PE, &r, 1.0);
+        fg_attn_tensor t8[8] = {a.tq, a.tk, a.tv, a.to,
+                                fg_attn_bshd(dout, FG_FP64, PN, PH, PD),
+                                fg_attn_bshd(dq, FG_FP64, PN, PH, PD),
+                                fg_attn_bshd(dk, FG_FP64, PN, PH, PD),
+                                fg_attn_bshd(dv, FG_FP64, PN, PH, PD)};
+        t8[which] = bad;
+        fg_status st;
+        if (which < 4) {
+            st = fg_attention_forward(&p, &t8[0], &t8[1], &t8[2], &t8[3],
+                                      &a.st);
+            ck_assert_int_eq(st, FG_ERR_INVALID_ARGUMENT);
+            ck_assert(small_attn_untouched(&a));
+            ck_assert_ptr_nonnull(strstr(fg_last_error(), "overflows int64"));
+        }
+        st = fg_attention_backward(&p, &t8[0], &t8[1], &t8[2], &t8[3], &t8[4],
+                                   &a.st, &t8[5], &t8[6], &t8[7]);
+        ck_assert_int_eq(st, FG_ERR_INVALID_ARGUMENT);
+        ck_assert_ptr_nonnull(strstr(fg_last_error(), "overflows int64"));
+        for (int e = 0; e < PE; e++)
+            ck_assert(isnan(dq[e]) && isnan(dk[e]) && isnan(dv[e]));
+    }
+    /* The merge's O. */
+    small_attn_init(&a, FG_FP64);
+    FGT_FAILS(fg_attention_merge(&p, 1, &bad, &a.st, &a.to, &a.st),
+              FG_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(fg_last_error(), "overflow int64"));
+    ck_assert(small_attn_untouched(&a));
+}
+END_TEST
+
 static int os_threads(void)
 {
     FILE *f = fopen("/proc/self/status", "r");
@@ -570,6 +644,7 @@ FGT_TEST(test_empty_with_huge_extents)
 FGT_TEST(test_slice_steps)
 FGT_TEST(test_concat_split_sums)
 FGT_TEST(test_attention_param_bounds)
+FGT_TEST(test_layout_overflow)
 FGT_TEST(test_num_threads_capped)
 FGT_TEST(test_empty_contiguous)
 FGT_TEST(test_workspace_freed_at_thread_exit)

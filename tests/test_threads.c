@@ -1,9 +1,11 @@
-/* tests/test_threads.c - thread safety: four threads running attention
- * (forward and backward through the raw API, OpenMP inside each call) and
- * a small autograd graph (matmul, GELU, reshape, fg_attention, mul, sum,
- * backward, in a per-thread arena) concurrently, each on its own data,
- * give bitwise the results of running the same four jobs one after the
- * other on one thread. */
+/* tests/test_threads.c - thread safety and thread-count independence:
+ * four threads running, concurrently and each on its own data, attention
+ * (forward and backward through the raw API, 4 OpenMP threads inside each
+ * call), a small autograd graph (matmul, GELU, reshape, fg_attention, mul,
+ * sum, backward, in a per-thread arena) and two training steps of a tiny
+ * GPT (dropout, AdamW, per-thread arena and generator), give bitwise the
+ * results of running the same four jobs one after the other on one
+ * thread with 1 OpenMP thread. */
 #include <pthread.h>
 
 #include "test_ops_util.h"
@@ -18,8 +20,12 @@ enum { AQ = AB * ANQ * AH * AD, AK = AB * ANK * AHK * AD, AS = AB * AH * ANQ };
  * for q = k = v. */
 enum { GR = 12, GC = 16, GH = 2, GD = 8 };
 
+/* The GPT: vocabulary, context, batch, steps; room for its parameters. */
+enum { MV = 11, MT = 8, MB = 4, MSTEPS = 2, MPARAMS = 8192 };
+
 typedef struct job {
     int id;
+    int threads; /* OpenMP threads inside every call */
     fg_status status;
     char msg[256];
     /* raw attention inputs and outputs */
@@ -28,12 +34,16 @@ typedef struct job {
     /* graph inputs and results */
     double x[GR * GC], w[GC * GH * GD];
     double loss, gx[GR * GC], gw[GC * GH * GD];
+    /* GPT tokens, losses and parameters after the steps */
+    int64_t tx[MB * MT], ty[MB * MT];
+    double step_loss[MSTEPS], params[MPARAMS];
 } job;
 
-static void job_init(job *j, int id)
+static void job_init(job *j, int id, int threads)
 {
     memset(j, 0, sizeof *j);
     j->id = id;
+    j->threads = threads;
     fgt_rng r = fgt_rng_for(500 + (uint64_t)id);
     float *in[] = {j->q, j->k, j->v, j->g};
     const int n[] = {AQ, AK, AK, AQ};
@@ -42,6 +52,10 @@ static void job_init(job *j, int id)
             in[t][e] = (float)fgt_uniform(&r);
     fgt_fill(j->x, GR * GC, &r, 1.0);
     fgt_fill(j->w, GC * GH * GD, &r, 0.5);
+    for (int e = 0; e < MB * MT; e++) {
+        j->tx[e] = fgt_int(&r, 0, MV - 1);
+        j->ty[e] = fgt_int(&r, 0, MV - 1);
+    }
     float *out[] = {j->o, j->m, j->l, j->dq, j->dk, j->dv};
     const int no[] = {AQ, AS, AS, AQ, AK, AK};
     for (int t = 0; t < 6; t++)
@@ -55,7 +69,7 @@ static fg_status run_attention(job *j)
     p.causal = j->id & 1;
     p.dropout_p = 0.1;
     p.seed = 1000 + (uint64_t)j->id;
-    p.num_threads = 2;
+    p.num_threads = j->threads;
     p.block_q = 16;
     p.block_k = 16;
     fg_attn_tensor q = fg_attn_bshd(j->q, FG_FP32, ANQ, AH, AD);
@@ -112,12 +126,60 @@ static fg_status run_graph(job *j)
     return s;
 }
 
+/* A tiny GPT with dropout: MSTEPS AdamW steps; the parameters after them
+ * as fp64 in j->params. */
+static fg_status run_gpt(job *j)
+{
+    fg_gpt_config c;
+    fg_gpt_config_init(&c);
+    c.vocab = MV;
+    c.ctx = MT;
+    c.n_layer = 1;
+    c.n_head = 2;
+    c.n_embd = 16;
+    c.dropout = 0.1;
+    fg_gpt *m = NULL;
+    fg_adamw *opt = NULL;
+    fg_arena *a = NULL;
+    fg_status s = fg_gpt_create(&c, 77 + (uint64_t)j->id, &m);
+    int n = 0;
+    const fg_param *ps = s == FG_OK ? fg_gpt_params(m, &n) : NULL;
+    fg_adamw_config oc;
+    fg_adamw_config_init(&oc);
+    if (s == FG_OK && fg_gpt_num_params(m) > MPARAMS)
+        s = FG_ERR_INVALID_ARGUMENT; /* the test's buffer is too small */
+    if (s == FG_OK)
+        s = fg_adamw_create(ps, n, &oc, &opt);
+    if (s == FG_OK)
+        s = fg_arena_create(0, &a);
+    fg_generator g;
+    fg_generator_init(&g, 900 + (uint64_t)j->id);
+    for (int step = 0; step < MSTEPS && s == FG_OK; step++) {
+        fg_step_stats st;
+        s = fg_gpt_train_step(m, opt, j->tx, j->ty, MB, MT, 1, 1.0, 1e-2, &g,
+                              a, &st);
+        j->step_loss[step] = st.loss;
+    }
+    for (int i = 0, off = 0; i < n && s == FG_OK; i++) {
+        const int64_t k = fg_tensor_numel(ps[i].tensor);
+        s = fg_tensor_copy_to_host(ps[i].tensor, FG_FP64, j->params + off, k);
+        off += (int)k;
+    }
+    fg_arena_free(a);
+    fg_adamw_free(opt);
+    fg_gpt_free(m);
+    return s;
+}
+
 static void *run_job(void *arg)
 {
     job *j = arg;
+    fg_set_num_threads(j->threads); /* this thread's OpenMP team size */
     j->status = run_attention(j);
     if (j->status == FG_OK)
         j->status = run_graph(j);
+    if (j->status == FG_OK)
+        j->status = run_gpt(j);
     if (j->status != FG_OK) /* the message is thread-local: copy it here */
         snprintf(j->msg, sizeof j->msg, "%s", fg_last_error());
     return NULL;
@@ -130,18 +192,21 @@ START_TEST(test_concurrent_equals_serial)
     job *serial = malloc(sizeof(job) * WORKERS);
     job *conc = malloc(sizeof(job) * WORKERS);
     for (int w = 0; w < WORKERS; w++) {
-        job_init(&serial[w], w);
+        job_init(&serial[w], w, 1);
         run_job(&serial[w]);
         ck_assert_msg(serial[w].status == FG_OK, "job %d: %s", w,
                       serial[w].msg);
         ck_assert(fgt_all_finite(serial[w].gx, GR * GC));
+        ck_assert(fgt_all_finite(serial[w].step_loss, MSTEPS));
+        /* the steps trained something */
+        ck_assert(serial[w].step_loss[1] != serial[w].step_loss[0]);
     }
     /* The four jobs differ from each other (separate data, masks). */
     ck_assert(!SAME(&serial[0], &serial[1], o));
     for (int round = 0; round < ROUNDS; round++) {
         pthread_t th[WORKERS];
         for (int w = 0; w < WORKERS; w++)
-            job_init(&conc[w], w);
+            job_init(&conc[w], w, WORKERS);
         for (int w = 0; w < WORKERS; w++)
             ck_assert(pthread_create(&th[w], NULL, run_job, &conc[w]) == 0);
         for (int w = 0; w < WORKERS; w++)
@@ -160,6 +225,10 @@ START_TEST(test_concurrent_equals_serial)
                               SAME(a, b, gx) && SAME(a, b, gw),
                           "round %d job %d: graph differs (loss %.17g vs "
                           "%.17g)", round, w, a->loss, b->loss);
+            ck_assert_msg(SAME(a, b, step_loss) && SAME(a, b, params),
+                          "round %d job %d: GPT steps differ (loss %.17g vs "
+                          "%.17g)", round, w, a->step_loss[1],
+                          b->step_loss[1]);
         }
     }
     free(serial);

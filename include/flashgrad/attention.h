@@ -221,7 +221,12 @@ FG_API void fg_attn_params_init(fg_attn_params *p, int64_t batch,
                                 int64_t heads_q, int64_t heads_kv,
                                 int64_t head_dim);
 
-/* Contiguous [B, S, H, d] and [B, H, S, d] views of a buffer. */
+/* Contiguous [B, S, H, d] and [B, H, S, d] views of a buffer. When a size
+ * is negative or the strides' products (S * H * d) overflow int64, all
+ * three strides are FG_ATTN_STRIDE_BAD and every entry point rejects the
+ * tensor with FG_ERR_INVALID_ARGUMENT and a message that says so (no
+ * undefined arithmetic, no wrapped stride that looks valid). */
+#define FG_ATTN_STRIDE_BAD INT64_MIN
 FG_API fg_attn_tensor fg_attn_bshd(void *data, fg_dtype dtype, int64_t seqlen,
                                    int64_t heads, int64_t head_dim);
 FG_API fg_attn_tensor fg_attn_bhsd(void *data, fg_dtype dtype, int64_t seqlen,

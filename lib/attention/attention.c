@@ -33,20 +33,43 @@ void fg_attn_params_init(fg_attn_params *p, int64_t batch, int64_t seqlen_q,
     p->window_right = -1;
 }
 
+/* The layouts' strides, or FG_ATTN_STRIDE_BAD in all three when a size is
+ * negative or a product overflows int64 (attention.h): signed overflow is
+ * undefined, and a wrapped stride could describe a valid-looking layout. */
+static fg_attn_tensor layout(void *data, fg_dtype dtype, int64_t seqlen,
+                             int64_t heads, int64_t head_dim, int bhsd)
+{
+    const int64_t inner = bhsd ? seqlen : heads; /* positions per outer step */
+    int64_t mid, outer;
+    fg_attn_tensor t = {data, dtype, FG_ATTN_STRIDE_BAD, FG_ATTN_STRIDE_BAD,
+                        FG_ATTN_STRIDE_BAD};
+    if (seqlen < 0 || heads < 0 || head_dim < 0 ||
+        __builtin_mul_overflow(inner, head_dim, &mid) ||
+        __builtin_mul_overflow(bhsd ? heads : seqlen, mid, &outer))
+        return t;
+    t.stride_b = outer;
+    t.stride_s = bhsd ? head_dim : mid;
+    t.stride_h = bhsd ? mid : head_dim;
+    return t;
+}
+
 fg_attn_tensor fg_attn_bshd(void *data, fg_dtype dtype, int64_t seqlen,
                             int64_t heads, int64_t head_dim)
 {
-    fg_attn_tensor t = {data, dtype, seqlen * heads * head_dim,
-                        heads * head_dim, head_dim};
-    return t;
+    return layout(data, dtype, seqlen, heads, head_dim, 0);
 }
 
 fg_attn_tensor fg_attn_bhsd(void *data, fg_dtype dtype, int64_t seqlen,
                             int64_t heads, int64_t head_dim)
 {
-    fg_attn_tensor t = {data, dtype, heads * seqlen * head_dim, head_dim,
-                        seqlen * head_dim};
-    return t;
+    return layout(data, dtype, seqlen, heads, head_dim, 1);
+}
+
+int fg_attn_layout_bad(const fg_attn_tensor *t)
+{
+    return t->stride_b == FG_ATTN_STRIDE_BAD &&
+           t->stride_s == FG_ATTN_STRIDE_BAD &&
+           t->stride_h == FG_ATTN_STRIDE_BAD;
 }
 
 uint32_t fg_dropout_threshold(double p)
@@ -236,6 +259,12 @@ static fg_status check_operands(fg_attn_problem *pb, fg_device dev,
     for (int i = 0; i < n_ops; i++) {
         const fg_attn_tensor *t = ops[i].t;
         FG_TRY(check_pointer(t->data, es, dev, ops[i].name, fn));
+        if (fg_attn_layout_bad(t))
+            return fg_error(FG_ERR_INVALID_ARGUMENT,
+                            "%s: %s has the strides of fg_attn_bshd/"
+                            "fg_attn_bhsd for sizes that are negative or "
+                            "whose product overflows int64",
+                            fn, ops[i].name);
         if (t->stride_b < 0 || t->stride_s < 0 || t->stride_h < 0)
             return fg_error(FG_ERR_INVALID_ARGUMENT,
                             "%s: %s has a negative stride (%lld, %lld, %lld)",

@@ -94,6 +94,10 @@ static inline const int32_t *fg_attn_q_list(const fg_attn_problem *pb,
     return m->q_index + r * m->q_blocks;
 }
 
+/* 1 when t carries the strides fg_attn_bshd/bhsd give for sizes that
+ * overflow (FG_ATTN_STRIDE_BAD), so the message can say so. */
+int fg_attn_layout_bad(const fg_attn_tensor *t);
+
 /* Variant parameters (attention_mask.c): checks window, softcap, ALiBi and
  * the block mask of p and fills the matching fields of pb (which already
  * holds the sizes, device and dtype). */

@@ -11,6 +11,7 @@
 #endif
 #include <stdio.h>
 
+#include "attention_internal.h"
 #include "attention_merge.h"
 #include "lib/core/error.h"
 #include "lib/core/strided.h"
@@ -86,6 +87,11 @@ static fg_status check_operand(const fg_attn_merge_problem *mp, fg_device dev,
                         "%s: stats of %s must be %s for %s O, got %s", fn,
                         who, fg_dtype_name(sdt), fg_dtype_name(dt),
                         fg_dtype_name(st->dtype));
+    if (fg_attn_layout_bad(o))
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: O of %s has the strides of fg_attn_bshd/bhsd "
+                        "for sizes that are negative or overflow int64",
+                        fn, who);
     if (o->stride_b < 0 || o->stride_s < 0 || o->stride_h < 0)
         return fg_error(FG_ERR_INVALID_ARGUMENT,
                         "%s: O of %s has a negative stride", fn, who);

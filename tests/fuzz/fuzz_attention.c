@@ -1,8 +1,11 @@
 /* tests/fuzz/fuzz_attention.c - libFuzzer target for the attention API's
  * argument validation, with an fp64 reference check on every accepted call.
  *
- * The bytes choose tiny sizes (sometimes invalid ones), dtype, causal,
- * dropout, scale, tiles, threads, and for every operand a place in one
+ * The bytes choose tiny sizes (sometimes invalid ones; sometimes sequences
+ * of 120 to 159, so a block mask has one or two 128-blocks a side), dtype, causal,
+ * dropout, scale, tiles, threads, the variants (fuzz_attn_variants.h:
+ * causal alignment, window, softcap, ALiBi, block mask), and for every
+ * operand a place in one
  * shared buffer and its strides (contiguous BSHD/BHSD, random, negative,
  * misaligned, NULL), so operands often alias. An independent model of
  * attention.h's rules (sizes, values, alignment, and a byte-by-byte map of
@@ -21,8 +24,11 @@
 
 #include "../naive_attention.h"
 #include "../ref_dropout.h"
+#include "fuzz_attn_variants.h"
 
-enum { ARENA = 1 << 17, REGION = 1 << 13, NOPS = 10 };
+/* A region holds the largest contiguous operand (159 x 2 x 8 fp64) and
+ * its start offset; the arena, the ten regions. */
+enum { ARENA = 1 << 18, REGION = 24 << 10, NOPS = 10 };
 enum { Q, K, V, O, M, L, DO, DQ, DK, DV };
 
 static _Alignas(64) unsigned char arena[ARENA];
@@ -80,6 +86,13 @@ static void decode_sizes(fz *f, problem *pb)
     case 6: pb->Hk = 0; break;
     case 7: pb->Nk = (int64_t)1 << 31; break;
     case 8: pb->B = (int64_t)1 << 62; pb->H = pb->Hk = 4; break;
+    case 20: case 21: case 22: case 23: /* long: several sparse blocks */
+        pb->B = pb->Hk = 1;
+        pb->H = 1 + pb->H % 2;
+        pb->d = 8;
+        pb->Nq = 120 + fz_u8(f) % 40; /* one or two 128-blocks */
+        pb->Nk = 120 + fz_u8(f) % 40;
+        return;
     default: return;
     }
     pb->sizes_ok = 0;
@@ -324,6 +337,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     used = 0;
     decode_sizes(&f, &pb);
     decode_values(&f, &pb);
+    static fz_variants var;
+    memset(&var, 0, sizeof var);
+    var.ok = 1;
+    if (pb.sizes_ok) /* the variants' arrays are sized by B and H */
+        fv_decode(&f, &pb.p, &var);
     const uint8_t flags = fz_u8(&f);
     const int separate = !(flags & 1);
     int stats_ok = 1;
@@ -350,7 +368,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* ---- forward ---- */
     static const int fwd_ops[] = {Q, K, V, O, M, L};
     const uint16_t fwd_out = 1u << O | 1u << M | 1u << L;
-    const int fwd_valid = pb.sizes_ok && pb.values_ok && stats_ok &&
+    const int fwd_valid = pb.sizes_ok && pb.values_ok && stats_ok && var.ok &&
                           ops_ok(&pb, fwd_ops, 6) &&
                           placement_ok(&pb, fwd_ops, 6, fwd_out);
     memcpy(snap, arena, ARENA);
@@ -376,6 +394,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                    ? pb.p.softmax_scale
                                    : 1.0 / sqrt((double)pb.d),
                       .causal = pb.p.causal, .p = pb.p.dropout_p};
+    fv_reference(&pb.p, &var, &ns);
     const int64_t nmask = pb.B * pb.H * pb.Nq * pb.Nk;
     uint8_t *mask = malloc((size_t)nmask);
     ref_dropout_mask(pb.p.seed, pb.p.offset, pb.p.dropout_p, pb.B, pb.H,

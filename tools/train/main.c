@@ -47,6 +47,12 @@ static int read_settings(run *r, int argc, char **argv)
     memset(&given, 0, sizeof given);
     opts_defaults(&r->o);
     int rc = opts_parse_args(&r->o, argc - 1, argv + 1, &given);
+    if (rc == OPTS_HELP)
+        opts_usage(stdout);
+    else if (rc == OPTS_VERSION)
+        printf("flashgrad-train (flashgrad %s)\n", fg_version());
+    if (rc < 0)
+        return -1; /* main: EXIT_OK */
     if (rc || !r->o.resume[0])
         return rc ? rc : opts_finish(&r->o, &given);
     char resume[PATH_CAP];

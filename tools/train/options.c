@@ -292,8 +292,10 @@ void opts_usage(FILE *f)
         if (dv && dv[0])
             snprintf(note, sizeof note, " [%s%s%s]", dv, mode ? "; " : "",
                      mode ? mode : "");
+        else if (mode)
+            snprintf(note, sizeof note, " [%s]", mode);
         else
-            snprintf(note, sizeof note, mode ? " [%s]" : "", mode);
+            note[0] = '\0';
         if (len + (int)strlen(note) > 79)
             fprintf(f, "\n%*s", COL - 1, "");
         fprintf(f, "%s\n", note);
@@ -313,6 +315,12 @@ void opts_usage(FILE *f)
 
 /* ---- parsing ---------------------------------------------------------------- */
 
+static FILE *msg_stream; /* NULL: stderr */
+
+void opts_set_messages(FILE *f) { msg_stream = f; }
+
+static FILE *msgs(void) { return msg_stream ? msg_stream : stderr; }
+
 static const spec *find(const char *name, size_t len)
 {
     for (int i = 0; i < NSPECS; i++)
@@ -329,10 +337,10 @@ static int bad(const char *src, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "flashgrad-train: %s%s", src ? src : "",
-            src ? ": " : "");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    FILE *f = msgs();
+    fprintf(f, "flashgrad-train: %s%s", src ? src : "", src ? ": " : "");
+    vfprintf(f, fmt, ap);
+    fputc('\n', f);
     va_end(ap);
     return EXIT_USAGE;
 }
@@ -347,16 +355,11 @@ int parse_i64(const char *what, const char *s, int64_t lo, int64_t hi,
     const long long v = (s[0] == '-' || isdigit((unsigned char)s[0]))
                             ? strtoll(s, &end, 10)
                             : (end = (char *)s, 0);
-    if (end == s || *end) {
-        fprintf(stderr, "flashgrad-train: %s: '%s' is not a whole number\n",
-                what, s);
-        return EXIT_USAGE;
-    }
-    if (errno == ERANGE || v < lo || v > hi) {
-        fprintf(stderr, "flashgrad-train: %s: %s is out of range (%lld to "
-                        "%lld)\n", what, s, (long long)lo, (long long)hi);
-        return EXIT_USAGE;
-    }
+    if (end == s || *end)
+        return bad(NULL, "%s: '%s' is not a whole number", what, s);
+    if (errno == ERANGE || v < lo || v > hi)
+        return bad(NULL, "%s: %s is out of range (%lld to %lld)", what, s,
+                   (long long)lo, (long long)hi);
     *out = v;
     return 0;
 }
@@ -439,18 +442,12 @@ int opts_parse_args(opts *o, int argc, char **argv, opt_given *given)
         const char *eq = strchr(a, '=');
         const size_t len = eq ? (size_t)(eq - a) : strlen(a);
         const spec *sp = find(a, len);
-        if (!sp) {
-            fprintf(stderr, "flashgrad-train: unknown option %.*s (see "
-                            "--help)\n", (int)len, a);
-            return EXIT_USAGE;
-        }
-        if (sp->kind == K_HELP || sp->kind == K_VERSION) {
-            if (sp->kind == K_HELP)
-                opts_usage(stdout);
-            else
-                printf("flashgrad-train (flashgrad %s)\n", fg_version());
-            return -1;
-        }
+        if (!sp)
+            return bad(NULL, "unknown option %.*s (see --help)", (int)len, a);
+        if (sp->kind == K_HELP)
+            return OPTS_HELP;
+        if (sp->kind == K_VERSION)
+            return OPTS_VERSION;
         const char *v = NULL;
         if (sp->kind == K_FLAG && eq)
             return bad(NULL, "%s takes no value", sp->name);

@@ -56,10 +56,19 @@ typedef struct opt_given {
 void opts_defaults(opts *o);
 void opts_usage(FILE *f);
 
+/* opts_parse_args found --help (or -h) or --version: the caller prints
+ * the text (opts_usage, the version line) and exits with EXIT_OK. */
+enum { OPTS_HELP = -1, OPTS_VERSION = -2 };
+
 /* The command line (argv without the program name) on top of *o.
- * Returns 0, EXIT_USAGE (message printed) or -1 when --help or --version
- * was printed. given may be NULL. */
+ * Returns 0, EXIT_USAGE (message printed) or OPTS_HELP / OPTS_VERSION;
+ * prints nothing else and never exits, so a fuzzer can call it. given may
+ * be NULL. */
 int opts_parse_args(opts *o, int argc, char **argv, opt_given *given);
+
+/* Where the parser's messages ("flashgrad-train: ...\n", one per
+ * rejection) go: stderr by default (f = NULL). Not thread-safe. */
+void opts_set_messages(FILE *f);
 
 /* One run setting from a checkpoint's lines (`src` names the file in
  * messages); 0 or EXIT_USAGE. */
