@@ -200,18 +200,36 @@ typedef struct fg_attn_params {
      * where bias has them (broadcast dimensions are summed). Overwritten.
      * NULL = not wanted. Forward ignores it. */
     const fg_attn_bias *dbias;
-    /* Packed variable-length batches (NULL = dense). Q, O, dO, dQ are
-     * [total_q, H, d] and K, V, dK, dV [total_k, Hk, d] (stride_b unused);
-     * sequence b owns rows cu_seqlens_q[b] .. cu_seqlens_q[b+1]-1 of Q and
-     * cu_seqlens_k[b] .. cu_seqlens_k[b+1]-1 of K/V. Both are int32 [B+1]
-     * on the operands' device; seqlen_q and seqlen_k are then the maximum
-     * lengths. Stats are [H, total_q]. */
+    /* Packed variable-length batches (FlashAttention's varlen API; NULL =
+     * dense; give both or neither). Q, O, dO, dQ are [total_q, H, d] and
+     * K, V, dK, dV [total_k, Hk, d] (stride_s and stride_h used, stride_b
+     * ignored); sequence b owns rows cu_seqlens_q[b] .. cu_seqlens_q[b+1]-1
+     * of Q and cu_seqlens_k[b] .. cu_seqlens_k[b+1]-1 of K/V. Both are
+     * int32 [B+1] on the operands' device: cu[0] = 0, non-decreasing,
+     * cu[B] <= total, every length <= seqlen_q / seqlen_k (which are the
+     * maximum lengths; zero-length sequences are allowed). Stats m, l are
+     * [H, total_q] (one entry per packed token and head). Every mask and
+     * modifier works per sequence, with sequence-local positions: i' =
+     * i + len_k(b) - len_q(b) bottom-right, i top-left; dropout draws
+     * element (b, h, i, j) with sequence-local i, j. Block masks cannot be
+     * combined with cu_seqlens (FG_ERR_UNSUPPORTED). Rows past cu[B]
+     * belong to no sequence: they are neither read nor written (their
+     * O, m, l, dQ, dK, dV keep their contents). On CUDA the validation
+     * copies the B+1 offsets to the host: the call synchronises with
+     * cuda_stream once. The general kernels run packed batches (the
+     * tensor-core kernels do not yet; doc/performance.md). */
     const int32_t *cu_seqlens_q;
     const int32_t *cu_seqlens_k;
-    int64_t total_q, total_k;  /* rows of the packed buffers */
+    int64_t total_q, total_k;  /* rows of the packed buffers, < 2^31 */
     /* Key padding (NULL = none): int32 [B] on the operands' device; keys at
-     * or past seqused_k[b] of sequence b are masked. Works dense or
-     * packed. */
+     * or past seqused_k[b] of sequence b are masked, as by a key-padding
+     * mask: 0 <= seqused_k[b] <= the sequence's key length (Nk dense).
+     * Works dense or packed. It masks, it does not move the causal corner
+     * (unlike FlashAttention's seqused_k, where it also sets the bottom-
+     * right alignment): i' is still computed from len_k(b). Padded keys
+     * get dK = dV = 0; a row that sees no key gets O = 0, m = -inf,
+     * l = 0. On CUDA the values are validated through a host copy (one
+     * synchronisation, as for cu_seqlens). */
     const int32_t *seqused_k;
 } fg_attn_params;
 

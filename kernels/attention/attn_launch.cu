@@ -192,3 +192,13 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
         status = fg_cuda_status(e, "cudaFreeAsync", __FILE__, __LINE__);
     return status;
 }
+
+extern "C" fg_status fg_attn_cuda_read_ints(int32_t *host, const int32_t *dev,
+                                            int64_t n, void *stream)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    FG_CUDA_TRY(cudaMemcpyAsync(host, dev, sizeof(int32_t) * (size_t)n,
+                                cudaMemcpyDeviceToHost, s));
+    FG_CUDA_TRY(cudaStreamSynchronize(s));
+    return FG_OK;
+}
