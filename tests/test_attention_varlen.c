@@ -13,53 +13,11 @@
 #define TOL_F64 1e-12
 #define TOL_F32 2e-5
 
-/* Runs c through the library on the CPU; outputs poisoned before. dense:
- * one sequence (B = 1) as a plain dense call, without cu_seqlens. */
-static void run_cpu_as(const vl_case *c, const vl_data *d, int dense,
-                       vl_out *r, fg_status *fwd, fg_status *bwd)
-{
-    const fg_dtype dt = c->dtype, sd = dt == FG_FP64 ? FG_FP64 : FG_FP32;
-    fg_attn_params p;
-    vl_params(c, d, &p);
-    if (dense)
-        p.cu_seqlens_q = p.cu_seqlens_k = NULL;
-    fg_attn_tensor tq, tk, tv, tg, to, tdq, tdk, tdv;
-    void *bq = vl_pack(c, dt, d->q, d->total_q, c->H, &tq);
-    void *bk = vl_pack(c, dt, d->k, d->total_k, c->Hk, &tk);
-    void *bv = vl_pack(c, dt, d->v, d->total_k, c->Hk, &tv);
-    void *bg = vl_pack(c, dt, d->g, d->total_q, c->H, &tg);
-    void *bo = vl_pack(c, dt, NULL, d->total_q, c->H, &to);
-    void *bdq = vl_pack(c, dt, NULL, d->total_q, c->H, &tdq);
-    void *bdk = vl_pack(c, dt, NULL, d->total_k, c->Hk, &tdk);
-    void *bdv = vl_pack(c, dt, NULL, d->total_k, c->Hk, &tdv);
-    const size_t ns = (size_t)(c->H * d->total_q);
-    void *sm = malloc(ns * fg_dtype_size(sd) + 8);
-    void *sl = malloc(ns * fg_dtype_size(sd) + 8);
-    for (size_t i = 0; i < ns; i++) {
-        vl_store(sd, sm, (int64_t)i, NAN);
-        vl_store(sd, sl, (int64_t)i, NAN);
-    }
-    fg_attn_stats st = {sm, sl, sd};
-    *fwd = fg_attention_forward(&p, &tq, &tk, &tv, &to, &st);
-    *bwd = *fwd == FG_OK ? fg_attention_backward(&p, &tq, &tk, &tv, &to, &tg,
-                                                 &st, &tdq, &tdk, &tdv)
-                         : *fwd;
-    int t0, t1, t2, t3, t4 = 1;
-    r->o = vl_unpack(c, &to, bo, d->total_q, d->cu_q[c->B], c->H, &t0);
-    r->dq = vl_unpack(c, &tdq, bdq, d->total_q, d->cu_q[c->B], c->H, &t1);
-    r->dk = vl_unpack(c, &tdk, bdk, d->total_k, d->cu_k[c->B], c->Hk, &t2);
-    r->dv = vl_unpack(c, &tdv, bdv, d->total_k, d->cu_k[c->B], c->Hk, &t3);
-    r->m = vl_stats(c, d, sd, sm, &t4);
-    r->l = vl_stats(c, d, sd, sl, &t4);
-    r->tails_nan = t0 && t1 && t2 && t3 && t4;
-    free(bq); free(bk); free(bv); free(bg); free(bo);
-    free(bdq); free(bdk); free(bdv); free(sm); free(sl);
-}
-
+/* Runs c through the library on the CPU in c's dtype. */
 static void run_cpu(const vl_case *c, const vl_data *d, vl_out *r,
                     fg_status *fwd, fg_status *bwd)
 {
-    run_cpu_as(c, d, 0, r, fwd, bwd);
+    vl_run(c, d, c->dtype, NULL, r, fwd, bwd);
 }
 
 #define VSHAPE "B=%lld H=%lld Hk=%lld d=%lld causal=%d tl=%d win=%d cap=%g " \
@@ -171,29 +129,8 @@ END_TEST
 START_TEST(test_varlen_random)
 {
     fgt_rng rng = fgt_rng_for(717 + (uint64_t)_i);
-    vl_case c = {0};
-    c.B = fgt_int(&rng, 1, VL_MAXB);
-    for (int64_t b = 0; b < c.B; b++) {
-        c.lq[b] = (int32_t)fgt_int(&rng, 0, 70);
-        c.lk[b] = fgt_int(&rng, 0, 3) ? (int32_t)fgt_int(&rng, 0, 70) : c.lq[b];
-        c.used[b] = (int32_t)fgt_int(&rng, 0, c.lk[b]);
-    }
-    c.use_used = (int)fgt_int(&rng, 0, 1);
-    c.Hk = fgt_int(&rng, 1, 2);
-    c.H = c.Hk * fgt_int(&rng, 1, 2);
-    c.d = 8 * fgt_int(&rng, 1, 3);
-    c.pad_q = fgt_int(&rng, 0, 3);
-    c.pad_k = fgt_int(&rng, 0, 3);
-    c.hmajor = (int)fgt_int(&rng, 0, 1);
-    c.causal = (int)fgt_int(&rng, 0, 1);
-    c.top_left = (int)fgt_int(&rng, 0, 1);
-    c.window = (int)fgt_int(&rng, 0, 1);
-    c.window_left = fgt_int(&rng, -1, 30);
-    c.window_right = fgt_int(&rng, -1, 30);
-    c.softcap = fgt_int(&rng, 0, 1) ? 0.5 + 5 * fabs(fgt_uniform(&rng)) : 0;
-    c.alibi = (int)fgt_int(&rng, 0, 2);
-    c.p = fgt_int(&rng, 0, 2) == 0 ? 0.15 : 0;
-    c.seed = (uint64_t)fgt_int(&rng, 0, 1000);
+    vl_case c;
+    vl_random(&rng, 70, 3, 30, &c);
     c.block_q = (int)fgt_int(&rng, 0, 40);
     c.block_k = (int)fgt_int(&rng, 0, 40);
     c.threads = (int)fgt_int(&rng, 0, 3);
@@ -261,7 +198,8 @@ START_TEST(test_equals_dense_per_sequence)
         sd.k = d.k + d.cu_k[b] * c.Hk * c.d;
         sd.v = d.v + d.cu_k[b] * c.Hk * c.d;
         vl_out one;
-        run_cpu_as(&s, &sd, 1, &one, &fwd, &bwd);
+        s.dense = 1; /* a plain dense call */
+        run_cpu(&s, &sd, &one, &fwd, &bwd);
         ck_assert_msg(fwd == FG_OK && bwd == FG_OK, "%s", fg_last_error());
         const size_t nq = (size_t)(lq[b] * c.H * c.d);
         const size_t nk = (size_t)(lk[b] * c.Hk * c.d);

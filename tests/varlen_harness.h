@@ -32,6 +32,10 @@ typedef struct vl_case {
     uint64_t seed, offset;
     fg_dtype dtype;
     int block_q, block_k, threads;
+    int deterministic;
+    /* Run as a dense [B, N, H, d] batch without cu_seqlens (every lq and
+     * every lk equal, no tail rows, hmajor 0): key padding alone. */
+    int dense;
 } vl_case;
 
 /* Inputs (fp64, contiguous [total, heads, d], already rounded to the
@@ -121,6 +125,37 @@ static inline void vl_make(const vl_case *c, uint64_t salt, vl_data *d)
     }
 }
 
+/* Random lengths in [0, max_len] (lk = lq a quarter of the time) and
+ * options: d a multiple of 8 up to 8 max_d8, windows up to max_win, tail
+ * rows, both storage orders, every variant. */
+static inline void vl_random(fgt_rng *rng, int32_t max_len, int max_d8,
+                             int64_t max_win, vl_case *c)
+{
+    memset(c, 0, sizeof *c);
+    c->B = fgt_int(rng, 1, VL_MAXB);
+    for (int64_t b = 0; b < c->B; b++) {
+        c->lq[b] = (int32_t)fgt_int(rng, 0, max_len);
+        c->lk[b] = fgt_int(rng, 0, 3) ? (int32_t)fgt_int(rng, 0, max_len) : c->lq[b];
+        c->used[b] = (int32_t)fgt_int(rng, 0, c->lk[b]);
+    }
+    c->use_used = (int)fgt_int(rng, 0, 1);
+    c->Hk = fgt_int(rng, 1, 2);
+    c->H = c->Hk * fgt_int(rng, 1, 2);
+    c->d = 8 * fgt_int(rng, 1, max_d8);
+    c->pad_q = fgt_int(rng, 0, 3);
+    c->pad_k = fgt_int(rng, 0, 3);
+    c->hmajor = (int)fgt_int(rng, 0, 1);
+    c->causal = (int)fgt_int(rng, 0, 1);
+    c->top_left = (int)fgt_int(rng, 0, 1);
+    c->window = (int)fgt_int(rng, 0, 1);
+    c->window_left = fgt_int(rng, -1, max_win);
+    c->window_right = fgt_int(rng, -1, max_win);
+    c->softcap = fgt_int(rng, 0, 1) ? 0.5 + 5 * fabs(fgt_uniform(rng)) : 0;
+    c->alibi = (int)fgt_int(rng, 0, 2);
+    c->p = fgt_int(rng, 0, 2) == 0 ? 0.15 : 0;
+    c->seed = (uint64_t)fgt_int(rng, 0, 1000);
+}
+
 static inline void vl_free(vl_data *d)
 {
     free(d->q); free(d->k); free(d->v); free(d->g);
@@ -149,19 +184,25 @@ static inline void vl_params(const vl_case *c, const vl_data *d,
     p->block_q = c->block_q;
     p->block_k = c->block_k;
     p->num_threads = c->threads;
-    p->cu_seqlens_q = d->cu_q;
-    p->cu_seqlens_k = d->cu_k;
-    p->total_q = d->total_q;
-    p->total_k = d->total_k;
+    p->deterministic = c->deterministic;
+    if (!c->dense) {
+        p->cu_seqlens_q = d->cu_q;
+        p->cu_seqlens_k = d->cu_k;
+        p->total_q = d->total_q;
+        p->total_k = d->total_k;
+    }
     p->seqused_k = c->use_used ? c->used : NULL;
 }
 
 /* The packed layout of an operand with `rows` rows: [rows, heads, d] or
- * [heads, rows, d]; stride_b gets a junk value (it must be ignored). */
+ * [heads, rows, d]; stride_b gets a junk value (it must be ignored), or
+ * with c->dense that of [B, rows / B, heads, d]. */
 static inline fg_attn_tensor vl_layout(const vl_case *c, void *ptr, fg_dtype dt,
                                        int64_t rows, int64_t heads)
 {
     fg_attn_tensor t = {ptr, dt, 987654321, heads * c->d, c->d};
+    if (c->dense)
+        t.stride_b = rows / c->B * heads * c->d;
     if (c->hmajor) {
         t.stride_s = c->d;
         t.stride_h = rows * c->d;
@@ -305,6 +346,96 @@ static inline vl_err vl_compare(const vl_case *c, const vl_data *d,
     e.dk = fgt_rel_err_floor(r->dk, ref->dk, nk, 0.1);
     e.dv = fgt_rel_err_floor(r->dv, ref->dv, nk, 0.1);
     return e;
+}
+
+/* Where vl_run puts the buffers: NULL = the CPU (host buffers as they
+ * are); else copies to and from a device. */
+typedef struct vl_dev {
+    fg_device device;
+    void *(*put)(const void *host, size_t bytes);
+    void (*get)(void *host, const void *dev, size_t bytes);
+    void (*drop)(void *dev);
+} vl_dev;
+
+static inline void *vl_put(const vl_dev *dev, void *host, size_t bytes)
+{
+    return dev ? dev->put(host, bytes) : host;
+}
+
+/* Runs c's forward and backward through the library in dtype dt on dev,
+ * every output poisoned before; r gets the results (vl_out). */
+static inline void vl_run(const vl_case *c, const vl_data *d, fg_dtype dt,
+                          const vl_dev *dev, vl_out *r, fg_status *fwd,
+                          fg_status *bwd)
+{
+    const fg_dtype sd = dt == FG_FP64 ? FG_FP64 : FG_FP32;
+    fg_attn_params p;
+    vl_params(c, d, &p);
+    fg_attn_tensor t[8]; /* q k v dO | o dq dk dv */
+    const double *src[8] = {d->q, d->k, d->v, d->g, NULL, NULL, NULL, NULL};
+    const int kl[8] = {0, 1, 1, 0, 0, 0, 1, 1};
+    void *host[10], *devp[10];
+    size_t bytes[10];
+    for (int i = 0; i < 8; i++) {
+        const int64_t rows = kl[i] ? d->total_k : d->total_q;
+        const int64_t heads = kl[i] ? c->Hk : c->H;
+        host[i] = vl_pack(c, dt, src[i], rows, heads, &t[i]);
+        bytes[i] = (size_t)(rows * heads * c->d) * fg_dtype_size(dt);
+    }
+    const size_t ns = (size_t)(c->H * d->total_q);
+    for (int i = 8; i < 10; i++) {
+        bytes[i] = ns * fg_dtype_size(sd);
+        host[i] = malloc(bytes[i] + 8);
+        for (size_t x = 0; x < ns; x++)
+            vl_store(sd, host[i], (int64_t)x, NAN);
+    }
+    for (int i = 0; i < 10; i++) {
+        devp[i] = vl_put(dev, host[i], bytes[i]);
+        if (i < 8)
+            t[i].data = devp[i];
+    }
+    /* The small arrays, where the operands are. */
+    void *small[4] = {NULL, NULL, NULL, NULL};
+    if (dev) {
+        p.device = dev->device;
+        const int64_t ns_alibi = (c->alibi == 2 ? c->B : 1) * c->H;
+        if (p.cu_seqlens_q) {
+            small[0] = dev->put(d->cu_q, sizeof(int32_t) * (size_t)(c->B + 1));
+            small[1] = dev->put(d->cu_k, sizeof(int32_t) * (size_t)(c->B + 1));
+            p.cu_seqlens_q = small[0];
+            p.cu_seqlens_k = small[1];
+        }
+        if (p.seqused_k)
+            p.seqused_k = small[2] = dev->put(c->used, sizeof(int32_t) * (size_t)c->B);
+        if (p.alibi_slopes)
+            p.alibi_slopes = small[3] =
+                dev->put(d->slopes, sizeof(float) * (size_t)ns_alibi);
+    }
+    fg_attn_stats st = {devp[8], devp[9], sd};
+    *fwd = fg_attention_forward(&p, &t[0], &t[1], &t[2], &t[4], &st);
+    *bwd = *fwd == FG_OK ? fg_attention_backward(&p, &t[0], &t[1], &t[2], &t[4],
+                                                 &t[3], &st, &t[5], &t[6], &t[7])
+                         : *fwd;
+    for (int i = 0; i < 10; i++)
+        if (dev) {
+            dev->get(host[i], devp[i], bytes[i]);
+            dev->drop(devp[i]);
+        }
+    for (int i = 0; dev && i < 4; i++)
+        if (small[i])
+            dev->drop(small[i]);
+    int tq[4], tm = 1;
+    for (int i = 4; i < 8; i++)
+        t[i].data = host[i];
+    r->o = vl_unpack(c, &t[4], host[4], d->total_q, d->cu_q[c->B], c->H, &tq[0]);
+    r->dq = vl_unpack(c, &t[5], host[5], d->total_q, d->cu_q[c->B], c->H, &tq[1]);
+    r->dk = vl_unpack(c, &t[6], host[6], d->total_k, d->cu_k[c->B], c->Hk, &tq[2]);
+    r->dv = vl_unpack(c, &t[7], host[7], d->total_k, d->cu_k[c->B], c->Hk, &tq[3]);
+    r->m = vl_stats(c, d, sd, host[8], &tm);
+    r->l = vl_stats(c, d, sd, host[9], &tm);
+    r->tails_nan = tq[0] && tq[1] && tq[2] && tq[3] && tm;
+    for (int i = 0; i < 10; i++)
+        free(host[i]);
 }
 
 #endif /* FG_TESTS_VARLEN_HARNESS_H */

@@ -78,7 +78,9 @@
  * Every variant runs on every path; on CUDA, fp16/bf16 variants take the
  * Hopper (sm_90a) tensor-core kernels, while GPUs without them run the
  * variants on the general kernels (correct, plain-FMA speed) until the
- * sm_80 kernels have them (doc/performance.md).
+ * sm_80 kernels have them (doc/performance.md). Packed batches and key
+ * padding (cu_seqlens, seqused_k) run on the general kernels on every GPU
+ * for now.
  *
  * Errors: every function validates all arguments before it writes anything;
  * on failure it returns a status, fg_last_error() explains it and every
