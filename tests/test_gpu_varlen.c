@@ -7,11 +7,14 @@
  *
  * Errors are max-abs relative to max(max |oracle|, 0.1) for gradients,
  * max |oracle| for O. Tolerances: fp64 1e-12; fp32 2e-5; fp16 1e-3,
- * bf16 8e-3: the general kernels (the only ones that take packed batches
- * so far) compute in fp32 and round each output once, i.e. half an ulp
- * (2^-11 fp16, 2^-8 bf16 of max |oracle|) plus fp32 noise; inputs are
- * rounded to the dtype before the oracle sees them. Stats are fp32 for
- * every non-fp64 dtype: 1e-5 (1e-12 fp64). */
+ * bf16 8e-3 on the general kernels (FG_ATTN_KERNEL=general): they compute
+ * in fp32 and round each output once, i.e. half an ulp (2^-11 fp16, 2^-8
+ * bf16 of max |oracle|) plus fp32 noise; inputs are rounded to the dtype
+ * before the oracle sees them. Without it, fp16/bf16 forwards on Hopper
+ * take the wgmma kernel (kMode 2), which like FlashAttention rounds P to
+ * the dtype before P V: twice those bounds (the backward stays on the
+ * general kernels). Stats are fp32 for every non-fp64 dtype: 1e-5
+ * (1e-12 fp64). */
 #include <check.h>
 #include <cuda_runtime.h>
 
@@ -48,11 +51,13 @@ static const vl_dev g_gpu = {FG_DEVICE_CUDA, gpu_put, gpu_get, gpu_drop};
 
 static double tol_of(fg_dtype dt)
 {
+    const char *force = getenv("FG_ATTN_KERNEL");
+    const double fast = force && strcmp(force, "general") == 0 ? 1.0 : 2.0;
     switch (dt) {
     case FG_FP64: return 1e-12;
     case FG_FP32: return 2e-5;
-    case FG_FP16: return 1e-3;
-    default: return 8e-3;
+    case FG_FP16: return 1e-3 * fast;
+    default: return 8e-3 * fast;
     }
 }
 
@@ -153,7 +158,7 @@ START_TEST(test_gpu_varlen_random)
 {
     fgt_rng rng = fgt_rng_for(31 + (uint64_t)_i);
     vl_case c;
-    vl_random(&rng, 200, 16, 80, &c);
+    vl_random(&rng, 200, 32, 80, &c); /* d up to 256 */
     if (_i == 0) { /* one token */
         c.B = 1;
         c.lq[0] = c.lk[0] = 1;

@@ -79,8 +79,14 @@
  * Hopper (sm_90a) tensor-core kernels, while GPUs without them run the
  * variants on the general kernels (correct, plain-FMA speed) until the
  * sm_80 kernels have them (doc/performance.md). Packed batches and key
- * padding (cu_seqlens, seqused_k) run on the general kernels on every GPU
- * for now.
+ * padding (cu_seqlens, seqused_k): the fp16/bf16 forward takes the Hopper
+ * kernels; their backward, and both directions elsewhere, run on the
+ * general kernels for now. The Hopper forward loads whole tiles of K and
+ * V, so the last tile of a sequence also reads rows outside it (the next
+ * sequence's, or padding past seqused_k); they are masked, but an inf or
+ * NaN in such a V row still turns the rows that see the tile NaN
+ * (0 * inf). Keep padding finite (e.g. zeroed), or set FG_ATTN_KERNEL=
+ * general: the general kernels never read those rows.
  *
  * Errors: every function validates all arguments before it writes anything;
  * on failure it returns a status, fg_last_error() explains it and every
@@ -218,8 +224,7 @@ typedef struct fg_attn_params {
      * belong to no sequence: they are neither read nor written (their
      * O, m, l, dQ, dK, dV keep their contents). On CUDA the validation
      * copies the B+1 offsets to the host: the call synchronises with
-     * cuda_stream once. The general kernels run packed batches (the
-     * tensor-core kernels do not yet; doc/performance.md). */
+     * cuda_stream once. Which kernels run them: the top of this file. */
     const int32_t *cu_seqlens_q;
     const int32_t *cu_seqlens_k;
     int64_t total_q, total_k;  /* rows of the packed buffers, < 2^31 */

@@ -38,10 +38,7 @@ bool fg::mma_path_ok(const AttnArgs &a, bool backward)
     const char *force = getenv("FG_ATTN_KERNEL");
     if (force && strcmp(force, "general") == 0)
         return false;
-    /* Packed batches and key padding: the general kernels only, so far
-     * (doc/performance.md). */
-    if (a.cu_q || a.seqused_k)
-        return false;
+
     bool ok = aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && aligned16(a.o);
     if (backward)
         ok = ok && aligned16(a.dout) && aligned16(a.dq) && aligned16(a.dk) &&
@@ -93,8 +90,12 @@ static fg_status base_args(const fg_attn_problem *pb, const char *fn,
         a->q_count = pb->bm.q_count;
         a->q_index = pb->bm.q_index;
     }
+    /* Packed batches and key padding are variants too: the wgmma forward
+     * runs them in kMode 3; the sm80 kernels and the wgmma backward
+     * (no lse2p workspace, attn_fwd.cu/attn_bwd.cu) leave them to the
+     * general kernels (doc/performance.md). */
     a->variant = (pb->band && !plain_causal) || pb->softcap > 0 || pb->alibi ||
-                 pb->sparse;
+                 pb->sparse || pb->varlen || pb->seqused_k;
     a->scale = pb->scale;
     a->dropout = pb->dropout_p > 0.0;
     a->keep_threshold = pb->keep_threshold;
@@ -106,6 +107,7 @@ static fg_status base_args(const fg_attn_problem *pb, const char *fn,
     a->cu_k = pb->cu_k;
     a->seqused_k = pb->seqused_k;
     a->total_q = pb->total_q;
+    a->total_k = pb->total_k;
     a->top_left = pb->top_left;
     a->st_b = pb->st_b;
     a->st_h = pb->st_h;

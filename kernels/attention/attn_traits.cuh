@@ -97,11 +97,12 @@ struct AttnArgs {
     int Br, Bc;           /* tile rows (queries) and columns (keys) */
     int deterministic;    /* backward: dQ by attn_bwd_dq_kernel, no atomics */
     /* Packed batches and key padding (fg_attn_problem), device arrays;
-     * NULL = dense / none. Only the general kernels read them: seq_args()
+     * NULL = dense / none. The general kernels and the wgmma forward's
+     * kMode 3 read them: seq_args()
      * turns these arguments into sequence b's. Nq and Nk are then the
-     * longest sequence (the grid), total_q the packed rows. */
+     * longest sequence (the grid), total_q/k the packed rows. */
     const int32_t *cu_q, *cu_k, *seqused_k;
-    int64_t total_q;
+    int64_t total_q, total_k;
     int top_left;         /* the per-sequence shift is 0, not nk - nq */
     /* Stats, D and dq_acc rows: (b, h, i) at b * st_b + h * st_h + i
      * ([B, H, Nq] dense, [H, total_q] packed; dq_acc times d). */
