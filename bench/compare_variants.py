@@ -11,9 +11,15 @@ libraries). TFLOP/s count only the kept (query, key) pairs: forward
 causal mask kept = N(N+1)/2 per head, about half of N^2).
 
     python3 bench/compare_variants.py --lib .libs/libflashgrad.so [--quick]
+    python3 bench/compare_variants.py --lib ... --only varlen
+
+The varlen cell packs documents of 256..4096 tokens (drawn with a fixed
+seed) into one 16k-token row: flashgrad gets cu_seqlens (causal per
+document), FlexAttention the same row with a document mask.
 """
 import argparse
 import ctypes as C
+import itertools
 import statistics
 import sys
 
@@ -49,7 +55,10 @@ class Params(C.Structure):  # fg_attn_params, field for field
                 ("causal_align", C.c_int), ("window_left", C.c_int64),
                 ("window_right", C.c_int64), ("softcap", C.c_double),
                 ("alibi_slopes", C.c_void_p), ("alibi_stride_b", C.c_int64),
-                ("block_mask", C.c_void_p)]
+                ("block_mask", C.c_void_p), ("bias", C.c_void_p), ("dbias", C.c_void_p),
+                ("cu_seqlens_q", C.c_void_p), ("cu_seqlens_k", C.c_void_p),
+                ("total_q", C.c_int64), ("total_k", C.c_int64),
+                ("seqused_k", C.c_void_p)]
 
 
 def bshd(t):
@@ -112,6 +121,8 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--only", default=None,
+                    help="run only the cells whose name contains this")
     args = ap.parse_args()
     fg = Flashgrad(args.lib)
     torch.manual_seed(0)
@@ -124,9 +135,12 @@ def main():
 
     cells = [("causal", 8192), ("window 1024", 8192), ("alibi+causal", 8192),
              ("softcap 30+causal", 8192), ("50% block-sparse", 8192),
-             ("causal", 2048), ("softcap 30+causal", 2048), ("dense", 8192)]
+             ("causal", 2048), ("softcap 30+causal", 2048), ("dense", 8192),
+             ("varlen causal", 16384)]
     if args.quick:
         cells = cells[:5]
+    if args.only:
+        cells = [c for c in cells if args.only in c[0]]
     rows = []
     for name, N in cells:
         B = 16384 // N
@@ -153,7 +167,28 @@ def main():
             p.softcap = 30.0
             score_mod = lambda s, b, h, qi, ki: 30.0 * torch.tanh(s / 30.0)
         nqb = N // 128
-        if "block-sparse" in name:
+        if "varlen" in name:  # documents packed into one row
+            gen = torch.Generator().manual_seed(1)
+            lens = []
+            while sum(lens) < N:
+                lens.append(int(torch.randint(256, 4097, (1,), generator=gen)))
+            lens[-1] -= sum(lens) - N
+            cu = torch.tensor([0] + list(itertools.accumulate(lens)), dtype=torch.int32,
+                              device=dev)
+            p.batch, p.seqlen_q, p.seqlen_k = len(lens), max(lens), max(lens)
+            p.total_q = p.total_k = N
+            p.cu_seqlens_q = p.cu_seqlens_k = cu.data_ptr()
+            doc = torch.repeat_interleave(torch.arange(len(lens), device=dev),
+                                          torch.tensor(lens, device=dev))
+            from torch.nn.attention.flex_attention import create_block_mask
+            block_mask = create_block_mask(
+                lambda b, h, qi, ki: (doc[qi] == doc[ki]) & (ki <= qi), None, None, N, N,
+                device=dev)
+            kept = sum(n * (n + 1) // 2 for n in lens)
+            keepalive += [cu, doc]
+            print(f"varlen: {len(lens)} documents, lengths {min(lens)}..{max(lens)}",
+                  flush=True)
+        elif "block-sparse" in name:
             bmap = torch.rand(B, H, nqb, nqb, device=dev) < 0.5
             kv_count = bmap.sum(-1, dtype=torch.int32)
             kv_index = torch.argsort((~bmap).to(torch.int8), dim=-1, stable=True).to(torch.int32)

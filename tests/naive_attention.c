@@ -17,6 +17,8 @@ static int visible(const naive_shape *s, int64_t b, int64_t h, int64_t i,
                    int64_t j)
 {
     const int64_t ip = iprime(s, i);
+    if (s->seqused_k && j >= s->seqused_k[b])
+        return 0;
     if (s->causal && j > ip)
         return 0;
     if (s->window && s->window_left >= 0 && j < ip - s->window_left)
@@ -179,4 +181,72 @@ void naive_attention_backward(const naive_shape *s, const double *q,
         }
     free(P);
     free(dP);
+}
+
+/* Sequence b of a packed batch as a dense problem of batch 1; *keep gets
+ * its slice of the dropout mask (freed by the caller). */
+static naive_shape seq_shape(const naive_shape *s, const int32_t *cu_q,
+                             const int32_t *cu_k, int64_t b, uint8_t **keep)
+{
+    naive_shape t = *s;
+    t.B = 1;
+    t.Nq = cu_q[b + 1] - cu_q[b];
+    t.Nk = cu_k[b + 1] - cu_k[b];
+    t.alibi = s->alibi ? s->alibi + b * s->alibi_sb : NULL;
+    t.seqused_k = s->seqused_k ? s->seqused_k + b : NULL;
+    t.block_map = NULL;
+    *keep = NULL;
+    if (s->keep) {
+        *keep = malloc((size_t)(s->H * t.Nq * t.Nk) + 1);
+        for (int64_t h = 0; h < s->H; h++)
+            for (int64_t i = 0; i < t.Nq; i++)
+                for (int64_t j = 0; j < t.Nk; j++)
+                    (*keep)[(h * t.Nq + i) * t.Nk + j] =
+                        s->keep[((b * s->H + h) * s->Nq + i) * s->Nk + j];
+        t.keep = *keep;
+    }
+    return t;
+}
+
+void naive_varlen_forward(const naive_shape *s, const int32_t *cu_q,
+                          const int32_t *cu_k, int64_t total_q,
+                          const double *q, const double *k, const double *v,
+                          double *o, double *m, double *l)
+{
+    const int64_t d = s->d;
+    for (int64_t b = 0; b < s->B; b++) {
+        uint8_t *keep;
+        const naive_shape t = seq_shape(s, cu_q, cu_k, b, &keep);
+        double *ms = malloc(sizeof(double) * (size_t)(s->H * t.Nq) + 1);
+        double *ls = malloc(sizeof(double) * (size_t)(s->H * t.Nq) + 1);
+        naive_attention_forward(&t, q + cu_q[b] * s->H * d, k + cu_k[b] * s->Hk * d,
+                                v + cu_k[b] * s->Hk * d, o + cu_q[b] * s->H * d,
+                                ms, ls);
+        for (int64_t h = 0; h < s->H; h++)
+            for (int64_t i = 0; i < t.Nq; i++) {
+                m[h * total_q + cu_q[b] + i] = ms[h * t.Nq + i];
+                l[h * total_q + cu_q[b] + i] = ls[h * t.Nq + i];
+            }
+        free(ms);
+        free(ls);
+        free(keep);
+    }
+}
+
+void naive_varlen_backward(const naive_shape *s, const int32_t *cu_q,
+                           const int32_t *cu_k, const double *q,
+                           const double *k, const double *v,
+                           const double *dout, double *dq, double *dk,
+                           double *dv)
+{
+    const int64_t d = s->d, qs = s->H * d, ks = s->Hk * d;
+    for (int64_t b = 0; b < s->B; b++) {
+        uint8_t *keep;
+        const naive_shape t = seq_shape(s, cu_q, cu_k, b, &keep);
+        naive_attention_backward(&t, q + cu_q[b] * qs, k + cu_k[b] * ks,
+                                 v + cu_k[b] * ks, dout + cu_q[b] * qs,
+                                 dq + cu_q[b] * qs, dk + cu_k[b] * ks,
+                                 dv + cu_k[b] * ks);
+        free(keep);
+    }
 }

@@ -23,6 +23,8 @@ typedef struct naive_shape {
      * visible), or NULL. */
     const uint8_t *block_map;
     int64_t map_b, map_h;
+    /* Key padding: keys j >= seqused_k[b] are masked (NULL = none). */
+    const int32_t *seqused_k;
 } naive_shape;
 
 /* O, m, l. Fully masked rows: O = 0, m = -inf, l = 0. */
@@ -35,5 +37,21 @@ void naive_attention_backward(const naive_shape *s, const double *q,
                               const double *k, const double *v,
                               const double *dout, double *dq, double *dk,
                               double *dv);
+
+/* Packed batches: sequence b is rows cu_q[b] .. cu_q[b+1]-1 of the
+ * contiguous [total_q, H, d] arrays q, o, dout, dq (cu_k: k, v, dk, dv
+ * [total_k, Hk, d]); s->Nq, s->Nk are the maximum lengths, s->keep (if
+ * any) the [B, H, Nq, Nk] mask with sequence-local i, j, s->seqused_k
+ * per sequence. Each sequence runs through the dense reference above on
+ * its own. Stats are [H, total_q]. Rows past cu[B] are not written. */
+void naive_varlen_forward(const naive_shape *s, const int32_t *cu_q,
+                          const int32_t *cu_k, int64_t total_q,
+                          const double *q, const double *k, const double *v,
+                          double *o, double *m, double *l);
+void naive_varlen_backward(const naive_shape *s, const int32_t *cu_q,
+                           const int32_t *cu_k, const double *q,
+                           const double *k, const double *v,
+                           const double *dout, double *dq, double *dk,
+                           double *dv);
 
 #endif /* FG_TESTS_NAIVE_ATTENTION_H */

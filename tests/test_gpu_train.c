@@ -112,6 +112,64 @@ START_TEST(test_step_matches_cpu)
 }
 END_TEST
 
+/* Packed documents and key padding (fg_nn_seqs) on the GPU: the loss and
+ * every gradient equal the CPU's (fp32, 2-norm relative 1e-4 per tensor);
+ * this runs the op's device copy of the offsets and the general kernels'
+ * packed path inside the model. */
+START_TEST(test_seqs_match_cpu)
+{
+    const int64_t T = fg_sort_task_seqlen(&task);
+    int64_t x[4 * TMAX], y[4 * TMAX];
+    uint64_t r = fgt_base_seed() | 1;
+    FGT_OK(fg_sort_task_batch(&task, 0, &r, 4, x, y));
+    const int32_t t32 = (int32_t)T; /* documents of at most ctx = T tokens */
+    const int32_t cu[6] = {0, t32 - 3, t32 + 2, 2 * t32 + 1, 3 * t32, 4 * t32};
+    const int32_t len[4] = {(int32_t)T, 5, 0, (int32_t)T - 1};
+    for (int mode_i = 0; mode_i < 2; mode_i++) {
+        fg_nn_seqs seqs = {NULL, NULL, 0};
+        if (mode_i == 0) {
+            seqs.cu_seqlens = cu;
+            seqs.n_seq = 5; /* documents span row boundaries */
+        } else {
+            seqs.lengths = len;
+            for (int b = 0; b < 4; b++)
+                for (int64_t t = len[b]; t < T; t++)
+                    y[b * T + t] = -1;
+        }
+        fg_nn_mode mode = {0, NULL, &seqs};
+        fg_gpt *m[2] = {model(FG_DEVICE_CPU, 0), model(FG_DEVICE_CUDA, 0)};
+        double loss[2];
+        for (int d = 0; d < 2; d++) {
+            fg_tensor *l = NULL;
+            FGT_OK(fg_gpt_forward(m[d], x, 4, T, y, &mode, NULL, &l));
+            FGT_OK(fg_backward(l));
+            FGT_OK(fg_tensor_copy_to_host(l, FG_FP64, &loss[d], 1));
+            fg_tensor_free(l);
+        }
+        ck_assert_msg(fabs(loss[0] - loss[1]) <= 1e-5 * fabs(loss[0]),
+                      "mode %d loss cpu %.9g gpu %.9g", mode_i, loss[0], loss[1]);
+        int n;
+        const fg_param *pc = fg_gpt_params(m[0], &n), *pg = fg_gpt_params(m[1], &n);
+        for (int i = 0; i < n; i++) {
+            double *a = host_values(fg_tensor_grad(pc[i].tensor));
+            double *b = host_values(fg_tensor_grad(pg[i].tensor));
+            double err = 0, ref = 0;
+            for (int64_t e = 0; e < fg_tensor_numel(pc[i].tensor); e++) {
+                err += (a[e] - b[e]) * (a[e] - b[e]);
+                ref += a[e] * a[e];
+            }
+            ck_assert_msg(sqrt(err) <= 1e-4 * sqrt(ref) + 1e-9,
+                          "mode %d %s: gradient 2-norm error %.3g of %.3g",
+                          mode_i, pc[i].name, sqrt(err), sqrt(ref));
+            free(a);
+            free(b);
+        }
+        fg_gpt_free(m[0]);
+        fg_gpt_free(m[1]);
+    }
+}
+END_TEST
+
 START_TEST(test_no_allocation_when_warm)
 {
     fg_gpt *m = model(FG_DEVICE_CUDA, 0.1); /* dropout on: all paths */
@@ -275,6 +333,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_step_matches_cpu);
+    tcase_add_test(tc, test_seqs_match_cpu);
     /* Under compute-sanitizer (FG_SANITIZE) the step comparison alone: it
      * runs every kernel of a training step, forward, backward and AdamW. */
     if (!getenv("FG_SANITIZE")) {

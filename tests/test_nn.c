@@ -199,6 +199,107 @@ START_TEST(test_gpt_variants)
 }
 END_TEST
 
+/* Packing: documents of 5, 6 and 5 tokens in one [2, 8] batch give, per
+ * document, the logits of running it alone (attention stays inside a
+ * document, positions restart); the packed model passes gradcheck. */
+typedef struct pk_ctx {
+    fg_gpt *m;
+    const int64_t *tok, *tgt;
+    const fg_nn_seqs *seqs;
+} pk_ctx;
+
+static fg_status pk_fn(fg_tensor *const *in, int n, fg_tensor **out,
+                       void *user)
+{
+    (void)in;
+    (void)n;
+    pk_ctx *c = user;
+    fg_nn_mode mode = {0, NULL, c->seqs};
+    return fg_gpt_forward(c->m, c->tok, 2, 8, c->tgt, &mode, NULL, out);
+}
+
+START_TEST(test_gpt_packed)
+{
+    fg_gpt *m = small_model(FG_FP64, 0, 1, 5);
+    const int32_t cu[4] = {0, 5, 11, 16};
+    int64_t tok[16], tgt[16];
+    for (int i = 0; i < 16; i++) {
+        tok[i] = (i * 7 + 3) % 13;
+        tgt[i] = (i * 5 + 2) % 13;
+    }
+    fg_nn_seqs seqs = {NULL, cu, 3};
+    fg_nn_mode mode = {0, NULL, &seqs};
+    fg_tensor *lg;
+    FGT_OK(fg_gpt_forward(m, tok, 2, 8, NULL, &mode, &lg, NULL));
+    const double *a = fg_tensor_data(lg);
+    for (int s = 0; s < 3; s++) {
+        fg_tensor *one;
+        FGT_OK(fg_gpt_forward(m, tok + cu[s], 1, cu[s + 1] - cu[s], NULL,
+                              NULL, &one, NULL));
+        const double *b = fg_tensor_data(one);
+        for (int i = 0; i < (cu[s + 1] - cu[s]) * 13; i++)
+            ck_assert_msg(fabs(a[cu[s] * 13 + i] - b[i]) <= 1e-12,
+                          "document %d logit %d: %g vs %g", s, i,
+                          a[cu[s] * 13 + i], b[i]);
+        fg_tensor_free(one);
+    }
+    fg_tensor_free(lg);
+    int n;
+    const fg_param *ps = fg_gpt_params(m, &n);
+    pk_ctx c = {m, tok, tgt, &seqs};
+    fg_tensor *in[2] = {ps[1].tensor, ps[2 + 2].tensor};
+    ck_assert_str_eq(ps[1].name, "wpe");
+    ck_assert_str_eq(ps[2 + 2].name, "h0.attn.qkv.w");
+    fgt_gradcheck("gpt packed", pk_fn, &c, in, 2, 0);
+    /* Offsets that do not cover the batch are refused. */
+    const int32_t short_cu[3] = {0, 5, 15};
+    fg_nn_seqs bad = {NULL, short_cu, 2};
+    mode.seqs = &bad;
+    FGT_FAILS(fg_gpt_forward(m, tok, 2, 8, NULL, &mode, &lg, NULL),
+              FG_ERR_INVALID_ARGUMENT);
+    fg_gpt_free(m);
+}
+END_TEST
+
+/* Key padding: a padded batch (row 1 has 5 real tokens, padding targets
+ * -1) has the loss of its real tokens, i.e. of the unpadded rows; the
+ * padding tokens' values do not matter. */
+START_TEST(test_gpt_padded)
+{
+    fg_gpt *m = small_model(FG_FP64, 0, 0, 9);
+    const int32_t len[2] = {8, 5};
+    int64_t tok[16], tgt[16];
+    for (int i = 0; i < 16; i++) {
+        tok[i] = (i * 3 + 1) % 13;
+        tgt[i] = i >= 8 + 5 ? -1 : (i * 11 + 4) % 13;
+    }
+    fg_nn_seqs seqs = {len, NULL, 0};
+    fg_nn_mode mode = {0, NULL, &seqs};
+    fg_tensor *loss, *l0, *l1;
+    FGT_OK(fg_gpt_forward(m, tok, 2, 8, tgt, &mode, NULL, &loss));
+    FGT_OK(fg_gpt_forward(m, tok, 1, 8, tgt, NULL, NULL, &l0));
+    FGT_OK(fg_gpt_forward(m, tok + 8, 1, 5, tgt + 8, NULL, NULL, &l1));
+    const double want = (8 * *(double *)fg_tensor_data(l0) +
+                         5 * *(double *)fg_tensor_data(l1)) / 13;
+    const double got = *(double *)fg_tensor_data(loss);
+    ck_assert_msg(fabs(got - want) <= 1e-12, "%.15g vs %.15g", got, want);
+    /* Other padding tokens, same loss. */
+    for (int i = 13; i < 16; i++)
+        tok[i] = (tok[i] + 5) % 13;
+    fg_tensor *loss2;
+    FGT_OK(fg_gpt_forward(m, tok, 2, 8, tgt, &mode, NULL, &loss2));
+    ck_assert(fabs(*(double *)fg_tensor_data(loss2) - got) <= 1e-13);
+    const int32_t bad_len[2] = {8, 9};
+    seqs.lengths = bad_len;
+    FGT_FAILS(fg_gpt_forward(m, tok, 2, 8, tgt, &mode, NULL, &loss2),
+              FG_ERR_INVALID_ARGUMENT);
+    fg_tensor *all[] = {loss, l0, l1, loss2};
+    for (int i = 0; i < 4; i++)
+        fg_tensor_free(all[i]);
+    fg_gpt_free(m);
+}
+END_TEST
+
 START_TEST(test_lr_schedule)
 {
     fg_lr_schedule s = {1e-3, 1e-4, 10, 110};
@@ -466,6 +567,8 @@ FGT_TEST(test_params_and_init)
 FGT_TEST(test_forward_shapes_and_initial_loss)
 FGT_TEST(test_gpt_gradcheck)
 FGT_TEST(test_gpt_variants)
+FGT_TEST(test_gpt_packed)
+FGT_TEST(test_gpt_padded)
 FGT_TEST(test_lr_schedule)
 FGT_TEST(test_clip_and_adamw)
 FGT_TEST(test_overfit_one_batch)

@@ -346,24 +346,46 @@ START_TEST(test_attention_grad)
     fgt_rng r = fgt_rng_for(550 + (uint64_t)_i);
     static const float slopes[4] = {0.25f, 0.5f, 0.125f, 0.75f};
     /* 0-3: plain/causal, dropout, fused QKV; 4-5: window, top-left,
-     * softcap and ALiBi through the op's options (5 with dropout, fused) */
-    for (int variant = 0; variant < 6; variant++) {
+     * softcap and ALiBi through the op's options (5 with dropout, fused);
+     * 6: key padding; 7: a packed batch of 3 sequences (0-4 tokens each,
+     * one tail row) with key padding and dropout */
+    for (int variant = 0; variant < 8; variant++) {
         nn_ctx c = {0};
         fg_attention_options_init(&c.ao);
         int64_t B = fgt_int(&r, 1, 2), Nq = fgt_int(&r, 1, 6),
                 Nk = fgt_int(&r, 1, 6);
+        int32_t cq[4] = {0}, ck[4] = {0}, used[3];
+        if (variant == 6) {
+            for (int64_t b = 0; b < B; b++)
+                used[b] = (int32_t)fgt_int(&r, 0, Nk);
+            c.ao.seqused_k = used;
+        }
+        if (variant == 7) {
+            for (int s = 0; s < 3; s++) {
+                cq[s + 1] = cq[s] + (int32_t)fgt_int(&r, 0, 4);
+                ck[s + 1] = ck[s] + (int32_t)fgt_int(&r, 0, 4);
+                used[s] = (int32_t)fgt_int(&r, 0, ck[s + 1] - ck[s]);
+            }
+            B = 1;
+            Nq = cq[3] + 1;
+            Nk = ck[3] + 1;
+            c.ao.cu_seqlens_q = cq;
+            c.ao.cu_seqlens_k = ck;
+            c.ao.n_seq = 3;
+            c.ao.seqused_k = used;
+        }
         c.Hk = (int)fgt_int(&r, 1, 2);
         c.H = c.Hk * (int)fgt_int(&r, 1, 2); /* GQA when H > Hk */
         c.d = 8;
         c.ao.causal = variant & 1;
         c.ao.block_q = (int)fgt_int(&r, 1, 4); /* several tiles */
         c.ao.block_k = (int)fgt_int(&r, 1, 4);
-        if (variant >= 2) {
+        if (variant >= 2 && variant != 6) {
             c.ao.dropout_p = 0.2;
             c.ao.seed = fgt_next(&r);
             c.ao.offset = fgt_next(&r) % 100;
         }
-        if (variant >= 4) {
+        if (variant == 4 || variant == 5) {
             c.ao.window_left = fgt_int(&r, 0, 3);
             c.ao.window_right = fgt_int(&r, -1, 2);
             c.ao.causal_align = FG_ATTN_ALIGN_TOP_LEFT;

@@ -78,7 +78,15 @@
  * Every variant runs on every path; on CUDA, fp16/bf16 variants take the
  * Hopper (sm_90a) tensor-core kernels, while GPUs without them run the
  * variants on the general kernels (correct, plain-FMA speed) until the
- * sm_80 kernels have them (doc/performance.md).
+ * sm_80 kernels have them (doc/performance.md). Packed batches and key
+ * padding (cu_seqlens, seqused_k): the fp16/bf16 forward takes the Hopper
+ * kernels; their backward, and both directions elsewhere, run on the
+ * general kernels for now. The Hopper forward loads whole tiles of K and
+ * V, so the last tile of a sequence also reads rows outside it (the next
+ * sequence's, or padding past seqused_k); they are masked, but an inf or
+ * NaN in such a V row still turns the rows that see the tile NaN
+ * (0 * inf). Keep padding finite (e.g. zeroed), or set FG_ATTN_KERNEL=
+ * general: the general kernels never read those rows.
  *
  * Errors: every function validates all arguments before it writes anything;
  * on failure it returns a status, fg_last_error() explains it and every
@@ -200,18 +208,35 @@ typedef struct fg_attn_params {
      * where bias has them (broadcast dimensions are summed). Overwritten.
      * NULL = not wanted. Forward ignores it. */
     const fg_attn_bias *dbias;
-    /* Packed variable-length batches (NULL = dense). Q, O, dO, dQ are
-     * [total_q, H, d] and K, V, dK, dV [total_k, Hk, d] (stride_b unused);
-     * sequence b owns rows cu_seqlens_q[b] .. cu_seqlens_q[b+1]-1 of Q and
-     * cu_seqlens_k[b] .. cu_seqlens_k[b+1]-1 of K/V. Both are int32 [B+1]
-     * on the operands' device; seqlen_q and seqlen_k are then the maximum
-     * lengths. Stats are [H, total_q]. */
+    /* Packed variable-length batches (FlashAttention's varlen API; NULL =
+     * dense; give both or neither). Q, O, dO, dQ are [total_q, H, d] and
+     * K, V, dK, dV [total_k, Hk, d] (stride_s and stride_h used, stride_b
+     * ignored); sequence b owns rows cu_seqlens_q[b] .. cu_seqlens_q[b+1]-1
+     * of Q and cu_seqlens_k[b] .. cu_seqlens_k[b+1]-1 of K/V. Both are
+     * int32 [B+1] on the operands' device: cu[0] = 0, non-decreasing,
+     * cu[B] <= total, every length <= seqlen_q / seqlen_k (which are the
+     * maximum lengths; zero-length sequences are allowed). Stats m, l are
+     * [H, total_q] (one entry per packed token and head). Every mask and
+     * modifier works per sequence, with sequence-local positions: i' =
+     * i + len_k(b) - len_q(b) bottom-right, i top-left; dropout draws
+     * element (b, h, i, j) with sequence-local i, j. Block masks cannot be
+     * combined with cu_seqlens (FG_ERR_UNSUPPORTED). Rows past cu[B]
+     * belong to no sequence: they are neither read nor written (their
+     * O, m, l, dQ, dK, dV keep their contents). On CUDA the validation
+     * copies the B+1 offsets to the host: the call synchronises with
+     * cuda_stream once. Which kernels run them: the top of this file. */
     const int32_t *cu_seqlens_q;
     const int32_t *cu_seqlens_k;
-    int64_t total_q, total_k;  /* rows of the packed buffers */
+    int64_t total_q, total_k;  /* rows of the packed buffers, < 2^31 */
     /* Key padding (NULL = none): int32 [B] on the operands' device; keys at
-     * or past seqused_k[b] of sequence b are masked. Works dense or
-     * packed. */
+     * or past seqused_k[b] of sequence b are masked, as by a key-padding
+     * mask: 0 <= seqused_k[b] <= the sequence's key length (Nk dense).
+     * Works dense or packed. It masks, it does not move the causal corner
+     * (unlike FlashAttention's seqused_k, where it also sets the bottom-
+     * right alignment): i' is still computed from len_k(b). Padded keys
+     * get dK = dV = 0; a row that sees no key gets O = 0, m = -inf,
+     * l = 0. On CUDA the values are validated through a host copy (one
+     * synchronisation, as for cu_seqlens). */
     const int32_t *seqused_k;
 } fg_attn_params;
 

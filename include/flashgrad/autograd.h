@@ -320,6 +320,18 @@ typedef struct fg_attention_options {
     const float *alibi_slopes; /* fp32 on q's device, [H] or [B, H] */
     int64_t alibi_stride_b;    /* 0 for [H], H for [B, H] */
     const fg_attn_block_mask *block_mask;
+    /* Packed batches and key padding (attention.h), as HOST int32 arrays
+     * that the op copies to q's device (they need not outlive the call;
+     * the node keeps its copy for the backward). With cu_seqlens_q/k
+     * ([n_seq + 1] each), q is [1, total_q, H, d] and k, v
+     * [1, total_k, Hk, d], holding n_seq sequences back to back; O is
+     * like q and the saved statistics [1, H, total_q]; rows past the last
+     * offsets are 0 in O and in the gradients. seqused_k ([n_seq]
+     * packed, [B] dense) masks the keys of sequence b at or past
+     * seqused_k[b]. NULL = off. */
+    const int32_t *cu_seqlens_q, *cu_seqlens_k;
+    int64_t n_seq;
+    const int32_t *seqused_k;
 } fg_attention_options;
 FG_API void fg_attention_options_init(fg_attention_options *o);
 
@@ -329,7 +341,10 @@ FG_API void fg_attention_options_init(fg_attention_options *o);
  * copies when their last dimension is contiguous. The result O is a
  * contiguous [B, Nq, H, d]. The node saves only Q, K, V, O, the row
  * statistics m and l ([B, H, Nq] each, fp32 for fp32 and fp64 for fp64)
- * and the dropout seed/offset: nothing of size Nq x Nk. */
+ * and the dropout seed/offset: nothing of size Nq x Nk. With cu_seqlens
+ * the maximum lengths are taken from the offsets; on CUDA the call
+ * copies the offsets to the device and reads them back once to validate
+ * them (one synchronisation, attention.h). */
 FG_API fg_status fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v,
                               const fg_attention_options *opt,
                               fg_tensor **out);

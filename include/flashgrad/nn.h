@@ -43,12 +43,34 @@
 
 FG_BEGIN_DECLS
 
+/* How the rows of a [B, T] batch hold sequences (fg_nn_mode.seqs), for
+ * the attention layers and the GPT. At most one of:
+ *  - lengths (host int32 [B]): key padding. Row b's real tokens are its
+ *    first lengths[b] (0..T); the others are padding that no token
+ *    attends to (attention.h's seqused_k). Give padded positions the
+ *    target -1 so the loss ignores them: the loss of the real tokens is
+ *    then that of the unpadded rows.
+ *  - cu_seqlens (host int32 [n_seq + 1]): packing. The B*T tokens, row
+ *    after row, hold n_seq documents back to back, document s being
+ *    flattened tokens cu_seqlens[s] .. cu_seqlens[s+1]-1 (cu_seqlens[0]
+ *    = 0, non-decreasing, cu_seqlens[n_seq] = B*T). Attention stays
+ *    inside a document (attention.h's cu_seqlens) and the GPT's position
+ *    embeddings restart at 0 in each, so the logits of a document are
+ *    those of running it alone. */
+typedef struct fg_nn_seqs {
+    const int32_t *lengths;
+    const int32_t *cu_seqlens;
+    int64_t n_seq;
+} fg_nn_seqs;
+
 /* Training or evaluation. With training set and dropout > 0, each dropout
  * (and attention dropout) draws a fresh (seed, offset) pair from rng.
- * A NULL mode means evaluation (no dropout). */
+ * A NULL mode means evaluation (no dropout) of plain [B, T] rows; seqs
+ * (NULL = plain rows) describes padded or packed batches. */
 typedef struct fg_nn_mode {
     int training;
     fg_generator *rng;
+    const fg_nn_seqs *seqs;
 } fg_nn_mode;
 
 /* A named parameter, as enumerated by a model for the optimizer and
@@ -107,6 +129,14 @@ FG_API fg_status fg_nn_embedding_init(fg_nn_embedding *e, int64_t vocab,
 FG_API fg_status fg_nn_embedding_forward(const fg_nn_embedding *e,
                                          const int64_t *tokens, int64_t B,
                                          int64_t T, fg_tensor **y);
+/* The same with the position of every token given (host [B, T], each in
+ * [0, ctx)), e.g. restarting per packed document; NULL = 0..T-1 in every
+ * row. */
+FG_API fg_status fg_nn_embedding_forward_at(const fg_nn_embedding *e,
+                                            const int64_t *tokens,
+                                            const int64_t *positions,
+                                            int64_t B, int64_t T,
+                                            fg_tensor **y);
 FG_API void fg_nn_embedding_release(fg_nn_embedding *e);
 
 /* Causal multi-head self-attention: one fused QKV projection whose three
@@ -204,7 +234,8 @@ FG_API int64_t fg_gpt_num_params(const fg_gpt *m);
 
 /* tokens [B, T] (host, T <= ctx) -> logits [B, T, vocab] (contiguous).
  * With targets (host [B, T], -1 = ignored) also the mean cross-entropy
- * `loss` (0-d); either output pointer may be NULL. */
+ * `loss` (0-d); either output pointer may be NULL. mode->seqs, if set,
+ * makes the batch padded or packed (fg_nn_seqs). */
 FG_API fg_status fg_gpt_forward(const fg_gpt *m, const int64_t *tokens,
                                 int64_t B, int64_t T, const int64_t *targets,
                                 const fg_nn_mode *mode, fg_tensor **logits,

@@ -24,14 +24,14 @@ __global__ void attn_bwd_preprocess(const AttnArgs a)
     typedef typename AccOf<T>::type A;
     const int lane = threadIdx.x & 31;
     const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int64_t nrows = (int64_t)a.B * a.H * a.Nq;
-    if (row >= nrows)
+    if (row >= stat_rows(a))
         return;
-    const int64_t i = row % a.Nq, bh = row / a.Nq;
-    const int64_t b = bh / a.H, h = bh % a.H;
+    int64_t b, h, i;
+    bool owned;
+    stat_coords(a, row, &b, &h, &i, &owned);
     const T *o = elem<T>(a.o, b, i, h), *g = elem<T>(a.dout, b, i, h);
     A acc = 0;
-    for (int x = lane; x < a.d; x += 32)
+    for (int x = lane; owned && x < a.d; x += 32)
         acc += to_acc(o[x]) * to_acc(g[x]);
     for (int s = 16; s > 0; s >>= 1)
         acc += __shfl_xor_sync(0xffffffffu, acc, s);
@@ -61,29 +61,35 @@ template <typename T>
 __global__ void attn_bwd_write_dq(const AttnArgs a)
 {
     typedef typename AccOf<T>::type A;
-    const int64_t n = (int64_t)a.B * a.H * a.Nq * a.d;
+    const int64_t n = stat_rows(a) * a.d;
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
          idx += (int64_t)gridDim.x * blockDim.x) {
         const int64_t x = idx % a.d, row = idx / a.d;
-        const int64_t i = row % a.Nq, bh = row / a.Nq;
-        const int64_t src = a.dq_tile_d ? dq_tiled_index(bh, a.nq_pad, a.dq_tile_d, i, (int)x)
+        int64_t b, h, i;
+        bool owned;
+        stat_coords(a, row, &b, &h, &i, &owned);
+        if (!owned) /* packed rows past cu_q[B] are left alone */
+            continue;
+        /* The tiled layout is the wgmma backward's: dense only. */
+        const int64_t src = a.dq_tile_d ? dq_tiled_index(b * a.H + h, a.nq_pad, a.dq_tile_d,
+                                                         i, (int)x)
                                         : idx;
-        elem<T>(a.dq, bh / a.H, i, bh % a.H)[x] = from_acc<T>(((const A *)a.dq_acc)[src]);
+        elem<T>(a.dq, b, i, h)[x] = from_acc<T>(((const A *)a.dq_acc)[src]);
     }
 }
 
 /* m, l and D of query rows i0 .. i0+Br-1 of (b, h) into shared memory;
  * rows past the end read as l = 0 (P = 0). */
 template <typename A>
-__device__ __forceinline__ void load_row_stats(const AttnArgs &a, int64_t bh,
+__device__ __forceinline__ void load_row_stats(const AttnArgs &a, int64_t row0,
                                                int64_t i0, int Br, int rows,
                                                A *ms, A *ls, A *Ds)
 {
     for (int r = threadIdx.x; r < Br; r += blockDim.x) {
         const bool in = r < rows;
-        ms[r] = in ? ((const A *)a.m)[bh * a.Nq + i0 + r] : A(0);
-        ls[r] = in ? ((const A *)a.l)[bh * a.Nq + i0 + r] : A(0);
-        Ds[r] = in ? ((const A *)a.D)[bh * a.Nq + i0 + r] : A(0);
+        ms[r] = in ? ((const A *)a.m)[row0 + i0 + r] : A(0);
+        ls[r] = in ? ((const A *)a.l)[row0 + i0 + r] : A(0);
+        Ds[r] = in ? ((const A *)a.D)[row0 + i0 + r] : A(0);
     }
 }
 
@@ -121,9 +127,12 @@ __device__ __forceinline__ void bwd_recompute(const AttnArgs &a, const A *Qs,
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-attn_bwd_kernel(const AttnArgs a)
+attn_bwd_kernel(const AttnArgs args)
 {
     typedef typename AccOf<T>::type A;
+    const int hk = blockIdx.y, b = blockIdx.z;
+    int nk_rows;
+    const AttnArgs a = seq_args<T, A>(args, b, &nk_rows);
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int d = a.d, Br = a.Br, Bc = a.Bc, ld = d + 1;
     A *Ks = (A *)smem_raw;
@@ -139,8 +148,11 @@ attn_bwd_kernel(const AttnArgs a)
     A *dcap = a.softcap > 0.f ? Ds + Br : nullptr; /* [Br, Bc] 1 - tanh^2 */
 
     const int64_t j0 = (int64_t)blockIdx.x * Bc;
-    const int hk = blockIdx.y, b = blockIdx.z;
-    const int cols = (int)min((int64_t)Bc, a.Nk - j0);
+    if (j0 >= nk_rows) /* the grid covers the longest sequence */
+        return;
+    /* cols keys are seen; cols_out rows are written (padded keys: 0). */
+    const int cols = (int)max((int64_t)0, min((int64_t)Bc, a.Nk - j0));
+    const int cols_out = (int)min((int64_t)Bc, nk_rows - j0);
     const A scale = (A)a.scale;
 
     /* Alg4 L.8-9: K_j, V_j on chip, dK_j = dV_j = 0. */
@@ -151,12 +163,13 @@ attn_bwd_kernel(const AttnArgs a)
 
     /* The band bounds the query rows that see any of these keys; with a
      * block mask only the listed query 128-blocks are walked. */
-    const int64_t q_lo = band_query_begin(a, j0), q_hi = band_query_end(a, j0 + cols - 1);
+    const int64_t q_lo = band_query_begin(a, j0);
+    const int64_t q_hi = cols > 0 ? band_query_end(a, j0 + cols - 1) : q_lo;
     const A *Pdrop = a.dropout ? PD : P;
 
     for (int g = 0; g < a.group; g++) {
         const int h = hk * a.group + g;
-        const int64_t bh = (int64_t)b * a.H + h;
+        const int64_t bh = (int64_t)b * a.H + h, row0 = stat_row0(a, b, h);
         const A slope = alibi_slope<A>(a, b, h);
         int nspan = 1;
         const int32_t *list =
@@ -171,7 +184,7 @@ attn_bwd_kernel(const AttnArgs a)
             /* Alg4 L.11: Q_i, dO_i, m_i, l_i (and D_i) on chip. */
             load_tile<T, A>(Qs, ld, a.q, b, i0, h, Br, rows, d);
             load_tile<T, A>(dOs, ld, a.dout, b, i0, h, Br, rows, d);
-            load_row_stats<A>(a, bh, i0, Br, rows, ms, ls, Ds);
+            load_row_stats<A>(a, row0, i0, Br, rows, ms, ls, Ds);
             __syncthreads();
             bwd_recompute<A>(a, Qs, dOs, Ks, Vs, ms, ls, P, dP, dcap, i0, j0, slope);
             __syncthreads();
@@ -203,7 +216,7 @@ attn_bwd_kernel(const AttnArgs a)
             }
             /* Alg4 L.22: dQ_i += scale dS K_j (atomics across K/V blocks;
              * in deterministic mode attn_bwd_dq_kernel does it instead). */
-            A *dqa = (A *)a.dq_acc + (bh * a.Nq + i0) * d;
+            A *dqa = (A *)a.dq_acc + (row0 + i0) * d;
             for (int idx = threadIdx.x; idx < (a.deterministic ? 0 : rows * d);
                  idx += blockDim.x) {
                 const int r = idx / d, x = idx - r * d;
@@ -217,11 +230,11 @@ attn_bwd_kernel(const AttnArgs a)
         }
     }
     __syncthreads();
-    /* Alg4 L.25: write dK_j, dV_j. */
-    for (int idx = threadIdx.x; idx < cols * d; idx += blockDim.x) {
+    /* Alg4 L.25: write dK_j, dV_j; keys no query sees (padding) get 0. */
+    for (int idx = threadIdx.x; idx < cols_out * d; idx += blockDim.x) {
         const int c = idx / d, x = idx - c * d;
-        elem<T>(a.dk, b, j0 + c, hk)[x] = from_acc<T>(dKs[idx]);
-        elem<T>(a.dv, b, j0 + c, hk)[x] = from_acc<T>(dVs[idx]);
+        elem<T>(a.dk, b, j0 + c, hk)[x] = from_acc<T>(c < cols ? dKs[idx] : A(0));
+        elem<T>(a.dv, b, j0 + c, hk)[x] = from_acc<T>(c < cols ? dVs[idx] : A(0));
     }
 }
 
@@ -232,9 +245,12 @@ attn_bwd_kernel(const AttnArgs a)
  * dP. */
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-attn_bwd_dq_kernel(const AttnArgs a)
+attn_bwd_dq_kernel(const AttnArgs args)
 {
     typedef typename AccOf<T>::type A;
+    const int h = blockIdx.y, b = blockIdx.z;
+    int nk_rows;
+    const AttnArgs a = seq_args<T, A>(args, b, &nk_rows);
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int d = a.d, Br = a.Br, Bc = a.Bc, ld = d + 1;
     A *Qs = (A *)smem_raw;
@@ -248,7 +264,9 @@ attn_bwd_dq_kernel(const AttnArgs a)
     A *dcap = a.softcap > 0.f ? Ds + Br : nullptr; /* [Br, Bc] 1 - tanh^2 */
 
     const int64_t i0 = (int64_t)blockIdx.x * Br;
-    const int h = blockIdx.y, b = blockIdx.z, hk = h / a.group;
+    if (i0 >= a.Nq)
+        return;
+    const int hk = h / a.group;
     const int64_t bh = (int64_t)b * a.H + h;
     const int rows = (int)min((int64_t)Br, (int64_t)a.Nq - i0);
     const A scale = (A)a.scale;
@@ -257,7 +275,7 @@ attn_bwd_dq_kernel(const AttnArgs a)
     load_tile<T, A>(dOs, ld, a.dout, b, i0, h, Br, rows, d);
     for (int idx = threadIdx.x; idx < Br * d; idx += blockDim.x)
         dQs[idx] = 0;
-    load_row_stats<A>(a, bh, i0, Br, rows, ms, ls, Ds);
+    load_row_stats<A>(a, stat_row0(a, b, h), i0, Br, rows, ms, ls, Ds);
     /* The same key walk as the forward (band, block lists). */
     const int64_t k_lo = band_key_begin(a, i0), k_hi = band_key_end(a, i0 + rows - 1);
     const A slope = alibi_slope<A>(a, b, h);
@@ -337,9 +355,11 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
                         "memory than this GPU has",
                         a.d);
     a.Br = a.Bc = t;
-    const int64_t nrows = (int64_t)a.B * a.H * a.Nq;
-    attn_bwd_preprocess<T><<<(unsigned)((nrows * 32 + 255) / 256), 256, 0, st>>>(a);
-    FG_CUDA_TRY_LAUNCH();
+    const int64_t nrows = stat_rows(a); /* 0 for an empty packed batch */
+    if (nrows > 0) {
+        attn_bwd_preprocess<T><<<(unsigned)((nrows * 32 + 255) / 256), 256, 0, st>>>(a);
+        FG_CUDA_TRY_LAUNCH();
+    }
     alignas(64) unsigned char maps[1024];
     if (sizeof(T) == 2 && a.lse2p && mma_path_ok(a, true) && wgmma_usable() &&
         attn_bwd_wgmma_smem(a.d) <= smem_limit &&
@@ -366,6 +386,8 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
     if (a.deterministic)
         return launch_bwd_dq<T>(a, smem_limit, st);
     const int64_t n = nrows * a.d;
+    if (n == 0)
+        return FG_OK;
     const unsigned blocks = (unsigned)min((n + 255) / 256, (int64_t)65535);
     attn_bwd_write_dq<T><<<blocks, 256, 0, st>>>(a);
     FG_CUDA_TRY_LAUNCH();

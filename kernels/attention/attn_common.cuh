@@ -32,6 +32,74 @@ __device__ __forceinline__ void load_tile(A *dst, int ld, const Operand &t,
     }
 }
 
+/* ---- packed batches and key padding ------------------------------------ */
+
+/* The first stats (and D, dq_acc) row of (b, h). */
+__device__ __forceinline__ int64_t stat_row0(const AttnArgs &a, int64_t b, int64_t h)
+{
+    return b * a.st_b + h * a.st_h;
+}
+/* Stats row `row` as (batch, head, query row) for the operands: packed
+ * rows are batch 0 (stride_b is 0 then); *owned = false for packed rows
+ * past cu_q[B], which belong to no sequence. */
+__device__ __forceinline__ void stat_coords(const AttnArgs &a, int64_t row, int64_t *b,
+                                            int64_t *h, int64_t *i, bool *owned)
+{
+    const int64_t per_h = a.cu_q ? a.total_q : a.Nq;
+    const int64_t bh = row / per_h;
+    *i = row - bh * per_h;
+    *b = a.cu_q ? 0 : bh / a.H;
+    *h = a.cu_q ? bh : bh % a.H;
+    *owned = !a.cu_q || *i < a.cu_q[a.B];
+}
+
+template <typename T>
+__device__ __forceinline__ void move_rows(Operand &t, int64_t rows)
+{
+    if (t.ptr)
+        t.ptr = (T *)t.ptr + rows * t.ss;
+}
+
+/* Sequence b as a problem of its own (attention.h): Nq = its query rows,
+ * Nk = the keys it sees (seqused_k), the causal shift of its own lengths,
+ * and operands, stats, D and dq_acc moved to its first packed rows (dense
+ * only Nk changes). *nk_rows = its key rows, padded ones included. */
+template <typename T, typename A>
+__device__ __forceinline__ AttnArgs seq_args(const AttnArgs &g, int64_t b, int *nk_rows)
+{
+    AttnArgs a = g;
+    *nk_rows = g.Nk;
+    if (!g.cu_q && !g.seqused_k)
+        return a;
+    int64_t q0 = 0, k0 = 0;
+    int nq = g.Nq, nk = g.Nk;
+    if (g.cu_q) {
+        q0 = g.cu_q[b];
+        k0 = g.cu_k[b];
+        nq = g.cu_q[b + 1] - (int)q0;
+        nk = g.cu_k[b + 1] - (int)k0;
+        move_rows<T>(a.q, q0);
+        move_rows<T>(a.o, q0);
+        move_rows<T>(a.dout, q0);
+        move_rows<T>(a.dq, q0);
+        move_rows<T>(a.k, k0);
+        move_rows<T>(a.v, k0);
+        move_rows<T>(a.dk, k0);
+        move_rows<T>(a.dv, k0);
+        a.m = (A *)g.m + q0;
+        a.l = (A *)g.l + q0;
+        if (g.D)
+            a.D = (A *)g.D + q0;
+        if (g.dq_acc)
+            a.dq_acc = (A *)g.dq_acc + q0 * g.d;
+    }
+    *nk_rows = nk;
+    a.Nq = nq;
+    a.Nk = g.seqused_k ? g.seqused_k[b] : nk;
+    a.shift = g.top_left ? 0 : (int64_t)nk - nq;
+    return a;
+}
+
 /* ---- the mask and score-modifier piece (attention.h's variants) -------
  * Every kernel asks these: which keys a query block visits (the band and
  * the block lists), whether one pair is visible, and the final logit. */

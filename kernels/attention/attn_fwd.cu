@@ -86,9 +86,12 @@ __device__ __forceinline__ void fwd_pv(const AttnArgs &a, const A *S,
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-attn_fwd_kernel(const AttnArgs a)
+attn_fwd_kernel(const AttnArgs args)
 {
     typedef typename AccOf<T>::type A;
+    const int h = blockIdx.y, b = blockIdx.z;
+    int nk_rows; /* padded keys need no output here */
+    const AttnArgs a = seq_args<T, A>(args, b, &nk_rows);
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int d = a.d, Br = a.Br, Bc = a.Bc;
     A *Qs = (A *)smem_raw;
@@ -99,7 +102,9 @@ attn_fwd_kernel(const AttnArgs a)
     A *ms = Oacc + Br * d, *ls = ms + Br, *alpha = ls + Br;
 
     const int64_t i0 = (int64_t)blockIdx.x * Br;
-    const int h = blockIdx.y, b = blockIdx.z, hk = h / a.group;
+    if (i0 >= a.Nq) /* the grid covers the longest sequence */
+        return;
+    const int hk = h / a.group;
     const int rows = (int)min((int64_t)Br, a.Nq - i0);
 
     /* Alg1 L.8: Q_i on chip; O = 0, l = 0, m = -inf (FA2 form). */
@@ -152,9 +157,10 @@ attn_fwd_kernel(const AttnArgs a)
         const A l = ls[r];
         elem<T>(a.o, b, i0 + r, h)[x] = from_acc<T>(l == A(0) ? A(0) : Oacc[idx] / l);
     }
+    const int64_t row0 = stat_row0(a, b, h) + i0;
     for (int r = threadIdx.x; r < rows; r += blockDim.x) {
-        ((A *)a.m)[bh * a.Nq + i0 + r] = ms[r];
-        ((A *)a.l)[bh * a.Nq + i0 + r] = ls[r];
+        ((A *)a.m)[row0 + r] = ms[r];
+        ((A *)a.l)[row0 + r] = ls[r];
     }
 }
 

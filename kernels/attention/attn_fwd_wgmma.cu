@@ -54,19 +54,41 @@ template <int WG, bool kDropout> struct FwdSpec {
 };
 
 /* kMode: 0 no mask, 1 bottom-right causal (the tuned path), 2 the variants
- * (band of any window or alignment, block lists, softcap, ALiBi), kept in
- * their own instantiations so the plain and causal kernels stay as they
- * were. */
+ * (band of any window or alignment, block lists, softcap, ALiBi), 3 the
+ * variants of a packed or key-padded batch, kept in their own
+ * instantiations so the plain and causal kernels stay as they were (and
+ * mode 2 too: the per-sequence arguments cost registers). */
 template <typename T, int D, int WG, int kMode, bool kDropout>
 __global__ void __launch_bounds__(FwdSpec<WG, kDropout>::kThreads, FwdWgTile<D, WG>::kMinBlocks)
-attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
+attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
+                      const __grid_constant__ CUtensorMap tmQ,
                       const __grid_constant__ CUtensorMap tmK,
                       const __grid_constant__ CUtensorMap tmV)
 {
 #ifdef FG_WGMMA_ENABLED
+    /* kMode 3 runs sequence b of a packed or key-padded batch as a problem
+     * of its own (seq_args: lengths, keys seen, shift, moved O and stats);
+     * the TMA maps then span the packed rows (batch 0) and its tiles start
+     * at the sequence's first row. Rows of a neighbouring sequence that a
+     * tile reads are masked (keys) or never stored (queries). The other
+     * modes read args itself, as before. */
+    constexpr bool kRagged = kMode == 3;
+    AttnArgs seq;
+    int64_t q_row0 = 0, k_row0 = 0;
+    int tb = blockIdx.z; /* the TMA batch coordinate */
+    if constexpr (kRagged) {
+        int nk_rows;
+        seq = seq_args<T, float>(args, blockIdx.z, &nk_rows);
+        if (args.cu_q) {
+            q_row0 = args.cu_q[blockIdx.z];
+            k_row0 = args.cu_k[blockIdx.z];
+            tb = 0;
+        }
+    }
+    const AttnArgs &a = kRagged ? seq : args;
     using Tile = FwdWgTile<D, WG>;
     constexpr bool kSpec = FwdSpec<WG, kDropout>::value;
-    constexpr bool kCausal = kMode == 1, kMasked = kMode == 2;
+    constexpr bool kCausal = kMode == 1, kMasked = kMode >= 2;
     constexpr int Br = Tile::kBr, Bc = Tile::kBc;
     constexpr int SR = Bc / 2; /* S registers per thread */
     constexpr int OR = D / 2;  /* O registers per thread */
@@ -82,6 +104,8 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
     const int64_t i0 = (int64_t)mblk * Br;
     const int h = blockIdx.y, b = blockIdx.z, hk = h / a.group;
     const int64_t bh = (int64_t)b * a.H + h;
+    if (kRagged && i0 >= a.Nq) /* past this sequence: the grid fits the longest */
+        return;
     const int rows = (int)min((int64_t)Br, a.Nq - i0);
 
     /* kMasked: the band, the block lists and the score modifiers
@@ -110,7 +134,7 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
         mbar_expect_tx(bar, (uint32_t)rows_box * D * 2);
 #pragma unroll
         for (int p = 0; p < D / 64; p++)
-            tma_load_4d(dst + p * rows_box * 128, map, bar, p * 64, (int)row0, head, b);
+            tma_load_4d(dst + p * rows_box * 128, map, bar, p * 64, (int)row0, head, tb);
     };
     if (threadIdx.x == 0) {
         for (int i = 0; i < 5; i++)
@@ -125,15 +149,17 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
         if (threadIdx.x >= 256) { /* the producer warpgroup: loads only */
             setmaxnreg_dec<24>();
             if (threadIdx.x == 256 && nblocks > 0) {
-                tma_tile(sQ, &tmQ, barQ, Br, i0, h);
+                tma_tile(sQ, &tmQ, barQ, Br, q_row0 + i0, h);
                 for (int jb = 0; jb < nblocks; jb++) {
                     const uint32_t st = (uint32_t)(jb & 1), par = (uint32_t)((jb >> 1) - 1) & 1;
                     if (jb >= 2) /* K_{j-2} / V_{j-2} released by all consumers */
                         mbar_wait(freeK + 8 * st, par);
-                    tma_tile(sK0 + st * kv_stride, &tmK, barK + 8 * st, Bc, walk.start(jb), hk);
+                    tma_tile(sK0 + st * kv_stride, &tmK, barK + 8 * st, Bc,
+                             k_row0 + walk.start(jb), hk);
                     if (jb >= 2)
                         mbar_wait(freeV + 8 * st, par);
-                    tma_tile(sV0 + st * kv_stride, &tmV, barV + 8 * st, Bc, walk.start(jb), hk);
+                    tma_tile(sV0 + st * kv_stride, &tmV, barV + 8 * st, Bc,
+                             k_row0 + walk.start(jb), hk);
                 }
             }
             return;
@@ -159,9 +185,9 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
     /* Stage K_0 (with Q); iteration j then loads K_{j+1} and V_j, so the
      * V block a P V product reads lags its K block by one. */
     if (!kSpec && threadIdx.x == 0) {
-        tma_tile(sQ, &tmQ, barQ, Br, i0, h);
+        tma_tile(sQ, &tmQ, barQ, Br, q_row0 + i0, h);
         if (nblocks > 0)
-            tma_tile(sK0, &tmK, barK, Bc, walk.start(0), hk);
+            tma_tile(sK0, &tmK, barK, Bc, k_row0 + walk.start(0), hk);
     }
 
     float o[OR];
@@ -198,8 +224,9 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
         if (!kSpec && threadIdx.x == 0) { /* both buffers were released by the last barrier */
             if (jb + 1 < nblocks)
                 tma_tile(sK0 + ((jb + 1) & 1) * kv_stride, &tmK, barK + 8 * ((jb + 1) & 1), Bc,
-                         walk.start(jb + 1), hk);
-            tma_tile(sV0 + (jb & 1) * kv_stride, &tmV, barV + 8 * (jb & 1), Bc, j0, hk);
+                         k_row0 + walk.start(jb + 1), hk);
+            tma_tile(sV0 + (jb & 1) * kv_stride, &tmV, barV + 8 * (jb & 1), Bc, k_row0 + j0,
+                     hk);
         }
         if (jb == 0)
             mbar_wait(barQ, 0);
@@ -362,9 +389,9 @@ attn_fwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
             }
             if (t4 == 0) {
                 const float mr = m_raw[r];
-                ((float *)a.m)[bh * a.Nq + i] =
-                    mr == -INFINITY ? -INFINITY : mr * (float)a.scale;
-                ((float *)a.l)[bh * a.Nq + i] = l;
+                const int64_t at = (kRagged ? stat_row0(a, b, h) : bh * a.Nq) + i;
+                ((float *)a.m)[at] = mr == -INFINITY ? -INFINITY : mr * (float)a.scale;
+                ((float *)a.l)[at] = l;
             }
         }
     }
@@ -392,6 +419,9 @@ static fg_status launch(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
 template <typename T, int D, int WG>
 static fg_status launch_opts(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
 {
+    if (a.cu_q || a.seqused_k)
+        return a.dropout ? launch<T, D, WG, 3, true>(a, m, st)
+                         : launch<T, D, WG, 3, false>(a, m, st);
     if (a.variant)
         return a.dropout ? launch<T, D, WG, 2, true>(a, m, st)
                          : launch<T, D, WG, 2, false>(a, m, st);
@@ -482,9 +512,23 @@ bool attn_fwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st,
     size_t smem;
     fwd_tile(a.d, &br, &bc, &smem);
     FwdMaps m;
-    if (!make_panel_tmap(&m.q, a.q, a.d, a.Nq, a.H, a.B, br) ||
-        !make_panel_tmap(&m.k, a.k, a.d, a.Nk, a.Hk, a.B, bc) ||
-        !make_panel_tmap(&m.v, a.v, a.d, a.Nk, a.Hk, a.B, bc))
+    /* Packed: [1, total, heads, d] maps (the unused batch stride only has
+     * to be valid for the encoder: the tensor's extent, the largest). */
+    const bool packed = a.cu_q != nullptr;
+    const int64_t sq = packed ? a.total_q : a.Nq, sk = packed ? a.total_k : a.Nk;
+    const int64_t nb = packed ? 1 : a.B;
+    Operand q = a.q, k = a.k, v = a.v;
+    if (packed) {
+        auto extent = [](const Operand &t, int64_t S, int64_t heads) {
+            return t.ss * S > t.sh * heads ? t.ss * S : t.sh * heads;
+        };
+        q.sb = extent(q, sq, a.H);
+        k.sb = extent(k, sk, a.Hk);
+        v.sb = extent(v, sk, a.Hk);
+    }
+    if (!make_panel_tmap(&m.q, q, a.d, sq, a.H, nb, br) ||
+        !make_panel_tmap(&m.k, k, a.d, sk, a.Hk, nb, bc) ||
+        !make_panel_tmap(&m.v, v, a.d, sk, a.Hk, nb, bc))
         return false;
     *status = dt == FG_BF16 ? launch_dim<__nv_bfloat16>(a, m, st) : launch_dim<__half>(a, m, st);
     return true;

@@ -16,11 +16,12 @@
 using fg::AttnArgs;
 using fg::Operand;
 
-static Operand operand(const fg_attn_tensor *t)
+/* Packed operands have no batch stride (attention.h). */
+static Operand operand(const fg_attn_problem *pb, const fg_attn_tensor *t)
 {
     Operand o;
     o.ptr = t ? t->data : nullptr;
-    o.sb = t ? t->stride_b : 0;
+    o.sb = t && !pb->varlen ? t->stride_b : 0;
     o.ss = t ? t->stride_s : 0;
     o.sh = t ? t->stride_h : 0;
     return o;
@@ -37,6 +38,7 @@ bool fg::mma_path_ok(const AttnArgs &a, bool backward)
     const char *force = getenv("FG_ATTN_KERNEL");
     if (force && strcmp(force, "general") == 0)
         return false;
+
     bool ok = aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && aligned16(a.o);
     if (backward)
         ok = ok && aligned16(a.dout) && aligned16(a.dq) && aligned16(a.dk) &&
@@ -88,8 +90,12 @@ static fg_status base_args(const fg_attn_problem *pb, const char *fn,
         a->q_count = pb->bm.q_count;
         a->q_index = pb->bm.q_index;
     }
+    /* Packed batches and key padding are variants too: the wgmma forward
+     * runs them in kMode 3; the sm80 kernels and the wgmma backward
+     * (no lse2p workspace, attn_fwd.cu/attn_bwd.cu) leave them to the
+     * general kernels (doc/performance.md). */
     a->variant = (pb->band && !plain_causal) || pb->softcap > 0 || pb->alibi ||
-                 pb->sparse;
+                 pb->sparse || pb->varlen || pb->seqused_k;
     a->scale = pb->scale;
     a->dropout = pb->dropout_p > 0.0;
     a->keep_threshold = pb->keep_threshold;
@@ -97,6 +103,14 @@ static fg_status base_args(const fg_attn_problem *pb, const char *fn,
     a->seed = pb->seed;
     a->offset = pb->offset;
     a->deterministic = pb->deterministic;
+    a->cu_q = pb->cu_q;
+    a->cu_k = pb->cu_k;
+    a->seqused_k = pb->seqused_k;
+    a->total_q = pb->total_q;
+    a->total_k = pb->total_k;
+    a->top_left = pb->top_left;
+    a->st_b = pb->st_b;
+    a->st_h = pb->st_h;
     return FG_OK;
 }
 
@@ -110,10 +124,10 @@ extern "C" fg_status fg_attn_cuda_forward(const fg_attn_problem *pb,
     AttnArgs a;
     size_t limit = 0;
     FG_TRY(base_args(pb, "fg_attention_forward", &a, &limit));
-    a.q = operand(q);
-    a.k = operand(k);
-    a.v = operand(v);
-    a.o = operand(o);
+    a.q = operand(pb, q);
+    a.k = operand(pb, k);
+    a.v = operand(pb, v);
+    a.o = operand(pb, o);
     a.m = st->m;
     a.l = st->l;
     return fg::attn_fwd_dispatch(pb->dtype, a, limit,
@@ -134,24 +148,25 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
     AttnArgs a;
     size_t limit = 0;
     FG_TRY(base_args(pb, "fg_attention_backward", &a, &limit));
-    a.q = operand(q);
-    a.k = operand(k);
-    a.v = operand(v);
-    a.o = operand(o);
-    a.dout = operand(dout);
-    a.dq = operand(dq);
-    a.dk = operand(dk);
-    a.dv = operand(dv);
+    a.q = operand(pb, q);
+    a.k = operand(pb, k);
+    a.v = operand(pb, v);
+    a.o = operand(pb, o);
+    a.dout = operand(pb, dout);
+    a.dq = operand(pb, dq);
+    a.dk = operand(pb, dk);
+    a.dv = operand(pb, dv);
     a.m = st->m;
     a.l = st->l;
     cudaStream_t s = (cudaStream_t)pb->stream;
     const size_t acc = pb->dtype == FG_FP64 ? sizeof(double) : sizeof(float);
-    const size_t rows = (size_t)(pb->B * pb->H * pb->Nq);
+    const size_t rows = (size_t)fg::stat_rows(a);
     /* D, then the dQ accumulator at a 256-byte boundary (vector atomics). */
     const size_t d_bytes = (acc * rows + 255) & ~(size_t)255;
     /* fp16/bf16 on Hopper (the wgmma path): lse2 and D padded to 64-row
      * blocks, and dQ accumulated in 64-row tiles of the padded head dim. */
-    const bool hopper = (pb->dtype == FG_FP16 || pb->dtype == FG_BF16) && fg::wgmma_usable();
+    const bool hopper = (pb->dtype == FG_FP16 || pb->dtype == FG_BF16) &&
+                        !a.cu_q && !a.seqused_k && fg::wgmma_usable();
     const int64_t nq_pad = (pb->Nq + 63) / 64 * 64;
     const size_t pad_bytes =
         hopper ? (2 * sizeof(float) * (size_t)(pb->B * pb->H * nq_pad) + 255) & ~(size_t)255 : 0;
@@ -160,7 +175,9 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
     if (hopper && dq_bytes)
         dq_bytes = sizeof(float) * (size_t)(pb->B * pb->H * nq_pad) *
                    (size_t)fg::attn_bwd_wgmma_dpad((int)pb->d);
-    const size_t bytes = d_bytes + dq_bytes + pad_bytes;
+    /* Never 0 (an empty packed batch): allocators may refuse it. */
+    const size_t need = d_bytes + dq_bytes + pad_bytes;
+    const size_t bytes = need ? need : 256;
     void *ws = nullptr;
     /* On the context stream (the autograd path) the caching allocator
      * serves the workspace, so a training step allocates nothing once
@@ -191,4 +208,14 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
     if (e != cudaSuccess && status == FG_OK)
         status = fg_cuda_status(e, "cudaFreeAsync", __FILE__, __LINE__);
     return status;
+}
+
+extern "C" fg_status fg_attn_cuda_read_ints(int32_t *host, const int32_t *dev,
+                                            int64_t n, void *stream)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    FG_CUDA_TRY(cudaMemcpyAsync(host, dev, sizeof(int32_t) * (size_t)n,
+                                cudaMemcpyDeviceToHost, s));
+    FG_CUDA_TRY(cudaStreamSynchronize(s));
+    return FG_OK;
 }

@@ -39,6 +39,13 @@ fg_status fg_attn_cuda_dropout_mask(const fg_attn_problem *pb, uint8_t *mask)
     return FG_NO_CUDA("fg_attention_dropout_mask");
 }
 
+fg_status fg_attn_cuda_read_ints(int32_t *host, const int32_t *dev, int64_t n,
+                                 void *stream)
+{
+    (void)host; (void)dev; (void)n; (void)stream;
+    return FG_NO_CUDA("fg_attn_cuda_read_ints");
+}
+
 /* ---- flashgrad/cuda.h --------------------------------------------------- */
 
 fg_status fg_attn_cuda_block_mask_build(const fg_attn_block_mask *m,

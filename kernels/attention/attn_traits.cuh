@@ -96,7 +96,24 @@ struct AttnArgs {
     uint64_t seed, offset;
     int Br, Bc;           /* tile rows (queries) and columns (keys) */
     int deterministic;    /* backward: dQ by attn_bwd_dq_kernel, no atomics */
+    /* Packed batches and key padding (fg_attn_problem), device arrays;
+     * NULL = dense / none. The general kernels and the wgmma forward's
+     * kMode 3 read them: seq_args()
+     * turns these arguments into sequence b's. Nq and Nk are then the
+     * longest sequence (the grid), total_q/k the packed rows. */
+    const int32_t *cu_q, *cu_k, *seqused_k;
+    int64_t total_q, total_k;
+    int top_left;         /* the per-sequence shift is 0, not nk - nq */
+    /* Stats, D and dq_acc rows: (b, h, i) at b * st_b + h * st_h + i
+     * ([B, H, Nq] dense, [H, total_q] packed; dq_acc times d). */
+    int64_t st_b, st_h;
 };
+
+/* Rows of the stats, D and dq_acc: [B, H, Nq] dense, [H, total_q] packed. */
+__host__ __device__ __forceinline__ int64_t stat_rows(const AttnArgs &a)
+{
+    return a.cu_q ? (int64_t)a.H * a.total_q : (int64_t)a.B * a.H * a.Nq;
+}
 
 /* Threads per block of the general kernels. */
 constexpr int kThreads = 128;

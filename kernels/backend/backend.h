@@ -119,6 +119,9 @@ extern "C" {
     F(fg_status, fg_attn_cuda_dropout_mask,                                    \
       (const fg_attn_problem *pb, uint8_t *mask), (pb, mask),                  \
       fg_cuda_backend_fail("fg_attention_dropout_mask"))                       \
+    F(fg_status, fg_attn_cuda_read_ints,                                       \
+      (int32_t *host, const int32_t *dev, int64_t n, void *stream),            \
+      (host, dev, n, stream), fg_cuda_backend_fail("fg_attention_forward"))    \
     F(fg_status, fg_attn_cuda_block_mask_build,                                \
       (const fg_attn_block_mask *m, const uint8_t *map), (m, map),             \
       fg_cuda_backend_fail("fg_attn_block_mask_build"))                        \

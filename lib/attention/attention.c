@@ -10,6 +10,7 @@
 #endif
 
 #include "attention_internal.h"
+#include "attention_varlen.h"
 #include "lib/core/error.h"
 #include "lib/core/strided.h"
 #include "kernels/runtime/device.h"
@@ -175,13 +176,14 @@ static fg_status check_params(const fg_attn_params *p, fg_attn_problem *pb,
     return FG_OK;
 }
 
+/* A packed operand is [1, total, heads, d]: stride_b is not used. */
 static fg_view operand_view(const operand *op, int64_t B, int64_t d)
 {
     fg_view v;
     v.base = (const char *)op->t->data;
     v.esize = fg_dtype_size(op->t->dtype);
     v.nd = 4;
-    v.ext[0] = B;          v.str[0] = op->t->stride_b;
+    v.ext[0] = B;          v.str[0] = B > 1 ? op->t->stride_b : 0;
     v.ext[1] = op->seqlen; v.str[1] = op->t->stride_s;
     v.ext[2] = op->heads;  v.str[2] = op->t->stride_h;
     v.ext[3] = d;          v.str[3] = 1;
@@ -194,7 +196,7 @@ static fg_view stats_view(const void *ptr, const fg_attn_problem *pb)
     v.base = (const char *)ptr;
     v.esize = fg_dtype_size(pb->stats_dtype);
     v.nd = 1;
-    v.ext[0] = pb->B * pb->H * pb->Nq;
+    v.ext[0] = pb->varlen ? pb->H * pb->total_q : pb->B * pb->H * pb->Nq;
     v.str[0] = 1;
     return v;
 }
@@ -270,7 +272,7 @@ static fg_status check_operands(fg_attn_problem *pb, fg_device dev,
                             "%s: %s has a negative stride (%lld, %lld, %lld)",
                             fn, ops[i].name, (long long)t->stride_b,
                             (long long)t->stride_s, (long long)t->stride_h);
-        views[i] = operand_view(&ops[i], pb->B, pb->d);
+        views[i] = operand_view(&ops[i], pb->varlen ? 1 : pb->B, pb->d);
         if (fg_view_max_offset(&views[i]) < 0)
             return fg_error(FG_ERR_INVALID_ARGUMENT,
                             "%s: %s strides overflow 64-bit offsets", fn,
@@ -323,9 +325,12 @@ fg_status fg_attention_forward(const fg_attn_params *p, const fg_attn_tensor *q,
     static const char fn[] = "fg_attention_forward";
     fg_attn_problem pb;
     FG_TRY(check_params(p, &pb, fn));
+    FG_TRY(fg_attn_check_varlen(p, &pb, fn));
+    const int64_t rq = pb.varlen ? pb.total_q : pb.Nq;
+    const int64_t rk = pb.varlen ? pb.total_k : pb.Nk;
     operand ops[] = {
-        OP("q", q, pb.Nq, pb.H), OP("k", k, pb.Nk, pb.Hk),
-        OP("v", v, pb.Nk, pb.Hk), OP("o", o, pb.Nq, pb.H),
+        OP("q", q, rq, pb.H), OP("k", k, rk, pb.Hk),
+        OP("v", v, rk, pb.Hk), OP("o", o, rq, pb.H),
     };
     FG_TRY(check_operands(&pb, p->device, ops, 4, 3, stats, 1, fn));
     FG_TRY(fg_attn_check_variants(p, &pb, fn));
@@ -348,11 +353,14 @@ fg_status fg_attention_backward(const fg_attn_params *p,
     static const char fn[] = "fg_attention_backward";
     fg_attn_problem pb;
     FG_TRY(check_params(p, &pb, fn));
+    FG_TRY(fg_attn_check_varlen(p, &pb, fn));
+    const int64_t rq = pb.varlen ? pb.total_q : pb.Nq;
+    const int64_t rk = pb.varlen ? pb.total_k : pb.Nk;
     operand ops[] = {
-        OP("q", q, pb.Nq, pb.H),     OP("k", k, pb.Nk, pb.Hk),
-        OP("v", v, pb.Nk, pb.Hk),    OP("o", o, pb.Nq, pb.H),
-        OP("dout", dout, pb.Nq, pb.H), OP("dq", dq, pb.Nq, pb.H),
-        OP("dk", dk, pb.Nk, pb.Hk),  OP("dv", dv, pb.Nk, pb.Hk),
+        OP("q", q, rq, pb.H),     OP("k", k, rk, pb.Hk),
+        OP("v", v, rk, pb.Hk),    OP("o", o, rq, pb.H),
+        OP("dout", dout, rq, pb.H), OP("dq", dq, rq, pb.H),
+        OP("dk", dk, rk, pb.Hk),  OP("dv", dv, rk, pb.Hk),
     };
     FG_TRY(check_operands(&pb, p->device, ops, 8, 5, stats, 0, fn));
     FG_TRY(fg_attn_check_variants(p, &pb, fn));

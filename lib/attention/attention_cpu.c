@@ -11,6 +11,7 @@
 #endif
 
 #include "attention_internal.h"
+#include "attention_varlen.h"
 #include "lib/core/dropout_map.h"
 #include "lib/core/error.h"
 #include "lib/core/philox.h"

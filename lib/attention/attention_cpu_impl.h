@@ -235,8 +235,8 @@ static void FN(fwd_block)(const fg_attn_problem *pb, FN(fwd_ws) *w, int64_t b,
 
     /* Normalise once (FA2) and write O, m, l (Alg1 L.12-13). Fully masked
      * rows keep l = 0 and get O = 0; NaN rows stay NaN. */
-    T *m_out = (T *)st->m + (b * pb->H + h) * pb->Nq + i0;
-    T *l_out = (T *)st->l + (b * pb->H + h) * pb->Nq + i0;
+    T *m_out = (T *)st->m + b * pb->st_b + h * pb->st_h + i0;
+    T *l_out = (T *)st->l + b * pb->st_b + h * pb->st_h + i0;
     for (int64_t r = 0; r < rows; r++) {
         T *dst = FN(at)(o, b, i0 + r, h);
         const T inv = w->l[r] == 0 ? (T)0 : (T)1 / w->l[r];
@@ -274,8 +274,23 @@ static fg_status FN(forward)(const fg_attn_problem *pb, const fg_attn_tensor *q,
 #endif
         for (int64_t t = 0; t < ntasks; t++) {
             const int64_t ib = t % nqb, bh = t / nqb;
-            FN(fwd_block)(pb, &w, bh / pb->H, bh % pb->H, ib * Br, q, k, v, o,
-                          st);
+            const int64_t b = bh / pb->H, h = bh % pb->H;
+            if (!fg_attn_ragged(pb)) {
+                FN(fwd_block)(pb, &w, b, h, ib * Br, q, k, v, o, st);
+                continue;
+            }
+            /* Packed or key-padded: sequence b as a problem of its own
+             * (Nq is the longest sequence: blocks past this one's end
+             * have nothing to do). */
+            const fg_attn_tensor *in[4] = {q, o, k, v};
+            fg_attn_tensor t1[4];
+            fg_attn_problem sp;
+            fg_attn_stats st1;
+            const fg_attn_seq sq =
+                fg_attn_seq_views(pb, b, &sp, in, 2, 4, t1, st, &st1);
+            if (ib * Br < sq.nq)
+                FN(fwd_block)(&sp, &w, b, h, ib * Br, &t1[0], &t1[2], &t1[3],
+                              &t1[1], &st1);
         }
     }
     return FG_OK;
@@ -360,7 +375,7 @@ static void FN(bwd_task)(const fg_attn_problem *pb, FN(bwd_ws) *w, int64_t b,
         const int64_t qb_hi = fg_attn_query_end(pb, j0 + cols - 1);
         for (int64_t g = 0; g < pb->group; g++) {
             const int64_t h = hk * pb->group + g;
-            const int64_t row0 = (b * pb->H + h) * Nq;
+            const int64_t row0 = b * pb->st_b + h * pb->st_h;
             const T *mrow = (const T *)st->m + row0;
             const T *lrow = (const T *)st->l + row0;
             int32_t nspans = 1;
@@ -474,7 +489,10 @@ static fg_status FN(backward)(const fg_attn_problem *pb,
                               const fg_attn_tensor *dv)
 {
     const int64_t Bc = pb->block_k, d = pb->d;
-    const int64_t nrows = pb->B * pb->H * pb->Nq;
+    /* D has the layout of the stats: [B, H, Nq], or [H, total_q] packed. */
+    const int64_t nrows = pb->varlen ? pb->H * pb->total_q : pb->B * pb->H * pb->Nq;
+    const int64_t rows_per_h = pb->varlen ? pb->total_q : pb->Nq;
+    const int64_t owned = pb->varlen ? pb->cu_q[pb->B] : pb->Nq;
     const int64_t ntasks = pb->B * pb->Hk;
     const int nt = fg_cpu_threads(pb->num_threads, ntasks);
     const size_t wsb = FN(bwd_ws_bytes)(Bc, d);
@@ -494,9 +512,16 @@ static fg_status FN(backward)(const fg_attn_problem *pb,
 #pragma omp parallel for num_threads(nt) schedule(static)
 #endif
     for (int64_t r = 0; r < nrows; r++) {
-        const int64_t i = r % pb->Nq, bh = r / pb->Nq;
-        const T *oi = FN(at)(o, bh / pb->H, i, bh % pb->H);
-        const T *gi = FN(at)(dout, bh / pb->H, i, bh % pb->H);
+        /* Packed: row i of head h is packed row i (batch index 0, whose
+         * stride is unused); rows past cu_q[B] belong to no sequence. */
+        const int64_t i = r % rows_per_h, bh = r / rows_per_h;
+        const int64_t b = pb->varlen ? 0 : bh / pb->H;
+        const int64_t h = pb->varlen ? bh : bh % pb->H;
+        D[r] = 0;
+        if (i >= owned)
+            continue;
+        const T *oi = FN(at)(o, b, i, h);
+        const T *gi = FN(at)(dout, b, i, h);
         T acc = 0;
         for (int64_t x = 0; x < d; x++)
             acc += gi[x] * oi[x];
@@ -511,9 +536,28 @@ static fg_status FN(backward)(const fg_attn_problem *pb,
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
-        for (int64_t t = 0; t < ntasks; t++)
-            FN(bwd_task)(pb, &w, t / pb->Hk, t % pb->Hk, q, k, v, dout, st, D,
-                         dq, dk, dv);
+        for (int64_t t = 0; t < ntasks; t++) {
+            const int64_t b = t / pb->Hk, hk = t % pb->Hk;
+            if (!fg_attn_ragged(pb)) {
+                FN(bwd_task)(pb, &w, b, hk, q, k, v, dout, st, D, dq, dk, dv);
+                continue;
+            }
+            const fg_attn_tensor *in[7] = {q, dout, dq, k, v, dk, dv};
+            fg_attn_tensor t1[7];
+            fg_attn_problem sp;
+            fg_attn_stats st1;
+            const fg_attn_seq sq =
+                fg_attn_seq_views(pb, b, &sp, in, 3, 7, t1, st, &st1);
+            FN(bwd_task)(&sp, &w, b, hk, &t1[0], &t1[3], &t1[4], &t1[1], &st1,
+                         D + (pb->varlen ? sq.q0 : 0), &t1[2], &t1[5], &t1[6]);
+            /* Padded keys are seen by no query: zero gradient. */
+            for (int64_t j = sq.used; j < sq.nk; j++) {
+                T *dks = FN(at)(&t1[5], b, j, hk);
+                T *dvs = FN(at)(&t1[6], b, j, hk);
+                for (int64_t x = 0; x < d; x++)
+                    dks[x] = dvs[x] = 0;
+            }
+        }
     }
     return FG_OK;
 }

@@ -43,6 +43,20 @@ typedef struct fg_attn_problem {
     fg_dtype stats_dtype;    /* FG_FP64 for fp64 operands, else FG_FP32 */
     void *stream;            /* cudaStream_t (CUDA only) */
     int deterministic;       /* CUDA backward without dQ atomics */
+    /* Packed batches and key padding (attention_varlen.c). With varlen,
+     * sequence b owns packed rows cu_q[b] .. cu_q[b+1]-1 of Q (cu_k: K);
+     * Nq, Nk are the maximum lengths. seqused_k (dense or packed) masks
+     * keys at or past seqused_k[b]. Both arrays live on the operands'
+     * device (validated through a host copy). */
+    int varlen;
+    const int32_t *cu_q, *cu_k;
+    int64_t total_q, total_k; /* rows of the packed buffers */
+    const int32_t *seqused_k; /* NULL = no key padding */
+    int top_left;             /* causal_align == FG_ATTN_ALIGN_TOP_LEFT */
+    /* Stats (and the backward's D) element (b, h, i) is at
+     * b * st_b + h * st_h + i: [B, H, Nq] dense (st_b = H Nq, st_h = Nq),
+     * [H, total_q] packed (st_b = 0, st_h = total_q, i the packed row). */
+    int64_t st_b, st_h;
 } fg_attn_problem;
 
 /* No bound: |win_lo|, |win_hi| at this value never limit anything (and
@@ -138,6 +152,10 @@ fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
                                 const fg_attn_tensor *dk,
                                 const fg_attn_tensor *dv);
 fg_status fg_attn_cuda_dropout_mask(const fg_attn_problem *pb, uint8_t *mask);
+/* Copies n int32 from the device to the host on `stream` and waits for it
+ * (the validation of cu_seqlens and seqused_k). */
+fg_status fg_attn_cuda_read_ints(int32_t *host, const int32_t *dev, int64_t n,
+                                 void *stream);
 /* Fills the lists of m (device storage, carved) from a device block map. */
 fg_status fg_attn_cuda_block_mask_build(const fg_attn_block_mask *m,
                                         const uint8_t *map);

@@ -301,6 +301,11 @@ static fg_status setup(ring *R, fg_comm *c, fg_ring_layout layout,
                         "%s: sliding windows, ALiBi and block masks depend on "
                         "global positions and are not supported (softcap "
                         "is)", fn);
+    if (p->cu_seqlens_q || p->cu_seqlens_k || p->seqused_k)
+        return fg_error(FG_ERR_UNSUPPORTED,
+                        "%s: packed batches (cu_seqlens) and key padding "
+                        "(seqused_k) are not supported",
+                        fn);
     if (p->device != c->device)
         return fg_error(FG_ERR_INVALID_ARGUMENT,
                         "%s: the operands are on %s but the communicator "

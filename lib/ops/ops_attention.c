@@ -6,6 +6,7 @@
  * fg_attention_backward() with the same parameters (seed and offset
  * included), which recomputes the attention matrix block by block. The
  * node therefore holds O(B * N * H * d) bytes, never O(N^2). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "flashgrad/attention.h"
@@ -22,11 +23,65 @@ void fg_attention_options_init(fg_attention_options *o)
 }
 
 /* The node's copy of the parameters: the block mask struct travels with
- * them (its arrays stay the caller's). */
+ * them (its arrays stay the caller's); cu_seqlens and seqused_k live in
+ * the node's saved tensor 6 (offsets_tensor). */
 typedef struct attn_extra {
     fg_attn_params p;
     fg_attn_block_mask bm;
 } attn_extra;
+
+/* The op's device copy of the host offsets: cu_seqlens_q, cu_seqlens_k
+ * ([n_seq + 1] each, if given) then seqused_k, as raw 4-byte words in an
+ * fp32 tensor (there is no integer dtype; the bits are copied, never
+ * converted). */
+static fg_status offsets_tensor(const fg_attention_options *o, int64_t B,
+                                fg_device dev, fg_tensor **out, int64_t *n_cu)
+{
+    *out = NULL;
+    *n_cu = o->cu_seqlens_q ? o->n_seq + 1 : 0;
+    const int64_t n_used = o->seqused_k ? B : 0;
+    if (!*n_cu && !n_used)
+        return FG_OK;
+    if (!o->cu_seqlens_q != !o->cu_seqlens_k || (o->cu_seqlens_q && o->n_seq < 1))
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                       "cu_seqlens_q and cu_seqlens_k go together, with "
+                       "n_seq >= 1 (got %lld)",
+                       (long long)o->n_seq);
+    const int64_t n = 2 * *n_cu + n_used;
+    int32_t *h = malloc(sizeof(int32_t) * (size_t)n);
+    if (!h)
+        return FG_FAIL(FG_ERR_OUT_OF_MEMORY, "offsets copy");
+    if (*n_cu) {
+        memcpy(h, o->cu_seqlens_q, sizeof(int32_t) * (size_t)*n_cu);
+        memcpy(h + *n_cu, o->cu_seqlens_k, sizeof(int32_t) * (size_t)*n_cu);
+    }
+    if (n_used)
+        memcpy(h + 2 * *n_cu, o->seqused_k, sizeof(int32_t) * (size_t)n_used);
+    fg_status s = fg_tensor_from_host(FG_FP32, dev, FG_SHAPE(n), h, out);
+    free(h);
+    return s;
+}
+
+/* Points p's cu_seqlens and seqused_k into the offsets tensor. */
+static void use_offsets(fg_attn_params *p, const fg_tensor *t, int64_t n_cu,
+                        int has_used)
+{
+    const int32_t *base = t ? (const int32_t *)fg_tensor_base(t) : NULL;
+    p->cu_seqlens_q = n_cu ? base : NULL;
+    p->cu_seqlens_k = n_cu ? base + n_cu : NULL;
+    p->seqused_k = has_used ? base + 2 * n_cu : NULL;
+}
+
+/* The longest sequence of a host offsets array (at least 1; bad offsets
+ * are left to the attention's validation). */
+static int64_t longest(const int32_t *cu, int64_t n_seq)
+{
+    int64_t mx = 1;
+    for (int64_t b = 0; b < n_seq; b++)
+        if ((int64_t)cu[b + 1] - cu[b] > mx)
+            mx = (int64_t)cu[b + 1] - cu[b];
+    return mx;
+}
 
 static fg_attn_tensor attn_view(const fg_tensor *t)
 {
@@ -52,6 +107,9 @@ static fg_status attention_backward(fg_node *n, fg_tensor *const *g,
     fg_attn_params pp = ex->p;
     if (pp.block_mask)
         pp.block_mask = &ex->bm;
+    if (pp.cu_seqlens_q || pp.seqused_k) /* packed: p.batch = n_seq */
+        use_offsets(&pp, fg_node_saved(n, 6), pp.cu_seqlens_q ? pp.batch + 1 : 0,
+                    pp.seqused_k != NULL);
     const fg_attn_params *p = &pp;
     const fg_tensor *q = fg_node_saved(n, 0), *k = fg_node_saved(n, 1),
                     *v = fg_node_saved(n, 2), *o = fg_node_saved(n, 3),
@@ -59,11 +117,14 @@ static fg_status attention_backward(fg_node *n, fg_tensor *const *g,
     fg_arena *dom = fg_bw_domain();
     fg_tensor *dout, *dq = NULL, *dk = NULL, *dv = NULL;
     FG_TRY(kernel_operand(g[0], dom, &dout));
-    fg_status s = fg_tensor_new_like(dom, q, 0, &dq);
+    /* Packed rows past the last offset are not written: their gradient
+     * is 0. */
+    const int zero = ex->p.cu_seqlens_q != NULL;
+    fg_status s = fg_tensor_new_like(dom, q, zero, &dq);
     if (s == FG_OK)
-        s = fg_tensor_new_like(dom, k, 0, &dk);
+        s = fg_tensor_new_like(dom, k, zero, &dk);
     if (s == FG_OK)
-        s = fg_tensor_new_like(dom, v, 0, &dv);
+        s = fg_tensor_new_like(dom, v, zero, &dv);
     if (s == FG_OK) {
         fg_attn_tensor tq = attn_view(q), tk = attn_view(k), tv = attn_view(v),
                        to = attn_view(o), tdo = attn_view(dout),
@@ -105,6 +166,14 @@ static fg_status fg_attention_impl(fg_tensor *q, fg_tensor *k, fg_tensor *v,
     if (q->nd != 4 || k->nd != 4 || v->nd != 4)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
                        "q, k, v must be 4-d [B, N, heads, head_dim]");
+    fg_attention_options o;
+    fg_attention_options_init(&o);
+    if (opt)
+        o = *opt;
+    const int packed = o.cu_seqlens_q != NULL;
+    if (packed && q->shape[0] != 1)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                       "with cu_seqlens q, k, v are [1, total, heads, d]");
     if (!fg_same_shape(4, k->shape, 4, v->shape) ||
         k->shape[0] != q->shape[0] || k->shape[3] != q->shape[3]) {
         char a[96], b[96], c[96];
@@ -115,13 +184,16 @@ static fg_status fg_attention_impl(fg_tensor *q, fg_tensor *k, fg_tensor *v,
                        fg_fmt_shape(b, sizeof b, 4, k->shape),
                        fg_fmt_shape(c, sizeof c, 4, v->shape));
     }
-    fg_attention_options o;
-    fg_attention_options_init(&o);
-    if (opt)
-        o = *opt;
     fg_attn_params p;
     fg_attn_params_init(&p, q->shape[0], q->shape[1], k->shape[1],
                         q->shape[2], k->shape[2], q->shape[3]);
+    if (packed) { /* n_seq sequences; the grid follows the longest */
+        p.batch = o.n_seq;
+        p.seqlen_q = longest(o.cu_seqlens_q, o.n_seq);
+        p.seqlen_k = longest(o.cu_seqlens_k, o.n_seq);
+        p.total_q = q->shape[1];
+        p.total_k = k->shape[1];
+    }
     p.device = q->device;
     if (q->device == FG_DEVICE_CUDA) /* the context stream, like every op */
         p.cuda_stream = fg_cuda_get_stream();
@@ -147,16 +219,22 @@ static fg_status fg_attention_impl(fg_tensor *q, fg_tensor *k, fg_tensor *v,
     fg_tensor *in[3] = {q, k, v};
     fg_arena *dom = fg_alloc_domain(in, 3);
     fg_tensor *qc = NULL, *kc = NULL, *vc = NULL, *y = NULL, *m = NULL,
-              *l = NULL;
+              *l = NULL, *offs = NULL;
+    /* [B, H, Nq] dense, [1, H, total_q] packed: the attention's layouts */
     const int64_t sshape[3] = {q->shape[0], q->shape[2], q->shape[1]};
     const fg_dtype sdt = q->dtype == FG_FP64 ? FG_FP64 : FG_FP32;
-    fg_status s = kernel_operand(q, dom, &qc);
+    int64_t n_cu = 0;
+    fg_status s = offsets_tensor(&o, p.batch, q->device, &offs, &n_cu);
+    if (s == FG_OK)
+        use_offsets(&p, offs, n_cu, o.seqused_k != NULL);
+    if (s == FG_OK)
+        s = kernel_operand(q, dom, &qc);
     if (s == FG_OK)
         s = kernel_operand(k, dom, &kc);
     if (s == FG_OK)
         s = kernel_operand(v, dom, &vc);
-    if (s == FG_OK)
-        s = fg_tensor_new_like(dom, q, 0, &y);
+    if (s == FG_OK) /* packed tail rows (past the offsets) read 0 */
+        s = fg_tensor_new_like(dom, q, packed, &y);
     if (s == FG_OK)
         s = fg_tensor_new(dom, sdt, q->device, 3, sshape, &m);
     if (s == FG_OK)
@@ -169,18 +247,19 @@ static fg_status fg_attention_impl(fg_tensor *q, fg_tensor *k, fg_tensor *v,
         s = fg_attention_forward(&p, &tq, &tk, &tv, &to, &stt);
     }
     if (s == FG_OK && fg_ag_should_record(in, 3)) {
-        fg_tensor *saved[6] = {qc, kc, vc, y, m, l};
+        fg_tensor *saved[7] = {qc, kc, vc, y, m, l, offs};
         ex.p = p;
         if (p.block_mask)
             ex.bm = *p.block_mask;
-        s = fg_ag_record(&attention_def, in, 3, &y, 1, saved, 6, &ex,
-                         sizeof ex, NULL);
+        s = fg_ag_record(&attention_def, in, 3, &y, 1, saved, offs ? 7 : 6,
+                         &ex, sizeof ex, NULL);
     }
     fg_tensor_free(qc);
     fg_tensor_free(kc);
     fg_tensor_free(vc);
     fg_tensor_free(m);
     fg_tensor_free(l);
+    fg_tensor_free(offs);
     if (s != FG_OK) {
         fg_tensor_free(y);
         return s;

@@ -189,6 +189,45 @@ fg_status fg_gpt_check_tokens(const fg_gpt *m, const int64_t *tokens,
     return FG_OK;
 }
 
+/* mode->seqs of a [B, T] batch: lengths in [0, T], or offsets covering
+ * the B*T tokens; positions (host [B, T], allocated) restart per packed
+ * document, NULL otherwise. */
+static fg_status check_seqs(const fg_nn_seqs *sq, int64_t B, int64_t T,
+                            int64_t **positions)
+{
+    *positions = NULL;
+    if (!sq)
+        return FG_OK;
+    if (sq->lengths && sq->cu_seqlens)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                       "seqs: give lengths or cu_seqlens, not both");
+    for (int64_t b = 0; sq->lengths && b < B; b++)
+        if (sq->lengths[b] < 0 || sq->lengths[b] > T)
+            return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                           "seqs: lengths[%lld] = %d is not in [0, %lld]",
+                           (long long)b, sq->lengths[b], (long long)T);
+    if (!sq->cu_seqlens)
+        return FG_OK;
+    const int32_t *cu = sq->cu_seqlens;
+    if (sq->n_seq < 1 || cu[0] != 0 || cu[sq->n_seq] != B * T)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                       "seqs: cu_seqlens must run from 0 to B*T = %lld over "
+                       "n_seq >= 1 documents",
+                       (long long)(B * T));
+    for (int64_t s = 0; s < sq->n_seq; s++)
+        if (cu[s + 1] < cu[s])
+            return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                           "seqs: cu_seqlens decreases at %lld", (long long)s);
+    int64_t *pos = malloc(sizeof(int64_t) * (size_t)(B * T));
+    if (!pos)
+        return FG_FAIL(FG_ERR_OUT_OF_MEMORY, "positions");
+    for (int64_t s = 0; s < sq->n_seq; s++)
+        for (int64_t t = cu[s]; t < cu[s + 1]; t++)
+            pos[t] = t - cu[s];
+    *positions = pos;
+    return FG_OK;
+}
+
 fg_status fg_gpt_forward(const fg_gpt *m, const int64_t *tokens, int64_t B,
                          int64_t T, const int64_t *targets,
                          const fg_nn_mode *mode, fg_tensor **logits,
@@ -203,8 +242,11 @@ fg_status fg_gpt_forward(const fg_gpt *m, const int64_t *tokens, int64_t B,
                        "B = %lld, T = %lld (context %lld)", (long long)B,
                        (long long)T, (long long)m->cfg.ctx);
     FG_TRY(fg_gpt_check_tokens(m, tokens, B * T));
+    int64_t *pos = NULL;
+    FG_TRY(check_seqs(mode ? mode->seqs : NULL, B, T, &pos));
     fg_tensor *x = NULL, *y = NULL, *lg = NULL;
-    fg_status s = fg_nn_embedding_forward(&m->emb, tokens, B, T, &x);
+    fg_status s = fg_nn_embedding_forward_at(&m->emb, tokens, pos, B, T, &x);
+    free(pos);
     NN_T(fg_nn_dropout(x, m->cfg.dropout, mode, &y));
     fg_tensor_free(x);
     x = y;

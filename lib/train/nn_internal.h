@@ -14,10 +14,12 @@ fg_status fg_nn_ac_cast(fg_tensor *x, fg_tensor **y);
 /* x cast to dt if its dtype differs (recorded), else a new reference. */
 fg_status fg_nn_to_dtype(fg_tensor *x, fg_dtype dt, fg_tensor **y);
 
-/* fg_nn_embedding_forward with the positions start .. start + T - 1. */
-fg_status fg_nn_embedding_forward_at(const fg_nn_embedding *e,
-                                     const int64_t *tokens, int64_t B,
-                                     int64_t T, int64_t start, fg_tensor **y);
+/* fg_nn_embedding_forward_at, where positions == NULL means
+ * start .. start + T - 1 in every row (the KV-cached forward). */
+fg_status fg_nn_embedding_forward_from(const fg_nn_embedding *e,
+                                       const int64_t *tokens,
+                                       const int64_t *positions, int64_t B,
+                                       int64_t T, int64_t start, fg_tensor **y);
 
 /* One layer's KV cache: keys and values [B, cap, H, d] (NULL until the
  * first append, then in the dtype the layer's keys have). */

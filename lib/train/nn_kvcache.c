@@ -74,7 +74,7 @@ static fg_status forward(const fg_gpt *m, fg_gpt_kv_cache *c,
 {
     const int64_t B = c->batch;
     fg_tensor *x = NULL, *y = NULL, *last = NULL, *lg = NULL;
-    fg_status s = fg_nn_embedding_forward_at(&m->emb, tokens, B, T, c->len,
+    fg_status s = fg_nn_embedding_forward_from(&m->emb, tokens, NULL, B, T, c->len,
                                              &x);
     for (int64_t i = 0; i < m->cfg.n_layer && s == FG_OK; i++) {
         y = NULL;

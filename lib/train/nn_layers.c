@@ -184,12 +184,21 @@ fg_status fg_nn_embedding_forward(const fg_nn_embedding *e,
                                   const int64_t *tokens, int64_t B, int64_t T,
                                   fg_tensor **y)
 {
-    return fg_nn_embedding_forward_at(e, tokens, B, T, 0, y);
+    return fg_nn_embedding_forward_from(e, tokens, NULL, B, T, 0, y);
 }
 
 fg_status fg_nn_embedding_forward_at(const fg_nn_embedding *e,
-                                     const int64_t *tokens, int64_t B,
-                                     int64_t T, int64_t start, fg_tensor **y)
+                                     const int64_t *tokens,
+                                     const int64_t *positions, int64_t B,
+                                     int64_t T, fg_tensor **y)
+{
+    return fg_nn_embedding_forward_from(e, tokens, positions, B, T, 0, y);
+}
+
+fg_status fg_nn_embedding_forward_from(const fg_nn_embedding *e,
+                                       const int64_t *tokens,
+                                       const int64_t *positions, int64_t B,
+                                       int64_t T, int64_t start, fg_tensor **y)
 {
     if (!e || !e->tok || !tokens || B <= 0 || T <= 0 || start < 0)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "bad arguments");
@@ -205,7 +214,10 @@ fg_status fg_nn_embedding_forward_at(const fg_nn_embedding *e,
         pos[i] = start + i;
     fg_tensor *te = NULL, *pe = NULL;
     fg_status s = fg_embedding(e->tok, tokens, FG_SHAPE(B, T), &te);
-    NN_T(fg_embedding(e->pos, pos, FG_SHAPE(T), &pe));
+    if (positions) /* [B, T, C] + [B, T, C]; fg_embedding checks the range */
+        NN_T(fg_embedding(e->pos, positions, FG_SHAPE(B, T), &pe));
+    else
+        NN_T(fg_embedding(e->pos, pos, FG_SHAPE(T), &pe));
     NN_T(fg_add(te, pe, y)); /* [B, T, C] + [T, C] broadcasts */
     fg_tensor_free(te);
     fg_tensor_free(pe);
@@ -320,6 +332,17 @@ static fg_status attention_core(const fg_nn_attention *a, fg_tensor *x,
     fg_attention_options ao;
     fg_attention_options_init(&ao);
     ao.causal = 1;
+    const fg_nn_seqs *sq = mode ? mode->seqs : NULL;
+    const int packed = sq && sq->cu_seqlens;
+    if (sq && sq->lengths && sq->cu_seqlens)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                       "seqs: give lengths or cu_seqlens, not both");
+    if (packed) { /* every token of the batch is one packed sequence */
+        ao.cu_seqlens_q = ao.cu_seqlens_k = sq->cu_seqlens;
+        ao.n_seq = sq->n_seq;
+    } else if (sq) {
+        ao.seqused_k = sq->lengths;
+    }
     if (a->window > 0)
         ao.window_left = a->window;
     ao.softcap = a->softcap;
@@ -339,9 +362,10 @@ static fg_status attention_core(const fg_nn_attention *a, fg_tensor *x,
     NN_T(fg_split(qkv, -1, sizes, 3, parts));
     /* [B, T, C] slices of the fused projection viewed as [B, T, H, d]:
      * strided views, passed to the kernel without copies. */
-    NN_T(fg_reshape(parts[0], FG_SHAPE(B, T, H, d), &q));
-    NN_T(fg_reshape(parts[1], FG_SHAPE(B, T, H, d), &k));
-    NN_T(fg_reshape(parts[2], FG_SHAPE(B, T, H, d), &v));
+    const int64_t Bq = packed ? 1 : B, Tq = packed ? B * T : T;
+    NN_T(fg_reshape(parts[0], FG_SHAPE(Bq, Tq, H, d), &q));
+    NN_T(fg_reshape(parts[1], FG_SHAPE(Bq, Tq, H, d), &k));
+    NN_T(fg_reshape(parts[2], FG_SHAPE(Bq, Tq, H, d), &v));
     if (kv)
         NN_T(kv_append(kv, len, &k, &v));
     NN_T(fg_attention(q, k, v, &ao, &o));

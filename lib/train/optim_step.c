@@ -30,7 +30,7 @@ fg_status fg_gpt_accumulate(const fg_gpt *m, const int64_t *x,
     int n;
     const fg_param *ps = fg_gpt_params(m, &n);
     FG_TRY(ensure_grads(ps, n));
-    fg_nn_mode mode = {1, rng};
+    fg_nn_mode mode = {1, rng, NULL};
     double total = 0;
     fg_status s = FG_OK;
     for (int a = 0; a < accum && s == FG_OK; a++) {

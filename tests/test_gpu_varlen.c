@@ -1,0 +1,223 @@
+/* tests/test_gpu_varlen.c - packed variable-length batches and key padding
+ * on CUDA against the CPU fp64 oracle (itself checked against the naive
+ * reference in test_attention_varlen), in fp64, fp32, fp16 and bf16, with
+ * the variants; deterministic dQ; rows past cu_seqlens[B] untouched; bad
+ * device offsets refused with nothing written. Exits 77 (skip) without a
+ * GPU; CUDA is touched only inside the forked tests.
+ *
+ * Errors are max-abs relative to max(max |oracle|, 0.1) for gradients,
+ * max |oracle| for O. Tolerances: fp64 1e-12; fp32 2e-5; fp16 1e-3,
+ * bf16 8e-3 on the general kernels (FG_ATTN_KERNEL=general): they compute
+ * in fp32 and round each output once, i.e. half an ulp (2^-11 fp16, 2^-8
+ * bf16 of max |oracle|) plus fp32 noise; inputs are rounded to the dtype
+ * before the oracle sees them. Without it, fp16/bf16 forwards on Hopper
+ * take the wgmma kernel (kMode 2), which like FlashAttention rounds P to
+ * the dtype before P V: twice those bounds (the backward stays on the
+ * general kernels). Stats are fp32 for every non-fp64 dtype: 1e-5
+ * (1e-12 fp64). */
+#include <check.h>
+#include <cuda_runtime.h>
+
+#define VL_LOWP
+#include "varlen_harness.h"
+
+#define CK_CUDA(call)                                                       \
+    do {                                                                    \
+        cudaError_t e_ = (call);                                            \
+        ck_assert_msg(e_ == cudaSuccess, "%s: %s", #call,                   \
+                      cudaGetErrorString(e_));                              \
+    } while (0)
+
+static void *gpu_put(const void *host, size_t bytes)
+{
+    void *p = NULL;
+    CK_CUDA(cudaMalloc(&p, bytes + 16));
+    CK_CUDA(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
+    return p;
+}
+
+static void gpu_get(void *host, const void *dev, size_t bytes)
+{
+    CK_CUDA(cudaDeviceSynchronize());
+    CK_CUDA(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost));
+}
+
+static void gpu_drop(void *dev)
+{
+    CK_CUDA(cudaFree(dev));
+}
+
+static const vl_dev g_gpu = {FG_DEVICE_CUDA, gpu_put, gpu_get, gpu_drop};
+
+static double tol_of(fg_dtype dt)
+{
+    const char *force = getenv("FG_ATTN_KERNEL");
+    const double fast = force && strcmp(force, "general") == 0 ? 1.0 : 2.0;
+    switch (dt) {
+    case FG_FP64: return 1e-12;
+    case FG_FP32: return 2e-5;
+    case FG_FP16: return 1e-3 * fast;
+    default: return 8e-3 * fast;
+    }
+}
+
+/* c in every dtype on the GPU against the CPU fp64 oracle on the same
+ * (rounded) inputs. */
+static void check_gpu(vl_case c, uint64_t salt)
+{
+    static const fg_dtype dts[4] = {FG_FP64, FG_FP32, FG_FP16, FG_BF16};
+    for (int di = 0; di < 4; di++) {
+        c.dtype = dts[di];
+        vl_data d;
+        vl_make(&c, salt + (uint64_t)di, &d);
+        vl_out ref, gpu;
+        fg_status fwd, bwd;
+        vl_run(&c, &d, FG_FP64, NULL, &ref, &fwd, &bwd);
+        ck_assert_msg(fwd == FG_OK && bwd == FG_OK, "cpu: %s", fg_last_error());
+        vl_run(&c, &d, c.dtype, &g_gpu, &gpu, &fwd, &bwd);
+        ck_assert_msg(fwd == FG_OK, "gpu fwd: %s", fg_last_error());
+        ck_assert_msg(bwd == FG_OK, "gpu bwd: %s", fg_last_error());
+        const vl_err e = vl_compare(&c, &d, &gpu, &ref);
+        const double tol = tol_of(c.dtype);
+        const double stol = c.dtype == FG_FP64 ? 1e-12 : 1e-5;
+#define GSHAPE "%s B=%lld H=%lld Hk=%lld d=%lld causal=%d tl=%d win=%d " \
+               "cap=%g alibi=%d p=%g used=%d dense=%d det=%d"
+#define GARGS fg_dtype_name(c.dtype), (long long)c.B, (long long)c.H,      \
+              (long long)c.Hk, (long long)c.d, c.causal, c.top_left,      \
+              c.window, c.softcap, c.alibi, c.p, c.use_used, c.dense,     \
+              c.deterministic
+        ck_assert_msg(gpu.tails_nan, "a row past cu[B] was written, " GSHAPE, GARGS);
+        ck_assert_msg(e.o <= tol, "O err %.3g, " GSHAPE, e.o, GARGS);
+        ck_assert_msg(e.dq <= tol, "dQ err %.3g, " GSHAPE, e.dq, GARGS);
+        ck_assert_msg(e.dk <= tol, "dK err %.3g, " GSHAPE, e.dk, GARGS);
+        ck_assert_msg(e.dv <= tol, "dV err %.3g, " GSHAPE, e.dv, GARGS);
+        ck_assert_msg(e.m <= stol, "m err %.3g, " GSHAPE, e.m, GARGS);
+        ck_assert_msg(e.l <= stol, "l err %.3g, " GSHAPE, e.l, GARGS);
+        vl_out_free(&ref);
+        vl_out_free(&gpu);
+        vl_free(&d);
+    }
+}
+
+static void lengths(vl_case *c, int64_t B, const int32_t *lq, const int32_t *lk)
+{
+    c->B = B;
+    for (int64_t b = 0; b < B; b++) {
+        c->lq[b] = lq[b];
+        c->lk[b] = lk[b];
+    }
+}
+
+/* Lengths straddle the kernels' tiles (8 .. 64) and include 0 and 1. */
+static vl_case gpu_case(int i)
+{
+    static const int32_t lq[] = {65, 0, 1, 130, 33, 7};
+    static const int32_t lk[] = {70, 12, 0, 129, 64, 7};
+    static const int32_t eq[] = {100, 100, 100};
+    vl_case c = {0};
+    lengths(&c, 6, lq, lk);
+    c.H = 4; c.Hk = 2; c.d = 64; c.pad_q = 5; c.pad_k = 3;
+    switch (i) {
+    case 0: c.causal = 1; break;
+    case 1: c.causal = 1; c.top_left = 1; c.hmajor = 1; c.d = 40; break;
+    case 2: /* window + ALiBi + softcap + dropout */
+        c.window = 1; c.window_left = 30; c.window_right = 5; c.alibi = 2;
+        c.softcap = 4.0; c.p = 0.15; c.seed = 17; c.offset = 2;
+        break;
+    case 3: /* key padding, causal, MQA, dropout */
+        c.causal = 1; c.Hk = 1; c.use_used = 1; c.p = 0.1; c.seed = 4;
+        for (int b = 0; b < 6; b++)
+            c.used[b] = lk[b] * 2 / 3;
+        c.used[3] = 0; /* all keys padded */
+        break;
+    case 4: /* deterministic dQ, everything on, d = 128 */
+        c.deterministic = 1; c.causal = 1; c.window = 1; c.window_left = 50;
+        c.window_right = -1; c.alibi = 1; c.softcap = 3.0; c.use_used = 1;
+        c.d = 128;
+        for (int b = 0; b < 6; b++)
+            c.used[b] = lk[b] - lk[b] / 4;
+        break;
+    default: /* dense batch with key padding only */
+        lengths(&c, 3, eq, eq);
+        c.dense = 1; c.pad_q = c.pad_k = 0; c.causal = 1; c.use_used = 1;
+        c.used[0] = 100; c.used[1] = 37; c.used[2] = 0; c.p = 0.1; c.seed = 9;
+        break;
+    }
+    return c;
+}
+#define N_GPU_CASES 6
+
+START_TEST(test_gpu_varlen_cases)
+{
+    check_gpu(gpu_case(_i), 900 + 10 * (uint64_t)_i);
+}
+END_TEST
+
+/* A one-token batch, and random lengths from the test seed. */
+START_TEST(test_gpu_varlen_random)
+{
+    fgt_rng rng = fgt_rng_for(31 + (uint64_t)_i);
+    vl_case c;
+    vl_random(&rng, 200, 32, 80, &c); /* d up to 256 */
+    if (_i == 0) { /* one token */
+        c.B = 1;
+        c.lq[0] = c.lk[0] = 1;
+        c.used[0] = (int32_t)fgt_int(&rng, 0, 1);
+    }
+    c.deterministic = (int)fgt_int(&rng, 0, 1);
+    check_gpu(c, 1900 + (uint64_t)_i * 8);
+}
+END_TEST
+
+/* Device offsets that do not start at 0 are refused after the host copy,
+ * with nothing written; host arrays with device = CUDA too. */
+START_TEST(test_gpu_bad_offsets)
+{
+    const int64_t d = 8, total = 20;
+    float host[20 * 8];
+    for (int i = 0; i < 20 * 8; i++)
+        host[i] = 1.0f;
+    const int32_t bad_q[3] = {1, 5, 12}, good_k[3] = {0, 6, 10};
+    void *q = gpu_put(host, sizeof host), *o = gpu_put(host, sizeof host);
+    void *m = gpu_put(host, 20 * 4), *l = gpu_put(host, 20 * 4);
+    int32_t *cq = gpu_put(bad_q, sizeof bad_q), *ck = gpu_put(good_k, sizeof good_k);
+    fg_attn_params p;
+    fg_attn_params_init(&p, 2, 10, 10, 1, 1, d);
+    p.device = FG_DEVICE_CUDA;
+    p.cu_seqlens_q = cq;
+    p.cu_seqlens_k = ck;
+    p.total_q = p.total_k = total;
+    fg_attn_tensor t = {q, FG_FP32, 0, d, d}, to = {o, FG_FP32, 0, d, d};
+    fg_attn_stats st = {m, l, FG_FP32};
+    ck_assert(fg_attention_forward(&p, &t, &t, &t, &to, &st) == FG_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(fg_last_error(), "cu_seqlens_q[0]"), "%s", fg_last_error());
+    p.cu_seqlens_q = bad_q; /* host memory */
+    ck_assert(fg_attention_forward(&p, &t, &t, &t, &to, &st) == FG_ERR_INVALID_ARGUMENT);
+    float back[20 * 8];
+    gpu_get(back, o, sizeof back);
+    for (int i = 0; i < 20 * 8; i++)
+        ck_assert(back[i] == 1.0f);
+    gpu_get(back, m, 20 * 4);
+    for (int i = 0; i < 20; i++)
+        ck_assert(back[i] == 1.0f);
+    void *all[] = {q, o, m, l, cq, ck};
+    for (int i = 0; i < 6; i++)
+        gpu_drop(all[i]);
+}
+END_TEST
+
+int main(void)
+{
+    if (!fgt_gpu_present()) {
+        fprintf(stderr, "no CUDA GPU: skipping\n");
+        return 77;
+    }
+    Suite *s = suite_create("gpu_varlen");
+    TCase *tc = tcase_create("gpu");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, test_gpu_varlen_cases, 0, N_GPU_CASES);
+    tcase_add_loop_test(tc, test_gpu_varlen_random, 0, 6);
+    tcase_add_test(tc, test_gpu_bad_offsets);
+    suite_add_tcase(s, tc);
+    return fgt_run_suite(s);
+}
