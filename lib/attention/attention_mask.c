@@ -179,10 +179,9 @@ fg_status fg_attn_check_variants(const fg_attn_params *p, fg_attn_problem *pb,
                         "unbounded), got %lld, %lld",
                         fn, (long long)p->window_left,
                         (long long)p->window_right);
-    if (p->bias || p->dbias || p->cu_seqlens_q || p->cu_seqlens_k ||
-        p->seqused_k)
+    if (p->cu_seqlens_q || p->cu_seqlens_k || p->seqused_k)
         return fg_error(FG_ERR_UNSUPPORTED,
-                        "%s: bias, dbias, cu_seqlens and seqused_k are not "
+                        "%s: cu_seqlens and seqused_k are not "
                         "implemented yet",
                         fn);
     if (!isfinite(p->softcap) || p->softcap < 0.0)
