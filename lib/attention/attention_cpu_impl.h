@@ -585,8 +585,7 @@ static void FN(dbias_task)(const fg_attn_problem *pb, FN(bwd_ws) *w,
     for (int64_t b = b_lo; b < b_hi; b++)
         for (int64_t h = h_lo; h < h_hi; h++) {
             const int64_t hk = h / pb->group, row0 = (b * pb->H + h) * pb->Nq;
-            const T *mrow = (const T *)st->m + row0;
-            const T *lrow = (const T *)st->l + row0;
+            const T *ms = (const T *)st->m, *ls = (const T *)st->l;
             for (int64_t i0 = i_lo; i0 < i_hi; i0 += Br) {
                 const int64_t rows = i_hi - i0 < Br ? i_hi - i0 : Br;
                 /* The forward's key walk of this query block. */
@@ -607,12 +606,12 @@ static void FN(dbias_task)(const fg_attn_problem *pb, FN(bwd_ws) *w,
                         for (int64_t i = i0; i < i0 + rows; i++) {
                             int64_t c_lo, c_hi;
                             FN(row_cols)(pb, i, j0, cols, &c_lo, &c_hi);
-                            if (c_hi <= c_lo || lrow[i] == 0)
+                            if (c_hi <= c_lo || ls[row0 + i] == 0)
                                 continue;
                             FN(bwd_row)(pb, w, b, h, i, j0, cols, c_lo, c_hi,
                                         FN(at)(q, b, i, h),
-                                        FN(at)(dout, b, i, h), mrow[i],
-                                        lrow[i], D[row0 + i]);
+                                        FN(at)(dout, b, i, h), ms[row0 + i],
+                                        ls[row0 + i], D[row0 + i]);
                             FN(dbias_add)(db, b, h, i, j0, w->dp, c_lo, c_hi);
                         }
                     }
