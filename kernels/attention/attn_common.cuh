@@ -284,6 +284,18 @@ __device__ __forceinline__ A score_mod(const AttnArgs &a, A x, A slope,
     }
     return x;
 }
+/* bias[b, h, i, j] in the accumulator type (the caller knows the pair is
+ * inside the problem). */
+template <typename T, typename A>
+__device__ __forceinline__ A bias_at(const AttnArgs &a, int64_t b, int64_t h,
+                                     int64_t i, int64_t j)
+{
+    const int64_t off = b * a.bias_s[0] + h * a.bias_s[1] + i * a.bias_s[2] +
+                        j * a.bias_s[3];
+    return a.bias_f32 ? (A)((const float *)a.bias)[off]
+                      : (A)to_acc(((const T *)a.bias)[off]);
+}
+
 template <typename A>
 __device__ __forceinline__ A alibi_slope(const AttnArgs &a, int64_t b, int64_t h)
 {

@@ -12,11 +12,13 @@
 
 namespace fg {
 
-/* S = scale * Q_i K_j^T on the [rows, cols] tile, masked entries = -inf. */
-template <typename A>
+/* S = scale * Q_i K_j^T on the [rows, cols] tile, then the score mods and
+ * the bias; masked entries = -inf. */
+template <typename T, typename A>
 __device__ __forceinline__ void fwd_scores(const AttnArgs &a, const A *Qs,
-                                           const A *Ks, A *S, int64_t i0,
-                                           int64_t j0, A slope)
+                                           const A *Ks, A *S, int64_t b,
+                                           int64_t h, int64_t i0, int64_t j0,
+                                           A slope)
 {
     const int d = a.d, Br = a.Br, Bc = a.Bc;
     const A scale = (A)a.scale;
@@ -26,9 +28,13 @@ __device__ __forceinline__ void fwd_scores(const AttnArgs &a, const A *Qs,
         A acc = 0;
         for (int x = 0; x < d; x++)
             acc += qr[x] * kc[x];
-        S[idx] = visible(a, i0 + r, j0 + c)
-                     ? score_mod<A>(a, acc * scale, slope, i0 + r, j0 + c, nullptr)
-                     : (A)-INFINITY;
+        A x = (A)-INFINITY;
+        if (visible(a, i0 + r, j0 + c)) {
+            x = score_mod<A>(a, acc * scale, slope, i0 + r, j0 + c, nullptr);
+            if (a.bias && i0 + r < a.Nq) /* padded rows read no bias */
+                x += bias_at<T, A>(a, b, h, i0 + r, j0 + c);
+        }
+        S[idx] = x;
     }
 }
 
@@ -131,7 +137,7 @@ attn_fwd_kernel(const AttnArgs a)
         load_tile<T, A>(Ks, d + 1, a.k, b, j0, hk, Bc, cols, d);
         load_tile<T, A>(Vs, d, a.v, b, j0, hk, Bc, cols, d);
         __syncthreads();
-        fwd_scores<A>(a, Qs, Ks, S, i0, j0, slope); /* Alg1 L.9 + mods + mask */
+        fwd_scores<T, A>(a, Qs, Ks, S, b, h, i0, j0, slope); /* Alg1 L.9 + mods + mask */
         __syncthreads();
         fwd_softmax<A>(a, S, ms, ls, alpha);
         __syncthreads();
@@ -183,7 +189,8 @@ static fg_status launch_fwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
 fg_status attn_fwd_dispatch(fg_dtype dt, const AttnArgs &a, size_t smem_limit,
                             cudaStream_t st)
 {
-    if ((dt == FG_FP16 || dt == FG_BF16) && mma_path_ok(a, false)) {
+    /* The tensor-core kernels do not apply a bias yet (attention.h). */
+    if ((dt == FG_FP16 || dt == FG_BF16) && !a.bias && mma_path_ok(a, false)) {
         fg_status status = FG_OK;
         if (wgmma_usable() && attn_fwd_wgmma_smem(a.d) <= smem_limit &&
             attn_fwd_wgmma_dispatch(dt, a, st, &status))
