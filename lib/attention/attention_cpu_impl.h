@@ -544,7 +544,12 @@ static inline void FN(dbias_add)(const fg_attn_bias *t, int64_t b, int64_t h,
                                  int64_t c_lo, int64_t c_hi)
 {
     const int64_t off = fg_attn_bias_off(t, b, h, i, j0), sk = t->stride_k;
-    if (t->dtype == FG_FP32) {
+    if (t->dtype == FG_FP32 && sk == 0) { /* the row's sum in T, then once */
+        T acc = 0;
+        for (int64_t c = c_lo; c < c_hi; c++)
+            acc += x[c];
+        *((float *)t->data + off) += (float)acc;
+    } else if (t->dtype == FG_FP32) {
         float *y = (float *)t->data + off;
         for (int64_t c = c_lo; c < c_hi; c++)
             y[c * sk] += (float)x[c];
