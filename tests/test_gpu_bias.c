@@ -1,5 +1,6 @@
 /* tests/test_gpu_bias.c - the attention bias and its gradient on the CUDA
- * general kernels against the CPU fp64 oracle (itself checked against the
+ * kernels (general, and for fp16/bf16 on Hopper the sm90 wgmma kernels)
+ * against the CPU fp64 oracle (itself checked against the
  * naive reference in test_attention_bias): every broadcast pattern, fp64,
  * fp32, fp16 and bf16 operands, fp32 or operand-dtype bias and dbias,
  * strided bias layouts, with the variants (causal, window, ALiBi, softcap,
@@ -15,7 +16,8 @@
  * a wholly broadcast dbias is all cancellation), fp32 2e-5 (dbias 1e-4: broadcast sums of up to B*H*Nq fp32
  * terms), fp16 2e-3 and bf16 1.6e-2 (the general kernels compute in fp32
  * and round each output once: a half-ulp is 4.9e-4 and 3.9e-3; the
- * tolerance is 4x that). m and l (fp32 for fp16/bf16) 1e-4. */
+ * tolerance is 4x that; the tensor-core route gets 4x more, see g_fast).
+ * m and l (fp32 for fp16/bf16) 1e-4. */
 #include <check.h>
 #include <cuda_runtime.h>
 
@@ -306,6 +308,12 @@ static double tol_for(fg_dtype dt)
     }
 }
 
+/* Set by tests that run fp16/bf16 on the default route (on Hopper the
+ * wgmma kernels, which round P and dS to the dtype before the second
+ * products: 4x the general kernels' tolerance for O, dQ, dK, dV; dbias is
+ * formed in fp32 there too and keeps 2x). */
+static int g_fast;
+
 /* GPU (dtype dt) against the CPU fp64 oracle. */
 static void check_case(const bgcase *c, fg_dtype dt, uint64_t salt)
 {
@@ -314,8 +322,9 @@ static void check_case(const bgcase *c, fg_dtype dt, uint64_t salt)
     bout ref, gpu;
     run_on(c, dt, FG_DEVICE_CPU, &x, &ref);
     run_on(c, dt, FG_DEVICE_CUDA, &x, &gpu);
-    const double tol = tol_for(dt);
-    double tol_db = dt == FG_FP32 ? 1e-4 : tol;
+    const int fast = g_fast && (dt == FG_FP16 || dt == FG_BF16);
+    const double tol = tol_for(dt) * (fast ? 4 : 1);
+    double tol_db = dt == FG_FP32 ? 1e-4 : tol_for(dt) * (fast ? 2 : 1);
     if (dt == FG_FP64)
         tol_db = (c->bias_f32 || c->dbias_f32) ? 1e-4 : 1e-10;
     const double tol_stats = dt == FG_FP64 ? 1e-12 : (dt == FG_FP32 ? 2e-5 : 1e-4);
@@ -381,12 +390,21 @@ static bgcase grid_case(int i)
     return c;
 }
 
+/* Every dtype on the general kernels (FG_ATTN_KERNEL=general), then
+ * fp16/bf16 on the default route (the sm90 wgmma kernels on Hopper). */
 START_TEST(test_patterns)
 {
     static const fg_dtype dts[4] = {FG_FP32, FG_FP16, FG_BF16, FG_FP64};
+    setenv("FG_ATTN_KERNEL", "general", 1);
     for (int k = 0; k < 4; k++) {
         bgcase c = grid_case(_i);
         check_case(&c, dts[k], 500 + (uint64_t)(_i * 4 + k));
+    }
+    unsetenv("FG_ATTN_KERNEL");
+    g_fast = 1;
+    for (int k = 1; k < 3; k++) {
+        bgcase c = grid_case(_i);
+        check_case(&c, dts[k], 600 + (uint64_t)(_i * 4 + k));
     }
 }
 END_TEST
@@ -399,6 +417,7 @@ START_TEST(test_deterministic_bitwise)
     static const int patterns[5] = {FGT_BC_B | FGT_BC_H, FGT_BC_H | FGT_BC_Q,
                                     FGT_BC_B | FGT_BC_Q, FGT_BC_K, 0};
     static const fg_dtype dts[2] = {FG_FP32, FG_BF16};
+    g_fast = 1; /* bf16 on the default route */
     for (int k = 0; k < 2; k++) {
         bgcase c = grid_case(5 + _i);
         c.bcast = patterns[_i];
@@ -429,6 +448,7 @@ START_TEST(test_minus_inf_row)
     c.bcast = FGT_BC_B; /* [H, Nq, Nk]: atomics */
     c.dbias_f32 = _i;   /* bf16 dbias: scratch; fp32: in place */
     c.causal = 0;
+    g_fast = 1;
     check_case(&c, FG_BF16, 900 + (uint64_t)_i);
 }
 END_TEST
@@ -441,6 +461,7 @@ START_TEST(test_larger)
     c.B = 2; c.H = 8; c.Hk = 8; c.d = 128; c.Nq = c.Nk = 1000; c.causal = 1;
     c.bcast = _i == 0 ? 0 : FGT_BC_B | FGT_BC_H;
     c.deterministic = _i == 2;
+    g_fast = 1;
     check_case(&c, FG_BF16, 1000 + (uint64_t)_i);
 }
 END_TEST

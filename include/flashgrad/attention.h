@@ -66,8 +66,9 @@
  * is summed in a fixed order on the CPU and, with deterministic = 1, on
  * CUDA (otherwise broadcast sums use atomics there). Nothing Nq x Nk is
  * allocated. Bias is not supported with cu_seqlens / seqused_k. On CUDA,
- * bias problems run on the general kernels (the tensor-core kernels do not
- * apply a bias yet; doc/performance.md).
+ * fp16/bf16 bias problems take the Hopper (sm_90a) tensor-core kernels;
+ * other GPUs and fp32/fp64 run them on the general kernels
+ * (doc/performance.md).
  *
  * Dropout (probability p in [0, 1)) is applied to P after normalisation and
  * kept values are scaled by 1/(1-p). The keep decision for element

@@ -1,5 +1,5 @@
 /* kernels/attention/attn_bias.cu - the gradient of the additive attention
- * bias on the general CUDA kernels (attention.h). The backward's main kernel
+ * bias (attention.h). The backward's main kernel (general, or sm90 wgmma)
  * forms dS = P (dP - D) for every visible pair anyway; how it reaches dbias
  * depends on dbias's broadcast (AttnArgs::dbias_mode, chosen in
  * attn_launch.cu):

@@ -287,8 +287,7 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
     attn_bwd_preprocess<T><<<(unsigned)((nrows * 32 + 255) / 256), 256, 0, st>>>(a);
     FG_CUDA_TRY_LAUNCH();
     alignas(64) unsigned char maps[1024];
-    /* The tensor-core kernels do not apply a bias yet (attention.h). */
-    if (sizeof(T) == 2 && !a.bias && a.lse2p && mma_path_ok(a, true) && wgmma_usable() &&
+    if (sizeof(T) == 2 && a.lse2p && mma_path_ok(a, true) && wgmma_usable() &&
         attn_bwd_wgmma_smem(a.d) <= smem_limit &&
         attn_bwd_wgmma_maps_size() <= sizeof maps && attn_bwd_wgmma_maps(a, maps)) {
         const int64_t n = (int64_t)a.B * a.H * a.nq_pad;
@@ -296,7 +295,7 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
         FG_CUDA_TRY_LAUNCH();
         a.dq_tile_d = attn_bwd_wgmma_dpad(a.d); /* the layout it accumulates dQ in */
         FG_TRY(attn_bwd_wgmma_dispatch(AccOf<T>::is_bf16 ? FG_BF16 : FG_FP16, a, maps, st));
-    } else if (sizeof(T) == 2 && !a.variant && !a.bias && mma_path_ok(a, true) &&
+    } else if (sizeof(T) == 2 && !a.variant && mma_path_ok(a, true) &&
                attn_bwd_mma_supported(a.d, smem_limit)) {
         FG_TRY(attn_bwd_mma_dispatch(sizeof(T) == 2 && AccOf<T>::is_bf16 ? FG_BF16
                                                                         : FG_FP16,

@@ -189,14 +189,13 @@ static fg_status launch_fwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
 fg_status attn_fwd_dispatch(fg_dtype dt, const AttnArgs &a, size_t smem_limit,
                             cudaStream_t st)
 {
-    /* The tensor-core kernels do not apply a bias yet (attention.h). */
-    if ((dt == FG_FP16 || dt == FG_BF16) && !a.bias && mma_path_ok(a, false)) {
+    if ((dt == FG_FP16 || dt == FG_BF16) && mma_path_ok(a, false)) {
         fg_status status = FG_OK;
         if (wgmma_usable() && attn_fwd_wgmma_smem(a.d) <= smem_limit &&
             attn_fwd_wgmma_dispatch(dt, a, st, &status))
             return status;
-        /* The sm80 kernels have no variants yet: those take the general
-         * kernels below GPUs without wgmma (attention.h). */
+        /* The sm80 kernels have no variants (nor bias) yet: those take the
+         * general kernels below GPUs without wgmma (attention.h). */
         if (!a.variant && attn_fwd_mma_smem(a.d) <= smem_limit)
             return attn_fwd_mma_dispatch(dt, a, st);
     }
