@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """bench/compare_variants.py - flashgrad's attention variants against
-FlexAttention (torch.compile) in one process on one GPU, timed the same way
+FlexAttention (torch.compile) in one process on one GPU, and an additive
+bias that needs a gradient against PyTorch SDPA's memory-efficient kernel
+(attn_mask requiring grad; the "bias" cells), timed the same way
 for both: CUDA events around the forward and around the backward,
 standard-normal inputs, several interleaved rounds, the best of the
 per-round medians.
@@ -16,6 +18,10 @@ causal mask kept = N(N+1)/2 per head, about half of N^2).
 The varlen cell packs documents of 256..4096 tokens (drawn with a fixed
 seed) into one 16k-token row: flashgrad gets cu_seqlens (causal per
 document), FlexAttention the same row with a document mask.
+    python3 bench/compare_variants.py --lib ... --bias-only   # the bias cells
+
+In the bias cells the second column is SDPA-efficient, not FlexAttention;
+both read the same bf16 bias tensor and write dbias (bf16, its shape).
 """
 import argparse
 import ctypes as C
@@ -59,6 +65,11 @@ class Params(C.Structure):  # fg_attn_params, field for field
                 ("cu_seqlens_q", C.c_void_p), ("cu_seqlens_k", C.c_void_p),
                 ("total_q", C.c_int64), ("total_k", C.c_int64),
                 ("seqused_k", C.c_void_p)]
+
+
+class Bias(C.Structure):  # fg_attn_bias
+    _fields_ = [("data", C.c_void_p), ("dtype", C.c_int), ("sb", C.c_int64),
+                ("sh", C.c_int64), ("sq", C.c_int64), ("sk", C.c_int64)]
 
 
 def bshd(t):
@@ -114,6 +125,87 @@ def time_pair(fwd, bwd, reps):
     return statistics.median(tf), statistics.median(tb)
 
 
+def buffers(B, N, H, d, dev="cuda"):
+    """Standard-normal bf16 q, k, v, dO [B, N, H, d]; O, dQ, dK, dV; m, l."""
+    shape = (B, N, H, d)
+    ins = [torch.randn(shape, device=dev, dtype=torch.bfloat16) for _ in range(4)]
+    outs = [torch.empty_like(ins[0]) for _ in range(4)]
+    m = torch.empty(B, H, N, device=dev, dtype=torch.float32)
+    return ins, outs, m, torch.empty_like(m)
+
+
+def best_times(pairs, rounds, reps):
+    """Best per-round medians of interleaved rounds: {who: [fwd, bwd] ms}."""
+    best = {who: [1e9, 1e9] for who in pairs}
+    for _ in range(rounds):
+        for who, (f, b) in pairs.items():
+            tf, tb = time_pair(f, b, reps)
+            best[who][0] = min(best[who][0], tf)
+            best[who][1] = min(best[who][1], tb)
+    return best
+
+
+def bias_cell(fg, name, N, H, d, args):
+    """Dense attention plus a bf16 bias requiring grad: flashgrad (dbias
+    written by the backward) against SDPA's memory-efficient kernel
+    (attn_mask.requires_grad), both on the same inputs and bias."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+    dev = "cuda"
+    B = 16384 // N
+    (q, k, v, g), (o, dq, dk, dv), m, l = buffers(B, N, H, d)
+    full = "[B" in name
+    bias = torch.randn((B if full else 1, H, N, N), device=dev, dtype=torch.bfloat16)
+    dbias = torch.empty_like(bias)
+    bs = (bias.stride(0) if full else 0, bias.stride(1), bias.stride(2), bias.stride(3))
+    bc = Bias(bias.data_ptr(), FG_BF16, *bs)
+    dbc = Bias(dbias.data_ptr(), FG_BF16, *bs)
+    p = fg.params(B, N, H, d)
+    p.bias = C.addressof(bc)
+    p.dbias = C.addressof(dbc)
+    qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
+    bt = bias.detach().requires_grad_()
+    gt = g.transpose(1, 2)
+    state = {}
+
+    def sdpa_fwd():
+        with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+            state["out"] = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=bt)
+
+    def sdpa_bwd():
+        state["out"].backward(gt)
+        qt.grad = kt.grad = vt.grad = bt.grad = None
+
+    def fg_fwd():
+        fg.fwd(p, q, k, v, o, m, l)
+
+    def fg_bwd():
+        fg.bwd(p, q, k, v, o, g, m, l, dq, dk, dv)
+
+    for f in (sdpa_fwd, sdpa_bwd, fg_fwd, fg_bwd):
+        f()
+    fg_fwd()
+    sdpa_fwd()
+    torch.cuda.synchronize()
+    diff = (o.float() - state["out"].transpose(1, 2).float()).abs().max().item()
+    state["out"].backward(gt)
+    fg_bwd()
+    torch.cuda.synchronize()
+    ddb = (dbias.float() - bt.grad.float()).abs().max().item()
+    qt.grad = kt.grad = vt.grad = bt.grad = None
+    best = best_times({"fg": (fg_fwd, fg_bwd), "sdpa": (sdpa_fwd, sdpa_bwd)},
+                      args.rounds, args.reps)
+    fl = 4.0 * B * H * d * N * N
+    r = {"variant": name + " (vs SDPA-eff)", "N": N, "B": B,
+         "fg_fwd": fl / best["fg"][0] / 1e9, "fg_bwd": 2.5 * fl / best["fg"][1] / 1e9,
+         "flex_fwd": fl / best["sdpa"][0] / 1e9,
+         "flex_bwd": 2.5 * fl / best["sdpa"][1] / 1e9,
+         "fg_fwd_ms": best["fg"][0], "fg_bwd_ms": best["fg"][1], "maxdiff": diff,
+         "max_ddbias": ddb}
+    print(r, flush=True)
+    return r
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -123,6 +215,7 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--only", default=None,
                     help="run only the cells whose name contains this")
+    ap.add_argument("--bias-only", action="store_true")
     args = ap.parse_args()
     fg = Flashgrad(args.lib)
     torch.manual_seed(0)
@@ -136,19 +229,21 @@ def main():
     cells = [("causal", 8192), ("window 1024", 8192), ("alibi+causal", 8192),
              ("softcap 30+causal", 8192), ("50% block-sparse", 8192),
              ("causal", 2048), ("softcap 30+causal", 2048), ("dense", 8192),
-             ("varlen causal", 16384)]
+             ("varlen causal", 16384),
+             ("bias [B,H,N,N]", 2048), ("bias [H,N,N]", 2048)]
     if args.quick:
         cells = cells[:5]
     if args.only:
         cells = [c for c in cells if args.only in c[0]]
+    if args.bias_only:
+        cells = [c for c in cells if c[0].startswith("bias")]
     rows = []
     for name, N in cells:
+        if name.startswith("bias"):
+            rows.append(bias_cell(fg, name, N, H, d, args))
+            continue
         B = 16384 // N
-        shape = (B, N, H, d)
-        q, k, v, g = (torch.randn(shape, device=dev, dtype=torch.bfloat16) for _ in range(4))
-        o, dq, dk, dv = (torch.empty_like(q) for _ in range(4))
-        m = torch.empty(B, H, N, device=dev, dtype=torch.float32)
-        l = torch.empty_like(m)
+        (q, k, v, g), (o, dq, dk, dv), m, l = buffers(B, N, H, d)
         p = fg.params(B, N, H, d)
         slopes = torch.tensor([2.0 ** (-8.0 * (i + 1) / H) for i in range(H)],
                               device=dev, dtype=torch.float32)
@@ -248,12 +343,8 @@ def main():
         torch.cuda.synchronize()
         diff = (o.float() - state["out"].transpose(1, 2).float()).abs().max().item()
         flex_bwd()
-        best = {"fg": [1e9, 1e9], "flex": [1e9, 1e9]}
-        for _ in range(args.rounds):  # interleaved rounds, best median
-            for who, (f, b) in (("fg", (fg_fwd, fg_bwd)), ("flex", (flex_fwd, flex_bwd))):
-                tf, tb = time_pair(f, b, args.reps)
-                best[who][0] = min(best[who][0], tf)
-                best[who][1] = min(best[who][1], tb)
+        best = best_times({"fg": (fg_fwd, fg_bwd), "flex": (flex_fwd, flex_bwd)},
+                          args.rounds, args.reps)
         r = {"variant": name, "N": N, "B": B,
              "fg_fwd": fl / best["fg"][0] / 1e9, "fg_bwd": 2.5 * fl / best["fg"][1] / 1e9,
              "flex_fwd": fl / best["flex"][0] / 1e9,
@@ -264,7 +355,7 @@ def main():
         del keepalive
 
     print()
-    print(f"{'variant':>20} {'N':>5} | {'flashgrad':>13} | {'FlexAttention':>13} | "
+    print(f"{'variant':>20} {'N':>5} | {'flashgrad':>13} | {'Flex / SDPA':>13} | "
           f"{'ratio':>11} | {'fwd ms':>7} {'bwd ms':>7} | max|dO|")
     for r in rows:
         print(f"{r['variant']:>20} {r['N']:>5} | {r['fg_fwd']:6.1f}/{r['fg_bwd']:6.1f} | "

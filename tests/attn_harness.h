@@ -190,6 +190,18 @@ static inline void fgt_params(const fgt_case *c, fg_attn_params *p)
     p->softmax_scale = c->scale;
 }
 
+/* The params of c, the matching naive shape and the variant inputs. */
+static inline void fgt_setup(const fgt_case *c, fgt_rng *rng, fg_attn_params *p,
+                             naive_shape *ns, fgt_variants *var)
+{
+    fgt_params(c, p);
+    const naive_shape z = {c->B, c->Nq, c->Nk, c->H, c->Hk, c->d,
+                           c->scale > 0 ? c->scale : 1.0 / sqrt((double)c->d),
+                           c->causal, c->p, NULL};
+    *ns = z;
+    fgt_variants_make(c, rng, p, ns, var);
+}
+
 /* Run forward + backward on the CPU and the naive reference. `salt` picks
  * the random inputs. with_bwd = 0 skips the backward. */
 static inline void fgt_run_case(const fgt_case *c, uint64_t salt, int with_bwd,
@@ -215,12 +227,9 @@ static inline void fgt_run_case(const fgt_case *c, uint64_t salt, int with_bwd,
     }
 
     fg_attn_params p;
-    fgt_params(c, &p);
-    naive_shape ns = {c->B, c->Nq, c->Nk, c->H, c->Hk, c->d,
-                      c->scale > 0 ? c->scale : 1.0 / sqrt((double)c->d),
-                      c->causal, c->p, NULL};
+    naive_shape ns;
     fgt_variants var;
-    fgt_variants_make(c, &rng, &p, &ns, &var);
+    fgt_setup(c, &rng, &p, &ns, &var);
     fg_attn_tensor tq, tk, tv, to, tg, tdq, tdk, tdv;
     void *bq = fgt_pack(c, q, c->Nq, c->H, &tq);
     void *bk = fgt_pack(c, k, c->Nk, c->Hk, &tk);

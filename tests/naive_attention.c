@@ -46,6 +46,9 @@ static double score(const naive_shape *s, int64_t b, int64_t h, int64_t i,
     }
     if (s->alibi)
         x -= (double)s->alibi[b * s->alibi_sb + h] * fabs((double)(iprime(s, i) - j));
+    if (s->bias)
+        x += s->bias[b * s->bias_sb + h * s->bias_sh + i * s->bias_sq +
+                     j * s->bias_sk];
     if (dcap)
         *dcap = dc;
     return x;
@@ -127,6 +130,14 @@ void naive_attention_backward(const naive_shape *s, const double *q,
                               const double *dout, double *dq, double *dk,
                               double *dv)
 {
+    naive_attention_backward_ds(s, q, k, v, dout, dq, dk, dv, NULL);
+}
+
+void naive_attention_backward_ds(const naive_shape *s, const double *q,
+                                 const double *k, const double *v,
+                                 const double *dout, double *dq, double *dk,
+                                 double *dv, double *ds_out)
+{
     const int64_t d = s->d, Nq = s->Nq, Nk = s->Nk;
     double *P = malloc(sizeof(double) * (size_t)(Nq * Nk));
     double *dP = malloc(sizeof(double) * (size_t)(Nq * Nk));
@@ -168,8 +179,10 @@ void naive_attention_backward(const naive_shape *s, const double *q,
                             acc += qi[x] * kj[x];
                         score(s, b, h, i, j, acc * s->scale, &dcap);
                     }
-                    const double ds =
-                        P[i * Nk + j] * (dP[i * Nk + j] - dot) * dcap * s->scale;
+                    const double dlogit = P[i * Nk + j] * (dP[i * Nk + j] - dot);
+                    if (ds_out)
+                        ds_out[((b * s->H + h) * Nq + i) * Nk + j] = dlogit;
+                    const double ds = dlogit * dcap * s->scale;
                     const double *kj = k + IDX(b, j, hk, Nk, s->Hk, d);
                     double *dkj = dk + IDX(b, j, hk, Nk, s->Hk, d);
                     for (int64_t x = 0; x < d; x++) {

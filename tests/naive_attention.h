@@ -25,6 +25,11 @@ typedef struct naive_shape {
     int64_t map_b, map_h;
     /* Key padding: keys j >= seqused_k[b] are masked (NULL = none). */
     const int32_t *seqused_k;
+    /* Additive bias added to the logit of a visible pair after ALiBi:
+     * element (b, h, i, j) at bias[b*bias_sb + h*bias_sh + i*bias_sq +
+     * j*bias_sk], or NULL. */
+    const double *bias;
+    int64_t bias_sb, bias_sh, bias_sq, bias_sk;
 } naive_shape;
 
 /* O, m, l. Fully masked rows: O = 0, m = -inf, l = 0. */
@@ -53,5 +58,12 @@ void naive_varlen_backward(const naive_shape *s, const int32_t *cu_q,
                            const double *k, const double *v,
                            const double *dout, double *dq, double *dk,
                            double *dv);
+/* The same, and ds = dL/d(final logit) of every pair, dense [B, H, Nq, Nk]
+ * (0 for masked pairs; the gradient of the bias before any broadcast sum),
+ * when ds is not NULL. */
+void naive_attention_backward_ds(const naive_shape *s, const double *q,
+                                 const double *k, const double *v,
+                                 const double *dout, double *dq, double *dk,
+                                 double *dv, double *ds);
 
 #endif /* FG_TESTS_NAIVE_ATTENTION_H */

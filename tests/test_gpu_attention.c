@@ -57,27 +57,6 @@ static fg_attn_tensor layout(const gcase *c, fg_dtype dt, void *ptr, int64_t S,
                    : fg_attn_bshd(ptr, dt, S, Hh, c->d);
 }
 
-static void store(fg_dtype dt, void *buf, int64_t off, double x)
-{
-    switch (dt) {
-    case FG_FP64: ((double *)buf)[off] = x; break;
-    case FG_FP32: ((float *)buf)[off] = (float)x; break;
-    case FG_FP16: ((uint16_t *)buf)[off] = fgt_f32_to_f16((float)x); break;
-    case FG_BF16: ((uint16_t *)buf)[off] = fgt_f32_to_bf16((float)x); break;
-    }
-}
-
-static double load(fg_dtype dt, const void *buf, int64_t off)
-{
-    switch (dt) {
-    case FG_FP64: return ((const double *)buf)[off];
-    case FG_FP32: return ((const float *)buf)[off];
-    case FG_FP16: return fgt_f16_to_f32(((const uint16_t *)buf)[off]);
-    case FG_BF16: return fgt_bf16_to_f32(((const uint16_t *)buf)[off]);
-    }
-    return NAN;
-}
-
 /* Upload a BSHD double array into the case's layout and dtype; src NULL
  * gives a NaN-poisoned output buffer. */
 static dbuf upload(const gcase *c, fg_dtype dt, const double *src, int64_t S,
@@ -97,7 +76,7 @@ static dbuf upload(const gcase *c, fg_dtype dt, const double *src, int64_t S,
         for (int64_t s = 0; s < S; s++)
             for (int64_t h = 0; h < Hh; h++)
                 for (int64_t x = 0; x < c->d; x++)
-                    store(dt, host, bb * b.t.stride_b + s * b.t.stride_s +
+                    fgt_store(dt, host, bb * b.t.stride_b + s * b.t.stride_s +
                                         h * b.t.stride_h + x,
                           src[((bb * S + s) * Hh + h) * c->d + x]);
     CK_CUDA(cudaMemcpy(b.dev, host, bytes, cudaMemcpyHostToDevice));
@@ -117,7 +96,7 @@ static double *download(const gcase *c, fg_dtype dt, const dbuf *b, int64_t S,
             for (int64_t h = 0; h < Hh; h++)
                 for (int64_t x = 0; x < c->d; x++)
                     out[((bb * S + s) * Hh + h) * c->d + x] =
-                        load(dt, host, bb * b->t.stride_b + s * b->t.stride_s +
+                        fgt_load(dt, host, bb * b->t.stride_b + s * b->t.stride_s +
                                            h * b->t.stride_h + x);
     free(host);
     return out;
@@ -220,8 +199,8 @@ static void gpu_run(const gcase *c, fg_dtype dt, const fg_attn_params *p0,
     CK_CUDA(cudaMemcpy(hm, m, ns * ss, cudaMemcpyDeviceToHost));
     CK_CUDA(cudaMemcpy(hl, l, ns * ss, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < ns; i++) {
-        r->m[i] = load(sd, hm, (int64_t)i);
-        r->l[i] = load(sd, hl, (int64_t)i);
+        r->m[i] = fgt_load(sd, hm, (int64_t)i);
+        r->l[i] = fgt_load(sd, hl, (int64_t)i);
     }
     free(hm);
     free(hl);

@@ -47,11 +47,28 @@
  *     S_ij = scale q_i . k_j                     (plain)
  *     S_ij <- softcap * tanh(S_ij / softcap)     (softcap > 0)
  *     S_ij <- S_ij - slope[b, h] * |i' - j|      (alibi_slopes != NULL)
+ *     S_ij <- S_ij + bias[b, h, i, j]            (bias != NULL)
  *
- * in that order (softcap, then ALiBi, then the mask), as FlashAttention-2
- * does; the backward differentiates the softcap exactly
- * (dS_raw = dS (1 - tanh^2)). With Nq > Nk and bottom-right causal the first
- * Nq - Nk query rows see no key at all.
+ * in that order (softcap, then ALiBi, then the bias, then the mask), as
+ * FlashAttention-2 does for the first two; the backward differentiates the
+ * softcap exactly (dS_raw = dS (1 - tanh^2)). With Nq > Nk and bottom-right
+ * causal the first Nq - Nk query rows see no key at all.
+ *
+ * Bias (fg_attn_bias, any broadcast through zero strides): fp32 or the
+ * operands' dtype. A masked pair's bias is never read; a -inf bias masks
+ * its pair (a row whose visible keys all have -inf bias behaves as a fully
+ * masked row: O = 0, m = -inf, l = 0), a NaN bias makes its row NaN. The
+ * backward writes dbias = dL/dS_ij at the bias (after the softcap chain:
+ * P (dP - D), not times 1 - tanh^2), summed over the dimensions bias
+ * broadcasts; dbias must broadcast exactly where bias does (on dimensions
+ * of extent > 1), has its own strides and dtype (fp32 or the operands'),
+ * is overwritten (masked pairs get 0) and may overlap nothing else. dbias
+ * is summed in a fixed order on the CPU and, with deterministic = 1, on
+ * CUDA (otherwise broadcast sums use atomics there). Nothing Nq x Nk is
+ * allocated. Bias is not supported with cu_seqlens / seqused_k. On CUDA,
+ * fp16/bf16 bias problems take the Hopper (sm_90a) tensor-core kernels;
+ * other GPUs and fp32/fp64 run them on the general kernels
+ * (doc/performance.md).
  *
  * Dropout (probability p in [0, 1)) is applied to P after normalisation and
  * kept values are scaled by 1/(1-p). The keep decision for element

@@ -332,6 +332,13 @@ typedef struct fg_attention_options {
     const int32_t *cu_seqlens_q, *cu_seqlens_k;
     int64_t n_seq;
     const int32_t *seqused_k;
+    /* Additive score bias (attention.h), NULL = none: a tensor on q's
+     * device, fp32 or q's dtype, of shape [B, H, Nq, Nk] or any shape that
+     * broadcasts to it numpy-style (trailing dimensions aligned; each
+     * dimension 1 or the full size, e.g. [Nq, Nk], [H, Nq, Nk],
+     * [B, 1, 1, Nk]). It is an input of the op: when it requires grad it
+     * receives dL/dbias (summed over its broadcast dimensions). */
+    fg_tensor *bias;
 } fg_attention_options;
 FG_API void fg_attention_options_init(fg_attention_options *o);
 

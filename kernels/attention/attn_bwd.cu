@@ -12,7 +12,7 @@
  * With params.deterministic the main kernels skip dQ and attn_bwd_dq_kernel
  * computes it per query block in a fixed order (bitwise-reproducible).
  * Nothing of size Nq x Nk exists anywhere. */
-#include "attn_common.cuh"
+#include "attn_bwd_tile.cuh"
 #include "attn_kernels.h"
 #include "kernels/runtime/cuda_check.h"
 
@@ -78,53 +78,6 @@ __global__ void attn_bwd_write_dq(const AttnArgs a)
     }
 }
 
-/* m, l and D of query rows i0 .. i0+Br-1 of (b, h) into shared memory;
- * rows past the end read as l = 0 (P = 0). */
-template <typename A>
-__device__ __forceinline__ void load_row_stats(const AttnArgs &a, int64_t row0,
-                                               int64_t i0, int Br, int rows,
-                                               A *ms, A *ls, A *Ds)
-{
-    for (int r = threadIdx.x; r < Br; r += blockDim.x) {
-        const bool in = r < rows;
-        ms[r] = in ? ((const A *)a.m)[row0 + i0 + r] : A(0);
-        ls[r] = in ? ((const A *)a.l)[row0 + i0 + r] : A(0);
-        Ds[r] = in ? ((const A *)a.D)[row0 + i0 + r] : A(0);
-    }
-}
-
-/* Alg4 L.12-14: P = exp(score_mod(scale Q_i K_j^T) - m) / l, masked
- * entries 0 (and, with softcap, dcap = 1 - tanh^2); L.18: dP = dO_i V_j^T
- * (before dropout). Rows with l = 0 saw nothing: P = 0; a NaN row keeps
- * its NaN. */
-template <typename A>
-__device__ __forceinline__ void bwd_recompute(const AttnArgs &a, const A *Qs,
-                                              const A *dOs, const A *Ks,
-                                              const A *Vs, const A *ms,
-                                              const A *ls, A *P, A *dP, A *dcap,
-                                              int64_t i0, int64_t j0, A slope)
-{
-    const int d = a.d, Br = a.Br, Bc = a.Bc, ld = d + 1;
-    const A scale = (A)a.scale;
-    for (int idx = threadIdx.x; idx < Br * Bc; idx += blockDim.x) {
-        const int r = idx / Bc, c = idx - r * Bc;
-        const A *qr = Qs + r * ld, *gr = dOs + r * ld;
-        const A *kc = Ks + c * ld, *vc = Vs + c * ld;
-        A s = 0, dp = 0;
-        for (int x = 0; x < d; x++) {
-            s += qr[x] * kc[x];
-            dp += gr[x] * vc[x];
-        }
-        const bool ok = i0 + r < a.Nq && ls[r] != A(0) && visible(a, i0 + r, j0 + c);
-        A dc = A(1);
-        const A x = score_mod<A>(a, s * scale, slope, i0 + r, j0 + c, &dc);
-        P[idx] = ok ? fast_exp(x - ms[r]) / ls[r] : A(0);
-        dP[idx] = dp;
-        if (dcap)
-            dcap[idx] = dc;
-    }
-}
-
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
 attn_bwd_kernel(const AttnArgs args)
@@ -186,7 +139,7 @@ attn_bwd_kernel(const AttnArgs args)
             load_tile<T, A>(dOs, ld, a.dout, b, i0, h, Br, rows, d);
             load_row_stats<A>(a, row0, i0, Br, rows, ms, ls, Ds);
             __syncthreads();
-            bwd_recompute<A>(a, Qs, dOs, Ks, Vs, ms, ls, P, dP, dcap, i0, j0, slope);
+            bwd_recompute<T, A>(a, Qs, dOs, Ks, Vs, ms, ls, P, dP, dcap, b, h, i0, j0, slope);
             __syncthreads();
             if (a.dropout) {
                 /* Alg4 L.15-16, 19: Z from the seed; dP *= Z, PD = P * Z. */
@@ -200,6 +153,9 @@ attn_bwd_kernel(const AttnArgs args)
             for (int idx = threadIdx.x; idx < Br * Bc; idx += blockDim.x) {
                 const int r = idx / Bc;
                 const A ds = P[idx] * (dP[idx] - Ds[r]);
+                /* dbias gets dS at the biased logit, before the softcap. */
+                if (a.dbias_mode == kDbiasStore || a.dbias_mode == kDbiasAtomic)
+                    dbias_put<T, A>(a, ls, b, h, i0, j0, r, idx - r * Bc, ds);
                 dP[idx] = dcap ? ds * dcap[idx] : ds;
             }
             __syncthreads();
@@ -253,15 +209,9 @@ attn_bwd_dq_kernel(const AttnArgs args)
     const AttnArgs a = seq_args<T, A>(args, b, &nk_rows);
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int d = a.d, Br = a.Br, Bc = a.Bc, ld = d + 1;
-    A *Qs = (A *)smem_raw;
-    A *dOs = Qs + Br * ld;
-    A *Ks = dOs + Br * ld;
-    A *Vs = Ks + Bc * ld;
-    A *P = Vs + Bc * ld;
-    A *dP = P + Br * Bc;
-    A *dQs = dP + Br * Bc;
-    A *ms = dQs + Br * d, *ls = ms + Br, *Ds = ls + Br;
-    A *dcap = a.softcap > 0.f ? Ds + Br : nullptr; /* [Br, Bc] 1 - tanh^2 */
+    const RowBlockSmem<A> sm(smem_raw, a, Br * d); /* acc: the dQ_i sums */
+    A *Qs = sm.Qs, *dOs = sm.dOs, *Ks = sm.Ks, *Vs = sm.Vs, *P = sm.P, *dP = sm.dP;
+    A *dQs = sm.acc, *ms = sm.ms, *ls = sm.ls, *Ds = sm.Ds, *dcap = sm.dcap;
 
     const int64_t i0 = (int64_t)blockIdx.x * Br;
     if (i0 >= a.Nq)
@@ -292,7 +242,7 @@ attn_bwd_dq_kernel(const AttnArgs args)
         load_tile<T, A>(Ks, ld, a.k, b, j0, hk, Bc, cols, d);
         load_tile<T, A>(Vs, ld, a.v, b, j0, hk, Bc, cols, d);
         __syncthreads();
-        bwd_recompute<A>(a, Qs, dOs, Ks, Vs, ms, ls, P, dP, dcap, i0, j0, slope);
+        bwd_recompute<T, A>(a, Qs, dOs, Ks, Vs, ms, ls, P, dP, dcap, b, h, i0, j0, slope);
         __syncthreads();
         if (a.dropout) {
             apply_dropout<A>(a, dP, (A *)nullptr, Bc, Br, Bc, bh, i0, j0);
@@ -324,13 +274,9 @@ static fg_status launch_bwd_dq(AttnArgs a, size_t smem_limit, cudaStream_t st)
 {
     typedef typename AccOf<T>::type A;
     const int ncap = a.softcap > 0.f;
-    const int t = pick_tile([&](int x) { return bwd_dq_smem_bytes(x, x, a.d, sizeof(A), ncap); },
-                            smem_limit);
-    if (t == 0)
-        return fg_error(FG_ERR_UNSUPPORTED,
-                        "fg_attention_backward: head_dim %d needs more shared "
-                        "memory than this GPU has (deterministic dQ)",
-                        a.d);
+    int t = 0;
+    FG_TRY(pick_bwd_tile([&](int x) { return bwd_dq_smem_bytes(x, x, a.d, sizeof(A), ncap); },
+                         smem_limit, a.d, "deterministic dQ", &t));
     a.Br = a.Bc = t;
     const size_t smem = bwd_dq_smem_bytes(t, t, a.d, sizeof(A), ncap);
     FG_CUDA_TRY(cudaFuncSetAttribute(attn_bwd_dq_kernel<T>,
@@ -397,13 +343,18 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
 fg_status attn_bwd_dispatch(fg_dtype dt, const AttnArgs &a, size_t smem_limit,
                             cudaStream_t st)
 {
+    FG_TRY(attn_dbias_before(dt, a, st));
+    fg_status s = FG_OK;
     switch (dt) {
-    case FG_FP64: return launch_bwd<double>(a, smem_limit, st);
-    case FG_FP32: return launch_bwd<float>(a, smem_limit, st);
-    case FG_FP16: return launch_bwd<__half>(a, smem_limit, st);
-    case FG_BF16: return launch_bwd<__nv_bfloat16>(a, smem_limit, st);
+    case FG_FP64: s = launch_bwd<double>(a, smem_limit, st); break;
+    case FG_FP32: s = launch_bwd<float>(a, smem_limit, st); break;
+    case FG_FP16: s = launch_bwd<__half>(a, smem_limit, st); break;
+    case FG_BF16: s = launch_bwd<__nv_bfloat16>(a, smem_limit, st); break;
+    default:
+        return fg_error(FG_ERR_INTERNAL, "attn_bwd_dispatch: dtype %d", (int)dt);
     }
-    return fg_error(FG_ERR_INTERNAL, "attn_bwd_dispatch: dtype %d", (int)dt);
+    FG_TRY(s);
+    return attn_dbias_after(dt, a, smem_limit, st);
 }
 
 } /* namespace fg */

@@ -320,13 +320,15 @@ __device__ __forceinline__ float raw_score_mod(const AttnArgs &a, float s, float
 
 /* The softcap's d logit / d x = 1 - tanh^2 of pair (i, j), recovered from
  * its probability p = exp2(logit log2e - lse2) (the backward keeps P, not
- * the logit); 0 where p = 0, whose dS is 0 anyway. */
+ * the logit) by undoing ALiBi and the bias (bias_v, its value at (i, j));
+ * 0 where p = 0, whose dS is 0 anyway. */
 __device__ __forceinline__ float softcap_grad(const AttnArgs &a, float p, float lse2,
-                                              float slope, int64_t i, int64_t j)
+                                              float slope, int64_t i, int64_t j,
+                                              float bias_v = 0.f)
 {
     if (!(p > 0.f))
         return 0.f;
-    float x = (__log2f(p) + lse2) * 0.6931471805599453f;
+    float x = (__log2f(p) + lse2) * 0.6931471805599453f - bias_v;
     if (a.alibi)
         x += slope * fabsf((float)(int)(i - j) + (float)a.shift);
     const float t = x * (1.f / a.softcap);
@@ -352,6 +354,35 @@ __device__ __forceinline__ A score_mod(const AttnArgs &a, A x, A slope,
     }
     return x;
 }
+/* bias[b, h, i, j] in the accumulator type (the caller knows the pair is
+ * inside the problem). */
+template <typename T, typename A>
+__device__ __forceinline__ A bias_at(const AttnArgs &a, int64_t b, int64_t h,
+                                     int64_t i, int64_t j)
+{
+    const int64_t off = b * a.bias_s[0] + h * a.bias_s[1] + i * a.bias_s[2] +
+                        j * a.bias_s[3];
+    return a.bias_f32 ? (A)((const float *)a.bias)[off]
+                      : (A)to_acc(((const T *)a.bias)[off]);
+}
+
+/* The forward tensor-core kernels' bias: s[x] (raw q.k units) of the
+ * accumulator fragment, row r0 + 8 ((x >> 1) & 1), column c0 + 8 (x >> 2)
+ * + (x & 1), gets bias / scale; pairs outside the problem are left alone
+ * (the mask handles them). */
+template <typename T, int N>
+__device__ __forceinline__ void add_bias_raw(const AttnArgs &a, float (&s)[N], int64_t b,
+                                             int64_t h, int64_t r0, int64_t c0)
+{
+    const float inv = (float)(1.0 / a.scale);
+#pragma unroll
+    for (int x = 0; x < N; x++) {
+        const int64_t i = r0 + ((x >> 1) & 1) * 8, j = c0 + (x >> 2) * 8 + (x & 1);
+        if (i < a.Nq && j < a.Nk)
+            s[x] += bias_at<T, float>(a, b, h, i, j) * inv;
+    }
+}
+
 template <typename A>
 __device__ __forceinline__ A alibi_slope(const AttnArgs &a, int64_t b, int64_t h)
 {

@@ -12,11 +12,13 @@
 
 namespace fg {
 
-/* S = scale * Q_i K_j^T on the [rows, cols] tile, masked entries = -inf. */
-template <typename A>
+/* S = scale * Q_i K_j^T on the [rows, cols] tile, then the score mods and
+ * the bias; masked entries = -inf. */
+template <typename T, typename A>
 __device__ __forceinline__ void fwd_scores(const AttnArgs &a, const A *Qs,
-                                           const A *Ks, A *S, int64_t i0,
-                                           int64_t j0, A slope)
+                                           const A *Ks, A *S, int64_t b,
+                                           int64_t h, int64_t i0, int64_t j0,
+                                           A slope)
 {
     const int d = a.d, Br = a.Br, Bc = a.Bc;
     const A scale = (A)a.scale;
@@ -26,9 +28,13 @@ __device__ __forceinline__ void fwd_scores(const AttnArgs &a, const A *Qs,
         A acc = 0;
         for (int x = 0; x < d; x++)
             acc += qr[x] * kc[x];
-        S[idx] = visible(a, i0 + r, j0 + c)
-                     ? score_mod<A>(a, acc * scale, slope, i0 + r, j0 + c, nullptr)
-                     : (A)-INFINITY;
+        A x = (A)-INFINITY;
+        if (visible(a, i0 + r, j0 + c)) {
+            x = score_mod<A>(a, acc * scale, slope, i0 + r, j0 + c, nullptr);
+            if (a.bias && i0 + r < a.Nq) /* padded rows read no bias */
+                x += bias_at<T, A>(a, b, h, i0 + r, j0 + c);
+        }
+        S[idx] = x;
     }
 }
 
@@ -136,7 +142,7 @@ attn_fwd_kernel(const AttnArgs args)
         load_tile<T, A>(Ks, d + 1, a.k, b, j0, hk, Bc, cols, d);
         load_tile<T, A>(Vs, d, a.v, b, j0, hk, Bc, cols, d);
         __syncthreads();
-        fwd_scores<A>(a, Qs, Ks, S, i0, j0, slope); /* Alg1 L.9 + mods + mask */
+        fwd_scores<T, A>(a, Qs, Ks, S, b, h, i0, j0, slope); /* Alg1 L.9 + mods + mask */
         __syncthreads();
         fwd_softmax<A>(a, S, ms, ls, alpha);
         __syncthreads();
@@ -194,8 +200,8 @@ fg_status attn_fwd_dispatch(fg_dtype dt, const AttnArgs &a, size_t smem_limit,
         if (wgmma_usable() && attn_fwd_wgmma_smem(a.d) <= smem_limit &&
             attn_fwd_wgmma_dispatch(dt, a, st, &status))
             return status;
-        /* The sm80 kernels have no variants yet: those take the general
-         * kernels below GPUs without wgmma (attention.h). */
+        /* The sm80 kernels have no variants (nor bias) yet: those take the
+         * general kernels below GPUs without wgmma (attention.h). */
         if (!a.variant && attn_fwd_mma_smem(a.d) <= smem_limit)
             return attn_fwd_mma_dispatch(dt, a, st);
     }

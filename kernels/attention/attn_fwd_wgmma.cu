@@ -265,6 +265,8 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 s[i] = raw_score_mod(a, s[i], slope, row_w + ((i >> 1) & 1) * 8,
                                      j0 + (i >> 2) * 8 + 2 * t4 + (i & 1));
         }
+        if (kMasked && a.bias) /* + bias, in raw units (the scale is in exp2) */
+            add_bias_raw<T, SR>(a, s, b, h, row_w, j0 + 2 * t4);
         const bool dead = kMasked && walk.dead(jb);
         const bool need_mask =
             j0 + Bc > a.Nk || (kCausal && j0 + Bc - 1 > i0 + wg * 64 + a.shift) ||

@@ -16,6 +16,13 @@ fg_status attn_fwd_dispatch(fg_dtype dt, const AttnArgs &a, size_t smem_limit,
 fg_status attn_bwd_dispatch(fg_dtype dt, const AttnArgs &a, size_t smem_limit,
                             cudaStream_t st);
 
+/* dbias around the backward (attn_bias.cu), by a.dbias_mode: before the
+ * main kernel, zero what it stores or adds into; after it, convert the
+ * scratch into dbias or run the deterministic pass. No-ops without dbias. */
+fg_status attn_dbias_before(fg_dtype dt, const AttnArgs &a, cudaStream_t st);
+fg_status attn_dbias_after(fg_dtype dt, const AttnArgs &a, size_t smem_limit,
+                           cudaStream_t st);
+
 /* Tensor-core fp16/bf16 paths (sm_80+). */
 fg_status attn_fwd_mma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st);
 size_t attn_fwd_mma_smem(int d);

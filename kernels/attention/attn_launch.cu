@@ -90,12 +90,21 @@ static fg_status base_args(const fg_attn_problem *pb, const char *fn,
         a->q_count = pb->bm.q_count;
         a->q_index = pb->bm.q_index;
     }
+    a->bias = pb->bias.data;
+    if (a->bias) {
+        a->bias_f32 = pb->bias.dtype == FG_FP32;
+        a->bias_s[0] = pb->bias.stride_b;
+        a->bias_s[1] = pb->bias.stride_h;
+        a->bias_s[2] = pb->bias.stride_q;
+        a->bias_s[3] = pb->bias.stride_k;
+    }
     /* Packed batches and key padding are variants too: the wgmma forward
      * runs them in kMode 3; the sm80 kernels and the wgmma backward
      * (no lse2p workspace, attn_fwd.cu/attn_bwd.cu) leave them to the
-     * general kernels (doc/performance.md). */
+     * general kernels (doc/performance.md). A bias (never combined with
+     * them) runs in the wgmma kernels' kMode 2. */
     a->variant = (pb->band && !plain_causal) || pb->softcap > 0 || pb->alibi ||
-                 pb->sparse || pb->varlen || pb->seqused_k;
+                 pb->sparse || pb->varlen || pb->seqused_k || pb->bias.data;
     a->scale = pb->scale;
     a->dropout = pb->dropout_p > 0.0;
     a->keep_threshold = pb->keep_threshold;
@@ -132,6 +141,46 @@ extern "C" fg_status fg_attn_cuda_forward(const fg_attn_problem *pb,
     a.l = st->l;
     return fg::attn_fwd_dispatch(pb->dtype, a, limit,
                                  (cudaStream_t)pb->stream);
+}
+
+/* dbias's mode (attn_bias.cu) and, for atomics into a dbias not of the
+ * accumulator type, the bytes of the scratch it sums in. */
+static size_t dbias_setup(const fg_attn_problem *pb, AttnArgs *a, size_t acc)
+{
+    const fg_attn_bias *t = &pb->dbias;
+    if (!t->data)
+        return 0;
+    a->dbias = t->data;
+    a->dbias_f32 = t->dtype == FG_FP32;
+    const int64_t s[4] = {t->stride_b, t->stride_h, t->stride_q, t->stride_k};
+    const int64_t full[4] = {pb->B, pb->H, pb->Nq, pb->Nk};
+    bool bcast = false;
+    for (int x = 0; x < 4; x++) {
+        a->dbias_s[x] = s[x];
+        bcast = bcast || (s[x] == 0 && full[x] > 1);
+    }
+    if (!bcast) {
+        a->dbias_mode = fg::kDbiasStore;
+        return 0;
+    }
+    if (pb->deterministic) {
+        a->dbias_mode = fg::kDbiasPass;
+        return 0;
+    }
+    a->dbias_mode = fg::kDbiasAtomic;
+    if (fg_dtype_size(t->dtype) == acc) { /* fp32 for fp32/16/bf16, fp64 for fp64 */
+        a->dbias_acc = t->data;
+        for (int x = 0; x < 4; x++)
+            a->dbias_acc_s[x] = s[x];
+        return 0;
+    }
+    /* A dense scratch of dbias's stored shape (zero strides kept). */
+    int64_t n = 1;
+    for (int x = 3; x >= 0; x--) {
+        a->dbias_acc_s[x] = s[x] ? n : 0;
+        n *= s[x] ? full[x] : 1;
+    }
+    return ((size_t)n * acc + 255) & ~(size_t)255;
 }
 
 extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
@@ -175,8 +224,9 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
     if (hopper && dq_bytes)
         dq_bytes = sizeof(float) * (size_t)(pb->B * pb->H * nq_pad) *
                    (size_t)fg::attn_bwd_wgmma_dpad((int)pb->d);
+    const size_t bias_bytes = dbias_setup(pb, &a, acc);
     /* Never 0 (an empty packed batch): allocators may refuse it. */
-    const size_t need = d_bytes + dq_bytes + pad_bytes;
+    const size_t need = d_bytes + dq_bytes + pad_bytes + bias_bytes;
     const size_t bytes = need ? need : 256;
     void *ws = nullptr;
     /* On the context stream (the autograd path) the caching allocator
@@ -194,7 +244,11 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
         a.lse2p = (char *)ws + d_bytes + dq_bytes;
         a.Dp = (float *)a.lse2p + (size_t)(pb->B * pb->H * nq_pad);
     }
+    if (bias_bytes)
+        a.dbias_acc = (char *)ws + d_bytes + dq_bytes + pad_bytes;
     cudaError_t e = dq_bytes ? cudaMemsetAsync(a.dq_acc, 0, dq_bytes, s) : cudaSuccess;
+    if (e == cudaSuccess && bias_bytes)
+        e = cudaMemsetAsync(a.dbias_acc, 0, bias_bytes, s);
     fg_status status = FG_OK;
     if (e != cudaSuccess)
         status = fg_cuda_status(e, "cudaMemsetAsync", __FILE__, __LINE__);

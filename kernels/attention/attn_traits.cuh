@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "lib/attention/attention_internal.h"
+#include "lib/core/error.h"
 
 namespace fg {
 
@@ -107,6 +108,27 @@ struct AttnArgs {
     /* Stats, D and dq_acc rows: (b, h, i) at b * st_b + h * st_h + i
      * ([B, H, Nq] dense, [H, total_q] packed; dq_acc times d). */
     int64_t st_b, st_h;
+    /* Additive bias (NULL = none; attention.h) and its gradient: element
+     * (b, h, i, j) at b s[0] + h s[1] + i s[2] + j s[3] (elements; a zero
+     * stride broadcasts). *_f32: stored as float, else in the operands'
+     * dtype. */
+    const void *bias;
+    int bias_f32;
+    int64_t bias_s[4];
+    void *dbias;
+    int dbias_f32;
+    int64_t dbias_s[4];
+    /* How the backward produces dbias (attn_bias.cu): */
+    int dbias_mode;
+    void *dbias_acc;      /* mode 2: accumulator-type target of the atomics */
+    int64_t dbias_acc_s[4];
+};
+
+enum {
+    kDbiasNone = 0,
+    kDbiasStore = 1,  /* nothing broadcast: the main kernel stores dS */
+    kDbiasAtomic = 2, /* atomics into dbias_acc (dbias itself or scratch) */
+    kDbiasPass = 3    /* deterministic: attn_bwd_dbias_kernel sums in order */
 };
 
 /* Rows of the stats, D and dq_acc: [B, H, Nq] dense, [H, total_q] packed. */
@@ -155,6 +177,16 @@ inline size_t bwd_smem_bytes(int Br, int Bc, int d, size_t acc_size, int ncap)
     return n * acc_size;
 }
 
+/* attn_bwd_dbias_kernel: Q_i, dO_i, K_j, V_j, P, dS, the dbias tile
+ * (, dcap), m, l, D. */
+inline size_t bwd_dbias_smem_bytes(int Br, int Bc, int d, size_t acc_size,
+                                   int ncap)
+{
+    size_t n = 2 * (size_t)Br * (d + 1) + 2 * (size_t)Bc * (d + 1) +
+               (3 + ncap) * (size_t)Br * Bc + 3 * (size_t)Br;
+    return n * acc_size;
+}
+
 /* Largest square tile in {64, 32, 16, 8} whose shared memory fits both the
  * device limit and a budget that leaves room for two blocks per SM. */
 template <typename F>
@@ -165,6 +197,21 @@ inline int pick_tile(F bytes_for, size_t limit)
         if (bytes_for(t) <= budget)
             return t;
     return bytes_for(8) <= limit ? 8 : 0;
+}
+
+/* The backward's pick_tile, or FG_ERR_UNSUPPORTED naming the kernel
+ * (`what`) when not even 8 x 8 tiles fit. */
+template <typename F>
+inline fg_status pick_bwd_tile(F bytes_for, size_t limit, int d, const char *what,
+                               int *tile)
+{
+    *tile = pick_tile(bytes_for, limit);
+    if (*tile == 0)
+        return fg_error(FG_ERR_UNSUPPORTED,
+                        "fg_attention_backward: head_dim %d needs more shared "
+                        "memory than this GPU has (%s)",
+                        d, what);
+    return FG_OK;
 }
 
 } /* namespace fg */

@@ -221,11 +221,13 @@ static fg_status check_pointer(const void *ptr, size_t align,
 }
 
 /* Operands: inputs first (n_in of them), then outputs. Checks dtype, device
- * support, pointers, strides, and that no output overlaps anything. */
+ * support, pointers, strides, and that no output overlaps anything. The
+ * views of the operands, then stats.m and stats.l, go to views[] (room for
+ * 12) and their count to *nv, for the bias checks. */
 static fg_status check_operands(fg_attn_problem *pb, fg_device dev,
                                 const operand *ops, int n_ops, int n_in,
                                 const fg_attn_stats *st, int stats_is_output,
-                                const char *fn)
+                                fg_view *views, int *nv_out, const char *fn)
 {
     for (int i = 0; i < n_ops; i++)
         if (!ops[i].t)
@@ -257,7 +259,6 @@ static fg_status check_operands(fg_attn_problem *pb, fg_device dev,
                         fg_dtype_name(st->dtype));
 
     size_t es = fg_dtype_size(dt);
-    fg_view views[12];
     for (int i = 0; i < n_ops; i++) {
         const fg_attn_tensor *t = ops[i].t;
         FG_TRY(check_pointer(t->data, es, dev, ops[i].name, fn));
@@ -312,6 +313,7 @@ static fg_status check_operands(fg_attn_problem *pb, fg_device dev,
                                 names[i], names[j]);
         }
     }
+    *nv_out = nv;
     return FG_OK;
 }
 
@@ -332,7 +334,10 @@ fg_status fg_attention_forward(const fg_attn_params *p, const fg_attn_tensor *q,
         OP("q", q, rq, pb.H), OP("k", k, rk, pb.Hk),
         OP("v", v, rk, pb.Hk), OP("o", o, rq, pb.H),
     };
-    FG_TRY(check_operands(&pb, p->device, ops, 4, 3, stats, 1, fn));
+    fg_view views[12];
+    int nv = 0;
+    FG_TRY(check_operands(&pb, p->device, ops, 4, 3, stats, 1, views, &nv, fn));
+    FG_TRY(fg_attn_check_bias(p, &pb, views, nv, 3, 0, fn));
     FG_TRY(fg_attn_check_variants(p, &pb, fn));
     if (p->device == FG_DEVICE_CUDA)
         return fg_attn_cuda_forward(&pb, q, k, v, o, stats);
@@ -362,7 +367,10 @@ fg_status fg_attention_backward(const fg_attn_params *p,
         OP("dout", dout, rq, pb.H), OP("dq", dq, rq, pb.H),
         OP("dk", dk, rk, pb.Hk),  OP("dv", dv, rk, pb.Hk),
     };
-    FG_TRY(check_operands(&pb, p->device, ops, 8, 5, stats, 0, fn));
+    fg_view views[12];
+    int nv = 0;
+    FG_TRY(check_operands(&pb, p->device, ops, 8, 5, stats, 0, views, &nv, fn));
+    FG_TRY(fg_attn_check_bias(p, &pb, views, nv, 5, 1, fn));
     FG_TRY(fg_attn_check_variants(p, &pb, fn));
     if (p->device == FG_DEVICE_CUDA)
         return fg_attn_cuda_backward(&pb, q, k, v, o, dout, stats, dq, dk, dv);

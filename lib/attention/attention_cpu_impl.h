@@ -48,9 +48,28 @@ static inline void FN(row_cols)(const fg_attn_problem *pb, int64_t i,
     }
 }
 
+/* s[c] += bias[b, h, i, j0 + c] over [c_lo, c_hi) (bias fp32 or T). */
+static inline void FN(add_bias)(const fg_attn_problem *pb, T *s, int64_t b,
+                                int64_t h, int64_t i, int64_t j0,
+                                int64_t c_lo, int64_t c_hi)
+{
+    const fg_attn_bias *t = &pb->bias;
+    const int64_t off = fg_attn_bias_off(t, b, h, i, j0), sk = t->stride_k;
+    if (t->dtype == FG_FP32) {
+        const float *x = (const float *)t->data + off;
+        for (int64_t c = c_lo; c < c_hi; c++)
+            s[c] += (T)x[c * sk];
+    } else {
+        const T *x = (const T *)t->data + off;
+        for (int64_t c = c_lo; c < c_hi; c++)
+            s[c] += x[c * sk];
+    }
+}
+
 /* The final logits of row i over columns [c_lo, c_hi): s holds
- * scale * q.k on entry. Softcap, then ALiBi (attention.h); dcap, if not
- * NULL, receives d(capped)/d(scaled) = 1 - tanh^2 for the backward. */
+ * scale * q.k on entry. Softcap, then ALiBi, then the bias (attention.h);
+ * dcap, if not NULL, receives d(capped)/d(scaled) = 1 - tanh^2 for the
+ * backward. */
 static inline void FN(score_mod)(const fg_attn_problem *pb, T *s, T *dcap,
                                  int64_t b, int64_t h, int64_t i, int64_t j0,
                                  int64_t c_lo, int64_t c_hi)
@@ -72,6 +91,8 @@ static inline void FN(score_mod)(const fg_attn_problem *pb, T *s, T *dcap,
             s[c] -= slope * (T)(dist < 0 ? -dist : dist);
         }
     }
+    if (pb->bias.data)
+        FN(add_bias)(pb, s, b, h, i, j0, c_lo, c_hi);
 }
 
 /* The spans of indices [lo, hi) a block walks: the band's range, cut to the
@@ -332,6 +353,77 @@ static void FN(bwd_ws_carve)(FN(bwd_ws) *w, void *mem, int64_t Bc, int64_t d)
     w->keep = (uint8_t *)p;
 }
 
+/* Row i of (b, h) against the loaded K_j^T, V_j^T tile, columns
+ * [c_lo, c_hi) (Alg4 L.12-21): w->p = P, w->pd = P with dropout (when on),
+ * w->dp = dS at the final logit, P (dP - D_i) (what dBias receives), and
+ * w->dcap = 1 - tanh^2 of the softcap. Returns the P that feeds dV. */
+static const T *FN(bwd_row)(const fg_attn_problem *pb, FN(bwd_ws) *w,
+                            int64_t b, int64_t h, int64_t i, int64_t j0,
+                            int64_t cols, int64_t c_lo, int64_t c_hi,
+                            const T *qi, const T *doi, T mi, T li, T Di)
+{
+    const int64_t d = pb->d, Bc = pb->block_k;
+    const T scale = (T)pb->scale, keep_scale = (T)pb->keep_scale;
+    const int dropout = pb->dropout_p > 0.0;
+    /* Alg4 L.12-14: S = scale Q_i K_j^T, score mods, P = exp(S - m) / l. */
+    T *p = w->p;
+    for (int64_t c = c_lo; c < c_hi; c++)
+        p[c] = 0;
+    for (int64_t x = 0; x < d; x++) {
+        const T qx = qi[x];
+        const T *kr = w->kt + x * Bc;
+        for (int64_t c = c_lo; c < c_hi; c++)
+            p[c] += qx * kr[c];
+    }
+    for (int64_t c = c_lo; c < c_hi; c++)
+        p[c] *= scale;
+    FN(score_mod)(pb, p, w->dcap, b, h, i, j0, c_lo, c_hi);
+    const T inv_l = (T)1 / li;
+    for (int64_t c = c_lo; c < c_hi; c++)
+        p[c] = EXP(p[c] - mi) * inv_l;
+    /* Alg4 L.15-16: regenerate the mask, P_dropped = P*Z/(1-p). */
+    const T *pd = p;
+    if (dropout) {
+        fg_dropout_row(pb, b, h, i, j0, cols, w->keep);
+        for (int64_t c = c_lo; c < c_hi; c++)
+            w->pd[c] = w->keep[c] ? p[c] * keep_scale : (T)0;
+        pd = w->pd;
+    }
+    /* Alg4 L.18-19: dP = (dO_i V_j^T) * Z/(1-p). */
+    T *dp = w->dp;
+    for (int64_t c = c_lo; c < c_hi; c++)
+        dp[c] = 0;
+    for (int64_t x = 0; x < d; x++) {
+        const T gx = doi[x];
+        const T *vr = w->vt + x * Bc;
+        for (int64_t c = c_lo; c < c_hi; c++)
+            dp[c] += gx * vr[c];
+    }
+    if (dropout)
+        for (int64_t c = c_lo; c < c_hi; c++)
+            dp[c] = w->keep[c] ? dp[c] * keep_scale : (T)0;
+    /* Alg4 L.20-21: dS = P * (dP - D_i), D_i precomputed (FA2). */
+    for (int64_t c = c_lo; c < c_hi; c++)
+        dp[c] = p[c] * (dp[c] - Di);
+    return pd;
+}
+
+/* Loads K_j^T and V_j^T of (b, hk) (cols keys from j0) into w. */
+static void FN(load_kv_t)(const fg_attn_problem *pb, FN(bwd_ws) *w,
+                          const fg_attn_tensor *k, const fg_attn_tensor *v,
+                          int64_t b, int64_t hk, int64_t j0, int64_t cols)
+{
+    const int64_t d = pb->d, Bc = pb->block_k;
+    for (int64_t c = 0; c < cols; c++) {
+        const T *ks = FN(at)(k, b, j0 + c, hk);
+        const T *vs = FN(at)(v, b, j0 + c, hk);
+        for (int64_t x = 0; x < d; x++) {
+            w->kt[x * Bc + c] = ks[x];
+            w->vt[x * Bc + c] = vs[x];
+        }
+    }
+}
+
 /* All K/V blocks of K/V head hk in batch b, for every query head of its
  * group. One task owns dK/dV of that head and dQ of the group's query heads,
  * so tasks never write the same element and the sums have a fixed order. */
@@ -343,8 +435,7 @@ static void FN(bwd_task)(const fg_attn_problem *pb, FN(bwd_ws) *w, int64_t b,
                          const fg_attn_tensor *dk, const fg_attn_tensor *dv)
 {
     const int64_t d = pb->d, Bc = pb->block_k, Nq = pb->Nq;
-    const T scale = (T)pb->scale, keep_scale = (T)pb->keep_scale;
-    const int dropout = pb->dropout_p > 0.0;
+    const T scale = (T)pb->scale;
 
     for (int64_t g = 0; g < pb->group; g++) {
         const int64_t h = hk * pb->group + g;
@@ -358,12 +449,10 @@ static void FN(bwd_task)(const fg_attn_problem *pb, FN(bwd_ws) *w, int64_t b,
     for (int64_t j0 = 0; j0 < pb->Nk; j0 += Bc) {
         const int64_t cols = pb->Nk - j0 < Bc ? pb->Nk - j0 : Bc;
         /* Alg4 L.8: load K_j, V_j; L.9: dK_j = dV_j = 0 (on chip). */
+        FN(load_kv_t)(pb, w, k, v, b, hk, j0, cols);
         for (int64_t c = 0; c < cols; c++) {
             const T *ks = FN(at)(k, b, j0 + c, hk);
-            const T *vs = FN(at)(v, b, j0 + c, hk);
             for (int64_t x = 0; x < d; x++) {
-                w->kt[x * Bc + c] = ks[x];
-                w->vt[x * Bc + c] = vs[x];
                 w->kr[c * d + x] = ks[x];
                 w->dk[c * d + x] = 0;
                 w->dv[c * d + x] = 0;
@@ -399,31 +488,9 @@ static void FN(bwd_task)(const fg_attn_problem *pb, FN(bwd_ws) *w, int64_t b,
                 const T *qi = FN(at)(q, b, i, h);
                 const T *doi = FN(at)(dout, b, i, h);
                 T *dqi = FN(at)(dq, b, i, h);
-                /* Alg4 L.12-14: S = scale Q_i K_j^T, score mods, mask,
-                 * P = exp(S - m) / l. */
-                T *p = w->p;
-                for (int64_t c = c_lo; c < c_hi; c++)
-                    p[c] = 0;
-                for (int64_t x = 0; x < d; x++) {
-                    const T qx = qi[x];
-                    const T *kr = w->kt + x * Bc;
-                    for (int64_t c = c_lo; c < c_hi; c++)
-                        p[c] += qx * kr[c];
-                }
-                for (int64_t c = c_lo; c < c_hi; c++)
-                    p[c] *= scale;
-                FN(score_mod)(pb, p, w->dcap, b, h, i, j0, c_lo, c_hi);
-                const T mi = mrow[i], inv_l = (T)1 / lrow[i];
-                for (int64_t c = c_lo; c < c_hi; c++)
-                    p[c] = EXP(p[c] - mi) * inv_l;
-                /* Alg4 L.15-16: regenerate the mask, P_dropped = P*Z/(1-p). */
-                const T *pd = p;
-                if (dropout) {
-                    fg_dropout_row(pb, b, h, i, j0, cols, w->keep);
-                    for (int64_t c = c_lo; c < c_hi; c++)
-                        w->pd[c] = w->keep[c] ? p[c] * keep_scale : (T)0;
-                    pd = w->pd;
-                }
+                const T *pd = FN(bwd_row)(pb, w, b, h, i, j0, cols, c_lo,
+                                          c_hi, qi, doi, mrow[i], lrow[i],
+                                          D[row0 + i]);
                 /* Alg4 L.17: dV_j += P_dropped^T dO_i. */
                 for (int64_t c = c_lo; c < c_hi; c++) {
                     const T pc = pd[c];
@@ -431,25 +498,9 @@ static void FN(bwd_task)(const fg_attn_problem *pb, FN(bwd_ws) *w, int64_t b,
                     for (int64_t x = 0; x < d; x++)
                         dvr[x] += pc * doi[x];
                 }
-                /* Alg4 L.18-19: dP = (dO_i V_j^T) * Z/(1-p). */
+                /* Through the softcap dS is times 1 - tanh^2 (ALiBi and
+                 * the bias are shifts and pass it unchanged). */
                 T *dp = w->dp;
-                for (int64_t c = c_lo; c < c_hi; c++)
-                    dp[c] = 0;
-                for (int64_t x = 0; x < d; x++) {
-                    const T gx = doi[x];
-                    const T *vr = w->vt + x * Bc;
-                    for (int64_t c = c_lo; c < c_hi; c++)
-                        dp[c] += gx * vr[c];
-                }
-                if (dropout)
-                    for (int64_t c = c_lo; c < c_hi; c++)
-                        dp[c] = w->keep[c] ? dp[c] * keep_scale : (T)0;
-                /* Alg4 L.20-21: dS = P * (dP - D_i), D_i precomputed (FA2);
-                 * through the softcap, times 1 - tanh^2 (ALiBi is a
-                 * constant shift and passes dS unchanged). */
-                const T Di = D[row0 + i];
-                for (int64_t c = c_lo; c < c_hi; c++)
-                    dp[c] = p[c] * (dp[c] - Di);
                 if (pb->softcap > 0)
                     for (int64_t c = c_lo; c < c_hi; c++)
                         dp[c] *= w->dcap[c];
@@ -479,6 +530,116 @@ static void FN(bwd_task)(const fg_attn_problem *pb, FN(bwd_ws) *w, int64_t b,
     }
 }
 
+/* ---- dBias ---------------------------------------------------------- */
+
+/* dBias = dS at the final logit, P (dP - D), summed over the dimensions
+ * dbias broadcasts. A pass of its own after the main backward: task t owns
+ * a disjoint set of dbias elements (one (b, h, query block), with the
+ * broadcast dimensions collapsed), zeroes them and adds every
+ * contribution in a fixed order (b, h, query row, key ascending), so the
+ * result is bit-identical for any thread count. It recomputes S and dP
+ * (as the forward walks the keys) rather than storing anything Nq x Nk. */
+typedef struct FN(dbias_tasks) {
+    int64_t nb, nh, nqb; /* extents of the task grid */
+} FN(dbias_tasks);
+
+static FN(dbias_tasks) FN(dbias_grid)(const fg_attn_problem *pb)
+{
+    const fg_attn_bias *t = &pb->dbias;
+    FN(dbias_tasks) g;
+    g.nb = t->stride_b ? pb->B : 1;
+    g.nh = t->stride_h ? pb->H : 1;
+    g.nqb = t->stride_q ? (pb->Nq + pb->block_q - 1) / pb->block_q : 1;
+    return g;
+}
+
+/* dbias[b, h, i, j] += x (strides are 0 on broadcast dimensions). */
+static inline void FN(dbias_add)(const fg_attn_bias *t, int64_t b, int64_t h,
+                                 int64_t i, int64_t j0, const T *x,
+                                 int64_t c_lo, int64_t c_hi)
+{
+    const int64_t off = fg_attn_bias_off(t, b, h, i, j0), sk = t->stride_k;
+    if (t->dtype == FG_FP32 && sk == 0) { /* the row's sum in T, then once */
+        T acc = 0;
+        for (int64_t c = c_lo; c < c_hi; c++)
+            acc += x[c];
+        *((float *)t->data + off) += (float)acc;
+    } else if (t->dtype == FG_FP32) {
+        float *y = (float *)t->data + off;
+        for (int64_t c = c_lo; c < c_hi; c++)
+            y[c * sk] += (float)x[c];
+    } else {
+        T *y = (T *)t->data + off;
+        for (int64_t c = c_lo; c < c_hi; c++)
+            y[c * sk] += x[c];
+    }
+}
+
+static void FN(dbias_task)(const fg_attn_problem *pb, FN(bwd_ws) *w,
+                           const FN(dbias_tasks) *g, int64_t t,
+                           const fg_attn_tensor *q, const fg_attn_tensor *k,
+                           const fg_attn_tensor *v, const fg_attn_tensor *dout,
+                           const fg_attn_stats *st, const T *D)
+{
+    const fg_attn_bias *db = &pb->dbias;
+    const int64_t Br = pb->block_q, Bc = pb->block_k;
+    const int64_t tq = t % g->nqb, th = t / g->nqb % g->nh,
+                  tb = t / g->nqb / g->nh;
+    /* The rows of this task, and which (b, h) it sums over. */
+    const int64_t i_lo = db->stride_q ? tq * Br : 0;
+    const int64_t i_hi = db->stride_q ? (i_lo + Br < pb->Nq ? i_lo + Br : pb->Nq)
+                                      : pb->Nq;
+    const int64_t b_lo = db->stride_b ? tb : 0, b_hi = db->stride_b ? tb + 1 : pb->B;
+    const int64_t h_lo = db->stride_h ? th : 0, h_hi = db->stride_h ? th + 1 : pb->H;
+    /* Zero the owned elements (each once: broadcast strides are 0). */
+    const int64_t zi = db->stride_q ? i_hi - i_lo : 1;
+    const int64_t zj = db->stride_k ? pb->Nk : 1;
+    for (int64_t r = 0; r < zi; r++)
+        for (int64_t j = 0; j < zj; j++) {
+            const int64_t off = fg_attn_bias_off(db, tb, th, i_lo + r, j);
+            if (db->dtype == FG_FP32)
+                ((float *)db->data)[off] = 0;
+            else
+                ((T *)db->data)[off] = 0;
+        }
+    for (int64_t b = b_lo; b < b_hi; b++)
+        for (int64_t h = h_lo; h < h_hi; h++) {
+            const int64_t hk = h / pb->group, row0 = (b * pb->H + h) * pb->Nq;
+            const T *ms = (const T *)st->m, *ls = (const T *)st->l;
+            for (int64_t i0 = i_lo; i0 < i_hi; i0 += Br) {
+                const int64_t rows = i_hi - i0 < Br ? i_hi - i0 : Br;
+                /* The forward's key walk of this query block. */
+                const int64_t kb_lo = fg_attn_key_begin(pb, i0);
+                const int64_t kb_hi = fg_attn_key_end(pb, i0 + rows - 1);
+                int32_t nspans = 1;
+                const int32_t *list = NULL;
+                if (pb->sparse)
+                    list = fg_attn_kv_list(pb, b, h, i0 / FG_ATTN_SPARSE_BLOCK,
+                                           &nspans);
+                for (int32_t sp = 0; sp < nspans; sp++) {
+                    int64_t s_lo, s_hi;
+                    if (!FN(span)(kb_lo, kb_hi, list, sp, &s_lo, &s_hi))
+                        continue;
+                    for (int64_t j0 = s_lo; j0 < s_hi; j0 += Bc) {
+                        const int64_t cols = s_hi - j0 < Bc ? s_hi - j0 : Bc;
+                        FN(load_kv_t)(pb, w, k, v, b, hk, j0, cols);
+                        for (int64_t i = i0; i < i0 + rows; i++) {
+                            int64_t c_lo, c_hi;
+                            FN(row_cols)(pb, i, j0, cols, &c_lo, &c_hi);
+                            if (c_hi <= c_lo || ls[row0 + i] == 0)
+                                continue;
+                            FN(bwd_row)(pb, w, b, h, i, j0, cols, c_lo, c_hi,
+                                        FN(at)(q, b, i, h),
+                                        FN(at)(dout, b, i, h), ms[row0 + i],
+                                        ls[row0 + i], D[row0 + i]);
+                            FN(dbias_add)(db, b, h, i, j0, w->dp, c_lo, c_hi);
+                        }
+                    }
+                }
+            }
+        }
+}
+
 static fg_status FN(backward)(const fg_attn_problem *pb,
                               const fg_attn_tensor *q, const fg_attn_tensor *k,
                               const fg_attn_tensor *v, const fg_attn_tensor *o,
@@ -494,7 +655,10 @@ static fg_status FN(backward)(const fg_attn_problem *pb,
     const int64_t rows_per_h = pb->varlen ? pb->total_q : pb->Nq;
     const int64_t owned = pb->varlen ? pb->cu_q[pb->B] : pb->Nq;
     const int64_t ntasks = pb->B * pb->Hk;
-    const int nt = fg_cpu_threads(pb->num_threads, ntasks);
+    const FN(dbias_tasks) g = FN(dbias_grid)(pb);
+    const int64_t nbias = pb->dbias.data ? g.nb * g.nh * g.nqb : 0;
+    const int nt = fg_cpu_threads(pb->num_threads,
+                                  ntasks > nbias ? ntasks : nbias);
     const size_t wsb = FN(bwd_ws_bytes)(Bc, d);
     /* D [B, H, Nq] and per-thread tiles, allocated before any write. */
     const size_t dbytes = (sizeof(T) * (size_t)nrows + 63) & ~(size_t)63;
@@ -558,6 +722,11 @@ static fg_status FN(backward)(const fg_attn_problem *pb,
                     dks[x] = dvs[x] = 0;
             }
         }
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+        for (int64_t t = 0; t < nbias; t++)
+            FN(dbias_task)(pb, &w, &g, t, q, k, v, dout, st, D);
     }
     return FG_OK;
 }

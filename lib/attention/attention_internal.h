@@ -57,6 +57,11 @@ typedef struct fg_attn_problem {
      * b * st_b + h * st_h + i: [B, H, Nq] dense (st_b = H Nq, st_h = Nq),
      * [H, total_q] packed (st_b = 0, st_h = total_q, i the packed row). */
     int64_t st_b, st_h;
+    /* Additive bias and its gradient (attention_bias.c): data == NULL when
+     * absent. Strides are zeroed on dimensions of extent 1, so a zero
+     * stride always means "broadcast" (or a single index). dbias is only
+     * set for the backward. */
+    fg_attn_bias bias, dbias;
 } fg_attn_problem;
 
 /* No bound: |win_lo|, |win_hi| at this value never limit anything (and
@@ -117,6 +122,24 @@ int fg_attn_layout_bad(const fg_attn_tensor *t);
  * holds the sizes, device and dtype). */
 fg_status fg_attn_check_variants(const fg_attn_params *p, fg_attn_problem *pb,
                                  const char *fn);
+
+/* Bias and dbias (attention_bias.c): checks p->bias (and, when backward,
+ * p->dbias) and fills pb->bias / pb->dbias. `views` are the validated
+ * operand views followed by stats.m and stats.l (n_views in all); the
+ * first n_in operands are inputs, the other operands outputs, and the
+ * stats are outputs of the forward. No output may overlap the bias, and
+ * dbias may overlap nothing. */
+struct fg_view;
+fg_status fg_attn_check_bias(const fg_attn_params *p, fg_attn_problem *pb,
+                             const struct fg_view *views, int n_views,
+                             int n_in, int backward, const char *fn);
+/* Offset of bias element (b, h, i, j) in elements. */
+static inline int64_t fg_attn_bias_off(const fg_attn_bias *t, int64_t b,
+                                       int64_t h, int64_t i, int64_t j)
+{
+    return b * t->stride_b + h * t->stride_h + i * t->stride_q +
+           j * t->stride_k;
+}
 
 /* CPU backend (attention_cpu.c). */
 fg_status fg_attn_cpu_forward(const fg_attn_problem *pb,

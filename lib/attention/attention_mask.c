@@ -179,9 +179,6 @@ fg_status fg_attn_check_variants(const fg_attn_params *p, fg_attn_problem *pb,
                         "unbounded), got %lld, %lld",
                         fn, (long long)p->window_left,
                         (long long)p->window_right);
-    if (p->bias || p->dbias)
-        return fg_error(FG_ERR_UNSUPPORTED,
-                        "%s: bias and dbias are not implemented yet", fn);
     if (!isfinite(p->softcap) || p->softcap < 0.0)
         return fg_error(FG_ERR_INVALID_ARGUMENT,
                         "%s: softcap must be finite and >= 0 (0 = off), got %g",

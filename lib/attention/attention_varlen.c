@@ -108,6 +108,11 @@ fg_status fg_attn_check_varlen(const fg_attn_params *p, fg_attn_problem *pb,
     pb->top_left = p->causal_align == FG_ATTN_ALIGN_TOP_LEFT;
     pb->st_b = pb->H * pb->Nq;
     pb->st_h = pb->Nq;
+    /* Checked first so the answer does not depend on the offsets' values
+     * (attention_bias.c repeats it for a backward's lone dbias). */
+    if (p->bias && (p->cu_seqlens_q || p->cu_seqlens_k || p->seqused_k))
+        return fg_error(FG_ERR_UNSUPPORTED,
+                        "%s: bias with varlen is not supported", fn);
     if (!p->cu_seqlens_q != !p->cu_seqlens_k)
         return fg_error(FG_ERR_INVALID_ARGUMENT,
                         "%s: cu_seqlens_q and cu_seqlens_k must be given "

@@ -296,11 +296,11 @@ static fg_status setup(ring *R, fg_comm *c, fg_ring_layout layout,
                         "%s: dropout is not supported (the masks would use "
                         "block-local key indices)", fn);
     if (p->window_left != -1 || p->window_right != -1 || p->alibi_slopes ||
-        p->block_mask)
+        p->block_mask || p->bias || p->dbias)
         return fg_error(FG_ERR_UNSUPPORTED,
-                        "%s: sliding windows, ALiBi and block masks depend on "
-                        "global positions and are not supported (softcap "
-                        "is)", fn);
+                        "%s: sliding windows, ALiBi, block masks and a bias "
+                        "depend on global positions and are not supported "
+                        "(softcap is)", fn);
     if (p->cu_seqlens_q || p->cu_seqlens_k || p->seqused_k)
         return fg_error(FG_ERR_UNSUPPORTED,
                         "%s: packed batches (cu_seqlens) and key padding "

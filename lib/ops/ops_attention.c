@@ -5,7 +5,9 @@
  * V, O and the row statistics m, l; the backward calls
  * fg_attention_backward() with the same parameters (seed and offset
  * included), which recomputes the attention matrix block by block. The
- * node therefore holds O(B * N * H * d) bytes, never O(N^2). */
+ * node therefore holds O(B * N * H * d) bytes, never O(N^2) (an additive
+ * bias, its optional fourth input, is saved as the caller's tensor: no
+ * copy). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,6 +92,35 @@ static fg_attn_tensor attn_view(const fg_tensor *t)
     return a;
 }
 
+/* The bias tensor t as an fg_attn_bias over [B, H, Nq, Nk] (full): its
+ * dimensions align right, missing and size-1 ones broadcast (stride 0). */
+static fg_status bias_desc(const fg_tensor *t, const int64_t full[4],
+                           fg_attn_bias *out, const char *fn)
+{
+    if (t->nd < 1 || t->nd > 4)
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: bias must have 1 to 4 dimensions, got %d", fn,
+                        t->nd);
+    int64_t st[4];
+    for (int x = 0; x < 4; x++) {
+        const int src = x - (4 - t->nd);
+        const int64_t size = src >= 0 ? t->shape[src] : 1;
+        if (size != 1 && size != full[x])
+            return fg_error(FG_ERR_INVALID_ARGUMENT,
+                            "%s: bias dimension %d has size %lld; it must be "
+                            "1 or %lld to broadcast to [B, H, Nq, Nk]",
+                            fn, x, (long long)size, (long long)full[x]);
+        st[x] = size == 1 ? 0 : t->stride[src];
+    }
+    out->data = fg_tensor_base(t);
+    out->dtype = t->dtype;
+    out->stride_b = st[0];
+    out->stride_h = st[1];
+    out->stride_q = st[2];
+    out->stride_k = st[3];
+    return FG_OK;
+}
+
 /* Operand the kernels accept: last dimension contiguous, else a copy. */
 static fg_status kernel_operand(fg_tensor *t, fg_arena *dom, fg_tensor **out)
 {
@@ -115,7 +146,7 @@ static fg_status attention_backward(fg_node *n, fg_tensor *const *g,
                     *v = fg_node_saved(n, 2), *o = fg_node_saved(n, 3),
                     *m = fg_node_saved(n, 4), *l = fg_node_saved(n, 5);
     fg_arena *dom = fg_bw_domain();
-    fg_tensor *dout, *dq = NULL, *dk = NULL, *dv = NULL;
+    fg_tensor *dout, *dq = NULL, *dk = NULL, *dv = NULL, *db = NULL;
     FG_TRY(kernel_operand(g[0], dom, &dout));
     /* Packed rows past the last offset are not written: their gradient
      * is 0. */
@@ -125,6 +156,22 @@ static fg_status attention_backward(fg_node *n, fg_tensor *const *g,
         s = fg_tensor_new_like(dom, k, zero, &dk);
     if (s == FG_OK)
         s = fg_tensor_new_like(dom, v, zero, &dv);
+    /* The bias (saved[6]) and, when it needs a gradient, dbias like it. */
+    fg_attn_bias bias, dbias;
+    if (s == FG_OK && pp.bias) {
+        const fg_tensor *bt = fg_node_saved(n, 6);
+        const int64_t full[4] = {pp.batch, pp.heads_q, pp.seqlen_q,
+                                 pp.seqlen_k};
+        s = bias_desc(bt, full, &bias, "fg_attention backward");
+        pp.bias = &bias;
+        pp.dbias = NULL;
+        if (s == FG_OK && fg_node_needs_grad(n, 3)) {
+            s = fg_tensor_new_like(dom, bt, 0, &db);
+            if (s == FG_OK)
+                s = bias_desc(db, full, &dbias, "fg_attention backward");
+            pp.dbias = &dbias;
+        }
+    }
     if (s == FG_OK) {
         fg_attn_tensor tq = attn_view(q), tk = attn_view(k), tv = attn_view(v),
                        to = attn_view(o), tdo = attn_view(dout),
@@ -139,11 +186,14 @@ static fg_status attention_backward(fg_node *n, fg_tensor *const *g,
         fg_tensor_free(dq);
         fg_tensor_free(dk);
         fg_tensor_free(dv);
+        fg_tensor_free(db);
         return s;
     }
     gin[0] = dq;
     gin[1] = dk;
     gin[2] = dv;
+    if (db)
+        gin[3] = db;
     return FG_OK;
 }
 
@@ -213,11 +263,23 @@ static fg_status fg_attention_impl(fg_tensor *q, fg_tensor *k, fg_tensor *v,
     p.alibi_slopes = o.alibi_slopes;
     p.alibi_stride_b = o.alibi_stride_b;
     p.block_mask = o.block_mask;
+    fg_attn_bias bias;
+    if (o.bias) {
+        FG_TRY(fg_op_check(fn, o.bias, "bias"));
+        if (o.bias->device != q->device)
+            return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                           "bias must be on q's device");
+        const int64_t full[4] = {p.batch, p.heads_q, p.seqlen_q, p.seqlen_k};
+        FG_TRY(bias_desc(o.bias, full, &bias, fn));
+        p.bias = &bias; /* the node keeps the tensor, not this struct */
+    }
     attn_extra ex;
     memset(&ex, 0, sizeof ex);
 
-    fg_tensor *in[3] = {q, k, v};
-    fg_arena *dom = fg_alloc_domain(in, 3);
+    /* The bias is the op's fourth input (no edge without one). */
+    fg_tensor *in[4] = {q, k, v, o.bias};
+    const int n_in = o.bias ? 4 : 3;
+    fg_arena *dom = fg_alloc_domain(in, n_in);
     fg_tensor *qc = NULL, *kc = NULL, *vc = NULL, *y = NULL, *m = NULL,
               *l = NULL, *offs = NULL;
     /* [B, H, Nq] dense, [1, H, total_q] packed: the attention's layouts */
@@ -246,12 +308,15 @@ static fg_status fg_attention_impl(fg_tensor *q, fg_tensor *k, fg_tensor *v,
         /* Validates everything (sizes, head_dim, p, scale) before writing. */
         s = fg_attention_forward(&p, &tq, &tk, &tv, &to, &stt);
     }
-    if (s == FG_OK && fg_ag_should_record(in, 3)) {
-        fg_tensor *saved[7] = {qc, kc, vc, y, m, l, offs};
-        ex.p = p;
+    if (s == FG_OK && fg_ag_should_record(in, n_in)) {
+        /* saved[6]: the offsets (packed / key padding) or the bias; the
+         * attention refuses a bias with either, so never both. */
+        fg_tensor *saved[7] = {qc, kc, vc, y, m, l, offs ? offs : o.bias};
+        ex.p = p; /* p.bias only flags a bias: saved[6] holds it */
         if (p.block_mask)
             ex.bm = *p.block_mask;
-        s = fg_ag_record(&attention_def, in, 3, &y, 1, saved, offs ? 7 : 6,
+        s = fg_ag_record(&attention_def, in, n_in, &y, 1, saved,
+                         saved[6] ? 7 : 6,
                          &ex, sizeof ex, NULL);
     }
     fg_tensor_free(qc);

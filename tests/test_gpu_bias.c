@@ -1,0 +1,557 @@
+/* tests/test_gpu_bias.c - the attention bias and its gradient on the CUDA
+ * kernels (general, and for fp16/bf16 on Hopper the sm90 wgmma kernels)
+ * against the CPU fp64 oracle (itself checked against the
+ * naive reference in test_attention_bias): every broadcast pattern, fp64,
+ * fp32, fp16 and bf16 operands, fp32 or operand-dtype bias and dbias,
+ * strided bias layouts, with the variants (causal, window, ALiBi, softcap,
+ * dropout, GQA, block-sparse, BHSD); the three ways dbias is produced
+ * (direct stores, atomics into dbias or into a scratch, the deterministic
+ * pass), a bitwise rerun with deterministic = 1, and a -inf row. Exits 77
+ * without a GPU.
+ *
+ * Inputs and bias are rounded to their dtypes; the oracle runs in fp64 on
+ * the rounded values. Errors are max-abs relative to max(max |ref|, 0.1):
+ * fp64 1e-12 (dbias 1e-10: atomics sum in another order; fp32 bias/dbias
+ * 1e-4: the oracle's fp32 dbias sums in fp32, and a row's dS sums to 0, so
+ * a wholly broadcast dbias is all cancellation), fp32 2e-5 (dbias 1e-4: broadcast sums of up to B*H*Nq fp32
+ * terms), fp16 2e-3 and bf16 1.6e-2 (the general kernels compute in fp32
+ * and round each output once: a half-ulp is 4.9e-4 and 3.9e-3; the
+ * tolerance is 4x that; the tensor-core route gets 4x more, see g_fast).
+ * m and l (fp32 for fp16/bf16) 1e-4. */
+#include <check.h>
+#include <cuda_runtime.h>
+
+#include "bias_util.h"
+#include "ref_dropout.h"
+#include "flashgrad/cuda.h"
+
+#define CK_CUDA(call)                                                       \
+    do {                                                                    \
+        cudaError_t e_ = (call);                                            \
+        ck_assert_msg(e_ == cudaSuccess, "%s: %s", #call,                   \
+                      cudaGetErrorString(e_));                              \
+    } while (0)
+
+typedef struct bgcase {
+    int64_t B, Nq, Nk, H, Hk, d;
+    int causal, bhsd, window, softcap, alibi, sparse;
+    double p;
+    int bcast, layout, dlayout;
+    int bias_f32, dbias_f32; /* 1: fp32 bias / dbias, 0: operands' dtype */
+    int deterministic;
+    int minus_inf_row;       /* bias row (0, 0, 2) all -inf */
+} bgcase;
+
+/* One run's results, as doubles (BSHD / [B, H, Nq] / stored dbias). */
+typedef struct bout {
+    double *t[4]; /* O, dQ, dK, dV */
+    double *m, *l, *db;
+    void *db_raw; /* dbias bytes as written (bitwise comparisons) */
+    size_t db_bytes;
+    int pad_ok;
+} bout;
+
+static void bout_free(bout *o)
+{
+    for (int i = 0; i < 4; i++)
+        free(o->t[i]);
+    free(o->m); free(o->l); free(o->db); free(o->db_raw);
+}
+
+static fg_attn_tensor lay(const bgcase *c, fg_dtype dt, void *p, int64_t S,
+                          int64_t Hh)
+{
+    return c->bhsd ? fg_attn_bhsd(p, dt, S, Hh, c->d)
+                   : fg_attn_bshd(p, dt, S, Hh, c->d);
+}
+
+/* Inputs, block map and slopes of a case (host; freed by the caller). */
+typedef struct binputs {
+    double *in[4];        /* q, k, v, dO: BSHD, rounded to the dtype */
+    float slopes[64];
+    uint8_t *map;
+    int32_t *storage;     /* host block mask (CPU run) */
+    fg_attn_block_mask bm;
+    fgt_bias bias;        /* in the case's dtype and layout */
+} binputs;
+
+static void params_of(const bgcase *c, fg_attn_params *p)
+{
+    fg_attn_params_init(p, c->B, c->Nq, c->Nk, c->H, c->Hk, c->d);
+    p->causal = c->causal;
+    p->dropout_p = c->p;
+    p->seed = 99;
+    p->offset = 7;
+    if (c->window) {
+        p->window_left = 17;
+        p->window_right = 9;
+    }
+    p->softcap = c->softcap ? 3.0 : 0;
+    p->deterministic = c->deterministic;
+}
+
+/* Copies a host buffer of n bytes to the device. */
+static void *to_dev(const void *host, size_t n)
+{
+    void *d;
+    CK_CUDA(cudaMalloc(&d, n));
+    CK_CUDA(cudaMemcpy(d, host, n, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* Runs forward + backward on device dev (CPU: fp64 operands, dense fp64
+ * bias with the same values; CUDA: dtype dt, the case's bias buffer). */
+static void run_on(const bgcase *c, fg_dtype dt, fg_device dev,
+                   const binputs *x, bout *r)
+{
+    memset(r, 0, sizeof *r);
+    const int gpu = dev == FG_DEVICE_CUDA;
+    const fg_dtype odt = gpu ? dt : FG_FP64;
+    /* t: 0 q, 1 k, 2 v, 3 dO, 4 O, 5 dQ, 6 dK, 7 dV; kl: K-like shape */
+    static const int kl[8] = {0, 1, 1, 0, 0, 0, 1, 1};
+    const int64_t S[2] = {c->Nq, c->Nk}, Hh[2] = {c->H, c->Hk};
+    const size_t es = fg_dtype_size(odt);
+    void *buf[8];
+    fg_attn_tensor t[8];
+    for (int i = 0; i < 8; i++) {
+        const int sh = kl[i];
+        const size_t n = (size_t)(c->B * S[sh] * Hh[sh] * c->d);
+        void *host = malloc(n * es);
+        memset(host, 0xff, n * es);
+        t[i] = lay(c, odt, host, S[sh], Hh[sh]);
+        if (i < 4)
+            for (int64_t b = 0; b < c->B; b++)
+                for (int64_t s2 = 0; s2 < S[sh]; s2++)
+                    for (int64_t h = 0; h < Hh[sh]; h++)
+                        for (int64_t e = 0; e < c->d; e++)
+                            fgt_store(odt, host, b * t[i].stride_b + s2 * t[i].stride_s +
+                                                     h * t[i].stride_h + e,
+                                      x->in[i][((b * S[sh] + s2) * Hh[sh] + h) * c->d + e]);
+        buf[i] = gpu ? to_dev(host, n * es) : host;
+        if (gpu)
+            free(host);
+        t[i].data = buf[i];
+    }
+    const size_t ns = (size_t)(c->B * c->H * c->Nq);
+    const fg_dtype sd = odt == FG_FP64 ? FG_FP64 : FG_FP32;
+    const size_t ss = fg_dtype_size(sd);
+    void *hm = malloc(ns * ss), *hl = malloc(ns * ss);
+    memset(hm, 0xff, ns * ss);
+    memset(hl, 0xff, ns * ss);
+    void *m = gpu ? to_dev(hm, ns * ss) : hm, *l = gpu ? to_dev(hl, ns * ss) : hl;
+    fg_attn_stats st = {m, l, sd};
+
+    fgt_bias bias, dbias;
+    if (gpu) {
+        bias = x->bias;
+    } else { /* the same values, fp64, dense */
+        fgt_bias_init(&bias, c->B, c->H, c->Nq, c->Nk, c->bcast, FG_FP64, FGT_BL_DENSE);
+        for (size_t e = 0; e < fgt_bias_count(&bias); e++)
+            ((double *)bias.host)[fgt_bias_off(&bias, e)] = x->bias.vals[e];
+    }
+    fgt_bias_init(&dbias, c->B, c->H, c->Nq, c->Nk, c->bcast,
+                  gpu ? (c->dbias_f32 ? FG_FP32 : dt) : FG_FP64,
+                  gpu ? c->dlayout : FGT_BL_DENSE);
+    fg_attn_bias bd = bias.desc, dd = dbias.desc;
+    const size_t bbytes = bias.n * fg_dtype_size(bias.desc.dtype);
+    const size_t dbytes = dbias.n * fg_dtype_size(dbias.desc.dtype);
+    if (gpu) {
+        bd.data = to_dev(bias.host, bbytes);
+        dd.data = to_dev(dbias.host, dbytes); /* 0xff poison, padding too */
+    }
+    fg_attn_params p;
+    params_of(c, &p);
+    p.device = dev;
+    p.bias = &bd;
+    p.dbias = &dd;
+    float *slopes_dev = NULL;
+    int32_t *bm_dev = NULL;
+    fg_attn_block_mask bm = x->bm;
+    if (c->alibi) {
+        p.alibi_slopes = x->slopes;
+        p.alibi_stride_b = c->H;
+        if (gpu) {
+            slopes_dev = to_dev(x->slopes, sizeof(float) * (size_t)(c->B * c->H));
+            p.alibi_slopes = slopes_dev;
+        }
+    }
+    if (c->sparse) {
+        const int64_t nqb = (c->Nq + 127) / 128, nkb = (c->Nk + 127) / 128;
+        const size_t nst = (size_t)fg_attn_block_mask_storage(1, 1, nqb, nkb);
+        if (gpu) {
+            bm_dev = to_dev(x->storage, nst * sizeof(int32_t));
+            /* same carve, device base */
+            const ptrdiff_t o1 = x->bm.kv_index - x->storage, o2 = x->bm.q_count - x->storage,
+                            o3 = x->bm.q_index - x->storage;
+            bm.kv_count = bm_dev;
+            bm.kv_index = bm_dev + o1;
+            bm.q_count = bm_dev + o2;
+            bm.q_index = bm_dev + o3;
+        }
+        p.block_mask = &bm;
+    }
+    ck_assert_msg(fg_attention_forward(&p, &t[0], &t[1], &t[2], &t[4], &st) == FG_OK,
+                  "fwd: %s", fg_last_error());
+    ck_assert_msg(fg_attention_backward(&p, &t[0], &t[1], &t[2], &t[4], &t[3], &st,
+                                        &t[5], &t[6], &t[7]) == FG_OK,
+                  "bwd: %s", fg_last_error());
+    if (gpu) {
+        CK_CUDA(cudaDeviceSynchronize());
+        CK_CUDA(cudaMemcpy(dbias.host, dd.data, dbytes, cudaMemcpyDeviceToHost));
+        CK_CUDA(cudaMemcpy(hm, m, ns * ss, cudaMemcpyDeviceToHost));
+        CK_CUDA(cudaMemcpy(hl, l, ns * ss, cudaMemcpyDeviceToHost));
+    }
+    /* Outputs back to BSHD doubles. */
+    for (int i = 4; i < 8; i++) {
+        const int sh = kl[i];
+        const size_t n = (size_t)(c->B * S[sh] * Hh[sh] * c->d);
+        void *host = buf[i];
+        if (gpu) {
+            host = malloc(n * es);
+            CK_CUDA(cudaMemcpy(host, buf[i], n * es, cudaMemcpyDeviceToHost));
+        }
+        fg_attn_tensor tt = lay(c, odt, host, S[sh], Hh[sh]);
+        double *out = malloc(n * sizeof(double));
+        for (int64_t b = 0; b < c->B; b++)
+            for (int64_t s2 = 0; s2 < S[sh]; s2++)
+                for (int64_t h = 0; h < Hh[sh]; h++)
+                    for (int64_t e = 0; e < c->d; e++)
+                        out[((b * S[sh] + s2) * Hh[sh] + h) * c->d + e] =
+                            fgt_load(odt, host, b * tt.stride_b + s2 * tt.stride_s +
+                                                    h * tt.stride_h + e);
+        r->t[i - 4] = out;
+        if (gpu)
+            free(host);
+    }
+    r->m = malloc(ns * 8);
+    r->l = malloc(ns * 8);
+    for (size_t i = 0; i < ns; i++) {
+        r->m[i] = fgt_load(sd, hm, (int64_t)i);
+        r->l[i] = fgt_load(sd, hl, (int64_t)i);
+    }
+    r->db = fgt_bias_read(&dbias);
+    r->pad_ok = fgt_bias_padding_intact(&dbias);
+    r->db_bytes = dbytes;
+    r->db_raw = malloc(dbytes);
+    memcpy(r->db_raw, dbias.host, dbytes);
+    for (int i = 0; i < 8; i++) {
+        if (gpu)
+            CK_CUDA(cudaFree(buf[i]));
+        else
+            free(buf[i]);
+    }
+    if (gpu) {
+        CK_CUDA(cudaFree(m));
+        CK_CUDA(cudaFree(l));
+        CK_CUDA(cudaFree(bd.data));
+        CK_CUDA(cudaFree(dd.data));
+        if (slopes_dev)
+            CK_CUDA(cudaFree(slopes_dev));
+        if (bm_dev)
+            CK_CUDA(cudaFree(bm_dev));
+    } else {
+        fgt_bias_free(&bias);
+    }
+    free(hm);
+    free(hl);
+    fgt_bias_free(&dbias);
+}
+
+static void inputs_make(const bgcase *c, fg_dtype dt, uint64_t salt, binputs *x)
+{
+    memset(x, 0, sizeof *x);
+    fgt_rng rng = fgt_rng_for(salt);
+    const size_t nq = (size_t)(c->B * c->Nq * c->H * c->d);
+    const size_t nk = (size_t)(c->B * c->Nk * c->Hk * c->d);
+    const size_t n[4] = {nq, nk, nk, nq};
+    for (int i = 0; i < 4; i++) {
+        x->in[i] = malloc(n[i] * 8);
+        fgt_fill(x->in[i], n[i], &rng, 1.0);
+        for (size_t e = 0; e < n[i]; e++)
+            x->in[i][e] = fgt_round_to(dt, x->in[i][e]);
+    }
+    for (int i = 0; i < 64; i++)
+        x->slopes[i] = (float)(0.05 + 0.4 * fabs(fgt_uniform(&rng)));
+    if (c->sparse) {
+        const int64_t nqb = (c->Nq + 127) / 128, nkb = (c->Nk + 127) / 128;
+        x->map = malloc((size_t)(nqb * nkb));
+        for (int64_t i = 0; i < nqb * nkb; i++)
+            x->map[i] = fgt_uniform(&rng) < 0.4;
+        x->storage = malloc(sizeof(int32_t) *
+                            (size_t)fg_attn_block_mask_storage(1, 1, nqb, nkb));
+        ck_assert(fg_attn_block_mask_build(&x->bm, x->map, 1, 1, nqb, nkb,
+                                           x->storage, FG_DEVICE_CPU) == FG_OK);
+    }
+    fgt_bias_init(&x->bias, c->B, c->H, c->Nq, c->Nk, c->bcast,
+                  c->bias_f32 ? FG_FP32 : dt, c->layout);
+    fgt_bias_fill(&x->bias, &rng, 2.0, 0);
+    for (int64_t j = 0; c->minus_inf_row && j < c->Nk; j++)
+        fgt_bias_set(&x->bias, 0, 0, 2, j, -INFINITY);
+}
+
+static void inputs_free(binputs *x)
+{
+    for (int i = 0; i < 4; i++)
+        free(x->in[i]);
+    free(x->map);
+    free(x->storage);
+    fgt_bias_free(&x->bias);
+}
+
+static double tol_for(fg_dtype dt)
+{
+    switch (dt) {
+    case FG_FP64: return 1e-12;
+    case FG_FP32: return 2e-5;
+    case FG_FP16: return 2e-3;
+    default: return 1.6e-2;
+    }
+}
+
+/* Set by tests that run fp16/bf16 on the default route (on Hopper the
+ * wgmma kernels, which round P and dS to the dtype before the second
+ * products: 4x the general kernels' tolerance for O, dQ, dK, dV; dbias is
+ * formed in fp32 there too and keeps 2x). */
+static int g_fast;
+
+/* GPU (dtype dt) against the CPU fp64 oracle. */
+static void check_case(const bgcase *c, fg_dtype dt, uint64_t salt)
+{
+    binputs x;
+    inputs_make(c, dt, salt, &x);
+    bout ref, gpu;
+    run_on(c, dt, FG_DEVICE_CPU, &x, &ref);
+    run_on(c, dt, FG_DEVICE_CUDA, &x, &gpu);
+    const int fast = g_fast && (dt == FG_FP16 || dt == FG_BF16);
+    const double tol = tol_for(dt) * (fast ? 4 : 1);
+    double tol_db = dt == FG_FP32 ? 1e-4 : tol_for(dt) * (fast ? 2 : 1);
+    if (dt == FG_FP64)
+        tol_db = (c->bias_f32 || c->dbias_f32) ? 1e-4 : 1e-10;
+    const double tol_stats = dt == FG_FP64 ? 1e-12 : (dt == FG_FP32 ? 2e-5 : 1e-4);
+    static const char *nm[4] = {"O", "dQ", "dK", "dV"};
+    const size_t nq = (size_t)(c->B * c->Nq * c->H * c->d);
+    const size_t nk = (size_t)(c->B * c->Nk * c->Hk * c->d);
+    const size_t n[4] = {nq, nq, nk, nk};
+    const size_t ns = (size_t)(c->B * c->H * c->Nq);
+    const int64_t ext[4] = {c->bcast & FGT_BC_B ? 1 : c->B, c->bcast & FGT_BC_H ? 1 : c->H,
+                            c->bcast & FGT_BC_Q ? 1 : c->Nq, c->bcast & FGT_BC_K ? 1 : c->Nk};
+    const size_t nb = (size_t)(ext[0] * ext[1] * ext[2] * ext[3]);
+#define GSHAPE "%s bcast=%d layout=%d/%d f32=%d/%d det=%d B=%lld Nq=%lld Nk=%lld H=%lld " \
+               "Hk=%lld d=%lld causal=%d win=%d cap=%d alibi=%d sparse=%d p=%g"
+#define GARGS fg_dtype_name(dt), c->bcast, c->layout, c->dlayout, c->bias_f32,          \
+              c->dbias_f32, c->deterministic, (long long)c->B, (long long)c->Nq,        \
+              (long long)c->Nk, (long long)c->H, (long long)c->Hk, (long long)c->d,    \
+              c->causal, c->window, c->softcap, c->alibi, c->sparse, c->p
+    for (int i = 0; i < 4; i++) {
+        const double e = fgt_rel_err_floor(gpu.t[i], ref.t[i], n[i], 0.1);
+        ck_assert_msg(e <= tol, "%s err %.3g, " GSHAPE, nm[i], e, GARGS);
+    }
+    const double em = fgt_stats_err(gpu.m, ref.m, ns), el = fgt_stats_err(gpu.l, ref.l, ns);
+    ck_assert_msg(em <= tol_stats && el <= tol_stats, "m/l err %.3g/%.3g, " GSHAPE, em,
+                  el, GARGS);
+    const double eb = fgt_rel_err_floor(gpu.db, ref.db, nb, 0.1);
+    ck_assert_msg(eb <= tol_db, "dbias err %.3g, " GSHAPE, eb, GARGS);
+    ck_assert_msg(gpu.pad_ok, "dbias padding written, " GSHAPE, GARGS);
+    if (c->minus_inf_row) {
+        ck_assert(isinf(gpu.m[2]) && gpu.m[2] < 0 && gpu.l[2] == 0);
+        for (int64_t e = 0; e < c->d; e++)
+            ck_assert(gpu.t[0][2 * c->H * c->d + e] == 0);
+        ck_assert(fgt_all_finite(gpu.db, nb));
+    }
+    bout_free(&ref);
+    bout_free(&gpu);
+    inputs_free(&x);
+}
+
+/* Case _i of the pattern grid: broadcast pattern _i % 16 with variants and
+ * dtypes of bias and dbias varied along. */
+static bgcase grid_case(int i)
+{
+    bgcase c;
+    memset(&c, 0, sizeof c);
+    c.B = 2; c.H = 4; c.Hk = i % 3 == 0 ? 1 : 2; c.d = i % 2 ? 64 : 32;
+    c.Nq = 70 + 13 * (i % 5); c.Nk = 90 + 29 * (i % 4);
+    c.bcast = i % 16;
+    c.causal = i % 2;
+    c.alibi = i % 3 == 0;
+    c.softcap = i % 4 == 1;
+    c.p = i % 5 == 2 ? 0.15 : 0;
+    c.window = i % 6 == 3;
+    c.sparse = i % 7 == 4;
+    if (c.sparse) {
+        c.Nq = 260;
+        c.Nk = 300;
+    }
+    c.bhsd = i % 2 == 0;
+    c.layout = i % 3;
+    c.dlayout = (i + 1) % 3;
+    c.bias_f32 = (i / 2) % 2;
+    c.dbias_f32 = (i / 4) % 2;
+    return c;
+}
+
+/* Every dtype on the general kernels (FG_ATTN_KERNEL=general), then
+ * fp16/bf16 on the default route (the sm90 wgmma kernels on Hopper). */
+START_TEST(test_patterns)
+{
+    static const fg_dtype dts[4] = {FG_FP32, FG_FP16, FG_BF16, FG_FP64};
+    setenv("FG_ATTN_KERNEL", "general", 1);
+    for (int k = 0; k < 4; k++) {
+        bgcase c = grid_case(_i);
+        check_case(&c, dts[k], 500 + (uint64_t)(_i * 4 + k));
+    }
+    unsetenv("FG_ATTN_KERNEL");
+    g_fast = 1;
+    for (int k = 1; k < 3; k++) {
+        bgcase c = grid_case(_i);
+        check_case(&c, dts[k], 600 + (uint64_t)(_i * 4 + k));
+    }
+}
+END_TEST
+
+/* deterministic = 1: dbias (deterministic pass for broadcast patterns,
+ * direct stores otherwise) and dQ are bitwise identical across reruns,
+ * and correct. */
+START_TEST(test_deterministic_bitwise)
+{
+    static const int patterns[5] = {FGT_BC_B | FGT_BC_H, FGT_BC_H | FGT_BC_Q,
+                                    FGT_BC_B | FGT_BC_Q, FGT_BC_K, 0};
+    static const fg_dtype dts[2] = {FG_FP32, FG_BF16};
+    g_fast = 1; /* bf16 on the default route */
+    for (int k = 0; k < 2; k++) {
+        bgcase c = grid_case(5 + _i);
+        c.bcast = patterns[_i];
+        c.deterministic = 1;
+        check_case(&c, dts[k], 700 + (uint64_t)(_i * 2 + k));
+        binputs x;
+        inputs_make(&c, dts[k], 800 + (uint64_t)_i, &x);
+        bout r1, r2;
+        run_on(&c, dts[k], FG_DEVICE_CUDA, &x, &r1);
+        run_on(&c, dts[k], FG_DEVICE_CUDA, &x, &r2);
+        ck_assert(r1.db_bytes == r2.db_bytes &&
+                  memcmp(r1.db_raw, r2.db_raw, r1.db_bytes) == 0);
+        const size_t nq = (size_t)(c.B * c.Nq * c.H * c.d);
+        ck_assert(memcmp(r1.t[1], r2.t[1], nq * sizeof(double)) == 0);
+        bout_free(&r1);
+        bout_free(&r2);
+        inputs_free(&x);
+    }
+}
+END_TEST
+
+/* A row whose bias is -inf everywhere: O = 0, m = -inf, l = 0, nothing NaN;
+ * with atomics, in place and through the scratch. */
+START_TEST(test_minus_inf_row)
+{
+    bgcase c = grid_case(1);
+    c.minus_inf_row = 1;
+    c.bcast = FGT_BC_B; /* [H, Nq, Nk]: atomics */
+    c.dbias_f32 = _i;   /* bf16 dbias: scratch; fp32: in place */
+    c.causal = 0;
+    g_fast = 1;
+    check_case(&c, FG_BF16, 900 + (uint64_t)_i);
+}
+END_TEST
+
+/* A larger problem through every dbias mode (bf16, d = 128). */
+START_TEST(test_larger)
+{
+    bgcase c;
+    memset(&c, 0, sizeof c);
+    c.B = 2; c.H = 8; c.Hk = 8; c.d = 128; c.Nq = c.Nk = 1000; c.causal = 1;
+    c.bcast = _i == 0 ? 0 : FGT_BC_B | FGT_BC_H;
+    c.deterministic = _i == 2;
+    g_fast = 1;
+    check_case(&c, FG_BF16, 1000 + (uint64_t)_i);
+}
+END_TEST
+
+/* The autograd op on CUDA (fp32, bias [H, Nq, Nk] requiring grad) gives
+ * the CPU op's O and gradients of q and bias within 2e-5 relative. */
+static void op_grads(fg_device dev, const double *h[5], const int64_t *sh[5],
+                     const int nd[5], const size_t n[5], double *res[3])
+{
+    fg_tensor *t[5];
+    for (int x = 0; x < 5; x++) {
+        ck_assert(fg_tensor_from_host(FG_FP64, FG_DEVICE_CPU, nd[x], sh[x], h[x],
+                                      &t[x]) == FG_OK);
+        fg_tensor *c = NULL;
+        ck_assert(fg_tensor_full(FG_FP32, dev, nd[x], sh[x], 0, &c) == FG_OK);
+        ck_assert(fg_tensor_copy(c, t[x]) == FG_OK);
+        fg_tensor_free(t[x]);
+        t[x] = c;
+        if (x < 4)
+            ck_assert(fg_tensor_set_requires_grad(t[x], 1) == FG_OK);
+    }
+    fg_attention_options o;
+    fg_attention_options_init(&o);
+    o.causal = 1;
+    o.bias = t[3];
+    fg_tensor *out = NULL;
+    ck_assert_msg(fg_attention(t[0], t[1], t[2], &o, &out) == FG_OK, "%s",
+                  fg_last_error());
+    ck_assert_msg(fg_backward_with(out, t[4]) == FG_OK, "%s", fg_last_error());
+    const fg_tensor *src[3] = {out, fg_tensor_grad(t[0]), fg_tensor_grad(t[3])};
+    const size_t cnt[3] = {n[0], n[0], n[3]};
+    for (int x = 0; x < 3; x++) {
+        res[x] = malloc(cnt[x] * sizeof(double));
+        ck_assert(src[x] != NULL);
+        ck_assert(fg_tensor_copy_to_host(src[x], FG_FP64, res[x], (int64_t)cnt[x]) ==
+                  FG_OK);
+    }
+    fg_tensor_free(out);
+    for (int x = 0; x < 5; x++)
+        fg_tensor_free(t[x]);
+}
+
+START_TEST(test_autograd_op)
+{
+    const int64_t B = 2, Nq = 50, Nk = 70, H = 4, Hk = 2, d = 32;
+    const int64_t sq[4] = {B, Nq, H, d}, sk[4] = {B, Nk, Hk, d}, sb[3] = {H, Nq, Nk};
+    const int64_t *sh[5] = {sq, sk, sk, sb, sq};
+    const int nd[5] = {4, 4, 4, 3, 4};
+    const size_t n[5] = {(size_t)(B * Nq * H * d), (size_t)(B * Nk * Hk * d),
+                         (size_t)(B * Nk * Hk * d), (size_t)(H * Nq * Nk),
+                         (size_t)(B * Nq * H * d)};
+    fgt_rng rng = fgt_rng_for(1300);
+    double *h[5];
+    for (int x = 0; x < 5; x++) {
+        h[x] = malloc(n[x] * sizeof(double));
+        fgt_fill(h[x], n[x], &rng, 1.0);
+        for (size_t e = 0; e < n[x]; e++)
+            h[x][e] = (float)h[x][e];
+    }
+    double *cpu[3], *gpu[3];
+    op_grads(FG_DEVICE_CPU, (const double **)h, sh, nd, n, cpu);
+    op_grads(FG_DEVICE_CUDA, (const double **)h, sh, nd, n, gpu);
+    static const char *nm[3] = {"O", "dQ", "dbias"};
+    const size_t cnt[3] = {n[0], n[0], n[3]};
+    for (int x = 0; x < 3; x++) {
+        const double e = fgt_rel_err_floor(gpu[x], cpu[x], cnt[x], 0.1);
+        ck_assert_msg(e <= (x == 2 ? 1e-4 : 2e-5), "%s err %.3g", nm[x], e);
+        free(cpu[x]);
+        free(gpu[x]);
+    }
+    for (int x = 0; x < 5; x++)
+        free(h[x]);
+}
+END_TEST
+
+int main(void)
+{
+    if (!fgt_gpu_present()) {
+        fprintf(stderr, "no CUDA GPU: skipping the GPU bias suite\n");
+        return 77;
+    }
+    fgt_base_seed();
+    Suite *s = suite_create("gpu_bias");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 900);
+    tcase_add_loop_test(tc, test_patterns, 0, 16);
+    tcase_add_loop_test(tc, test_deterministic_bitwise, 0, 5);
+    tcase_add_loop_test(tc, test_minus_inf_row, 0, 2);
+    tcase_add_loop_test(tc, test_larger, 0, 3);
+    tcase_add_test(tc, test_autograd_op);
+    suite_add_tcase(s, tc);
+    return fgt_run_suite(s);
+}
