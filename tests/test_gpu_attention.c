@@ -529,7 +529,10 @@ END_TEST
  * low-precision twin has no variants) within 6e-3 / 4e-2 of max |ref|
  * (a few ulps of the dtype: the plain cases above land near 1e-3 / 8e-3).
  * The GPU block-mask builder must give the CPU builder's lists bit for
- * bit. Sizes straddle the 64- and 128-blocks. */
+ * bit. Sizes straddle the 64- and 128-blocks. Rows that see no key (the
+ * last two cases: causal with Nq > Nk plus an emptied query block, and a
+ * block map that keeps nothing) must give O = 0, dQ = 0, m = -inf, l = 0
+ * exactly and no NaN anywhere. */
 typedef struct vcase {
     gcase g;
     int top_left, window;
@@ -537,6 +540,7 @@ typedef struct vcase {
     double softcap;
     int alibi;     /* 1: [H], 2: [B, H] */
     double sparse; /* block keep probability, 0 = dense */
+    int empty_qb;  /* leading query blocks whose map keeps nothing (-1: all) */
 } vcase;
 
 static const vcase vcases[] = {
@@ -548,6 +552,9 @@ static const vcase vcases[] = {
     {{2, 140, 260, 2, 1, 32, 0, 0, 0.15}, 0, 0, 0, 0, 0, 2, 0},
     {{1, 384, 384, 2, 2, 64, 0, 0, 0.0}, 0, 0, 0, 0, 0, 0, 0.5},
     {{1, 300, 500, 4, 2, 128, 1, 1, 0.1}, 1, 1, 200, -1, 20.0, 1, 0.6},
+    {{2, 256, 384, 4, 2, 256, 0, 1, 0.1}, 0, 0, 0, 0, 0, 2, 0.5, 0},
+    {{1, 300, 200, 2, 1, 64, 1, 0, 0.1}, 0, 1, 40, -1, 15.0, 1, 0.7, 1},
+    {{1, 200, 200, 2, 2, 128, 0, 0, 0.0}, 1, 0, 0, 0, 10.0, 0, 0.5, -1},
 };
 
 static void run_variant(const vcase *vc, fg_dtype dt, uint64_t salt)
@@ -594,7 +601,8 @@ static void run_variant(const vcase *vc, fg_dtype dt, uint64_t salt)
         const size_t nm = (size_t)(c->B * c->H * nqb * nkb);
         uint8_t *map = malloc(nm);
         for (size_t i = 0; i < nm; i++)
-            map[i] = 0.5 * (fgt_uniform(&rng) + 1) < vc->sparse;
+            map[i] = 0.5 * (fgt_uniform(&rng) + 1) < vc->sparse &&
+                     (vc->empty_qb < 0 ? 0 : (int64_t)(i / (size_t)nkb) % nqb >= vc->empty_qb);
         const int64_t nst = fg_attn_block_mask_storage(c->B, c->H, nqb, nkb);
         hst = malloc(sizeof(int32_t) * (size_t)nst);
         int32_t *back = malloc(sizeof(int32_t) * (size_t)nst);
@@ -637,6 +645,23 @@ static void run_variant(const vcase *vc, fg_dtype dt, uint64_t salt)
                       (long long)vc->wl, (long long)vc->wr, vc->top_left,
                       vc->softcap, vc->alibi, vc->sparse, c->p);
     }
+    /* Rows with no visible key: exact zeros and -inf, nothing NaN. */
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(fgt_all_finite(gpu.t[i], no[i]), "variant %s %s not finite",
+                      fg_dtype_name(dt), names[i]);
+    for (int64_t bh = 0; bh < c->B * c->H; bh++)
+        for (int64_t i = 0; i < c->Nq; i++) {
+            const int64_t r = bh * c->Nq + i;
+            if (ref.l[r] != 0)
+                continue;
+            ck_assert_msg(isinf(gpu.m[r]) && gpu.m[r] < 0 && gpu.l[r] == 0,
+                          "variant %s empty row %lld: m %g l %g", fg_dtype_name(dt),
+                          (long long)i, gpu.m[r], gpu.l[r]);
+            const int64_t b = bh / c->H, h = bh % c->H;
+            const int64_t o = ((b * c->Nq + i) * c->H + h) * c->d;
+            for (int64_t x = 0; x < c->d; x++)
+                ck_assert(gpu.t[0][o + x] == 0 && gpu.t[1][o + x] == 0);
+        }
     const double stol = dt == FG_FP64 ? 1e-12 : 1e-5;
     if (dt == FG_FP64 || dt == FG_FP32) {
         ck_assert_msg(fgt_stats_err(gpu.m, ref.m, ns) <= stol, "m err");
@@ -671,6 +696,19 @@ static const int fast_vcases[] = {0, 4, 7};
 START_TEST(test_fast_variants)
 {
     run_variant(&vcases[fast_vcases[_i]], FG_BF16, 7900 + (uint64_t)_i);
+}
+END_TEST
+
+/* Every variant case on the sm_80 mma kernels (forced, so Hopper runs
+ * them too) in fp16 and bf16. The checked fixture unsets FG_ATTN_KERNEL
+ * even when a case fails: under CK_FORK=no the tests share one process. */
+static void force_mma(void) { setenv("FG_ATTN_KERNEL", "mma", 1); }
+static void unforce_kernel(void) { unsetenv("FG_ATTN_KERNEL"); }
+
+START_TEST(test_mma_variants)
+{
+    run_variant(&vcases[_i], FG_FP16, 8100 + 10 * (uint64_t)_i);
+    run_variant(&vcases[_i], FG_BF16, 8101 + 10 * (uint64_t)_i);
 }
 END_TEST
 
@@ -825,6 +863,11 @@ int main(void)
                             (int)(sizeof fast_vcases / sizeof fast_vcases[0]));
         tcase_add_loop_test(tc, test_fast_other_kernels, 0, 2);
         suite_add_tcase(s, tc);
+        TCase *tm = tcase_create("mma_variants");
+        tcase_set_timeout(tm, 900);
+        tcase_add_checked_fixture(tm, force_mma, unforce_kernel);
+        tcase_add_loop_test(tm, test_mma_variants, 7, 9); /* everything; sparse d = 256 */
+        suite_add_tcase(s, tm);
         return fgt_run_suite(s);
     }
     tcase_add_loop_test(tc, test_vs_cpu, 0, sanitize ? 7 : ncases);
@@ -843,5 +886,11 @@ int main(void)
         tcase_add_test(tc, test_no_quadratic_memory);
     }
     suite_add_tcase(s, tc);
+    TCase *tm = tcase_create("mma_variants");
+    tcase_set_timeout(tm, 900);
+    tcase_add_checked_fixture(tm, force_mma, unforce_kernel);
+    tcase_add_loop_test(tm, test_mma_variants, 0,
+                        sanitize ? 3 : (int)(sizeof vcases / sizeof vcases[0]));
+    suite_add_tcase(s, tm);
     return fgt_run_suite(s);
 }

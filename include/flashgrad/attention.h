@@ -93,15 +93,18 @@
  * batch * heads_q in [1, 2^31); block_q, block_k <= 1024.
  * Devices and dtypes: CPU fp32/fp64; CUDA when the build and machine have it.
  * Every variant runs on every path; on CUDA, fp16/bf16 variants take the
- * Hopper (sm_90a) tensor-core kernels, while GPUs without them run the
- * variants on the general kernels (correct, plain-FMA speed) until the
- * sm_80 kernels have them (doc/performance.md). Packed batches and key
- * padding (cu_seqlens, seqused_k): the fp16/bf16 forward takes the Hopper
- * kernels; their backward, and both directions elsewhere, run on the
- * general kernels for now. The Hopper forward loads whole tiles of K and
- * V, so the last tile of a sequence also reads rows outside it (the next
- * sequence's, or padding past seqused_k); they are masked, but an inf or
- * NaN in such a V row still turns the rows that see the tile NaN
+ * tensor-core kernels, the Hopper (sm_90a) wgmma ones or elsewhere the
+ * sm_80 mma.sync ones, like plain attention. The one fallback: operands
+ * that are not 16-byte aligned (a pointer or a stride not a multiple of 8
+ * elements) run on the general kernels (correct, plain-FMA speed), as
+ * plain attention does (doc/performance.md).
+ * A bias, packed batches and key padding are the exceptions so far: the
+ * fp16/bf16 bias runs in the Hopper kernels (forward and backward), packed
+ * batches and key padding in the Hopper forward; everything else of those
+ * three runs on the general kernels. The Hopper forward loads whole tiles
+ * of K and V, so the last tile of a packed sequence also reads rows outside
+ * it (the next sequence's, or padding past seqused_k); they are masked, but
+ * an inf or NaN in such a V row still turns the rows that see the tile NaN
  * (0 * inf). Keep padding finite (e.g. zeroed), or set FG_ATTN_KERNEL=
  * general: the general kernels never read those rows.
  *

@@ -315,7 +315,7 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
         FG_CUDA_TRY_LAUNCH();
         a.dq_tile_d = attn_bwd_wgmma_dpad(a.d); /* the layout it accumulates dQ in */
         FG_TRY(attn_bwd_wgmma_dispatch(AccOf<T>::is_bf16 ? FG_BF16 : FG_FP16, a, maps, st));
-    } else if (sizeof(T) == 2 && !a.variant && mma_path_ok(a, true) &&
+    } else if (sizeof(T) == 2 && mma_path_ok(a, true) && sm80_supports(a) &&
                attn_bwd_mma_supported(a.d, smem_limit)) {
         FG_TRY(attn_bwd_mma_dispatch(sizeof(T) == 2 && AccOf<T>::is_bf16 ? FG_BF16
                                                                         : FG_FP16,

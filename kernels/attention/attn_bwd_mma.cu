@@ -15,7 +15,11 @@
  * the softmax normaliser from the forward's m and l (+inf for empty rows).
  * D = rowsum(dO * O) and the dQ conversion are the general path's kernels.
  * For d = 256 the dK/dV accumulators do not fit in registers: two launches
- * each own half of d (and recompute S and dP); the first also does dQ. */
+ * each own half of d (and recompute S and dP); the first also does dQ.
+ *
+ * kMode: 0 no mask, 1 bottom-right causal (the tuned paths), 2 the variants:
+ * only the band's and the block lists' query blocks are visited, softcap and
+ * ALiBi modify S^T, and dS^T takes the softcap's exact 1 - tanh^2. */
 #include "attn_common.cuh"
 #include "attn_kernels.h"
 #include "kernels/runtime/cuda_check.h"
@@ -37,10 +41,11 @@ template <int D, int W, int BR, int DH> struct BwdTile {
                                     2 * 2 * kBr * sizeof(float);
 };
 
-template <typename T, int D, int W, int BR, int DH, bool kCausal, bool kDropout>
+template <typename T, int D, int W, int BR, int DH, int kMode, bool kDropout>
 __global__ void __launch_bounds__(32 * W)
 attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
 {
+    constexpr bool kCausal = kMode == 1, kMasked = kMode == 2;
     using Tile = BwdTile<D, W, BR, DH>;
     constexpr int Bc = Tile::kBc, Br = Tile::kBr, C = Tile::kC;
     constexpr int QT = Br / 8; /* n8 tiles over queries in S^T */
@@ -67,14 +72,15 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
     load_rows<T, D>(sV, a.v, b, j0, hk, Bc, kvalid, a.d, NT);
     cp_async_commit();
 
-    int64_t ib_first, nqb; /* query blocks to visit */
-    query_blocks(a, kCausal, j0, Br, &ib_first, &nqb);
-    const int64_t total = nqb * a.group; /* (head, query block) steps */
+    QuerySteps steps; /* the (head, query block) steps */
+    steps.init(a, kMasked, kCausal, b, hk, j0, Bc, Br);
+    const int64_t total = steps.total;
 
     /* Issue the loads of step `st` into buffer st & 1. */
     auto issue = [&](int64_t st) {
-        const int gh = (int)(st / nqb);
-        const int64_t i0 = (ib_first + st % nqb) * Br;
+        int gh;
+        int64_t i0;
+        steps.locate(a, b, hk, j0, Bc, Br, st, &gh, &i0);
         const int h = hk * a.group + gh;
         const int valid = (int)min((int64_t)Br, (int64_t)a.Nq - i0);
         const uint32_t buf = (uint32_t)(st & 1) * qbuf;
@@ -104,8 +110,9 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
     if (total > 0)
         issue(0);
     for (int64_t st = 0; st < total; st++) {
-        const int gh = (int)(st / nqb);
-        const int64_t i0 = (ib_first + st % nqb) * Br;
+        int gh;
+        int64_t i0;
+        const bool dead = steps.locate(a, b, hk, j0, Bc, Br, st, &gh, &i0) && kMasked;
         const int h = hk * a.group + gh;
         const int64_t bh = (int64_t)b * a.H + h;
         const uint32_t sQ = sQ0 + (uint32_t)(st & 1) * qbuf, sdO = sQ + Br * D * 2;
@@ -148,9 +155,20 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
 
         /* P^T (Alg4 L.13-14), dropout (L.15-16, 19), dS^T (L.21). Element
          * e of tile qt: key j = j0 + 16 warp + g + 8 (e >> 1), query
-         * i = i0 + 8 qt + 2 t4 + (e & 1). */
-        const bool need_mask = j0 + Bc > a.Nk || i0 + Br > a.Nq ||
-                               (kCausal && j0 + Bc - 1 > i0 + a.shift);
+         * i = i0 + 8 qt + 2 t4 + (e & 1). kMasked: softcap and ALiBi on the
+         * raw S^T first; the mask is the rows each of this thread's two keys
+         * is seen by (the band of this warp's 16 keys decides whether). */
+        const bool need_mask =
+            j0 + Bc > a.Nk || i0 + Br > a.Nq || (kCausal && j0 + Bc - 1 > i0 + a.shift) ||
+            (kMasked && (dead || !inside_band(a, i0, i0 + Br - 1, j0 + 16 * warp, 16)));
+        const float slope = kMasked && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
+        const bool mods = kMasked && (a.softcap > 0.f || a.alibi);
+        int2 rr[2] = {make_int2(0, Br - 1), make_int2(0, Br - 1)};
+        if (kMasked && need_mask)
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++)
+                rr[kk] = dead ? make_int2(Br, -1)
+                              : band_rows(a, j0 + 16 * warp + g + 8 * kk, i0, Br);
         const uint2 key = make_uint2(fg_dropout_key_x(a.seed, a.offset),
                                      fg_dropout_key_y(a.seed, a.offset));
         uint32_t pf[QT / 2][4], sf[QT / 2][4]; /* A fragments for dV, dK */
@@ -165,9 +183,16 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
                 const int qi = 8 * qt + 2 * t4 + (e & 1);
                 const int64_t j = j0 + 16 * warp + g + 8 * (e >> 1);
                 const int64_t i = i0 + qi;
-                float pe = exp2f(fmaf(s[qt][e], scale_log2, -((e & 1) ? L.y : L.x)));
-                if (need_mask && (j >= a.Nk || (kCausal && j > i + a.shift)))
+                const float lse = (e & 1) ? L.y : L.x;
+                const float x = mods ? raw_score_mod(a, s[qt][e], slope, i, j) : s[qt][e];
+                float pe = exp2f(fmaf(x, scale_log2, -lse));
+                if (kMasked && need_mask) {
+                    const int2 r = rr[e >> 1];
+                    if (qi < r.x || qi > r.y)
+                        pe = 0.f;
+                } else if (need_mask && (j >= a.Nk || (kCausal && j > i + a.shift))) {
                     pe = 0.f;
+                }
                 float z = 1.f;
                 if (kDropout) {
                     const uint4 w = curand_Philox4x32_10(
@@ -180,6 +205,8 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
                 }
                 p[e] = pe * z;                                        /* for dV */
                 ds[e] = pe * (dp[qt][e] * z - ((e & 1) ? Dq.y : Dq.x)); /* dS^T */
+                if (kMasked && a.softcap > 0.f) /* exact: times 1 - tanh^2 */
+                    ds[e] *= softcap_grad(a, pe, lse, slope, i, j);
             }
             const int kk = qt >> 1, half = (qt & 1) * 2;
             pf[kk][half] = pack2<T>(p[0], p[1]);
@@ -286,11 +313,11 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
     }
 }
 
-template <typename T, int D, int W, int BR, int DH, bool kCausal, bool kDropout>
+template <typename T, int D, int W, int BR, int DH, int kMode, bool kDropout>
 static fg_status launch(const AttnArgs &a, cudaStream_t st)
 {
     using Tile = BwdTile<D, W, BR, DH>;
-    auto kern = attn_bwd_mma_kernel<T, D, W, BR, DH, kCausal, kDropout>;
+    auto kern = attn_bwd_mma_kernel<T, D, W, BR, DH, kMode, kDropout>;
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)Tile::kSmem));
     dim3 grid((unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc), (unsigned)a.Hk,
@@ -306,11 +333,14 @@ static fg_status launch(const AttnArgs &a, cudaStream_t st)
 template <typename T, int D, int W, int BR, int DH>
 static fg_status launch_opts(const AttnArgs &a, cudaStream_t st)
 {
+    if (a.variant)
+        return a.dropout ? launch<T, D, W, BR, DH, 2, true>(a, st)
+                         : launch<T, D, W, BR, DH, 2, false>(a, st);
     if (a.causal)
-        return a.dropout ? launch<T, D, W, BR, DH, true, true>(a, st)
-                         : launch<T, D, W, BR, DH, true, false>(a, st);
-    return a.dropout ? launch<T, D, W, BR, DH, false, true>(a, st)
-                     : launch<T, D, W, BR, DH, false, false>(a, st);
+        return a.dropout ? launch<T, D, W, BR, DH, 1, true>(a, st)
+                         : launch<T, D, W, BR, DH, 1, false>(a, st);
+    return a.dropout ? launch<T, D, W, BR, DH, 0, true>(a, st)
+                     : launch<T, D, W, BR, DH, 0, false>(a, st);
 }
 
 /* Tile configurations per padded head dim. */

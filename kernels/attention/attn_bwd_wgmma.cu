@@ -156,54 +156,14 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
     if (!kSpec && threadIdx.x == 0)
         load_kv();
 
-    /* The (head, query block) steps: every query block of every head of
-     * the group, or (kMasked) the band's and the block lists' query blocks;
-     * per-head block lists give each head its own count. */
+    /* The (head, query block) steps (QuerySteps, attn_common.cuh). */
     constexpr bool kCausal = kMode == 1, kMasked = kMode == 2;
-    BlockWalk qwalk;
-    int64_t total = 0;
-    const bool per_head = kMasked && a.sparse && a.bm_h > 1 && a.group > 1;
-    if (kMasked) {
-        qwalk = query_walk(a, b, hk * a.group, j0, Bc, Br);
-        if (per_head)
-            for (int gh = 0; gh < a.group; gh++)
-                total += query_walk(a, b, hk * a.group + gh, j0, Bc, Br).n;
-        else
-            total = (int64_t)qwalk.n * a.group;
-    } else {
-        int64_t ib_first, nqb;
-        query_blocks(a, kCausal, j0, Br, &ib_first, &nqb);
-        qwalk.first = ib_first;
-        qwalk.list = nullptr;
-        qwalk.blk = Br;
-        qwalk.n = (int)nqb;
-        total = nqb * a.group;
-    }
+    QuerySteps steps;
+    steps.init(a, kMasked, kCausal, b, hk, j0, Bc, Br);
+    const int64_t total = steps.total;
     /* Step st -> its head gh, first query row i0 and whether it is dead. */
     auto locate = [&](int64_t st, int &gh, int64_t &i0, bool &dead) {
-        if constexpr (kMasked) {
-            if (per_head) {
-                for (gh = 0; gh < a.group; gh++) {
-                    const BlockWalk w = query_walk(a, b, hk * a.group + gh, j0, Bc, Br);
-                    if (st < w.n) {
-                        i0 = w.start((int)st);
-                        dead = w.dead((int)st);
-                        return;
-                    }
-                    st -= w.n;
-                }
-            }
-        }
-        if (qwalk.n == 0) { /* no steps: never asked */
-            gh = 0;
-            i0 = 0;
-            dead = true;
-            return;
-        }
-        gh = (int)(st / qwalk.n);
-        const int k = (int)(st % qwalk.n);
-        i0 = qwalk.start(k);
-        dead = kMasked && qwalk.dead(k);
+        dead = steps.locate(a, b, hk, j0, Bc, Br, st, &gh, &i0) && kMasked;
     };
 
     auto issue = [&](int64_t st) { /* one thread */

@@ -458,6 +458,23 @@ __device__ __forceinline__ int key_blocks(const AttnArgs &a, bool causal, int64_
     return (int)((n_keys + Bc - 1) / Bc);
 }
 
+/* The fast forward kernels' key walk of query rows i0 .. i0+rows-1: the
+ * band's and the block list's blocks (masked, key_walk), or every Bc-key
+ * block from 0 up to the causal limit. */
+__device__ __forceinline__ BlockWalk fwd_key_walk(const AttnArgs &a, bool masked, bool causal,
+                                                  int64_t b, int64_t h, int64_t i0, int rows,
+                                                  int Bc)
+{
+    if (masked)
+        return key_walk(a, b, h, i0, rows, Bc);
+    BlockWalk w;
+    w.first = 0;
+    w.list = nullptr;
+    w.blk = Bc;
+    w.n = key_blocks(a, causal, i0, rows, Bc);
+    return w;
+}
+
 /* Backward, key block starting at j0: the first Br-query block to visit
  * (causal skips rows that see none of these keys) and how many follow. */
 __device__ __forceinline__ void query_blocks(const AttnArgs &a, bool causal, int64_t j0,
@@ -467,6 +484,64 @@ __device__ __forceinline__ void query_blocks(const AttnArgs &a, bool causal, int
     *ib_first = i_first / Br;
     *nqb = a.Nq > i_first ? (a.Nq + Br - 1) / Br - *ib_first : 0;
 }
+
+/* The fast backward kernels' (query head, query block) steps of key block
+ * j0 (Bc keys) of K/V head hk: every Br-row query block of each head of the
+ * group, those past the causal diagonal (causal), or the band's and the
+ * block lists' query blocks (masked); per-head block lists give each head
+ * of the group its own count. */
+struct QuerySteps {
+    BlockWalk walk; /* the group's first head (every head unless per_head) */
+    int64_t total;
+    bool per_head;
+    __device__ __forceinline__ void init(const AttnArgs &a, bool masked, bool causal,
+                                         int64_t b, int hk, int64_t j0, int Bc, int Br)
+    {
+        per_head = masked && a.sparse && a.bm_h > 1 && a.group > 1;
+        if (masked) {
+            walk = query_walk(a, b, (int64_t)hk * a.group, j0, Bc, Br);
+            total = (int64_t)walk.n * a.group;
+            if (per_head) {
+                total = 0;
+                for (int gh = 0; gh < a.group; gh++)
+                    total += query_walk(a, b, (int64_t)hk * a.group + gh, j0, Bc, Br).n;
+            }
+            return;
+        }
+        int64_t ib_first, nqb;
+        query_blocks(a, causal, j0, Br, &ib_first, &nqb);
+        walk.first = ib_first;
+        walk.list = nullptr;
+        walk.blk = Br;
+        walk.n = (int)nqb;
+        total = nqb * a.group;
+    }
+    /* Step st -> its head gh of the group and first query row *i0; true
+     * when the step is dead (a list entry outside the mask: mask it all). */
+    __device__ __forceinline__ bool locate(const AttnArgs &a, int64_t b, int hk, int64_t j0,
+                                           int Bc, int Br, int64_t st, int *gh,
+                                           int64_t *i0) const
+    {
+        if (per_head)
+            for (*gh = 0; *gh < a.group; ++*gh) {
+                const BlockWalk w = query_walk(a, b, (int64_t)hk * a.group + *gh, j0, Bc, Br);
+                if (st < w.n) {
+                    *i0 = w.start((int)st);
+                    return w.dead((int)st);
+                }
+                st -= w.n;
+            }
+        if (walk.n == 0) { /* no steps: never asked */
+            *gh = 0;
+            *i0 = 0;
+            return true;
+        }
+        *gh = (int)(st / walk.n);
+        const int k = (int)(st % walk.n);
+        *i0 = walk.start(k);
+        return walk.dead(k);
+    }
+};
 
 /* log2 of row (bh, i)'s softmax normaliser from the forward's m and l;
  * +inf for a row that saw no key, so exp2(s - lse2) = 0. */

@@ -13,7 +13,11 @@
  *
  * Head dims are padded up to 64, 128 or 256 (zero-filled columns), so every
  * d in [8, 256] takes this path; it needs 16-byte aligned rows (pointers and
- * strides multiples of 8 elements), otherwise the general kernel runs. */
+ * strides multiples of 8 elements), otherwise the general kernel runs.
+ *
+ * kMode: 0 no mask, 1 bottom-right causal (the tuned paths), 2 the variants
+ * (band of any window or alignment, block lists, softcap, ALiBi), kept in
+ * their own instantiation so the first two carry none of their code. */
 #include "attn_common.cuh"
 #include "attn_kernels.h"
 #include "kernels/runtime/cuda_check.h"
@@ -35,10 +39,11 @@ template <int D> struct FwdTile {
         (size_t)(kBr * D + 4 * kBc * D) * 2;      /* Q + 2x(K, V) */
 };
 
-template <typename T, int D, bool kCausal, bool kDropout>
+template <typename T, int D, int kMode, bool kDropout>
 __global__ void __launch_bounds__(FwdTile<D>::kThreads, 1)
 attn_fwd_mma_kernel(const AttnArgs a)
 {
+    constexpr bool kCausal = kMode == 1, kMasked = kMode == 2;
     using Tile = FwdTile<D>;
     constexpr int Br = Tile::kBr, Bc = Tile::kBc, C = Tile::kChunks;
     constexpr int NT = Bc / 8;  /* n8 tiles of S */
@@ -51,21 +56,24 @@ attn_fwd_mma_kernel(const AttnArgs a)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
     /* Causal blocks near the end do the most work: launch them first. */
-    const int mblk = kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int mblk = kMode != 0 ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int64_t i0 = (int64_t)mblk * Br;
     const int h = blockIdx.y, b = blockIdx.z, hk = h / a.group;
     const int64_t bh = (int64_t)b * a.H + h;
     const int rows = (int)min((int64_t)Br, a.Nq - i0);
 
-    const int nblocks = key_blocks(a, kCausal, i0, rows, Bc);
+    /* The key blocks to visit: up to the diagonal, or (kMasked) the band's
+     * and the block list's, so skipped blocks cost nothing. */
+    const BlockWalk walk = fwd_key_walk(a, kMasked, kCausal, b, h, i0, rows, Bc);
+    const int nblocks = walk.n;
 
     load_rows<T, D>(sQ, a.q, b, i0, h, Br, rows, a.d, Tile::kThreads);
     cp_async_commit();
     if (nblocks > 0) {
-        load_rows<T, D>(sK0, a.k, b, 0, hk, Bc, (int)min((int64_t)Bc, (int64_t)a.Nk), a.d,
-                        Tile::kThreads);
-        load_rows<T, D>(sV0, a.v, b, 0, hk, Bc, (int)min((int64_t)Bc, (int64_t)a.Nk), a.d,
-                        Tile::kThreads);
+        const int64_t js = walk.start(0);
+        const int valid = (int)min((int64_t)Bc, a.Nk - js);
+        load_rows<T, D>(sK0, a.k, b, js, hk, Bc, valid, a.d, Tile::kThreads);
+        load_rows<T, D>(sV0, a.v, b, js, hk, Bc, valid, a.d, Tile::kThreads);
     }
     cp_async_commit();
 
@@ -85,12 +93,13 @@ attn_fwd_mma_kernel(const AttnArgs a)
     const float scale_log2 = (float)(a.scale * 1.4426950408889634);
     /* Rows of m-tile mt for this thread: row_g(mt) + 0 and + 8. */
     const int64_t row_w = i0 + warp * 16 * MT + g;
+    const float slope = kMasked && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
 
     for (int jb = 0; jb < nblocks; jb++) {
-        const int64_t j0 = (int64_t)jb * Bc;
+        const int64_t j0 = walk.start(jb);
         const uint32_t sK = sK0 + (jb & 1) * kv_stride, sV = sV0 + (jb & 1) * kv_stride;
         if (jb + 1 < nblocks) { /* prefetch the next K/V block */
-            const int64_t jn = j0 + Bc;
+            const int64_t jn = walk.start(jb + 1);
             const int valid = (int)min((int64_t)Bc, a.Nk - jn);
             const uint32_t nb = ((jb + 1) & 1) * kv_stride;
             load_rows<T, D>(sK0 + nb, a.k, b, jn, hk, Bc, valid, a.d, Tile::kThreads);
@@ -130,10 +139,41 @@ attn_fwd_mma_kernel(const AttnArgs a)
             }
         }
 
-        /* Mask only blocks that cross the causal diagonal or the end. */
-        const bool need_mask = j0 + Bc > a.Nk ||
-                               (kCausal && j0 + Bc - 1 > i0 + a.shift);
-        if (need_mask) {
+        /* Score modifiers, then the mask, only on blocks that cross the
+         * causal diagonal, the band's edges (this warp's rows) or the end. */
+        if (kMasked && (a.softcap > 0.f || a.alibi)) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        s[mt][nt][e] = raw_score_mod(a, s[mt][nt][e], slope,
+                                                     row_w + mt * 16 + (e >> 1) * 8,
+                                                     j0 + nt * 8 + 2 * t4 + (e & 1));
+        }
+        const bool dead = kMasked && walk.dead(jb);
+        const int64_t wr0 = i0 + warp * 16 * MT; /* this warp's first row */
+        const bool need_mask =
+            j0 + Bc > a.Nk || (kCausal && j0 + Bc - 1 > i0 + a.shift) ||
+            (kMasked && (dead || !inside_band(a, wr0, wr0 + 16 * MT - 1, j0, Bc)));
+        if (kMasked && need_mask) { /* the keys each of this thread's rows sees */
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int2 c = dead ? make_int2(Bc, -1)
+                                        : band_cols(a, row_w + mt * 16 + 8 * r, j0, Bc);
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int col = nt * 8 + 2 * t4 + e;
+                            if (col < c.x || col > c.y)
+                                s[mt][nt][2 * r + e] = -INFINITY;
+                        }
+                }
+        } else if (need_mask) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -261,11 +301,11 @@ attn_fwd_mma_kernel(const AttnArgs a)
         }
 }
 
-template <typename T, int D, bool kCausal, bool kDropout>
+template <typename T, int D, int kMode, bool kDropout>
 static fg_status launch(const AttnArgs &a, cudaStream_t st)
 {
     using Tile = FwdTile<D>;
-    auto kern = attn_fwd_mma_kernel<T, D, kCausal, kDropout>;
+    auto kern = attn_fwd_mma_kernel<T, D, kMode, kDropout>;
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)Tile::kSmem));
     dim3 grid((unsigned)((a.Nq + Tile::kBr - 1) / Tile::kBr), (unsigned)a.H,
@@ -278,9 +318,11 @@ static fg_status launch(const AttnArgs &a, cudaStream_t st)
 template <typename T, int D>
 static fg_status launch_opts(const AttnArgs &a, cudaStream_t st)
 {
+    if (a.variant)
+        return a.dropout ? launch<T, D, 2, true>(a, st) : launch<T, D, 2, false>(a, st);
     if (a.causal)
-        return a.dropout ? launch<T, D, true, true>(a, st) : launch<T, D, true, false>(a, st);
-    return a.dropout ? launch<T, D, false, true>(a, st) : launch<T, D, false, false>(a, st);
+        return a.dropout ? launch<T, D, 1, true>(a, st) : launch<T, D, 1, false>(a, st);
+    return a.dropout ? launch<T, D, 0, true>(a, st) : launch<T, D, 0, false>(a, st);
 }
 
 template <typename T>

@@ -110,15 +110,7 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 
     /* kMasked: the band, the block lists and the score modifiers
      * (attention.h); otherwise every key block up to the causal limit. */
-    BlockWalk walk;
-    if (kMasked) {
-        walk = key_walk(a, b, h, i0, rows, Bc);
-    } else {
-        walk.first = 0;
-        walk.list = nullptr;
-        walk.blk = Bc;
-        walk.n = key_blocks(a, kCausal, i0, rows, Bc);
-    }
+    const BlockWalk walk = fwd_key_walk(a, kMasked, kCausal, b, h, i0, rows, Bc);
     const int nblocks = walk.n;
 
     /* TMA loads, issued by thread 0 (kSpec: the producer warp), one

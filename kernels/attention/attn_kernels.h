@@ -58,6 +58,12 @@ int attn_bwd_wgmma_dpad(int d);
  * FG_ATTN_KERNEL=general in the environment forces the general kernels
  * (tests and benchmarks use it to exercise both). */
 bool mma_path_ok(const AttnArgs &a, bool backward);
+/* What the sm80 mma.sync kernels run: every mask and score modifier
+ * (kMode 2), but no additive bias and no packed or key-padded batch. */
+inline bool sm80_supports(const AttnArgs &a)
+{
+    return !a.bias && !a.cu_q && !a.seqused_k;
+}
 
 } /* namespace fg */
 

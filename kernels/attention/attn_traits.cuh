@@ -81,7 +81,7 @@ struct AttnArgs {
     /* Masks and score modifiers (attention.h; fg_attn_problem): key j is
      * visible to query i iff win_lo <= j - i' <= win_hi when band is set,
      * and its 128-block is listed when sparse. variant = anything beyond
-     * plain/causal attention, which today only the general kernels do. */
+     * plain/causal attention: the fast kernels' kMode = 2 instantiations. */
     int band, variant;
     int64_t win_lo, win_hi;
     float softcap;        /* 0 = off */
