@@ -4,7 +4,8 @@
  * feeding other ops) in fp64 (<= 1e-12), fp32 (<= 1e-5) and bf16 (fp16 for
  * a few), errors being max-abs relative to max |reference|, low-precision
  * bounds derived in gpu_op_harness.c. Plus: the dropout mask and the
- * fp16/bf16 casts bit-identical to the CPU, and mixing devices (or dtypes)
+ * fp16/bf16 casts bit-identical to the CPU, fg_dropout_add equal to the chain
+ * it fuses, and mixing devices (or dtypes)
  * in one op is an error status, not a crash.
  *
  * Exits 77 (skip) without a GPU; CUDA is touched only inside the forked
@@ -146,6 +147,104 @@ START_TEST(test_dropout_mask)
 }
 END_TEST
 
+/* fg_dropout_add on the GPU: forward and both gradients bit-identical to the
+ * GPU chain it fuses (fg_dropout, fg_cast into x's dtype, fg_add), for the
+ * dtype pairs of its contract (autocast's bf16/fp16 branch into fp32); the
+ * kept pattern (db != 0) is the CPU's fg_dropout mask; fp32 and fp64 equal
+ * the CPU op bit for bit. */
+static fg_tensor *dadd_run(fg_tensor *x, fg_tensor *b, fg_tensor *w, double p,
+                           uint64_t seed, uint64_t off, int fused)
+{
+    fg_tensor *y = NULL, *d = NULL, *dc = NULL, *yw, *l;
+    if (fused) {
+        FGT_OK(fg_dropout_add(x, b, p, seed, off, &y));
+    } else {
+        FGT_OK(fg_dropout(b, p, seed, off, &d));
+        FGT_OK(fg_cast(d, fg_tensor_dtype(x), &dc));
+        FGT_OK(fg_add(x, dc, &y));
+    }
+    FGT_OK(fg_mul(y, w, &yw)); /* a random incoming gradient */
+    FGT_OK(fg_sum(yw, NULL, 0, 0, &l));
+    FGT_OK(fg_backward(l));
+    fg_tensor *all[] = {d, dc, yw, l};
+    fgt_free_all(all, 4);
+    return y;
+}
+
+static void assert_same(const char *what, fg_dtype xt, fg_dtype bt,
+                        const fg_tensor *a, const fg_tensor *b, int64_t n)
+{
+    double *ha = fgt_host(a), *hb = fgt_host(b);
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(ha[i] == hb[i], "%s (%s x, %s b) [%lld]: %.9g vs %.9g",
+                      what, fg_dtype_name(xt), fg_dtype_name(bt),
+                      (long long)i, ha[i], hb[i]);
+    free(ha);
+    free(hb);
+}
+
+START_TEST(test_dropout_add)
+{
+    fgt_rng r = fgt_rng_for(930);
+    const fg_dtype pairs[5][2] = {{FG_FP32, FG_FP32}, {FG_FP64, FG_FP64},
+                                  {FG_FP32, FG_BF16}, {FG_FP32, FG_FP16},
+                                  {FG_BF16, FG_BF16}};
+    const int64_t n = 4099, sh[1] = {n};
+    for (int k = 0; k < 5; k++) {
+        const fg_dtype xt = pairs[k][0], bt = pairs[k][1];
+        const double p = k == 4 ? 0.0 : 0.1 + 0.2 * k;
+        const uint64_t seed = fgt_next(&r), off = fgt_next(&r) >> 20;
+        double *h[3];
+        for (int j = 0; j < 3; j++) {
+            h[j] = malloc(sizeof(double) * n);
+            for (int64_t i = 0; i < n; i++) {
+                const double u = fgt_uniform(&r);
+                h[j][i] = u < 0 ? u - 0.01 : u + 0.01; /* never zero */
+            }
+        }
+        fg_tensor *t[2][3];
+        for (int f = 0; f < 2; f++) {
+            t[f][0] = gph_tensor(xt, FG_DEVICE_CUDA, 1, sh, h[0], 1);
+            t[f][1] = gph_tensor(bt, FG_DEVICE_CUDA, 1, sh, h[1], 1);
+            t[f][2] = gph_tensor(xt, FG_DEVICE_CUDA, 1, sh, h[2], 0);
+        }
+        fg_tensor *y = dadd_run(t[0][0], t[0][1], t[0][2], p, seed, off, 1);
+        fg_tensor *yr = dadd_run(t[1][0], t[1][1], t[1][2], p, seed, off, 0);
+        ck_assert_int_eq(fg_tensor_dtype(y), xt);
+        assert_same("y", xt, bt, y, yr, n);
+        assert_same("dx", xt, bt, fg_tensor_grad(t[0][0]),
+                    fg_tensor_grad(t[1][0]), n);
+        assert_same("db", xt, bt, fg_tensor_grad(t[0][1]),
+                    fg_tensor_grad(t[1][1]), n);
+        /* the CPU's mask, and the CPU op where it has the dtypes */
+        fg_tensor *ones, *mask, *c[3] = {0}, *yc = NULL;
+        FGT_OK(fg_tensor_ones(FG_FP32, FG_DEVICE_CPU, FG_SHAPE(n), &ones));
+        FGT_OK(fg_dropout(ones, p, seed, off, &mask));
+        double *hm = fgt_host(mask), *hdb = fgt_host(fg_tensor_grad(t[0][1]));
+        for (int64_t i = 0; i < n; i++)
+            ck_assert_msg((hm[i] == 0) == (hdb[i] == 0),
+                          "%s b: element %lld kept on %s only",
+                          fg_dtype_name(bt), (long long)i,
+                          hm[i] != 0 ? "the CPU" : "the GPU");
+        if (xt == bt && xt != FG_BF16) {
+            for (int j = 0; j < 3; j++)
+                c[j] = gph_tensor(xt, FG_DEVICE_CPU, 1, sh, h[j], j < 2);
+            yc = dadd_run(c[0], c[1], c[2], p, seed, off, 1);
+            assert_same("y vs CPU", xt, bt, y, yc, n);
+            assert_same("db vs CPU", xt, bt, fg_tensor_grad(t[0][1]),
+                        fg_tensor_grad(c[1]), n);
+        }
+        free(hm);
+        free(hdb);
+        for (int j = 0; j < 3; j++)
+            free(h[j]);
+        fg_tensor *all[] = {t[0][0], t[0][1], t[0][2], t[1][0], t[1][1],
+                            t[1][2], y, yr, ones, mask, c[0], c[1], c[2], yc};
+        fgt_free_all(all, 14);
+    }
+}
+END_TEST
+
 /* GPU casts round like the library's host converters (round to nearest
  * even), bit for bit: fp32 -> bf16 / fp16 (incl. fp16 subnormals and
  * values near its range) and fp64 -> fp32. */
@@ -211,6 +310,7 @@ int main(void)
     tcase_add_test(tc, test_mixed_devices);
     tcase_add_test(tc, test_mixed_dtypes);
     tcase_add_test(tc, test_dropout_mask);
+    tcase_add_test(tc, test_dropout_add);
     tcase_add_test(tc, test_cast_rounding);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);

@@ -310,6 +310,80 @@ START_TEST(test_dropout)
 }
 END_TEST
 
+/* ---- fused residual dropout-add --------------------------------------------- */
+
+static fg_status dropout_add_fn(fg_tensor *const *in, int n, fg_tensor **out,
+                                void *u)
+{
+    const nn_ctx *c = u;
+    return fg_dropout_add(in[0], in[1], c->p, c->seed, c->offset, out);
+}
+
+/* fg_dropout_add: fp64 gradcheck (x and b), and in fp32 the forward and
+ * both gradients equal the chain it fuses (fg_dropout then fg_add, the
+ * independent reference) bit for bit, and y - x is 0 or b / (1 - p). */
+START_TEST(test_dropout_add)
+{
+    fgt_rng r = fgt_rng_for(560 + (uint64_t)_i);
+    int64_t s[FG_MAX_DIMS];
+    int nd = fgt_shape(&r, 1, 4, 6, s);
+    nn_ctx c = {.p = _i == 0 ? 0.0 : 0.1 + 0.5 * fabs(fgt_uniform(&r)),
+                .seed = fgt_next(&r), .offset = fgt_next(&r) % 1000};
+    fg_tensor *in[2] = {fgt_rand(&r, FG_FP64, nd, s, 1, 0.01, 1),
+                        fgt_rand(&r, FG_FP64, nd, s, 1, 0.01, 1)};
+    fgt_gradcheck("dropout_add", dropout_add_fn, &c, in, 2, 0);
+    fgt_free_all(in, 2);
+
+    const int64_t n = 4099, sn[1] = {n}; /* not a multiple of 4 (groups) */
+    fg_tensor *x = fgt_rand(&r, FG_FP32, 1, sn, 2, 0.01, 1),
+              *b = fgt_rand(&r, FG_FP32, 1, sn, 2, 0.01, 1),
+              *w = fgt_rand(&r, FG_FP32, 1, sn, 1, 0.01, 0);
+    fg_tensor *y, *yw, *l, *d, *yr, *ywr, *lr;
+    FGT_OK(fg_dropout_add(x, b, c.p, c.seed, c.offset, &y));
+    FGT_OK(fg_mul(y, w, &yw)); /* a random incoming gradient */
+    FGT_OK(fg_sum(yw, NULL, 0, 0, &l));
+    FGT_OK(fg_backward(l));
+    double *gx = fgt_host(fg_tensor_grad(x)), *gb = fgt_host(fg_tensor_grad(b));
+    FGT_OK(fg_tensor_zero_grad(x));
+    FGT_OK(fg_tensor_zero_grad(b));
+    FGT_OK(fg_dropout(b, c.p, c.seed, c.offset, &d));
+    FGT_OK(fg_add(x, d, &yr));
+    FGT_OK(fg_mul(yr, w, &ywr));
+    FGT_OK(fg_sum(ywr, NULL, 0, 0, &lr));
+    FGT_OK(fg_backward(lr));
+    const float *py = fg_tensor_data(y), *pr = fg_tensor_data(yr),
+                *px = fg_tensor_data(x), *pb = fg_tensor_data(b),
+                *pw = fg_tensor_data(w),
+                *rx = fg_tensor_data(fg_tensor_grad(x)),
+                *rb = fg_tensor_data(fg_tensor_grad(b));
+    const double keep = 1.0 / (1.0 - c.p);
+    int64_t dropped = 0;
+    for (int64_t i = 0; i < n; i++) {
+        ck_assert_msg(py[i] == pr[i], "y[%lld] %.9g, chain %.9g", (long long)i,
+                      py[i], pr[i]);
+        ck_assert(gx[i] == rx[i] && gx[i] == pw[i]);
+        ck_assert(gb[i] == rb[i]);
+        const double v = (double)py[i] - px[i];
+        ck_assert(gb[i] == 0 ? v == 0 : fabs(v - pb[i] * keep) <= 1e-6 * (2 + fabs(px[i])));
+        dropped += gb[i] == 0;
+    }
+    ck_assert(c.p == 0 ? dropped == 0 : dropped > 0 && dropped < n);
+    fg_tensor *bad = NULL, *x2, *x64;
+    FGT_FAILS(fg_dropout_add(x, b, 1.0, 0, 0, &bad), FG_ERR_INVALID_ARGUMENT);
+    FGT_FAILS(fg_dropout_add(x, NULL, 0.1, 0, 0, &bad), FG_ERR_INVALID_ARGUMENT);
+    FGT_FAILS(fg_dropout_add(x, b, 0.1, 0, 0, NULL), FG_ERR_INVALID_ARGUMENT);
+    FGT_OK(fg_tensor_zeros(FG_FP32, FG_DEVICE_CPU, FG_SHAPE(n + 1), &x2));
+    FGT_OK(fg_tensor_zeros(FG_FP64, FG_DEVICE_CPU, FG_SHAPE(n), &x64));
+    FGT_FAILS(fg_dropout_add(x2, b, 0.1, 0, 0, &bad), FG_ERR_INVALID_ARGUMENT);
+    FGT_FAILS(fg_dropout_add(x64, b, 0.1, 0, 0, &bad), FG_ERR_INVALID_ARGUMENT);
+    ck_assert(bad == NULL);
+    free(gx);
+    free(gb);
+    fg_tensor *all[] = {x, b, w, y, yw, l, d, yr, ywr, lr, x2, x64};
+    fgt_free_all(all, 12);
+}
+END_TEST
+
 /* ---- attention ------------------------------------------------------------- */
 
 /* in: q, k, v  or (fused) one qkv [B, N, (H + 2 Hk) d] split into views */
@@ -495,6 +569,7 @@ FGT_TEST(test_layernorm_values)
 FGT_LOOP(test_embedding, LOOPS)
 FGT_LOOP(test_cross_entropy, LOOPS)
 FGT_LOOP(test_dropout, LOOPS)
+FGT_LOOP(test_dropout_add, LOOPS)
 FGT_LOOP(test_attention_grad, LOOPS)
 FGT_TEST(test_attention_memory)
 FGT_MAIN_END()

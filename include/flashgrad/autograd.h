@@ -295,6 +295,17 @@ FG_API fg_status fg_cross_entropy(fg_tensor *logits, const int64_t *targets,
  * fresh mask per call. */
 FG_API fg_status fg_dropout(fg_tensor *x, double p, uint64_t seed,
                             uint64_t offset, fg_tensor **out);
+/* out = x + dropout(b): a residual branch b joining the stream x, fused
+ * into one kernel forward and one backward. The mask is fg_dropout's for
+ * (p, seed, offset) and every rounding of fg_add(x, fg_cast(fg_dropout(b,
+ * ...), dtype of x)) is kept, so the result equals that chain's bit for
+ * bit. x and b have one shape (no broadcasting) and one device; b has x's
+ * dtype, or is fp16/bf16 with an fp32 x (autocast's branch, on CUDA). out
+ * has x's dtype; p = 0 adds b unmasked. Gradients: dx = g, db = the mask
+ * applied to g rounded to b's dtype. */
+FG_API fg_status fg_dropout_add(fg_tensor *x, fg_tensor *b, double p,
+                                uint64_t seed, uint64_t offset,
+                                fg_tensor **out);
 
 /* Options of fg_attention (fill with fg_attention_options_init(), which
  * zeroes them: no mask, no dropout, default scale, tiles and threads). */

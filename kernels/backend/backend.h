@@ -194,6 +194,10 @@ extern "C" {
       (const fg_tensor *src, fg_tensor *dst, double p, uint64_t seed,          \
        uint64_t offset),                                                       \
       (src, dst, p, seed, offset), fg_cuda_backend_fail("fg_dropout"))         \
+    F(fg_status, fg_cuda_dropout_add,                                          \
+      (const fg_tensor *x, const fg_tensor *b, fg_tensor *y, double p,         \
+       uint64_t seed, uint64_t offset),                                        \
+      (x, b, y, p, seed, offset), fg_cuda_backend_fail("fg_dropout_add"))      \
     /* lib/ops/cuda_ops_blas.h */                                              \
     F(fg_status, fg_cuda_gemm,                                                 \
       (fg_dtype dt, int64_t M, int64_t N, int64_t K, double alpha,             \

@@ -76,6 +76,46 @@ __global__ void dropout_kernel(const T *__restrict__ src, T *__restrict__ dst,
     }
 }
 
+/* fg_dropout_add: Tx the residual stream's dtype, Tv the branch's. Forward
+ * (x non-NULL): y = x + round_v(keep ? v * scale : 0) with v = b; backward
+ * (x NULL): y = db = round_v(keep ? round_v(g) * scale : 0) with g = b in
+ * Tx. Each rounding of the unfused dropout -> cast -> add chain is kept, so
+ * results equal it bit for bit. Tb is b's storage type (Tv or Tx). */
+template <typename Tx, typename Tv, typename Tb, typename Ty>
+__global__ void dropout_add_kernel(const Tx *__restrict__ x,
+                                   const Tb *__restrict__ b,
+                                   Ty *__restrict__ y, int64_t n, uint2 key,
+                                   uint32_t off_lo, uint32_t thr, double scale)
+{
+    const int64_t groups = (n + 3) / 4;
+    for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+         g < groups; g += (int64_t)gridDim.x * blockDim.x) {
+        uint32_t words[4] = {0, 0, 0, 0}; /* p = 0: keep all, no draw */
+        if (thr < (1u << 24)) {
+            const uint4 r = curand_Philox4x32_10(
+                make_uint4((uint32_t)g, (uint32_t)((uint64_t)g >> 32),
+                           FG_NN_DROPOUT_TAG, off_lo),
+                key);
+            words[0] = r.x, words[1] = r.y, words[2] = r.z, words[3] = r.w;
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int64_t e = 4 * g + k;
+            if (e >= n)
+                continue;
+            const Tv bv = Num<Tv>::st(Num<Tb>::ld(b[e])); /* exact forward */
+            const Tv v = Num<Tv>::st_d((words[k] >> 8) < thr
+                                           ? (double)Num<Tv>::ld(bv) * scale
+                                           : 0.0);
+            if (x)
+                y[e] = Num<Ty>::st(Num<Tx>::ld(x[e]) +
+                                   (typename Num<Tx>::A)Num<Tv>::ld(v));
+            else
+                y[e] = (Ty)v;
+        }
+    }
+}
+
 /* ---- embedding ---------------------------------------------------------- */
 
 template <typename U>
@@ -111,6 +151,32 @@ fg_status dropout_t(const fg_tensor *src, fg_tensor *dst, uint2 key,
         dptr<T>(src), dptr<T>(dst), n, key, off_lo, thr, scale);
     FG_CUDA_TRY_LAUNCH();
     return FG_OK;
+}
+
+template <typename Tx, typename Tv>
+fg_status dropout_add_t(const fg_tensor *x, const fg_tensor *b, fg_tensor *y,
+                        uint2 key, uint32_t off_lo, uint32_t thr, double scale)
+{
+    const int64_t n = b->numel, groups = (n + 3) / 4;
+    const dim3 grid = fg_cuda_grid(groups, 256);
+    if (x) /* forward: b is the branch (Tv), y the stream (Tx) */
+        dropout_add_kernel<Tx, Tv, Tv, Tx><<<grid, 256, 0, fg_cuda_stream()>>>(
+            dptr<const Tx>(x), dptr<const Tv>(b), dptr<Tx>(y), n, key, off_lo,
+            thr, scale);
+    else /* backward: b is the gradient (Tx), y the branch's (Tv) */
+        dropout_add_kernel<Tx, Tv, Tx, Tv><<<grid, 256, 0, fg_cuda_stream()>>>(
+            nullptr, dptr<const Tx>(b), dptr<Tv>(y), n, key, off_lo, thr,
+            scale);
+    FG_CUDA_TRY_LAUNCH();
+    return FG_OK;
+}
+
+template <typename T>
+fg_status dropout_add_same(const fg_tensor *x, const fg_tensor *b,
+                           fg_tensor *y, uint2 key, uint32_t off_lo,
+                           uint32_t thr, double scale)
+{
+    return dropout_add_t<T, T>(x, b, y, key, off_lo, thr, scale);
 }
 
 } /* namespace */
@@ -220,4 +286,27 @@ extern "C" fg_status fg_cuda_dropout(const fg_tensor *src, fg_tensor *dst,
     const double scale = 1.0 / (1.0 - p);
     NN_BY_DTYPE(src->dtype, "fg_dropout", dropout_t, src, dst, key,
                 (uint32_t)offset, thr, scale);
+}
+
+extern "C" fg_status fg_cuda_dropout_add(const fg_tensor *x,
+                                         const fg_tensor *b, fg_tensor *y,
+                                         double p, uint64_t seed,
+                                         uint64_t offset)
+{
+    if (b->numel == 0)
+        return FG_OK;
+    const uint2 key = make_uint2((uint32_t)seed, (uint32_t)(seed >> 32) ^
+                                                     (uint32_t)(offset >> 32));
+    const uint32_t thr = fg_dropout_threshold(p), lo = (uint32_t)offset;
+    const double scale = 1.0 / (1.0 - p);
+    const fg_dtype xt = x ? x->dtype : b->dtype, vt = x ? b->dtype : y->dtype;
+    if (vt == xt)
+        NN_BY_DTYPE(xt, "fg_dropout_add", dropout_add_same, x, b, y, key,
+                    lo, thr, scale);
+    if (xt == FG_FP32 && vt == FG_BF16)
+        return dropout_add_t<float, __nv_bfloat16>(x, b, y, key, lo, thr,
+                                                   scale);
+    if (xt == FG_FP32 && vt == FG_FP16)
+        return dropout_add_t<float, __half>(x, b, y, key, lo, thr, scale);
+    return bad_dtype("fg_dropout_add", vt);
 }

@@ -102,6 +102,14 @@ fg_status fg_cuda_embedding_backward(const fg_tensor *g,
  * (r >> 8) < fg_dropout_threshold(p)). Used for forward and backward. */
 fg_status fg_cuda_dropout(const fg_tensor *src, fg_tensor *dst, double p,
                           uint64_t seed, uint64_t offset);
+/* fg_dropout_add's kernel, fg_dropout's mask. Forward (x non-NULL):
+ * y = x + round_b(keep ? b / (1 - p) : 0) in x's dtype. Backward (x NULL,
+ * b the incoming gradient in x's dtype, y = db in the branch's dtype):
+ * y = round_y(keep ? round_y(b) / (1 - p) : 0). Dtypes: b (forward) or y
+ * (backward) has x's dtype, or is fp16/bf16 with fp32 x. */
+fg_status fg_cuda_dropout_add(const fg_tensor *x, const fg_tensor *b,
+                              fg_tensor *y, double p, uint64_t seed,
+                              uint64_t offset);
 
 #ifdef __cplusplus
 }

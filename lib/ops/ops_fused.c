@@ -1,0 +1,172 @@
+/* lib/ops/ops_fused.c - fused ops that replace chains of small kernels in
+ * the GPT step: fg_dropout_add (a branch's dropout, its cast into the
+ * residual stream's dtype and the residual add; one kernel forward, one
+ * backward). Results equal the unfused chain's bit for bit: every rounding
+ * of the chain is kept. CUDA tensors go to kernels/ops/ops_nn.cu. */
+#include "config.h"
+
+#include "cuda_ops_nn.h" /* the CUDA entry points, FG_NN_DROPOUT_TAG */
+#include "flashgrad/attention.h" /* fg_dropout_threshold */
+#include "ops_internal.h"
+#include "lib/core/philox.h"
+#include "kernels/runtime/profile.h"
+
+typedef struct dadd_extra {
+    double p;
+    uint64_t seed, offset;
+} dadd_extra;
+
+static inline double ld(const char *p, fg_dtype dt)
+{
+    return dt == FG_FP32 ? *(const float *)p : *(const double *)p;
+}
+/* v rounded to dt (fp32 or fp64), as a store would. */
+static inline double rnd(double v, fg_dtype dt)
+{
+    return dt == FG_FP32 ? (double)(float)v : v;
+}
+
+/* The CPU kernel (fp32/fp64, contiguous). Forward (x != NULL):
+ * y = x + rnd_b(keep ? b * scale : 0); backward (x == NULL, b is the
+ * incoming gradient g, y is db): db = rnd_b(keep ? rnd_b(g) * scale : 0).
+ * rnd_b rounds to the branch's dtype, as the unfused cast and dropout did.
+ * The mask is fg_dropout's. */
+static void dadd_cpu(const dadd_extra *ex, const char *x, fg_dtype xt,
+                     const char *b, fg_dtype bt, char *y, fg_dtype yt,
+                     int64_t n)
+{
+    const uint32_t thr = fg_dropout_threshold(ex->p);
+    const double scale = 1.0 / (1.0 - ex->p);
+    const fg_u32x2 key = {(uint32_t)ex->seed, (uint32_t)(ex->seed >> 32) ^
+                                                  (uint32_t)(ex->offset >> 32)};
+    const size_t xs = fg_dtype_size(xt), bs = fg_dtype_size(bt);
+    const fg_dtype vt = x ? bt : yt; /* the branch's dtype */
+#pragma omp parallel for if (n > 65536)
+    for (int64_t g = 0; g < (n + 3) / 4; g++) {
+        fg_u32x4 c = {(uint32_t)g, (uint32_t)((uint64_t)g >> 32),
+                      FG_NN_DROPOUT_TAG, (uint32_t)ex->offset};
+        fg_u32x4 r = fg_philox4x32_10(c, key);
+        const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+        for (int k = 0; k < 4 && 4 * g + k < n; k++) {
+            const int64_t e = 4 * g + k;
+            const double bv = rnd(ld(b + (size_t)e * bs, bt), vt);
+            const double v = rnd((w[k] >> 8) < thr ? bv * scale : 0.0, vt);
+            const double out = x ? ld(x + (size_t)e * xs, xt) + v : v;
+            if (yt == FG_FP32)
+                ((float *)y)[e] = (float)out;
+            else
+                ((double *)y)[e] = out;
+        }
+    }
+}
+
+/* db of the branch: the mask applied to the incoming gradient, in b's dtype;
+ * dx is the incoming gradient itself (no kernel). */
+static fg_status dadd_backward(fg_node *n, fg_tensor *const *g,
+                               fg_tensor **gin)
+{
+    const dadd_extra *ex = fg_node_extra(n);
+    if (fg_node_needs_grad(n, 0))
+        gin[0] = fg_tensor_retain(g[0]);
+    if (!fg_node_needs_grad(n, 1))
+        return FG_OK;
+    fg_meta m;
+    fg_node_input_meta(n, 1, &m);
+    fg_arena *dom = fg_bw_domain();
+    fg_tensor *gc, *db = NULL;
+    FG_TRY(fg_contiguous_raw(g[0], dom, &gc));
+    fg_status s = fg_tensor_new(dom, m.dtype, m.device, m.nd, m.shape, &db);
+    int on_cuda = 0;
+#ifdef FG_HAVE_CUDA
+    on_cuda = gc->device == FG_DEVICE_CUDA;
+    if (s == FG_OK && on_cuda)
+        s = fg_cuda_dropout_add(NULL, gc, db, ex->p, ex->seed, ex->offset);
+#endif
+    if (s == FG_OK && !on_cuda)
+        dadd_cpu(ex, NULL, gc->dtype, fg_tensor_base(gc), gc->dtype,
+                 fg_tensor_base(db), db->dtype, gc->numel);
+    fg_tensor_free(gc);
+    if (s != FG_OK) {
+        fg_tensor_free(db);
+        db = NULL;
+    }
+    gin[1] = db;
+    return s;
+}
+
+static const fg_op_def dadd_def = {"DropoutAddBackward", dadd_backward};
+
+static fg_status check_dadd(const char *fn, const fg_tensor *x,
+                            const fg_tensor *b, double p)
+{
+    FG_TRY(fg_op_check(fn, x, "x"));
+    FG_TRY(fg_op_check(fn, b, "b"));
+    if (x->device != b->device)
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: device mismatch (x on %s, b on %s)", fn,
+                        fg_device_name(x->device), fg_device_name(b->device));
+    if (b->dtype != x->dtype &&
+        !(x->dtype == FG_FP32 && (b->dtype == FG_BF16 || b->dtype == FG_FP16)))
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: b is %s, x is %s (b must have x's dtype, or be "
+                        "fp16/bf16 with an fp32 x)",
+                        fn, fg_dtype_name(b->dtype), fg_dtype_name(x->dtype));
+    if (!fg_same_shape(x->nd, x->shape, b->nd, b->shape)) {
+        char sx[96], sb[96];
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: x %s and b %s differ in shape (no broadcasting)",
+                        fn, fg_fmt_shape(sx, sizeof sx, x->nd, x->shape),
+                        fg_fmt_shape(sb, sizeof sb, b->nd, b->shape));
+    }
+    if (!(p >= 0.0 && p < 1.0))
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: p must be in [0, 1), got %g", fn, p);
+    return FG_OK;
+}
+
+static fg_status fg_dropout_add_impl(fg_tensor *x, fg_tensor *b, double p,
+                                     uint64_t seed, uint64_t offset,
+                                     fg_tensor **out)
+{
+    static const char fn[] = "fg_dropout_add";
+    FG_TRY(fg_op_check_out(fn, out));
+    FG_TRY(check_dadd(fn, x, b, p));
+    int on_cuda = 0; /* the per-device dispatch point */
+#ifdef FG_HAVE_CUDA
+    on_cuda = x->device == FG_DEVICE_CUDA;
+#endif
+    if (x->device != FG_DEVICE_CPU && !on_cuda)
+        return fg_op_unsupported(fn, x->device);
+    fg_tensor *in[2] = {x, b};
+    fg_arena *dom = fg_alloc_domain(in, 2);
+    fg_tensor *xc = NULL, *bc = NULL, *y = NULL;
+    fg_status s = fg_contiguous_raw(x, dom, &xc);
+    if (s == FG_OK)
+        s = fg_contiguous_raw(b, dom, &bc);
+    if (s == FG_OK)
+        s = fg_tensor_new_like(dom, x, 0, &y);
+    const dadd_extra ex = {p, seed, offset};
+#ifdef FG_HAVE_CUDA
+    if (s == FG_OK && on_cuda)
+        s = fg_cuda_dropout_add(xc, bc, y, p, seed, offset);
+#endif
+    if (s == FG_OK && !on_cuda)
+        dadd_cpu(&ex, fg_tensor_base(xc), xc->dtype, fg_tensor_base(bc),
+                 bc->dtype, fg_tensor_base(y), y->dtype, y->numel);
+    fg_tensor_free(xc);
+    fg_tensor_free(bc);
+    if (s != FG_OK) {
+        fg_tensor_free(y);
+        return s;
+    }
+    FG_TRY(fg_op_finish(&dadd_def, in, 2, &y, 1, NULL, 0, &ex, sizeof ex));
+    *out = y;
+    return FG_OK;
+}
+
+fg_status fg_dropout_add(fg_tensor *x, fg_tensor *b, double p, uint64_t seed,
+                         uint64_t offset, fg_tensor **out)
+{
+    FG_PROF_RETURN(FG_PROF_OTHER,
+                   fg_dropout_add_impl(x, b, p, seed, offset, out));
+}
