@@ -2,6 +2,7 @@
  * (flashgrad/profile.h). CPU: each outermost scope adds its wall-clock
  * time to its family. CUDA: each records an event before and after; the
  * pairs are read when the region ends, so no scope waits for the GPU. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -52,6 +53,14 @@ fg_status fg_profile_begin(fg_device dev)
     if (dev != FG_DEVICE_CPU && dev != FG_DEVICE_CUDA)
         return fg_error(FG_ERR_INVALID_ARGUMENT, "fg_profile_begin: "
                         "unknown device %d", (int)dev);
+    /* A CUDA build on a machine without a usable GPU answers like a CPU
+     * build: unsupported, with fg_cuda_available()'s reason. */
+    if (dev == FG_DEVICE_CUDA && !fg_cuda_available()) {
+        char why[200]; /* fg_error rewrites the buffer fg_last_error reads */
+        snprintf(why, sizeof why, "%s", fg_last_error());
+        return fg_error(FG_ERR_UNSUPPORTED,
+                        "fg_profile_begin: no CUDA device (%s)", why);
+    }
     if (dev == FG_DEVICE_CUDA)
         FG_TRY(fg_cuda_synchronize());
     free(g.pairs);
