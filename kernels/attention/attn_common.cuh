@@ -342,7 +342,7 @@ __device__ __forceinline__ A score_mod(const AttnArgs &a, A x, A slope,
                                        int64_t i, int64_t j, A *dcap)
 {
     if (a.softcap > 0.f) {
-        const A cap = (A)a.softcap;
+        const A cap = (A)a.softcap_d; /* a float cap would cost fp64 ~1e-8 */
         const A t = tanh(x / cap);
         x = cap * t;
         if (dcap)

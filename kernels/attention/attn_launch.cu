@@ -77,6 +77,7 @@ static fg_status base_args(const fg_attn_problem *pb, const char *fn,
     a->win_lo = pb->win_lo;
     a->win_hi = pb->win_hi;
     a->softcap = (float)pb->softcap;
+    a->softcap_d = pb->softcap;
     a->alibi = pb->alibi;
     a->alibi_sb = pb->alibi_sb;
     a->sparse = pb->sparse;

@@ -85,6 +85,7 @@ struct AttnArgs {
     int band, variant;
     int64_t win_lo, win_hi;
     float softcap;        /* 0 = off */
+    double softcap_d;     /* the same in full precision (fp64 general path) */
     const float *alibi;   /* NULL = off; slope of (b, h) = alibi[b*alibi_sb + h] */
     int64_t alibi_sb;
     int sparse;
