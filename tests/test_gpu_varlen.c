@@ -79,7 +79,11 @@ static void check_gpu(vl_case c, uint64_t salt)
         ck_assert_msg(bwd == FG_OK, "gpu bwd: %s", fg_last_error());
         const vl_err e = vl_compare(&c, &d, &gpu, &ref);
         const double tol = tol_of(c.dtype);
-        const double stol = c.dtype == FG_FP64 ? 1e-12 : 1e-5;
+        /* fp16/bf16 on Hopper: the softcap runs through tanh.approx.f32,
+         * which moves m and l by up to ~1e-5 relative (test_gpu_bias: 1e-4). */
+        const double stol = c.dtype == FG_FP64   ? 1e-12
+                            : c.dtype == FG_FP32 ? 1e-5
+                                                 : 1e-4;
 #define GSHAPE "%s B=%lld H=%lld Hk=%lld d=%lld causal=%d tl=%d win=%d " \
                "cap=%g alibi=%d p=%g used=%d dense=%d det=%d"
 #define GARGS fg_dtype_name(c.dtype), (long long)c.B, (long long)c.H,      \
