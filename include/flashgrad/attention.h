@@ -98,10 +98,9 @@
  * that are not 16-byte aligned (a pointer or a stride not a multiple of 8
  * elements) run on the general kernels (correct, plain-FMA speed), as
  * plain attention does (doc/performance.md).
- * A bias, packed batches and key padding are the exceptions so far: the
- * fp16/bf16 bias runs in the Hopper kernels (forward and backward), packed
- * batches and key padding in the Hopper forward; everything else of those
- * three runs on the general kernels. The Hopper forward loads whole tiles
+ * A bias, packed batches and key padding are the exceptions so far: their
+ * fp16/bf16 forward runs in the Hopper kernels; their backward, and both
+ * directions elsewhere, run on the general kernels (doc/performance.md). The Hopper forward loads whole tiles
  * of K and V, so the last tile of a packed sequence also reads rows outside
  * it (the next sequence's, or padding past seqused_k); they are masked, but
  * an inf or NaN in such a V row still turns the rows that see the tile NaN

@@ -307,7 +307,11 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
         FG_CUDA_TRY_LAUNCH();
     }
     alignas(64) unsigned char maps[1024];
-    if (sizeof(T) == 2 && a.lse2p && mma_path_ok(a, true) && wgmma_usable() &&
+    /* The wgmma backward has no bias: its first version (in kMode 2) cost
+     * every variant backward half its speed (softcap 30 + causal, N = 8k:
+     * 135 -> 59 TFLOP/s on an H100), so a bias takes the general kernels
+     * until it has instantiations of its own (doc/performance.md). */
+    if (sizeof(T) == 2 && !a.bias && a.lse2p && mma_path_ok(a, true) && wgmma_usable() &&
         attn_bwd_wgmma_smem(a.d) <= smem_limit &&
         attn_bwd_wgmma_maps_size() <= sizeof maps && attn_bwd_wgmma_maps(a, maps)) {
         const int64_t n = (int64_t)a.B * a.H * a.nq_pad;

@@ -302,26 +302,14 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
         const float slope = kMasked && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
         /* Score modifiers (kMasked: softcap, ALiBi) on the raw S^T, then
          * masked scores -> -inf -> P = 0. */
-        const bool mods = kMasked && (a.softcap > 0.f || a.alibi || a.bias);
-        /* The bias of score element e (0 outside the problem). */
-        auto bias_of = [&](int e) {
-            const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1);
-            const int64_t i = i0 + 8 * (e >> 2) + 2 * t4 + (e & 1);
-            return i < a.Nq && j < a.Nk ? bias_at<T, float>(a, b, h, i, j) : 0.f;
-        };
+        const bool mods = kMasked && (a.softcap > 0.f || a.alibi);
         auto mask = [&](float (&x)[Br / 2]) {
             if constexpr (kMasked) {
-                if (a.softcap > 0.f || a.alibi) {
+                if (mods) {
 #pragma unroll
                     for (int e = 0; e < Br / 2; e++)
                         x[e] = raw_score_mod(a, x[e], slope, i0 + 8 * (e >> 2) + 2 * t4 + (e & 1),
                                              j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1));
-                }
-                if (a.bias) { /* + bias, in raw units (the scale is in exp2) */
-                    const float inv = (float)(1.0 / a.scale);
-#pragma unroll
-                    for (int e = 0; e < Br / 2; e++)
-                        x[e] += bias_of(e) * inv;
                 }
                 if (!need_mask)
                     return;
@@ -354,33 +342,7 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
                 return 1.f;
             const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1);
             const int64_t i = i0 + 8 * (e >> 2) + 2 * t4 + (e & 1);
-            return softcap_grad(a, p, lse2[8 * (e >> 2) + 2 * t4 + (e & 1)], slope, i, j,
-                                a.bias ? bias_of(e) : 0.f);
-        };
-        /* dbias += dS of element e at the biased logit (before the softcap),
-         * for pairs inside the problem that have a probability (masked
-         * pairs and empty rows have p = 0). The deterministic pass runs
-         * after this kernel instead (attn_bias.cu). */
-        auto put_dbias = [&](float p, int e, float dl) {
-            if (!kMasked || (a.dbias_mode != kDbiasStore && a.dbias_mode != kDbiasAtomic) ||
-                p == 0.f)
-                return;
-            const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1);
-            const int64_t i = i0 + 8 * (e >> 2) + 2 * t4 + (e & 1);
-            if (i >= a.Nq || j >= a.Nk)
-                return;
-            if (a.dbias_mode == kDbiasStore) {
-                const int64_t off = b * a.dbias_s[0] + h * a.dbias_s[1] + i * a.dbias_s[2] +
-                                    j * a.dbias_s[3];
-                if (a.dbias_f32)
-                    ((float *)a.dbias)[off] = dl;
-                else
-                    ((T *)a.dbias)[off] = from_acc<T>(dl);
-            } else {
-                atomicAdd((float *)a.dbias_acc + b * a.dbias_acc_s[0] + h * a.dbias_acc_s[1] +
-                              i * a.dbias_acc_s[2] + j * a.dbias_acc_s[3],
-                          dl);
-            }
+            return softcap_grad(a, p, lse2[8 * (e >> 2) + 2 * t4 + (e & 1)], slope, i, j);
         };
         /* P^T = exp2(S^T scale log2e - lse2) (Alg4 L.13-14) in place, and
          * the dropout decisions (L.15-16) as bits of `keep`. */
@@ -478,9 +440,8 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
                     for (int e = 0; e < 4; e++) {
                         const int x = 4 * qt + e;
                         const float p = xch[x * 128 + tid];
-                        const float dl = p * (acc[x] * zf(keep, x) - Dv[8 * qt + 2 * t4 + (e & 1)]);
-                        put_dbias(p, x, dl);
-                        ds[e] = dl * cap_grad(p, x);
+                        ds[e] = p * (acc[x] * zf(keep, x) - Dv[8 * qt + 2 * t4 + (e & 1)]) *
+                                cap_grad(p, x);
                     }
                     store_t(sdS, qt, pack2<T>(ds[0], ds[1]), pack2<T>(ds[2], ds[3]));
                 }
@@ -572,9 +533,8 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int x = 4 * qt + e;
-                    const float dl = s[x] * (dp[x] * zf(keep, x) - ((e & 1) ? Dq.y : Dq.x));
-                    put_dbias(s[x], x, dl);
-                    ds[e] = dl * cap_grad(s[x], x);
+                    ds[e] = s[x] * (dp[x] * zf(keep, x) - ((e & 1) ? Dq.y : Dq.x)) *
+                            cap_grad(s[x], x);
                 }
                 const int kk = qt >> 1, half = (qt & 1) * 2;
                 sf[kk][half] = pack2<T>(ds[0], ds[1]);

@@ -216,7 +216,7 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
     /* fp16/bf16 on Hopper (the wgmma path): lse2 and D padded to 64-row
      * blocks, and dQ accumulated in 64-row tiles of the padded head dim. */
     const bool hopper = (pb->dtype == FG_FP16 || pb->dtype == FG_BF16) &&
-                        !a.cu_q && !a.seqused_k && fg::wgmma_usable();
+                        !a.cu_q && !a.seqused_k && !a.bias && fg::wgmma_usable();
     const int64_t nq_pad = (pb->Nq + 63) / 64 * 64;
     const size_t pad_bytes =
         hopper ? (2 * sizeof(float) * (size_t)(pb->B * pb->H * nq_pad) + 255) & ~(size_t)255 : 0;
