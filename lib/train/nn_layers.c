@@ -315,7 +315,10 @@ static fg_status kv_append(fg_nn_kv *kv, int64_t len, fg_tensor **k,
                            fg_tensor **v)
 {
     fg_tensor **cache[2] = {&kv->k, &kv->v}, **cur[2] = {k, v};
-    const int64_t *sh = fg_tensor_shape(*k), T = sh[1];
+    /* A copy: *k is freed and replaced in the loop below. */
+    int64_t sh[4];
+    memcpy(sh, fg_tensor_shape(*k), sizeof sh);
+    const int64_t T = sh[1];
     if (len < 0 || len + T > kv->cap)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
                        "KV cache: %lld + %lld tokens exceed its %lld",
