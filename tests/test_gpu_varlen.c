@@ -10,10 +10,10 @@
  * bf16 8e-3 on the general kernels (FG_ATTN_KERNEL=general): they compute
  * in fp32 and round each output once, i.e. half an ulp (2^-11 fp16, 2^-8
  * bf16 of max |oracle|) plus fp32 noise; inputs are rounded to the dtype
- * before the oracle sees them. Without it, fp16/bf16 forwards on Hopper
- * take the wgmma kernel (kMode 2), which like FlashAttention rounds P to
- * the dtype before P V: twice those bounds (the backward stays on the
- * general kernels). Stats are fp32 for every non-fp64 dtype: 1e-5
+ * before the oracle sees them. Without it, fp16/bf16 on Hopper take the
+ * wgmma kernels (kMode 3, forward and backward), which like FlashAttention
+ * round P (and dS) to the dtype before their products: twice those
+ * bounds. Stats are fp32 for every non-fp64 dtype: 1e-5
  * (1e-12 fp64). */
 #include <check.h>
 #include <cuda_runtime.h>

@@ -40,17 +40,25 @@ __global__ void attn_bwd_preprocess(const AttnArgs a)
 }
 
 /* lse2 = m log2(e) + log2(l) (+inf for empty rows) and D, into the padded
- * [B*H][nq_pad] arrays the wgmma backward bulk-copies per query block. */
+ * [B*H][nq_pad] arrays the wgmma backward bulk-copies per query block (a
+ * packed batch too: row i of sequence b, whose stats are packed row
+ * cu_q[b] + i of head h). */
 __global__ void attn_bwd_pad_stats(const AttnArgs a)
 {
     const int64_t n = (int64_t)a.B * a.H * a.nq_pad;
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
          idx += (int64_t)gridDim.x * blockDim.x) {
         const int64_t bh = idx / a.nq_pad, i = idx % a.nq_pad;
+        int64_t row = bh * a.Nq + i, nq = a.Nq;
+        if (a.cu_q) {
+            const int64_t b = bh / a.H, h = bh % a.H;
+            nq = a.cu_q[b + 1] - a.cu_q[b];
+            row = h * a.total_q + a.cu_q[b] + i;
+        }
         float lse = INFINITY, dd = 0.f;
-        if (i < a.Nq) {
-            lse = row_lse2(a, bh, i);
-            dd = ((const float *)a.D)[bh * a.Nq + i];
+        if (i < nq) {
+            lse = stat_lse2(a, row);
+            dd = ((const float *)a.D)[row];
         }
         ((float *)a.lse2p)[idx] = lse;
         ((float *)a.Dp)[idx] = dd;
@@ -70,10 +78,17 @@ __global__ void attn_bwd_write_dq(const AttnArgs a)
         stat_coords(a, row, &b, &h, &i, &owned);
         if (!owned) /* packed rows past cu_q[B] are left alone */
             continue;
-        /* The tiled layout is the wgmma backward's: dense only. */
-        const int64_t src = a.dq_tile_d ? dq_tiled_index(b * a.H + h, a.nq_pad, a.dq_tile_d,
-                                                         i, (int)x)
-                                        : idx;
+        /* The wgmma backward's tiled layout: [B*H][nq_pad] rows, a packed
+         * row as row i - cu_q[b] of its sequence b. */
+        int64_t src = idx;
+        if (a.dq_tile_d) {
+            int64_t sb = b, si = i;
+            if (a.cu_q) {
+                sb = packed_seq(a.cu_q, a.B, i);
+                si = i - a.cu_q[sb];
+            }
+            src = dq_tiled_index(sb * a.H + h, a.nq_pad, a.dq_tile_d, si, (int)x);
+        }
         elem<T>(a.dq, b, i, h)[x] = from_acc<T>(((const A *)a.dq_acc)[src]);
     }
 }
@@ -307,11 +322,7 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
         FG_CUDA_TRY_LAUNCH();
     }
     alignas(64) unsigned char maps[1024];
-    /* The wgmma backward has no bias: its first version (in kMode 2) cost
-     * every variant backward half its speed (softcap 30 + causal, N = 8k:
-     * 135 -> 59 TFLOP/s on an H100), so a bias takes the general kernels
-     * until it has instantiations of its own (doc/performance.md). */
-    if (sizeof(T) == 2 && !a.bias && a.lse2p && mma_path_ok(a, true) && wgmma_usable() &&
+    if (sizeof(T) == 2 && a.lse2p && mma_path_ok(a, true) && wgmma_usable() &&
         attn_bwd_wgmma_smem(a.d) <= smem_limit &&
         attn_bwd_wgmma_maps_size() <= sizeof maps && attn_bwd_wgmma_maps(a, maps)) {
         const int64_t n = (int64_t)a.B * a.H * a.nq_pad;

@@ -88,15 +88,42 @@ template <int D, bool kDropout> struct BwdSpec {
 };
 
 /* kMode: 0 no mask, 1 bottom-right causal (the tuned path), 2 the variants
- * (attn_fwd_wgmma.cu), each its own instantiation. */
+ * (attn_fwd_wgmma.cu), 3 the variants of a packed or key-padded batch, 4
+ * the variants with an additive bias and dbias,
+ * each its own instantiation: the bias in mode 2 cost every variant half
+ * its speed (softcap 30 + causal, N = 8k: 135 -> 59 TFLOP/s, H100). */
 template <typename T, int D, int kMode, bool kDropout>
 __global__ void __launch_bounds__(BwdSpec<D, kDropout>::kThreads, 1)
-attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
+attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
+                      const __grid_constant__ CUtensorMap tmQ,
                       const __grid_constant__ CUtensorMap tmK,
                       const __grid_constant__ CUtensorMap tmV,
                       const __grid_constant__ CUtensorMap tmO)
 {
 #ifdef FG_WGMMA_ENABLED
+    /* kMode 3 runs the key blocks of sequence b of a packed or key-padded
+     * batch as a problem of its own (seq_args), as the forward does: the
+     * TMA maps span the packed rows (batch 0) and tiles start at the
+     * sequence's first row. Query rows of a neighbouring sequence that a
+     * tile reads get P = 0 (their padded lse2 is +inf); its key rows are
+     * masked and never stored. lse2, D and the dQ tiles keep the padded
+     * [B, H, nq_pad] layout (nq_pad: the longest sequence). */
+    constexpr bool kRagged = kMode == 3;
+    AttnArgs seq;
+    int64_t q_row0 = 0, k_row0 = 0;
+    int tb = blockIdx.z, nk_rows = args.Nk; /* TMA batch coordinate; key rows */
+    if constexpr (kRagged) {
+        seq = seq_args<T, float>(args, blockIdx.z, &nk_rows);
+        seq.dq_acc = args.dq_acc;
+        if (args.cu_q) {
+            q_row0 = args.cu_q[blockIdx.z];
+            k_row0 = args.cu_k[blockIdx.z];
+            tb = 0;
+        }
+        if ((int64_t)blockIdx.x * BwdWgTile<D>::kBc >= nk_rows)
+            return; /* past this sequence: the grid fits the longest */
+    }
+    const AttnArgs &a = kRagged ? seq : args;
     using Tile = BwdWgTile<D>;
     constexpr bool kSpec = BwdSpec<D, kDropout>::value;
     constexpr bool kEarlyDQ = BwdSpec<D, kDropout>::kEarlyDQ;
@@ -123,7 +150,7 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
     const int dslice = Tile::kSplitD ? DH * wg : 0;   /* its dK/dV columns */
     const int64_t j0 = (int64_t)blockIdx.x * Bc;
     const int hk = blockIdx.y, b = blockIdx.z;
-    const int kvalid = (int)min((int64_t)Bc, (int64_t)a.Nk - j0);
+    const int kvalid = (int)min((int64_t)Bc, (int64_t)nk_rows - j0); /* rows stored */
     const float scale_log2 = (float)(a.scale * 1.4426950408889634);
 
     /* TMA: K and V once, then per step Q_i, dO_i (64-column panels) and
@@ -137,7 +164,7 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
                         int64_t row0, int head) {
 #pragma unroll
         for (int p = 0; p < D / 64; p++)
-            tma_load_4d(dst + p * rows * 128, map, bar, p * 64, (int)row0, head, b);
+            tma_load_4d(dst + p * rows * 128, map, bar, p * 64, (int)row0, head, tb);
     };
     if (threadIdx.x == 0) {
         for (int i = 0; i < 3; i++)
@@ -150,14 +177,15 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
     __syncthreads();
     auto load_kv = [&]() {
         mbar_expect_tx(bar_kv, 2 * Bc * D * 2);
-        tma_tile(sK, &tmK, bar_kv, Bc, j0, hk);
-        tma_tile(sV, &tmV, bar_kv, Bc, j0, hk);
+        tma_tile(sK, &tmK, bar_kv, Bc, k_row0 + j0, hk);
+        tma_tile(sV, &tmV, bar_kv, Bc, k_row0 + j0, hk);
     };
     if (!kSpec && threadIdx.x == 0)
         load_kv();
 
     /* The (head, query block) steps (QuerySteps, attn_common.cuh). */
-    constexpr bool kCausal = kMode == 1, kMasked = kMode == 2;
+    constexpr bool kCausal = kMode == 1, kMasked = kMode >= 2;
+    constexpr bool kBias = kMode == 4;
     QuerySteps steps;
     steps.init(a, kMasked, kCausal, b, hk, j0, Bc, Br);
     const int64_t total = steps.total;
@@ -175,8 +203,8 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
         const uint32_t buf = sQ0 + (uint32_t)(st & 1) * 2 * qtile;
         const uint32_t bar = bar_q + 8 * (uint32_t)(st & 1);
         mbar_expect_tx(bar, 2 * qtile + 2 * Br * 4);
-        tma_tile(buf, &tmQ, bar, Br, i0, h);
-        tma_tile(buf + qtile, &tmO, bar, Br, i0, h);
+        tma_tile(buf, &tmQ, bar, Br, q_row0 + i0, h);
+        tma_tile(buf + qtile, &tmO, bar, Br, q_row0 + i0, h);
         const int64_t row = ((int64_t)b * a.H + h) * a.nq_pad + i0;
         bulk_load(smem_u32(lse2_s + (st & 1) * Br), (const float *)a.lse2p + row, Br * 4, bar);
         bulk_load(smem_u32(D_s + (st & 1) * Br), (const float *)a.Dp + row, Br * 4, bar);
@@ -302,14 +330,26 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
         const float slope = kMasked && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
         /* Score modifiers (kMasked: softcap, ALiBi) on the raw S^T, then
          * masked scores -> -inf -> P = 0. */
-        const bool mods = kMasked && (a.softcap > 0.f || a.alibi);
+        const bool mods = kBias || (kMasked && (a.softcap > 0.f || a.alibi));
+        /* kBias: the bias of score element e (0 outside the problem). */
+        auto bias_of = [&](int e) {
+            const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1);
+            const int64_t i = i0 + 8 * (e >> 2) + 2 * t4 + (e & 1);
+            return i < a.Nq && j < a.Nk ? bias_at<T, float>(a, b, h, i, j) : 0.f;
+        };
         auto mask = [&](float (&x)[Br / 2]) {
             if constexpr (kMasked) {
-                if (mods) {
+                if (a.softcap > 0.f || a.alibi) {
 #pragma unroll
                     for (int e = 0; e < Br / 2; e++)
                         x[e] = raw_score_mod(a, x[e], slope, i0 + 8 * (e >> 2) + 2 * t4 + (e & 1),
                                              j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1));
+                }
+                if constexpr (kBias) { /* + bias in raw units (the scale is in exp2) */
+                    const float inv = (float)(1.0 / a.scale);
+#pragma unroll
+                    for (int e = 0; e < Br / 2; e++)
+                        x[e] = fmaf(bias_of(e), inv, x[e]);
                 }
                 if (!need_mask)
                     return;
@@ -342,7 +382,34 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
                 return 1.f;
             const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1);
             const int64_t i = i0 + 8 * (e >> 2) + 2 * t4 + (e & 1);
-            return softcap_grad(a, p, lse2[8 * (e >> 2) + 2 * t4 + (e & 1)], slope, i, j);
+            return softcap_grad(a, p, lse2[8 * (e >> 2) + 2 * t4 + (e & 1)], slope, i, j,
+                                kBias ? bias_of(e) : 0.f);
+        };
+        /* kBias: dbias += dS at the biased logit (before the softcap) for
+         * pairs inside the problem that have a probability (masked pairs and
+         * empty rows have p = 0); store when nothing is broadcast, fp32
+         * atomics otherwise. The deterministic pass runs after this kernel
+         * instead (attn_bias.cu). */
+        auto put_dbias = [&](float p, int e, float dl) {
+            if (!kBias || (a.dbias_mode != kDbiasStore && a.dbias_mode != kDbiasAtomic) ||
+                p == 0.f)
+                return;
+            const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1);
+            const int64_t i = i0 + 8 * (e >> 2) + 2 * t4 + (e & 1);
+            if (i >= a.Nq || j >= a.Nk)
+                return;
+            if (a.dbias_mode == kDbiasStore) {
+                const int64_t off = b * a.dbias_s[0] + h * a.dbias_s[1] + i * a.dbias_s[2] +
+                                    j * a.dbias_s[3];
+                if (a.dbias_f32)
+                    ((float *)a.dbias)[off] = dl;
+                else
+                    ((T *)a.dbias)[off] = from_acc<T>(dl);
+            } else {
+                atomicAdd((float *)a.dbias_acc + b * a.dbias_acc_s[0] + h * a.dbias_acc_s[1] +
+                              i * a.dbias_acc_s[2] + j * a.dbias_acc_s[3],
+                          dl);
+            }
         };
         /* P^T = exp2(S^T scale log2e - lse2) (Alg4 L.13-14) in place, and
          * the dropout decisions (L.15-16) as bits of `keep`. */
@@ -440,8 +507,9 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
                     for (int e = 0; e < 4; e++) {
                         const int x = 4 * qt + e;
                         const float p = xch[x * 128 + tid];
-                        ds[e] = p * (acc[x] * zf(keep, x) - Dv[8 * qt + 2 * t4 + (e & 1)]) *
-                                cap_grad(p, x);
+                        const float dl = p * (acc[x] * zf(keep, x) - Dv[8 * qt + 2 * t4 + (e & 1)]);
+                        put_dbias(p, x, dl);
+                        ds[e] = dl * cap_grad(p, x);
                     }
                     store_t(sdS, qt, pack2<T>(ds[0], ds[1]), pack2<T>(ds[2], ds[3]));
                 }
@@ -533,8 +601,9 @@ attn_bwd_wgmma_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap tmQ,
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int x = 4 * qt + e;
-                    ds[e] = s[x] * (dp[x] * zf(keep, x) - ((e & 1) ? Dq.y : Dq.x)) *
-                            cap_grad(s[x], x);
+                    const float dl = s[x] * (dp[x] * zf(keep, x) - ((e & 1) ? Dq.y : Dq.x));
+                    put_dbias(s[x], x, dl);
+                    ds[e] = dl * cap_grad(s[x], x);
                 }
                 const int kk = qt >> 1, half = (qt & 1) * 2;
                 sf[kk][half] = pack2<T>(ds[0], ds[1]);
@@ -652,6 +721,12 @@ static fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 template <typename T, int D>
 static fg_status launch_opts(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
+    if (a.cu_q || a.seqused_k)
+        return a.dropout ? launch<T, D, 3, true>(a, m, st)
+                         : launch<T, D, 3, false>(a, m, st);
+    if (a.bias)
+        return a.dropout ? launch<T, D, 4, true>(a, m, st)
+                         : launch<T, D, 4, false>(a, m, st);
     if (a.variant)
         return a.dropout ? launch<T, D, 2, true>(a, m, st)
                          : launch<T, D, 2, false>(a, m, st);
@@ -690,10 +765,9 @@ bool attn_bwd_wgmma_maps(const AttnArgs &a, void *maps)
 {
     BwdMaps *m = (BwdMaps *)maps;
     const int bc = bwd_keys(a.d), br = 64;
-    return make_panel_tmap(&m->q, a.q, a.d, a.Nq, a.H, a.B, br) &&
-           make_panel_tmap(&m->o, a.dout, a.d, a.Nq, a.H, a.B, br) &&
-           make_panel_tmap(&m->k, a.k, a.d, a.Nk, a.Hk, a.B, bc) &&
-           make_panel_tmap(&m->v, a.v, a.d, a.Nk, a.Hk, a.B, bc);
+    return make_operand_tmap(&m->q, a, a.q, false, br) &&
+           make_operand_tmap(&m->o, a, a.dout, false, br) &&
+           make_operand_tmap(&m->k, a, a.k, true, bc) && make_operand_tmap(&m->v, a, a.v, true, bc);
 }
 
 size_t attn_bwd_wgmma_maps_size() { return sizeof(BwdMaps); }

@@ -560,11 +560,30 @@ __host__ __device__ __forceinline__ int64_t dq_tiled_index(int64_t bh, int64_t n
            ((cc >> 3) * 32 + lane) * 4 + ((ir >> 3) & 1) * 2 + (cc & 1);
 }
 
+__device__ __forceinline__ float stat_lse2(const AttnArgs &a, int64_t row)
+{
+    const float l = ((const float *)a.l)[row];
+    const float m = ((const float *)a.m)[row];
+    return l != 0.f ? m * 1.4426950408889634f + __log2f(l) : INFINITY;
+}
 __device__ __forceinline__ float row_lse2(const AttnArgs &a, int64_t bh, int64_t i)
 {
-    const float l = ((const float *)a.l)[bh * a.Nq + i];
-    const float m = ((const float *)a.m)[bh * a.Nq + i];
-    return l != 0.f ? m * 1.4426950408889634f + __log2f(l) : INFINITY;
+    return stat_lse2(a, bh * a.Nq + i);
+}
+
+/* The sequence that packed row r (< cu[B]) belongs to: the last b with
+ * cu[b] <= r (empty sequences skipped), by bisection. */
+__device__ __forceinline__ int64_t packed_seq(const int32_t *cu, int B, int64_t r)
+{
+    int lo = 0, hi = B; /* cu[lo] <= r < cu[hi] */
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (cu[mid] <= r)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
 }
 
 } /* namespace fg */

@@ -506,23 +506,9 @@ bool attn_fwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st,
     size_t smem;
     fwd_tile(a.d, &br, &bc, &smem);
     FwdMaps m;
-    /* Packed: [1, total, heads, d] maps (the unused batch stride only has
-     * to be valid for the encoder: the tensor's extent, the largest). */
-    const bool packed = a.cu_q != nullptr;
-    const int64_t sq = packed ? a.total_q : a.Nq, sk = packed ? a.total_k : a.Nk;
-    const int64_t nb = packed ? 1 : a.B;
-    Operand q = a.q, k = a.k, v = a.v;
-    if (packed) {
-        auto extent = [](const Operand &t, int64_t S, int64_t heads) {
-            return t.ss * S > t.sh * heads ? t.ss * S : t.sh * heads;
-        };
-        q.sb = extent(q, sq, a.H);
-        k.sb = extent(k, sk, a.Hk);
-        v.sb = extent(v, sk, a.Hk);
-    }
-    if (!make_panel_tmap(&m.q, q, a.d, sq, a.H, nb, br) ||
-        !make_panel_tmap(&m.k, k, a.d, sk, a.Hk, nb, bc) ||
-        !make_panel_tmap(&m.v, v, a.d, sk, a.Hk, nb, bc))
+    if (!make_operand_tmap(&m.q, a, a.q, false, br) ||
+        !make_operand_tmap(&m.k, a, a.k, true, bc) ||
+        !make_operand_tmap(&m.v, a, a.v, true, bc))
         return false;
     *status = dt == FG_BF16 ? launch_dim<__nv_bfloat16>(a, m, st) : launch_dim<__half>(a, m, st);
     return true;

@@ -99,11 +99,10 @@ static fg_status base_args(const fg_attn_problem *pb, const char *fn,
         a->bias_s[2] = pb->bias.stride_q;
         a->bias_s[3] = pb->bias.stride_k;
     }
-    /* Packed batches and key padding are variants too: the wgmma forward
-     * runs them in kMode 3; the sm80 kernels and the wgmma backward
-     * (no lse2p workspace, attn_fwd.cu/attn_bwd.cu) leave them to the
-     * general kernels (doc/performance.md). A bias (never combined with
-     * them) runs in the wgmma kernels' kMode 2. */
+    /* Packed batches and key padding are variants too: the wgmma kernels
+     * run them in kMode 3; the sm80 kernels leave them to the general
+     * kernels (doc/performance.md). A bias (never combined with
+     * them) runs in the wgmma forward's kMode 2 and the backward's kMode 4. */
     a->variant = (pb->band && !plain_causal) || pb->softcap > 0 || pb->alibi ||
                  pb->sparse || pb->varlen || pb->seqused_k || pb->bias.data;
     a->scale = pb->scale;
@@ -214,17 +213,19 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
     /* D, then the dQ accumulator at a 256-byte boundary (vector atomics). */
     const size_t d_bytes = (acc * rows + 255) & ~(size_t)255;
     /* fp16/bf16 on Hopper (the wgmma path): lse2 and D padded to 64-row
-     * blocks, and dQ accumulated in 64-row tiles of the padded head dim. */
-    const bool hopper = (pb->dtype == FG_FP16 || pb->dtype == FG_BF16) &&
-                        !a.cu_q && !a.seqused_k && !a.bias && fg::wgmma_usable();
+     * blocks, and dQ accumulated in 64-row tiles of the padded head dim;
+     * a packed batch pads every sequence to the longest (Nq). */
+    const bool hopper = (pb->dtype == FG_FP16 || pb->dtype == FG_BF16) && fg::wgmma_usable();
     const int64_t nq_pad = (pb->Nq + 63) / 64 * 64;
     const size_t pad_bytes =
         hopper ? (2 * sizeof(float) * (size_t)(pb->B * pb->H * nq_pad) + 255) & ~(size_t)255 : 0;
     /* Deterministic mode writes dQ directly: no accumulator. */
     size_t dq_bytes = pb->deterministic ? 0 : acc * rows * (size_t)pb->d;
-    if (hopper && dq_bytes)
-        dq_bytes = sizeof(float) * (size_t)(pb->B * pb->H * nq_pad) *
-                   (size_t)fg::attn_bwd_wgmma_dpad((int)pb->d);
+    if (hopper && dq_bytes) { /* either layout: the kernel is chosen later */
+        const size_t tiled = sizeof(float) * (size_t)(pb->B * pb->H * nq_pad) *
+                             (size_t)fg::attn_bwd_wgmma_dpad((int)pb->d);
+        dq_bytes = tiled > dq_bytes ? tiled : dq_bytes;
+    }
     const size_t bias_bytes = dbias_setup(pb, &a, acc);
     /* Never 0 (an empty packed batch): allocators may refuse it. */
     const size_t need = d_bytes + dq_bytes + pad_bytes + bias_bytes;

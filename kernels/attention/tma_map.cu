@@ -47,4 +47,18 @@ bool make_panel_tmap(CUtensorMap *map, const Operand &t, int d, int64_t S,
               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+bool make_operand_tmap(CUtensorMap *map, const AttnArgs &a, const Operand &t, bool keys,
+                       int box_rows)
+{
+    const int64_t heads = keys ? a.Hk : a.H;
+    if (!a.cu_q)
+        return make_panel_tmap(map, t, a.d, keys ? a.Nk : a.Nq, heads, a.B, box_rows);
+    /* Packed operands have no batch stride; the unused one only has to be
+     * valid for the encoder: the tensor's extent, the larger product. */
+    const int64_t rows = keys ? a.total_k : a.total_q;
+    Operand p = t;
+    p.sb = t.ss * rows > t.sh * heads ? t.ss * rows : t.sh * heads;
+    return make_panel_tmap(map, p, a.d, rows, heads, 1, box_rows);
+}
+
 } /* namespace fg */

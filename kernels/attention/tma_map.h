@@ -18,6 +18,12 @@ namespace fg {
 bool make_panel_tmap(CUtensorMap *map, const Operand &t, int d, int64_t S,
                      int64_t heads, int64_t B, int box_rows);
 
+/* make_panel_tmap over one attention operand: a query-side one (Q, O, dO:
+ * keys = false) or a key-side one (K, V), dense [B, S, heads, d] or, for a
+ * packed batch (a.cu_q), [1, total, heads, d]. */
+bool make_operand_tmap(CUtensorMap *map, const AttnArgs &a, const Operand &t, bool keys,
+                       int box_rows);
+
 } /* namespace fg */
 
 #endif /* FG_KERNELS_TMA_MAP_H */
