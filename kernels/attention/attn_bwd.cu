@@ -12,6 +12,8 @@
  * With params.deterministic the main kernels skip dQ and attn_bwd_dq_kernel
  * computes it per query block in a fixed order (bitwise-reproducible).
  * Nothing of size Nq x Nk exists anywhere. */
+#include <type_traits>
+
 #include "attn_bwd_tile.cuh"
 #include "attn_kernels.h"
 #include "kernels/runtime/cuda_check.h"
@@ -306,12 +308,18 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
         attn_bwd_preprocess<T><<<(unsigned)((nrows * 32 + 255) / 256), 256, 0, st>>>(a);
         FG_CUDA_TRY_LAUNCH();
     }
+    bool fp32 = false; /* the fp32 kernels ran, deterministic dQ included */
+    if (std::is_same<T, float>::value)
+        FG_TRY(attn_fp32_bwd(a, smem_limit, st, &fp32));
     alignas(64) unsigned char maps[1024];
     /* The wgmma backward has no bias: its first version (in kMode 2) cost
      * every variant backward half its speed (softcap 30 + causal, N = 8k:
      * 135 -> 59 TFLOP/s on an H100), so a bias takes the general kernels
      * until it has instantiations of its own (doc/performance.md). */
-    if (sizeof(T) == 2 && !a.bias && a.lse2p && mma_path_ok(a, true) && wgmma_usable() &&
+    if (fp32) {
+        if (a.deterministic)
+            return FG_OK;
+    } else if (sizeof(T) == 2 && !a.bias && a.lse2p && mma_path_ok(a, true) && wgmma_usable() &&
         attn_bwd_wgmma_smem(a.d) <= smem_limit &&
         attn_bwd_wgmma_maps_size() <= sizeof maps && attn_bwd_wgmma_maps(a, maps)) {
         const int64_t n = (int64_t)a.B * a.H * a.nq_pad;
