@@ -1,63 +1,147 @@
 #!/usr/bin/env python3
-"""bench/compare_torch.py - flashgrad's attention against PyTorch SDPA
-backends (flash = FlashAttention-2, cuDNN, memory-efficient) on the same GPU
-in the same run, with the same conventions as bench_attention: 16k tokens
-(B = 16384 / N), hidden 2048 (H = 2048 / d), TFLOP/s with forward
-4*B*H*N^2*d (halved when causal) and backward 2.5x forward, CUDA-event
-timing after warm-up, median over repetitions, inputs rotated over 3 sets.
+"""bench/compare_torch.py - flashgrad's attention against PyTorch SDPA's
+backends (flash = FlashAttention-2, cuDNN, memory-efficient, math) on the
+same GPU, in one process.
 
-    python3 bench/compare_torch.py --bench ./bench_attention [--quick] \
-        [--dtype bf16] [--csv out.csv]
+Method (issue 18; the same for every contender and every cell):
+  - flashgrad is called through ctypes on the shared library
+    (bench/fg_ctypes.py), on PyTorch's current stream, in this process;
+  - inputs are standard normal, [B, N, H, d] tensors; SDPA gets [B, H, N, d]
+    views of the same storage, so both read the same bytes;
+  - each contender is warmed up, then timed with CUDA events around the
+    forward and around the backward, `--reps` calls per round, the median
+    per round; `--rounds` rounds run interleaved (flashgrad, flash, cuDNN,
+    ..., flashgrad, flash, ...) and each cell keeps the best round median;
+  - 16k tokens (B = 16384 / N) and hidden 2048 (H = 2048 / d); TFLOP/s with
+    forward 4 B H N^2 d (halved when causal), backward 2.5x forward.
 
-It runs the C benchmark first (its CSV), then the PyTorch backends, and
-prints one table with the ratios flashgrad / flash and flashgrad / cuDNN."""
+Cells: bf16 and fp16 over d = 64/128/256, N = 1k..16k, causal and not,
+against flash, cuDNN and efficient; fp32 (strict) and tf32 over
+d = 64/128, N = 4k, against efficient and math (tf32: PyTorch with
+allow_tf32 on, flashgrad with its attention TF32 switch when the library
+has one, else its strict fp32 kernels, marked "strict"); fp64 at N = 2k
+for flashgrad alone, with the math backend as a reference (no target).
+The last column is max |O_flashgrad - O_reference| of the cell (reference:
+the first SDPA backend that runs), a sanity check, not a test.
+
+    python3 bench/compare_torch.py --lib .libs/libflashgrad.so [--quick] \\
+        [--dtypes bf16,fp32,tf32,fp64] [--rounds 5] [--reps 10] [--csv out.csv]
+    python3 bench/compare_torch.py --mem --bench ./bench_attention
+        (peak memory of one fwd+bwd at N = 16k and 64k, both sides)
+"""
 import argparse
 import csv
-import statistics
 import subprocess
 import sys
-import tempfile
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from fg_ctypes import Flashgrad, best_times, buffers
+
 BACKENDS = {
     "flash": SDPBackend.FLASH_ATTENTION,
     "cudnn": SDPBackend.CUDNN_ATTENTION,
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
 }
+TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
+               "tf32": torch.float32, "fp64": torch.float64}
 
 
-def flops(b, h, n, d, causal):
-    f = 4.0 * b * h * n * n * d
-    return f / 2 if causal else f
+def grid(dt, quick):
+    """(d, N, causal) cells and the SDPA backends of dtype dt."""
+    if dt in ("bf16", "fp16"):
+        ds, ns = ((64, 128), (2048, 8192)) if quick else ((64, 128, 256),
+                                                          (1024, 2048, 4096, 8192, 16384))
+        bes = ["flash", "cudnn", "efficient"]
+    elif dt in ("fp32", "tf32"):
+        ds, ns, bes = (64, 128), (4096,), ["efficient", "math"]
+    else:
+        ds, ns, bes = (64, 128), (2048,), ["math"]
+    return [(d, n, c) for d in ds for n in ns for c in (0, 1)], bes
 
 
-def time_torch(backend, dtype, b, h, n, d, causal, reps):
-    sets = []
-    for _ in range(3):
-        q, k, v = (torch.empty(b, h, n, d, device="cuda", dtype=dtype)
-                   .uniform_(-1, 1).requires_grad_() for _ in range(3))
-        g = torch.empty(b, h, n, d, device="cuda", dtype=dtype).uniform_(-1, 1)
-        sets.append((q, k, v, g))
-    ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
-    fwd, bwd = [], []
-    with sdpa_kernel([BACKENDS[backend]]):
-        for it in range(reps + 2):
-            q, k, v, g = sets[it % 3]
-            ev[0].record()
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            ev[1].record()
-            ev[2].record()
-            out.backward(g)
-            ev[3].record()
-            torch.cuda.synchronize()
-            if it >= 2:
-                fwd.append(ev[0].elapsed_time(ev[1]))
-                bwd.append(ev[2].elapsed_time(ev[3]))
-            q.grad = k.grad = v.grad = None
-    return statistics.median(fwd), statistics.median(bwd)
+def set_tf32(fg, on):
+    torch.backends.cuda.matmul.allow_tf32 = on
+    torch.backends.cudnn.allow_tf32 = on
+    if fg.has("fg_cuda_set_attention_allow_tf32"):
+        fg.check(fg.lib.fg_cuda_set_attention_allow_tf32(int(on)), "tf32 switch")
+        return True
+    return False
+
+
+def cell(fg, dt, d, n, causal, bes, args):
+    B, H = 16384 // n, 2048 // d
+    (q, k, v, g), (o, dq, dk, dv), m, l = buffers(B, n, H, d, TORCH_DTYPE[dt])
+    p = fg.params(B, n, H, d)
+    p.causal = causal  # N_q = N_k: bottom-right = top-left (is_causal)
+    qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
+    gt = g.transpose(1, 2)
+    pairs = {"flashgrad": (lambda: fg.fwd(p, q, k, v, o, m, l),
+                           lambda: fg.bwd(p, q, k, v, o, g, m, l, dq, dk, dv))}
+    outs = {}
+
+    def sdpa(be):
+        def fwd():
+            with sdpa_kernel([BACKENDS[be]]):
+                outs[be] = F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(causal))
+
+        def bwd():
+            outs[be].backward(gt)
+            qt.grad = kt.grad = vt.grad = None
+        return fwd, bwd
+
+    for be in bes:
+        f, b = sdpa(be)
+        try:  # warm-up; a backend may not take this dtype or shape
+            f()
+            b()
+            pairs[be] = (f, b)
+        except RuntimeError as e:
+            print(f"{be} {dt} d={d} N={n}: {str(e).splitlines()[0]}", file=sys.stderr)
+    for f, b in pairs.values():
+        f()
+        b()
+    torch.cuda.synchronize()
+    diff = float("nan")
+    ref = next((be for be in bes if be in pairs), None)
+    if ref:
+        pairs["flashgrad"][0]()
+        pairs[ref][0]()
+        torch.cuda.synchronize()
+        diff = (o.double() - outs[ref].detach().transpose(1, 2).double()).abs().max().item()
+        outs.clear()
+    rounds, reps = (2, 3) if dt == "fp64" else (args.rounds, args.reps)
+    best = best_times(pairs, rounds, reps)
+    fl = 4.0 * B * H * n * n * d / (2 if causal else 1)
+    row = {"dtype": dt, "d": d, "N": n, "causal": causal}
+    for who in ["flashgrad"] + bes:
+        tf, tb = best.get(who, (float("nan"), float("nan")))
+        row[who + "_fwd"] = fl / (tf * 1e-3) / 1e12
+        row[who + "_bwd"] = 2.5 * fl / (tb * 1e-3) / 1e12
+    row["maxdiff"] = diff
+    print(row, flush=True)
+    return row
+
+
+def table(rows, dt, bes, note):
+    print()
+    print(f"{dt}{note}, TFLOP/s fwd / bwd, 16k tokens, hidden 2048; "
+          f"ratio = flashgrad / each backend")
+    head = f"{'d':>4} {'N':>6} {'causal':>6} | {'flashgrad':>13}"
+    for be in bes:
+        head += f" | {be:>13} {'ratio':>11}"
+    print(head + " | max|dO|")
+    for r in rows:
+        line = (f"{r['d']:>4} {r['N']:>6} {r['causal']:>6} | "
+                f"{r['flashgrad_fwd']:6.1f}/{r['flashgrad_bwd']:6.1f}")
+        for be in bes:
+            line += (f" | {r[be + '_fwd']:6.1f}/{r[be + '_bwd']:6.1f} "
+                     f"{r['flashgrad_fwd'] / r[be + '_fwd']:5.2f}/"
+                     f"{r['flashgrad_bwd'] / r[be + '_bwd']:5.2f}")
+        print(line + f" | {r['maxdiff']:.1e}")
 
 
 def torch_peak_mib(n, backend="flash"):
@@ -65,88 +149,55 @@ def torch_peak_mib(n, backend="flash"):
     gradients included, as torch.cuda.max_memory_allocated reports it."""
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    q, k, v = (torch.empty(1, 16, n, 128, device="cuda", dtype=torch.bfloat16)
-               .uniform_(-1, 1).requires_grad_() for _ in range(3))
-    g = torch.empty(1, 16, n, 128, device="cuda", dtype=torch.bfloat16).uniform_(-1, 1)
+    q, k, v, g = (torch.randn(1, 16, n, 128, device="cuda", dtype=torch.bfloat16)
+                  for _ in range(4))
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
     with sdpa_kernel([BACKENDS[backend]]):
-        out = F.scaled_dot_product_attention(q, k, v)
-        out.backward(g)
+        F.scaled_dot_product_attention(q, k, v).backward(g)
     torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() / 2**20
-    del q, k, v, g, out
-    return peak
+    return torch.cuda.max_memory_allocated() / 2**20
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bench", default="./bench_attention")
+    ap.add_argument("--lib", default=".libs/libflashgrad.so")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--dtypes", default="bf16,fp16,fp32,tf32,fp64")
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     ap.add_argument("--csv", default=None)
-    ap.add_argument("--check", action="store_true",
-                    help="pass --check to bench_attention (fast vs general kernels)")
     ap.add_argument("--mem", action="store_true",
-                    help="only compare peak memory at N = 16k and 64k")
+                    help="only compare peak memory (runs --bench --mem)")
+    ap.add_argument("--bench", default="./bench_attention")
     args = ap.parse_args()
-
     if args.mem:
         subprocess.run([args.bench, "--mem"], check=True)
         for n in (16384, 65536):
             print(f"torch flash peak memory fwd+bwd bf16 B=1 H=16 d=128 N={n}: "
                   f"{torch_peak_mib(n):.0f} MiB")
-        return
-
-    with tempfile.NamedTemporaryFile(suffix=".csv") as tmp:
-        cmd = [args.bench, "--csv", tmp.name, "--reps", str(args.reps)]
-        if args.quick:
-            cmd.append("--quick")
-        if args.check:
-            cmd.append("--check")
-        print("running", " ".join(cmd), flush=True)
-        subprocess.run(cmd, check=True)
-        ours = [r for r in csv.DictReader(open(tmp.name)) if r["dtype"] == args.dtype]
-
-    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+        return 0
+    fg = Flashgrad(args.lib)
+    torch.manual_seed(0)
     print(f"PyTorch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
-          f"{torch.cuda.get_device_name()}")
-    rows = []
-    for r in ours:
-        b, h, n, d, causal = (int(r[x]) for x in ("B", "H", "N", "d", "causal"))
-        fl = flops(b, h, n, d, causal)
-        row = {"d": d, "N": n, "causal": causal,
-               "fg_fwd": float(r["fwd_tflops"]), "fg_bwd": float(r["bwd_tflops"])}
-        for be in BACKENDS:
-            try:
-                tf, tb = time_torch(be, dtype, b, h, n, d, bool(causal), args.reps)
-                row[be + "_fwd"] = fl / (tf * 1e-3) / 1e12
-                row[be + "_bwd"] = 2.5 * fl / (tb * 1e-3) / 1e12
-            except RuntimeError as e:  # backend unavailable for this shape
-                print(f"{be} d={d} N={n}: {str(e).splitlines()[0]}", file=sys.stderr)
-                row[be + "_fwd"] = row[be + "_bwd"] = float("nan")
-        rows.append(row)
-        print(row, flush=True)
-
-    print()
-    print(f"{args.dtype}, TFLOP/s fwd / bwd, 16k tokens, hidden 2048")
-    hdr = (f"{'d':>4} {'N':>6} {'causal':>6} | {'flashgrad':>13} | {'torch flash':>13} | "
-           f"{'torch cuDNN':>13} | {'torch effic.':>13} | {'vs flash':>11} | {'vs cuDNN':>11}")
-    print(hdr)
-    for r in rows:
-        def pair(p):
-            return f"{r[p + '_fwd']:6.1f}/{r[p + '_bwd']:6.1f}"
-        ratio = lambda be: (f"{r['fg_fwd'] / r[be + '_fwd']:5.2f}/"
-                            f"{r['fg_bwd'] / r[be + '_bwd']:5.2f}")
-        print(f"{r['d']:>4} {r['N']:>6} {r['causal']:>6} | {pair('fg')} | {pair('flash')} | "
-              f"{pair('cudnn')} | {pair('efficient')} | {ratio('flash'):>11} | "
-              f"{ratio('cudnn'):>11}")
-    if args.csv:
+          f"{torch.cuda.get_device_name()}", flush=True)
+    allrows = []
+    for dt in args.dtypes.split(","):
+        cells, bes = grid(dt, args.quick)
+        fg_tf32 = set_tf32(fg, dt == "tf32")
+        note = " (flashgrad: strict fp32, no TF32 switch)" if dt == "tf32" and not fg_tf32 else ""
+        rows = [cell(fg, dt, d, n, c, bes, args) for d, n, c in cells]
+        set_tf32(fg, False)
+        table(rows, dt, bes, note)
+        allrows += rows
+    if args.csv and allrows:
+        keys = list(dict.fromkeys(k for r in allrows for k in r))
         with open(args.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+            w = csv.DictWriter(f, fieldnames=keys)
             w.writeheader()
-            w.writerows(rows)
+            w.writerows(allrows)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

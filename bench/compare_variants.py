@@ -26,124 +26,12 @@ both read the same bf16 bias tensor and write dbias (bf16, its shape).
 import argparse
 import ctypes as C
 import itertools
-import statistics
 import sys
 
 import torch
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-FG_FP32, FG_BF16, FG_CUDA = 0, 3, 1  # include/flashgrad/types.h
-
-
-class Tensor(C.Structure):
-    _fields_ = [("data", C.c_void_p), ("dtype", C.c_int), ("sb", C.c_int64),
-                ("ss", C.c_int64), ("sh", C.c_int64)]
-
-
-class Stats(C.Structure):
-    _fields_ = [("m", C.c_void_p), ("l", C.c_void_p), ("dtype", C.c_int)]
-
-
-class BlockMaskC(C.Structure):
-    _fields_ = [("batch", C.c_int64), ("heads", C.c_int64), ("q_blocks", C.c_int64),
-                ("k_blocks", C.c_int64), ("kv_count", C.c_void_p),
-                ("kv_index", C.c_void_p), ("q_count", C.c_void_p),
-                ("q_index", C.c_void_p)]
-
-
-class Params(C.Structure):  # fg_attn_params, field for field
-    _fields_ = [("batch", C.c_int64), ("seqlen_q", C.c_int64), ("seqlen_k", C.c_int64),
-                ("heads_q", C.c_int64), ("heads_kv", C.c_int64), ("head_dim", C.c_int64),
-                ("device", C.c_int), ("softmax_scale", C.c_double), ("causal", C.c_int),
-                ("dropout_p", C.c_double), ("seed", C.c_uint64), ("offset", C.c_uint64),
-                ("block_q", C.c_int), ("block_k", C.c_int), ("num_threads", C.c_int),
-                ("cuda_stream", C.c_void_p), ("deterministic", C.c_int),
-                ("causal_align", C.c_int), ("window_left", C.c_int64),
-                ("window_right", C.c_int64), ("softcap", C.c_double),
-                ("alibi_slopes", C.c_void_p), ("alibi_stride_b", C.c_int64),
-                ("block_mask", C.c_void_p), ("bias", C.c_void_p), ("dbias", C.c_void_p),
-                ("cu_seqlens_q", C.c_void_p), ("cu_seqlens_k", C.c_void_p),
-                ("total_q", C.c_int64), ("total_k", C.c_int64),
-                ("seqused_k", C.c_void_p)]
-
-
-class Bias(C.Structure):  # fg_attn_bias
-    _fields_ = [("data", C.c_void_p), ("dtype", C.c_int), ("sb", C.c_int64),
-                ("sh", C.c_int64), ("sq", C.c_int64), ("sk", C.c_int64)]
-
-
-def bshd(t):
-    return Tensor(t.data_ptr(), FG_BF16, t.stride(0), t.stride(1), t.stride(2))
-
-
-class Flashgrad:
-    def __init__(self, path):
-        self.lib = C.CDLL(path)
-        self.lib.fg_last_error.restype = C.c_char_p
-        self.lib.fg_attn_params_init.argtypes = [C.POINTER(Params)] + [C.c_int64] * 6
-
-    def check(self, st, what):
-        if st != 0:
-            raise RuntimeError(f"{what}: {self.lib.fg_last_error().decode()}")
-
-    def params(self, B, N, H, d):
-        p = Params()
-        self.lib.fg_attn_params_init(C.byref(p), B, N, N, H, H, d)
-        p.device = FG_CUDA
-        p.cuda_stream = torch.cuda.current_stream().cuda_stream
-        return p
-
-    def fwd(self, p, q, k, v, o, m, l):
-        st = Stats(m.data_ptr(), l.data_ptr(), FG_FP32)
-        ts = [bshd(x) for x in (q, k, v, o)]
-        self.check(self.lib.fg_attention_forward(C.byref(p), *[C.byref(t) for t in ts],
-                                                 C.byref(st)), "forward")
-
-    def bwd(self, p, q, k, v, o, g, m, l, dq, dk, dv):
-        st = Stats(m.data_ptr(), l.data_ptr(), FG_FP32)
-        ts = [bshd(x) for x in (q, k, v, o, g)]
-        gs = [bshd(x) for x in (dq, dk, dv)]
-        self.check(self.lib.fg_attention_backward(
-            C.byref(p), *[C.byref(t) for t in ts], C.byref(st),
-            *[C.byref(t) for t in gs]), "backward")
-
-
-def time_pair(fwd, bwd, reps):
-    """Median forward and backward ms over reps calls (events around each)."""
-    ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
-    tf, tb = [], []
-    for _ in range(reps):
-        ev[0].record()
-        fwd()
-        ev[1].record()
-        ev[2].record()
-        bwd()
-        ev[3].record()
-        torch.cuda.synchronize()
-        tf.append(ev[0].elapsed_time(ev[1]))
-        tb.append(ev[2].elapsed_time(ev[3]))
-    return statistics.median(tf), statistics.median(tb)
-
-
-def buffers(B, N, H, d, dev="cuda"):
-    """Standard-normal bf16 q, k, v, dO [B, N, H, d]; O, dQ, dK, dV; m, l."""
-    shape = (B, N, H, d)
-    ins = [torch.randn(shape, device=dev, dtype=torch.bfloat16) for _ in range(4)]
-    outs = [torch.empty_like(ins[0]) for _ in range(4)]
-    m = torch.empty(B, H, N, device=dev, dtype=torch.float32)
-    return ins, outs, m, torch.empty_like(m)
-
-
-def best_times(pairs, rounds, reps):
-    """Best per-round medians of interleaved rounds: {who: [fwd, bwd] ms}."""
-    best = {who: [1e9, 1e9] for who in pairs}
-    for _ in range(rounds):
-        for who, (f, b) in pairs.items():
-            tf, tb = time_pair(f, b, reps)
-            best[who][0] = min(best[who][0], tf)
-            best[who][1] = min(best[who][1], tb)
-    return best
-
+from fg_ctypes import FG_BF16, Bias, BlockMaskC, Flashgrad, best_times, buffers
 
 def bias_cell(fg, name, N, H, d, args):
     """Dense attention plus a bf16 bias requiring grad: flashgrad (dbias

@@ -97,7 +97,9 @@
  * sm_80 mma.sync ones, like plain attention. The one fallback: operands
  * that are not 16-byte aligned (a pointer or a stride not a multiple of 8
  * elements) run on the general kernels (correct, plain-FMA speed), as
- * plain attention does (doc/performance.md).
+ * plain attention does (doc/performance.md). fp32 on CUDA runs strict
+ * fp32 (no TF32) register-blocked kernels with every variant but a bias,
+ * which takes the general kernels; fp64 runs on the general kernels.
  * A bias, packed batches and key padding are the exceptions so far: their
  * fp16/bf16 forward runs in the Hopper kernels; their backward, and both
  * directions elsewhere, run on the general kernels (doc/performance.md). The Hopper forward loads whole tiles

@@ -12,6 +12,8 @@
  * With params.deterministic the main kernels skip dQ and attn_bwd_dq_kernel
  * computes it per query block in a fixed order (bitwise-reproducible).
  * Nothing of size Nq x Nk exists anywhere. */
+#include <type_traits>
+
 #include "attn_bwd_tile.cuh"
 #include "attn_kernels.h"
 #include "kernels/runtime/cuda_check.h"
@@ -321,10 +323,16 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
         attn_bwd_preprocess<T><<<(unsigned)((nrows * 32 + 255) / 256), 256, 0, st>>>(a);
         FG_CUDA_TRY_LAUNCH();
     }
+    bool fp32 = false; /* the fp32 kernels ran, deterministic dQ included */
+    if (std::is_same<T, float>::value)
+        FG_TRY(attn_fp32_bwd(a, smem_limit, st, &fp32));
     alignas(64) unsigned char maps[1024];
-    if (sizeof(T) == 2 && a.lse2p && mma_path_ok(a, true) && wgmma_usable() &&
-        attn_bwd_wgmma_smem(a.d) <= smem_limit &&
-        attn_bwd_wgmma_maps_size() <= sizeof maps && attn_bwd_wgmma_maps(a, maps)) {
+    if (fp32) {
+        if (a.deterministic)
+            return FG_OK;
+    } else if (sizeof(T) == 2 && a.lse2p && mma_path_ok(a, true) && wgmma_usable() &&
+               attn_bwd_wgmma_smem(a.d) <= smem_limit &&
+               attn_bwd_wgmma_maps_size() <= sizeof maps && attn_bwd_wgmma_maps(a, maps)) {
         const int64_t n = (int64_t)a.B * a.H * a.nq_pad;
         attn_bwd_pad_stats<<<(unsigned)min((n + 255) / 256, (int64_t)65535), 256, 0, st>>>(a);
         FG_CUDA_TRY_LAUNCH();

@@ -205,6 +205,12 @@ fg_status attn_fwd_dispatch(fg_dtype dt, const AttnArgs &a, size_t smem_limit,
         if (sm80_supports(a) && attn_fwd_mma_smem(a.d) <= smem_limit)
             return attn_fwd_mma_dispatch(dt, a, st);
     }
+    if (dt == FG_FP32) {
+        bool ran = false;
+        FG_TRY(attn_fp32_fwd(a, smem_limit, st, &ran));
+        if (ran)
+            return FG_OK;
+    }
     switch (dt) {
     case FG_FP64: return launch_fwd<double>(a, smem_limit, st);
     case FG_FP32: return launch_fwd<float>(a, smem_limit, st);

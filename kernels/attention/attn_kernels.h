@@ -23,6 +23,15 @@ fg_status attn_dbias_before(fg_dtype dt, const AttnArgs &a, cudaStream_t st);
 fg_status attn_dbias_after(fg_dtype dt, const AttnArgs &a, size_t smem_limit,
                            cudaStream_t st);
 
+/* Strict fp32 kernels (attn_fp32_fwd.cu, attn_fp32_bwd.cu): register-
+ * blocked SIMT FMA. *ran = false when they do not take the problem (a
+ * bias, FG_ATTN_KERNEL=general, or tiles too big for this GPU's shared
+ * memory): then nothing was launched and the general kernels run. The
+ * backward needs a.D filled and, unless deterministic, a.dq_acc zeroed
+ * (row-major); with deterministic = 1 it writes dQ itself. */
+fg_status attn_fp32_fwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, bool *ran);
+fg_status attn_fp32_bwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, bool *ran);
+
 /* Tensor-core fp16/bf16 paths (sm_80+). */
 fg_status attn_fwd_mma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st);
 size_t attn_fwd_mma_smem(int d);
