@@ -31,6 +31,10 @@ import sys
 import torch
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
+# Every cell compiles its own FlexAttention kernels; past the default limit
+# (8) dynamo falls back to eager flex_attention, which runs out of memory.
+torch._dynamo.config.recompile_limit = 64
+
 from fg_ctypes import FG_BF16, Bias, BlockMaskC, Flashgrad, best_times, buffers
 
 def bias_cell(fg, name, N, H, d, args):
