@@ -35,8 +35,9 @@ extern "C" {
 fg_status fg_cuda_copy_strided(fg_tensor *dst, const fg_tensor *src);
 /* Every element of t (any strides) to v. */
 fg_status fg_cuda_fill_strided(fg_tensor *t, double v);
-/* dst += src: same shape and dtype, dst contiguous (gradient accumulation
- * in the autograd engine). */
+/* dst += src: same shape, dst contiguous (gradient accumulation in the
+ * autograd engine). A src of another dtype is rounded to dst's first, in
+ * the same pass (bit-identical to a cast, then the add). */
 fg_status fg_cuda_accumulate(fg_tensor *dst, const fg_tensor *src);
 
 #ifdef __cplusplus

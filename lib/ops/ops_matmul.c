@@ -333,7 +333,7 @@ static fg_status matmul_backward(fg_node *n, fg_tensor *const *g,
     return FG_OK;
 }
 
-static const fg_op_def matmul_def = {"MatmulBackward", matmul_backward};
+static const fg_op_def matmul_def = {"MatmulBackward", matmul_backward, NULL};
 
 static fg_status fg_matmul_impl(fg_tensor *a, fg_tensor *b, int trans_a,
                                 int trans_b,
