@@ -135,6 +135,8 @@ extern "C" {
       fg_cuda_backend_fail("fg_tensor_fill"))                                  \
     F(fg_status, fg_cuda_accumulate, (fg_tensor * dst, const fg_tensor *src),   \
       (dst, src), fg_cuda_backend_fail("gradient accumulation"))               \
+    F(fg_status, fg_cuda_zero_many, (void *const *ptrs, const size_t *bytes, \
+      int n), (ptrs, bytes, n), fg_cuda_backend_fail("fg_zero_grad"))         \
     /* lib/ops/cuda_ops_ew.h */                                                \
     F(fg_status, fg_cuda_ew_binary,                                            \
       (fg_ew_binary op, fg_tensor *y, const fg_tensor *a, const fg_tensor *b), \

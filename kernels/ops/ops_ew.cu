@@ -311,6 +311,43 @@ fg_status un_dtype(fg_tensor *y, const fg_tensor *x, double k, Op op)
     return bad_dtype("fg_cuda_ew_unary", y->dtype);
 }
 
+/* ---- zeroing many ranges -------------------------------------------------- */
+
+/* Up to kZeroMax ranges by value (under the 4 KiB parameter limit); block b
+ * zeroes chunk b - first[i] of range i, found by binary search. */
+constexpr int kZeroMax = 128;
+constexpr long long kZeroChunk = 16384; /* bytes per block, a multiple of 16 */
+struct ZeroRanges {
+    char *p[kZeroMax];
+    long long bytes[kZeroMax];
+    long long first[kZeroMax]; /* index of the range's first block */
+    int n;
+};
+
+__global__ void zero_many_kernel(const __grid_constant__ ZeroRanges z)
+{
+    int lo = 0, hi = z.n - 1;
+    const long long b = blockIdx.x;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (z.first[mid] <= b)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const long long begin = (b - z.first[lo]) * kZeroChunk;
+    const long long end =
+        begin + kZeroChunk < z.bytes[lo] ? begin + kZeroChunk : z.bytes[lo];
+    char *p = z.p[lo];
+    long long vend = begin; /* [begin, vend) in 16-byte stores */
+    if (((uintptr_t)p & 15) == 0)
+        vend = begin + ((end - begin) & ~15LL);
+    for (long long j = begin + 16LL * threadIdx.x; j < vend; j += 16LL * kBlock)
+        *(uint4 *)(p + j) = make_uint4(0, 0, 0, 0);
+    for (long long j = vend + threadIdx.x; j < end; j += kBlock)
+        p[j] = 0;
+}
+
 /* ---- accumulation across dtypes ---------------------------------------- */
 
 /* dst += (D)src: src rounded to dst's dtype, then the add of OpAdd, so the
@@ -499,6 +536,32 @@ extern "C" fg_status fg_cuda_accumulate(fg_tensor *dst, const fg_tensor *src)
         return FG_OK;
     FG_DTYPE_SWITCH(dst->dtype, D, return acc_from<D>(dst, src))
     return bad_dtype("fg_cuda_accumulate", dst->dtype);
+}
+
+extern "C" fg_status fg_cuda_zero_many(void *const *ptrs,
+                                      const size_t *bytes, int n)
+{
+    for (int i = 0; i < n;) {
+        ZeroRanges z;
+        memset(&z, 0, sizeof z);
+        long long blocks = 0;
+        for (; i < n && z.n < kZeroMax; i++) {
+            if (bytes[i] == 0)
+                continue;
+            z.p[z.n] = (char *)ptrs[i];
+            z.bytes[z.n] = (long long)bytes[i];
+            z.first[z.n++] = blocks;
+            blocks += ((long long)bytes[i] + kZeroChunk - 1) / kZeroChunk;
+        }
+        if (blocks == 0)
+            continue;
+        if (blocks > INT32_MAX)
+            return fg_error(FG_ERR_UNSUPPORTED,
+                            "fg_cuda_zero_many: %lld blocks", blocks);
+        zero_many_kernel<<<(unsigned)blocks, kBlock, 0, fg_cuda_stream()>>>(z);
+        FG_CUDA_TRY_LAUNCH();
+    }
+    return FG_OK;
 }
 
 extern "C" fg_status fg_cuda_ew_unary(fg_ew_unary op, fg_tensor *y,
