@@ -2,12 +2,16 @@
  * on the CPU: a cast's backward adding straight into the parameter's .grad
  * (bit-identical to the cast + accumulation it replaces, which a no-op
  * tensor hook forces), post-accumulate hooks still firing, and the
- * gradient matching an fp64 reference. */
+ * gradient matching an fp64 reference; a parameter's cached cast
+ * (fg_cast_param) equal to fg_cast bit for bit, reused while the parameter
+ * is unchanged, refreshed after fg_tensor_copy and AdamW, and replaced
+ * (not overwritten) while a graph still holds it. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "flashgrad/flashgrad.h"
+#include "lib/ops/ops_internal.h"
 #include "test_ops_util.h"
 
 enum { M = 7, K = 5, N = 6 };
@@ -116,6 +120,77 @@ START_TEST(test_cast_backward_into_grad)
 }
 END_TEST
 
+/* fg_cast_param(w) holds fg_cast(w)'s bits. */
+static void assert_cast_equal(fg_tensor *w, fg_tensor *wc)
+{
+    fg_tensor *ref = NULL;
+    FGT_OK(fg_cast(w, fg_tensor_dtype(wc), &ref));
+    double *a = fgt_host(wc), *b = fgt_host(ref);
+    ck_assert(memcmp(a, b, sizeof(double) * (size_t)fg_tensor_numel(w)) == 0);
+    free(a);
+    free(b);
+    fg_tensor_free(ref);
+}
+
+START_TEST(test_cached_cast)
+{
+    fgt_rng r = fgt_rng_for(0xcac4e);
+    fg_tensor *w = fgt_rand(&r, FG_FP32, FG_SHAPE(K, N), 1.0, 0.1, 1);
+    fg_tensor *x = fgt_rand(&r, FG_FP64, FG_SHAPE(M, K), 1.0, 0.1, 0);
+    fg_tensor *w2 = NULL, *a = NULL, *b = NULL;
+    FGT_OK(fg_tensor_zeros(FG_FP32, FG_DEVICE_CPU, FG_SHAPE(K, N), &w2));
+    FGT_OK(fg_tensor_copy(w2, w));
+    FGT_OK(fg_tensor_set_requires_grad(w2, 1));
+    /* made once, then the same copy while w is unchanged */
+    FGT_OK(fg_cast_param(w, FG_FP64, &a));
+    FGT_OK(fg_cast_param(w, FG_FP64, &b));
+    ck_assert_ptr_eq(fg_tensor_data(a), fg_tensor_data(b));
+    assert_cast_equal(w, a);
+    fg_tensor_free(b);
+    /* the gradient reaches w as through fg_cast (bit for bit) */
+    fg_tensor *y = NULL, *l = NULL, *c2 = NULL, *y2 = NULL, *l2 = NULL;
+    FGT_OK(fg_matmul(x, a, 0, 0, &y));
+    FGT_OK(fg_sum(y, NULL, 0, 0, &l));
+    FGT_OK(fg_cast(w2, FG_FP64, &c2));
+    FGT_OK(fg_matmul(x, c2, 0, 0, &y2));
+    FGT_OK(fg_sum(y2, NULL, 0, 0, &l2));
+    /* while the graph holds the copy, a write to w makes the next use
+     * take a new copy: the saved one stays intact for the backward */
+    fg_tensor *w_new = fgt_rand(&r, FG_FP32, FG_SHAPE(K, N), 1.0, 0.1, 0);
+    fg_no_grad_begin();
+    FGT_OK(fg_tensor_copy(w, w_new));
+    FGT_OK(fg_no_grad_end());
+    FGT_OK(fg_cast_param(w, FG_FP64, &b));
+    ck_assert_ptr_ne(fg_tensor_data(a), fg_tensor_data(b));
+    assert_cast_equal(w, b);
+    FGT_OK(fg_backward(l));
+    FGT_OK(fg_backward(l2));
+    double *g = fgt_host(fg_tensor_grad(w)), *g2 = fgt_host(fg_tensor_grad(w2));
+    ck_assert(memcmp(g, g2, sizeof(double) * K * N) == 0);
+    free(g);
+    free(g2);
+    fg_tensor *all[] = {a, b, y, l, c2, y2, l2, w_new};
+    fgt_free_all(all, 8);
+    /* AdamW's update makes the copy stale; the next use recasts */
+    fg_param p = {.tensor = w, .decay = 1};
+    snprintf(p.name, sizeof p.name, "w");
+    fg_adamw_config oc;
+    fg_adamw_config_init(&oc);
+    fg_adamw *o = NULL;
+    FGT_OK(fg_adamw_create(&p, 1, &oc, &o));
+    FGT_OK(fg_adamw_step(o, 0.05));
+    FGT_OK(fg_cast_param(w, FG_FP64, &a));
+    assert_cast_equal(w, a);
+    /* not a parameter (no grad): a plain cast */
+    FGT_OK(fg_cast_param(x, FG_FP32, &b));
+    ck_assert_ptr_null(fg_tensor_grad_fn(b));
+    fg_adamw_free(o);
+    fg_tensor *rest[] = {a, b, w, x, w2};
+    fgt_free_all(rest, 5);
+}
+END_TEST
+
 FGT_MAIN_BEGIN("autograd_direct")
+FGT_TEST(test_cached_cast)
 FGT_TEST(test_cast_backward_into_grad)
 FGT_MAIN_END()

@@ -53,7 +53,7 @@
 extern "C" {
 #endif
 
-#define FG_CUDA_BACKEND_ABI 1
+#define FG_CUDA_BACKEND_ABI 2
 #define FG_CUDA_BACKEND_NAME "libflashgrad-cuda.so"
 
 /* F(ret, name, params, args, fallback): an entry point returning a value;

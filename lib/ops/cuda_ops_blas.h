@@ -86,6 +86,9 @@ typedef struct fg_cuda_adamw_param {
     int64_t numel;
     fg_dtype dtype;    /* FG_FP32 or FG_FP64 */
     int decay;         /* 1: apply the decoupled weight decay */
+    void *lowp;        /* NULL, or numel elements of lowp_dtype that get
+                          the updated param rounded as fg_cast does */
+    fg_dtype lowp_dtype; /* FG_BF16 or FG_FP16 */
 } fg_cuda_adamw_param;
 
 typedef struct fg_cuda_adamw_hparams {
@@ -96,7 +99,8 @@ typedef struct fg_cuda_adamw_hparams {
 
 /* One AdamW update of the n tensors, elementwise in exactly the order of
  * the CPU loop in lib/train/optim.c (double intermediates, no FMA contraction),
- * so fp32 and fp64 results equal the CPU's bit for bit. *cache (NULL at
+ * so fp32 and fp64 results equal the CPU's bit for bit. Where lowp is set
+ * the same kernel writes the parameter's autocast copy (no cast launch). *cache (NULL at
  * first: created here; owned by the caller, freed with
  * fg_cuda_optim_cache_free) holds the uploaded table. Asynchronous. */
 fg_status fg_cuda_adamw_step(fg_cuda_optim_cache **cache,

@@ -545,6 +545,25 @@ fg_status fg_cast(fg_tensor *x, fg_dtype dt, fg_tensor **out)
     return FG_OK;
 }
 
+fg_status fg_cast_param(fg_tensor *x, fg_dtype dt, fg_tensor **out)
+{
+    if (!x || x->grad_fn || !x->requires_grad || x->dtype == dt ||
+        !fg_tensor_is_contiguous(x))
+        return fg_cast(x, dt, out);
+    static const char fn[] = "fg_cast_param";
+    FG_TRY(fg_op_check_out(fn, out));
+    FG_TRY(fg_op_check(fn, x, "x"));
+    if ((dt == FG_FP16 || dt == FG_BF16) && x->device != FG_DEVICE_CUDA)
+        return fg_cast(x, dt, out); /* its error */
+    fg_tensor *c, *y;
+    FG_TRY(fg_tensor_lowp(x, dt, &c));
+    FG_TRY(fg_tensor_view_new(fg_alloc_domain(&x, 1), c, c->nd, c->shape,
+                              c->stride, c->offset, &y));
+    FG_TRY(fg_op_finish(&cast_def, &x, 1, &y, 1, NULL, 0, NULL, 0));
+    *out = y;
+    return FG_OK;
+}
+
 /* ---- fused bias + GELU ------------------------------------------------------ */
 
 /* saved: x (contiguous), bias (contiguous). dx = g gelu'(x + b) in one pass

@@ -35,6 +35,13 @@ fg_status fg_op_finish(const fg_op_def *op, fg_tensor *const *inputs,
                        fg_tensor *const *saved, int n_saved,
                        const void *extra, size_t extra_bytes);
 
+/* fg_cast for a parameter (a leaf requiring grad, contiguous): the result
+ * is a view of the parameter's cached low-precision copy
+ * (fg_tensor_lowp), cast only when stale, recorded as fg_cast is (its
+ * gradient returns in x's dtype). Anything else goes to fg_cast. The view
+ * is read-only in effect: writing it makes the copy stale. */
+fg_status fg_cast_param(fg_tensor *x, fg_dtype dt, fg_tensor **out);
+
 /* ---- raw kernels: no checks, no recording, allocate in `dom` ---------- */
 
 typedef enum fg_ew_binary {

@@ -7,6 +7,7 @@
 
 #include "flashgrad/nn.h"
 #include "lib/core/error.h"
+#include "lib/ops/ops_internal.h"
 #include "nn_internal.h"
 
 /* Runs `expr` only while s is FG_OK (a chain of ops with one exit). */
@@ -57,8 +58,8 @@ fg_status fg_nn_ac_cast(fg_tensor *x, fg_tensor **y)
 {
     fg_dtype dt;
     if (x && fg_autocast_get(&dt) && fg_tensor_device(x) == FG_DEVICE_CUDA &&
-        fg_tensor_dtype(x) != dt)
-        return fg_cast(x, dt, y);
+        fg_tensor_dtype(x) != dt) /* parameters: their cached copy */
+        return fg_cast_param(x, dt, y);
     *y = fg_tensor_retain(x);
     return FG_OK;
 }
