@@ -5,7 +5,8 @@
  * gradient matching an fp64 reference; a parameter's cached cast
  * (fg_cast_param) equal to fg_cast bit for bit, reused while the parameter
  * is unchanged, refreshed after fg_tensor_copy and AdamW, and replaced
- * (not overwritten) while a graph still holds it. */
+ * (not overwritten) while a graph still holds it; fg_linear on the CPU is
+ * fg_matmul + fg_add bit for bit. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,7 +191,47 @@ START_TEST(test_cached_cast)
 }
 END_TEST
 
+/* fg_linear on the CPU is fg_matmul then fg_add: the same bits forward
+ * and backward; no bias is fg_matmul; bad operands fail before *out. */
+START_TEST(test_linear_cpu)
+{
+    fgt_rng r = fgt_rng_for(0x11e4);
+    fg_tensor *x = fgt_rand(&r, FG_FP32, FG_SHAPE(2, M, K), 1.0, 0.1, 1);
+    fg_tensor *w = fgt_rand(&r, FG_FP32, FG_SHAPE(K, N), 1.0, 0.1, 1);
+    fg_tensor *b = fgt_rand(&r, FG_FP32, FG_SHAPE(N), 1.0, 0.1, 1);
+    fg_tensor *y = NULL, *t = NULL, *y2 = NULL, *l = NULL, *l2 = NULL;
+    FGT_OK(fg_linear(x, w, b, &y));
+    FGT_OK(fg_sum(y, NULL, 0, 0, &l));
+    FGT_OK(fg_backward(l));
+    double *gx = fgt_host(fg_tensor_grad(x)), *gw = fgt_host(fg_tensor_grad(w)),
+           *gb = fgt_host(fg_tensor_grad(b)), *hy = fgt_host(y);
+    fg_tensor *ps[] = {x, w, b};
+    FGT_OK(fg_zero_grad(ps, 3));
+    FGT_OK(fg_matmul(x, w, 0, 0, &t));
+    FGT_OK(fg_add(t, b, &y2));
+    FGT_OK(fg_sum(y2, NULL, 0, 0, &l2));
+    FGT_OK(fg_backward(l2));
+    double *gx2 = fgt_host(fg_tensor_grad(x)),
+           *gw2 = fgt_host(fg_tensor_grad(w)),
+           *gb2 = fgt_host(fg_tensor_grad(b)), *hy2 = fgt_host(y2);
+    ck_assert(!memcmp(hy, hy2, sizeof(double) * 2 * M * N));
+    ck_assert(!memcmp(gx, gx2, sizeof(double) * 2 * M * K));
+    ck_assert(!memcmp(gw, gw2, sizeof(double) * K * N));
+    ck_assert(!memcmp(gb, gb2, sizeof(double) * N));
+    double *bufs[] = {gx, gw, gb, hy, gx2, gw2, gb2, hy2};
+    for (int i = 0; i < 8; i++)
+        free(bufs[i]);
+    fg_tensor *sentinel = (fg_tensor *)&r, *out = sentinel, *bd = NULL;
+    FGT_OK(fg_tensor_zeros(FG_FP64, FG_DEVICE_CPU, FG_SHAPE(N), &bd));
+    FGT_FAILS(fg_linear(x, w, bd, &out), FG_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_eq(out, sentinel);
+    fg_tensor *all[] = {x, w, b, y, t, y2, l, l2, bd};
+    fgt_free_all(all, 9);
+}
+END_TEST
+
 FGT_MAIN_BEGIN("autograd_direct")
+FGT_TEST(test_linear_cpu)
 FGT_TEST(test_cached_cast)
 FGT_TEST(test_cast_backward_into_grad)
 FGT_MAIN_END()

@@ -5,7 +5,9 @@
  * accumulation it replaces bit for bit (a no-op tensor hook forces the
  * general path); in bf16 autocast training every parameter's cached copy
  * equals fg_cast of the parameter bit for bit after each AdamW update,
- * which wrote it in place (the same buffer every step, nothing recast).
+ * which wrote it in place (the same buffer every step, nothing recast);
+ * fg_linear (cuBLASLt bias epilogue, one node) forward and backward
+ * against an fp64 reference in fp64, fp32 and bf16.
  * Exits 77 without a GPU (CUDA is touched only inside the forked tests). */
 #include <math.h>
 #include <string.h>
@@ -218,6 +220,74 @@ START_TEST(test_adamw_writes_copies)
 }
 END_TEST
 
+/* fg_linear on the GPU (the bias in cuBLASLt's epilogue) against an fp64
+ * reference on the same rounded values: y = x w + b, and with upstream u:
+ * dx = u w^T, dw = x^T u, db = sum of u over rows. Errors are max-abs
+ * relative to max |reference|; bf16 allows a few roundings of 2^-8 (the
+ * inputs, the output, the gradients), fp32 1e-5, fp64 1e-12. */
+static void check_linear(fg_dtype dt, double tol)
+{
+    enum { B = 3, T = 37, K = 64, N = 96, MR = B * T };
+    fgt_rng r = fgt_rng_for(0x2e63 + dt);
+    fg_tensor *xc = fgt_rand(&r, FG_FP64, FG_SHAPE(B, T, K), 1.0, 0.01, 0);
+    fg_tensor *wc = fgt_rand(&r, FG_FP64, FG_SHAPE(K, N), 0.2, 0.001, 0);
+    fg_tensor *bc = fgt_rand(&r, FG_FP64, FG_SHAPE(N), 1.0, 0.01, 0);
+    fg_tensor *uc = fgt_rand(&r, FG_FP64, FG_SHAPE(B, T, N), 1.0, 0.01, 0);
+    fg_tensor *x = to_dev(xc, dt, 1), *w = to_dev(wc, dt, 1),
+              *b = to_dev(bc, dt, 1), *u = to_dev(uc, dt, 0), *y = NULL;
+    double *hx = fgt_host(x), *hw = fgt_host(w), *hb = fgt_host(b),
+           *hu = fgt_host(u); /* the values as rounded to dt */
+    FGT_OK(fg_linear(x, w, b, &y));
+    if (dt != FG_FP64) /* cuBLASLt has the BIAS epilogue for these */
+        ck_assert_str_eq(fg_node_name(fg_tensor_grad_fn(y)), "LinearBackward");
+    FGT_OK(fg_backward_with(y, u));
+    double *yr = calloc(MR * N, sizeof *yr), *dxr = calloc(MR * K, 8),
+           *dwr = calloc(K * N, 8), *dbr = calloc(N, 8);
+    for (int m = 0; m < MR; m++)
+        for (int n = 0; n < N; n++) {
+            double acc = hb[n];
+            for (int k = 0; k < K; k++)
+                acc += hx[m * K + k] * hw[k * N + n];
+            yr[m * N + n] = acc;
+            const double g = hu[m * N + n];
+            dbr[n] += g;
+            for (int k = 0; k < K; k++) {
+                dxr[m * K + k] += g * hw[k * N + n];
+                dwr[k * N + n] += hx[m * K + k] * g;
+            }
+        }
+    const struct {
+        const char *what;
+        const fg_tensor *t;
+        const double *ref;
+        int64_t n;
+    } outs[] = {{"y", y, yr, MR * N},
+                {"dx", fg_tensor_grad(x), dxr, MR * K},
+                {"dw", fg_tensor_grad(w), dwr, K * N},
+                {"db", fg_tensor_grad(b), dbr, N}};
+    for (int i = 0; i < 4; i++) {
+        double *got = fgt_host(outs[i].t);
+        const double err = fgt_max_diff(got, outs[i].ref, outs[i].n) /
+                           fgt_max_abs(outs[i].ref, (size_t)outs[i].n);
+        ck_assert_msg(err <= tol, "%s %s: error %.3g > %.3g",
+                      fg_dtype_name(dt), outs[i].what, err, tol);
+        free(got);
+    }
+    double *bufs[] = {hx, hw, hb, hu, yr, dxr, dwr, dbr};
+    for (int i = 0; i < 8; i++)
+        free(bufs[i]);
+    fg_tensor *all[] = {xc, wc, bc, uc, x, w, b, u, y};
+    fgt_free_all(all, 9);
+}
+
+START_TEST(test_linear_epilogue)
+{
+    check_linear(FG_FP64, 1e-12);
+    check_linear(FG_FP32, 1e-5);
+    check_linear(FG_BF16, 3 * 0.0078125);
+}
+END_TEST
+
 int main(void)
 {
     if (!fgt_gpu_present()) {
@@ -232,6 +302,7 @@ int main(void)
     tcase_add_test(tc, test_zero_grad_many);
     tcase_add_test(tc, test_cast_backward_direct);
     tcase_add_test(tc, test_adamw_writes_copies);
+    tcase_add_test(tc, test_linear_epilogue);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }

@@ -42,6 +42,13 @@ fg_status fg_op_finish(const fg_op_def *op, fg_tensor *const *inputs,
  * is read-only in effect: writing it makes the copy stale. */
 fg_status fg_cast_param(fg_tensor *x, fg_dtype dt, fg_tensor **out);
 
+/* x [..., K] w [K, N] + b [N] (b NULL: fg_matmul), recorded. On CUDA
+ * with contiguous operands of one dtype: one cuBLASLt GEMM with the bias
+ * in its epilogue (accumulated in fp32, rounded once) and one node whose
+ * backward is fg_matmul's plus fg_add's bias reduction; elsewhere, or
+ * where cuBLASLt has no such kernel, fg_matmul then fg_add (their bits). */
+fg_status fg_linear(fg_tensor *x, fg_tensor *w, fg_tensor *b, fg_tensor **out);
+
 /* ---- raw kernels: no checks, no recording, allocate in `dom` ---------- */
 
 typedef enum fg_ew_binary {

@@ -98,20 +98,15 @@ fg_status fg_nn_linear_forward(const fg_nn_linear *l, fg_tensor *x,
 {
     if (!l || !l->weight)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "uninitialised layer");
-    fg_tensor *xa = NULL, *wa = NULL, *ba = NULL, *t = NULL;
+    fg_tensor *xa = NULL, *wa = NULL, *ba = NULL;
     fg_status s = fg_nn_ac_cast(x, &xa);
     NN_T(fg_nn_ac_cast(l->weight, &wa));
     NN_T(fg_nn_ac_cast(l->bias, &ba));
-    if (!l->bias) {
-        NN_T(fg_matmul(xa, wa, 0, 0, y));
-    } else {
-        NN_T(fg_matmul(xa, wa, 0, 0, &t));
-        NN_T(fg_add(t, ba, y));
-    }
+    /* the bias in the GEMM's epilogue on CUDA; matmul + add on the CPU */
+    NN_T(fg_linear(xa, wa, ba, y));
     fg_tensor_free(xa);
     fg_tensor_free(wa);
     fg_tensor_free(ba);
-    fg_tensor_free(t);
     return s;
 }
 
