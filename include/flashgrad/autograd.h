@@ -89,7 +89,9 @@ FG_API fg_node *fg_tensor_grad_fn(const fg_tensor *t);
 FG_API fg_status fg_tensor_retain_grad(fg_tensor *t);
 /* Sets .grad to zero in place (no allocation); no-op without .grad. */
 FG_API fg_status fg_tensor_zero_grad(fg_tensor *t);
-/* fg_tensor_zero_grad on each of n tensors (NULL entries skipped). */
+/* fg_tensor_zero_grad on each of n tensors (NULL entries skipped); the
+ * contiguous CUDA gradients among them are zeroed by one kernel launch
+ * (per 128), not one memset each. Stops at the first failure. */
 FG_API fg_status fg_zero_grad(fg_tensor *const *tensors, int n);
 /* Drops .grad (the next backward allocates a fresh one). */
 FG_API fg_status fg_tensor_clear_grad(fg_tensor *t);

@@ -35,6 +35,7 @@
 #include "kernels/runtime/cuda_check.h"
 #include "kernels/runtime/cuda_context.h"
 #include "lib/ops/cuda_ops_blas.h"
+#include "gemm_types.cuh"
 
 namespace {
 
@@ -191,16 +192,7 @@ fg_status cublas_gemm(fg_dtype dt, int64_t M, int64_t N, int64_t K,
 {
     cudaDataType ty;
     cublasComputeType_t ct;
-    switch (dt) {
-    case FG_FP64: ty = CUDA_R_64F; ct = CUBLAS_COMPUTE_64F; break;
-    case FG_FP32:
-        ty = CUDA_R_32F;
-        ct = fg_cuda_tf32_allowed() ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                    : CUBLAS_COMPUTE_32F;
-        break;
-    case FG_FP16: ty = CUDA_R_16F; ct = CUBLAS_COMPUTE_32F; break;
-    default: ty = CUDA_R_16BF; ct = CUBLAS_COMPUTE_32F; break;
-    }
+    fg_gemm_types(dt, &ty, &ct);
     /* 64F compute takes double scalars; every other compute type here
      * takes float scalars. */
     const double ad = alpha, bd = beta;

@@ -311,6 +311,93 @@ fg_status un_dtype(fg_tensor *y, const fg_tensor *x, double k, Op op)
     return bad_dtype("fg_cuda_ew_unary", y->dtype);
 }
 
+/* ---- zeroing many ranges -------------------------------------------------- */
+
+/* Up to kZeroMax ranges by value (under the 4 KiB parameter limit); block b
+ * zeroes chunk b - first[i] of range i, found by binary search. */
+constexpr int kZeroMax = 128;
+constexpr long long kZeroChunk = 16384; /* bytes per block, a multiple of 16 */
+struct ZeroRanges {
+    char *p[kZeroMax];
+    long long bytes[kZeroMax];
+    long long first[kZeroMax]; /* index of the range's first block */
+    int n;
+};
+
+__global__ void zero_many_kernel(const __grid_constant__ ZeroRanges z)
+{
+    int lo = 0, hi = z.n - 1;
+    const long long b = blockIdx.x;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (z.first[mid] <= b)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const long long begin = (b - z.first[lo]) * kZeroChunk;
+    const long long end =
+        begin + kZeroChunk < z.bytes[lo] ? begin + kZeroChunk : z.bytes[lo];
+    char *p = z.p[lo];
+    long long vend = begin; /* [begin, vend) in 16-byte stores */
+    if (((uintptr_t)p & 15) == 0)
+        vend = begin + ((end - begin) & ~15LL);
+    for (long long j = begin + 16LL * threadIdx.x; j < vend; j += 16LL * kBlock)
+        *(uint4 *)(p + j) = make_uint4(0, 0, 0, 0);
+    for (long long j = vend + threadIdx.x; j < end; j += kBlock)
+        p[j] = 0;
+}
+
+/* ---- accumulation across dtypes ---------------------------------------- */
+
+/* dst += (D)src: src rounded to dst's dtype, then the add of OpAdd, so the
+ * bits equal a cast kernel followed by an accumulation (the cast backward
+ * of a bf16 weight adding into its fp32 .grad in one pass). */
+template <class D, class S, class Idx>
+__global__ void acc_convert_kernel(D *dst, const S *src, int64_t n,
+                                   const __grid_constant__ Geo<2> g,
+                                   bool contig)
+{
+    for (int64_t i = (int64_t)blockIdx.x * kBlock + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * kBlock) {
+        int64_t off[2];
+        if (contig)
+            off[0] = off[1] = i;
+        else
+            geo_offsets<2, Idx>(g, (Idx)i, off);
+        dst[off[0]] = Num<D>::st(Num<D>::ld(dst[off[0]]) +
+                                 Num<D>::ld(cvt<D, S>(src[off[1]])));
+    }
+}
+
+template <class D, class S>
+fg_status acc_launch(fg_tensor *dst, const fg_tensor *src)
+{
+    const int64_t *st[2] = {dst->stride, src->stride};
+    Geo<2> g;
+    geo_build(&g, dst->nd, dst->shape, st);
+    D *pd = (D *)fg_tensor_base(dst);
+    const S *ps = (const S *)fg_tensor_base(src);
+    const int64_t n = dst->numel;
+    const unsigned grid = fg_cuda_grid(n, kBlock);
+    const bool c = geo_contiguous(g);
+    cudaStream_t s = fg_cuda_stream();
+    if (n <= (int64_t)UINT32_MAX)
+        acc_convert_kernel<D, S, uint32_t>
+            <<<grid, kBlock, 0, s>>>(pd, ps, n, g, c);
+    else
+        acc_convert_kernel<D, S, uint64_t>
+            <<<grid, kBlock, 0, s>>>(pd, ps, n, g, c);
+    FG_CUDA_TRY_LAUNCH();
+    return FG_OK;
+}
+
+template <class D> fg_status acc_from(fg_tensor *dst, const fg_tensor *src)
+{
+    FG_DTYPE_SWITCH(src->dtype, S, return acc_launch<D, S>(dst, src))
+    return bad_dtype("fg_cuda_accumulate", src->dtype);
+}
+
 /* ---- fused bias + GELU ---------------------------------------------------- */
 
 /* y = gelu(x + b[i % C]) (bwd: dx = g * gelu'(x + b)): one read of x and
@@ -441,7 +528,40 @@ extern "C" fg_status fg_cuda_ew_binary(fg_ew_binary op, fg_tensor *y,
  * in place, the same index in and out. */
 extern "C" fg_status fg_cuda_accumulate(fg_tensor *dst, const fg_tensor *src)
 {
-    return fg_cuda_ew_binary(FG_EW_ADD, dst, dst, src);
+    if (src->dtype == dst->dtype)
+        return fg_cuda_ew_binary(FG_EW_ADD, dst, dst, src);
+    FG_TRY(check_device("fg_cuda_accumulate", dst));
+    FG_TRY(check_device("fg_cuda_accumulate", src));
+    if (dst->numel == 0)
+        return FG_OK;
+    FG_DTYPE_SWITCH(dst->dtype, D, return acc_from<D>(dst, src))
+    return bad_dtype("fg_cuda_accumulate", dst->dtype);
+}
+
+extern "C" fg_status fg_cuda_zero_many(void *const *ptrs,
+                                      const size_t *bytes, int n)
+{
+    for (int i = 0; i < n;) {
+        ZeroRanges z;
+        memset(&z, 0, sizeof z);
+        long long blocks = 0;
+        for (; i < n && z.n < kZeroMax; i++) {
+            if (bytes[i] == 0)
+                continue;
+            z.p[z.n] = (char *)ptrs[i];
+            z.bytes[z.n] = (long long)bytes[i];
+            z.first[z.n++] = blocks;
+            blocks += ((long long)bytes[i] + kZeroChunk - 1) / kZeroChunk;
+        }
+        if (blocks == 0)
+            continue;
+        if (blocks > INT32_MAX)
+            return fg_error(FG_ERR_UNSUPPORTED,
+                            "fg_cuda_zero_many: %lld blocks", blocks);
+        zero_many_kernel<<<(unsigned)blocks, kBlock, 0, fg_cuda_stream()>>>(z);
+        FG_CUDA_TRY_LAUNCH();
+    }
+    return FG_OK;
 }
 
 extern "C" fg_status fg_cuda_ew_unary(fg_ew_unary op, fg_tensor *y,

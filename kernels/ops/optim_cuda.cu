@@ -22,6 +22,8 @@
 
 #include <mutex>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "lib/autograd/cuda_backend.h"
@@ -44,8 +46,11 @@ struct Desc {
     long long chunk0; /* global index of its first chunk */
     int dtype;
     int decay;
+    void *lp;    /* the parameter's bf16/fp16 copy, or NULL (AdamW) */
+    int lp_dtype;
+    int pad;
 };
-static_assert(sizeof(Desc) == 56, "Desc must have no padding");
+static_assert(sizeof(Desc) == 72, "Desc must have no padding");
 
 } // namespace
 
@@ -118,6 +123,15 @@ struct Hp {
 __device__ inline float to_t(double x, float *) { return __double2float_rn(x); }
 __device__ inline double to_t(double x, double *) { return x; }
 __device__ inline float sqrt_t(float x) { return __fsqrt_rn(x); }
+/* The autocast copy of an updated value: through fp32, rounded to nearest
+ * even, as fg_cast's kernel (cvt in ops_ew_common.cuh) does. */
+__device__ inline void store_lowp(void *lp, int dt, long long j, double x)
+{
+    if (dt == FG_BF16)
+        ((__nv_bfloat16 *)lp)[j] = __float2bfloat16_rn((float)x);
+    else
+        ((__half *)lp)[j] = __float2half_rn((float)x);
+}
 __device__ inline double sqrt_t(double x) { return __dsqrt_rn(x); }
 
 /* lib/train/optim.c, per element (T = storage type, all else double):
@@ -147,9 +161,12 @@ __device__ void adamw_range(const Desc &d, long long begin, long long end,
         const T upd = to_t(__ddiv_rn(__ddiv_rn((double)mj, h.bc1),
                                      __dadd_rn((double)den, h.eps)),
                            (T *)nullptr);
-        p[j] = to_t(__dsub_rn(__dmul_rn((double)p[j], decay),
-                              __dmul_rn(h.lr, (double)upd)),
-                    (T *)nullptr);
+        const T pj = to_t(__dsub_rn(__dmul_rn((double)p[j], decay),
+                                    __dmul_rn(h.lr, (double)upd)),
+                          (T *)nullptr);
+        p[j] = pj;
+        if (d.lp)
+            store_lowp(d.lp, d.lp_dtype, j, (double)pj);
     }
 }
 
@@ -302,11 +319,14 @@ extern "C" fg_status fg_cuda_adamw_step(fg_cuda_optim_cache **cache,
         return FG_FAIL(FG_ERR_OUT_OF_MEMORY, "optimizer table");
     int k = 0;
     for (int i = 0; i < n; i++) {
-        if (!dtype_ok(ps[i].dtype)) {
+        if (!dtype_ok(ps[i].dtype) ||
+            (ps[i].lowp && ps[i].lowp_dtype != FG_BF16 &&
+             ps[i].lowp_dtype != FG_FP16)) {
             free(d);
             return FG_FAIL(FG_ERR_UNSUPPORTED,
-                           "parameter %d: dtype %d (fp32/fp64 only)", i,
-                           (int)ps[i].dtype);
+                           "parameter %d: dtype %d (fp32/fp64 only), copy "
+                           "dtype %d (bf16/fp16 only)", i, (int)ps[i].dtype,
+                           (int)ps[i].lowp_dtype);
         }
         if (ps[i].numel <= 0)
             continue; /* nothing to update; keeps the table free of empties */
@@ -317,6 +337,8 @@ extern "C" fg_status fg_cuda_adamw_step(fg_cuda_optim_cache **cache,
         d[k].numel = ps[i].numel;
         d[k].dtype = (int)ps[i].dtype;
         d[k].decay = ps[i].decay != 0;
+        d[k].lp = ps[i].lowp;
+        d[k].lp_dtype = (int)ps[i].lowp_dtype;
         k++;
     }
     long long chunks = 0;

@@ -33,6 +33,7 @@ static int op_family(const fg_op_def *op)
         const char *name;
         int family;
     } known[] = {{"MatmulBackward", FG_PROF_GEMM},
+                 {"LinearBackward", FG_PROF_GEMM},
                  {"AttentionBackward", FG_PROF_ATTENTION},
                  {"LayerNormBackward", FG_PROF_LAYERNORM},
                  {"CrossEntropyBackward", FG_PROF_XENT}};
@@ -84,11 +85,27 @@ static int exclusive(const fg_tensor *t)
            !t->grad_fn && fg_tensor_is_contiguous(t);
 }
 
+typedef struct add_ctx {
+    fg_dtype dst, src;
+} add_ctx;
+
 static void add_row(void *c, char **p, const int64_t *s, int64_t n)
 {
-    fg_dtype dt = *(const fg_dtype *)c;
+    const add_ctx *ac = c;
+    const fg_dtype dt = ac->dst;
     char *d = p[0], *x = p[1];
-    if (dt == FG_FP32) {
+    if (ac->src != dt) { /* src rounded to dst's dtype first, as by a cast */
+        for (int64_t i = 0; i < n; i++, d += s[0], x += s[1]) {
+            char v[8];
+            fg_store_elem(v, dt, fg_load_elem(x, ac->src));
+            if (dt == FG_FP32)
+                *(float *)d += *(const float *)v;
+            else if (dt == FG_FP64)
+                *(double *)d += *(const double *)v;
+            else
+                fg_store_elem(d, dt, fg_load_elem(d, dt) + fg_load_elem(v, dt));
+        }
+    } else if (dt == FG_FP32) {
         for (int64_t i = 0; i < n; i++, d += s[0], x += s[1])
             *(float *)d += *(const float *)x;
     } else if (dt == FG_FP64) {
@@ -100,8 +117,7 @@ static void add_row(void *c, char **p, const int64_t *s, int64_t n)
     }
 }
 
-/* dst += src, same shape and dtype (dst contiguous). */
-static fg_status add_into(fg_tensor *dst, const fg_tensor *src)
+fg_status fg_grad_accumulate(fg_tensor *dst, const fg_tensor *src)
 {
 #ifdef FG_HAVE_CUDA
     if (dst->device == FG_DEVICE_CUDA) /* in place: same index in and out */
@@ -112,8 +128,15 @@ static fg_status add_into(fg_tensor *dst, const fg_tensor *src)
     const int64_t *str[2] = {dst->stride, src->stride};
     size_t es[2] = {fg_dtype_size(dst->dtype), fg_dtype_size(src->dtype)};
     fg_iter_init(&it, dst->nd, dst->shape, 2, base, str, es);
-    fg_iter_run_parallel(&it, add_row, &dst->dtype);
+    add_ctx ac = {dst->dtype, src->dtype};
+    fg_iter_run_parallel(&it, add_row, &ac);
     return FG_OK;
+}
+
+/* dst += src, same shape and dtype (dst contiguous). */
+static fg_status add_into(fg_tensor *dst, const fg_tensor *src)
+{
+    return fg_grad_accumulate(dst, src);
 }
 
 /* Contiguous copy of g in domain a. */
@@ -338,6 +361,44 @@ static fg_status finish_leaf(engine *e, fg_tensor *leaf)
     return s;
 }
 
+/* The last edge of a leaf whose backward added its gradient straight into
+ * .grad (fg_op_def.backward_acc): what finish_leaf does after its add. */
+static fg_status leaf_accumulated(fg_tensor *leaf)
+{
+    leaf->bw_deps--;
+    fg_tensor_bump_version(leaf->grad);
+    return fg_hooks_fire(leaf->hooks, FG_HOOK_POST_ACC, -1, visit_post_acc,
+                         leaf);
+}
+
+static int has_hook(const struct fg_hook *h, int kind)
+{
+    for (; h; h = h->next)
+        if (h->kind == kind)
+            return 1;
+    return 0;
+}
+
+/* The leaf's .grad if input i's gradient may be added into it by the
+ * node's backward: the leaf's last edge with nothing pending, no tensor
+ * hook to see the gradient first, no node post-hook to see it at all, not
+ * fg_grad's capture. NULL otherwise. */
+static fg_tensor *direct_target(const engine *e, const fg_node *n, int i)
+{
+    const fg_tensor *leaf = n->edges[i].leaf;
+    if (e->capture || !leaf || !leaf->grad || leaf->bw_deps != 1 ||
+        leaf->bw_grad || has_hook(leaf->hooks, FG_HOOK_TENSOR) ||
+        has_hook(n->hooks, FG_HOOK_POST))
+        return NULL;
+    fg_meta m;
+    fg_node_input_meta(n, i, &m);
+    fg_tensor *g = leaf->grad;
+    if (!matches(g, m.nd, m.shape, m.dtype, m.device) ||
+        !fg_tensor_is_contiguous(g))
+        return NULL;
+    return g;
+}
+
 /* One edge delivered (g may be NULL: nothing flowed). */
 static fg_status leaf_receive(engine *e, fg_tensor *leaf, fg_tensor *g)
 {
@@ -457,13 +518,22 @@ static fg_status run_node(engine *e, fg_node *n)
     int any = 0;
     for (int i = 0; i < n->n_outputs; i++)
         any |= g[i] != NULL;
+    /* Inputs whose gradient the backward adds into the leaf's .grad. */
+    fg_tensor *acc_local[8], **acc = NULL;
+    int n_acc = 0;
+    if (s == FG_OK && any && n->op->backward_acc && n->n_inputs <= 8) {
+        acc = acc_local;
+        for (int i = 0; i < n->n_inputs; i++)
+            n_acc += (acc[i] = direct_target(e, n, i)) != NULL;
+    }
     if (s == FG_OK && any) {
         s = fg_arena_push(n->obj.arena);
         if (s == FG_OK) {
             const int prof = fg_prof_active
                                  ? fg_prof_enter_slow(op_family(n->op))
                                  : -1;
-            s = n->op->backward(n, g, gin);
+            s = n_acc ? n->op->backward_acc(n, g, gin, acc)
+                      : n->op->backward(n, g, gin);
             fg_prof_leave(prof);
             fg_arena_pop(n->obj.arena);
         }
@@ -500,6 +570,9 @@ static fg_status run_node(engine *e, fg_node *n)
         gin[i] = NULL;
         if (s != FG_OK) {
             fg_tensor_free(gi);
+        } else if (ed->leaf && n_acc && acc[i]) {
+            fg_tensor_free(gi); /* NULL by the contract */
+            s = leaf_accumulated(ed->leaf);
         } else if (ed->leaf) {
             s = leaf_receive(e, ed->leaf, gi);
         } else if (ed->node) {

@@ -17,9 +17,22 @@ extern "C" {
 typedef fg_status (*fg_backward_fn)(fg_node *n, fg_tensor *const *grad_out,
                                     fg_tensor **grad_in);
 
+/* Optional variant of the backward that adds input i's gradient straight
+ * into acc[i] where acc[i] is non-NULL (a leaf's .grad: contiguous, of the
+ * input's shape, dtype and device), leaving grad_in[i] NULL; entries with
+ * acc[i] NULL are as in fg_backward_fn. The engine offers it only when
+ * that add is all the leaf would do with the gradient (its last edge, no
+ * tensor hooks, nothing else pending), and it must give the same bits as
+ * backward followed by .grad += grad_in[i]: it saves the launch and the
+ * temporary of a separate accumulation (the cast of a weight). */
+typedef fg_status (*fg_backward_acc_fn)(fg_node *n, fg_tensor *const *grad_out,
+                                        fg_tensor **grad_in,
+                                        fg_tensor *const *acc);
+
 typedef struct fg_op_def {
     const char *name;        /* "AddBackward" */
     fg_backward_fn backward;
+    fg_backward_acc_fn backward_acc; /* NULL: none */
 } fg_op_def;
 
 /* Where the gradient of an input goes: the node that produced it (and which
@@ -142,6 +155,10 @@ fg_status fg_hooks_fire(struct fg_hook *list, int kind, int output_nr,
 void fg_node_input_meta(const fg_node *n, int i, fg_meta *m);
 /* 1 if a and b have the same shape. */
 int fg_same_shape(int nd_a, const int64_t *sa, int nd_b, const int64_t *sb);
+/* dst += src elementwise (same shape and device; src any dtype, converted
+ * to dst's first, as a cast then an add would; dst contiguous). The
+ * engine's gradient accumulation, one kernel on CUDA. No version bump. */
+fg_status fg_grad_accumulate(fg_tensor *dst, const fg_tensor *src);
 /* Gradient g (shape of a broadcast result) summed down to `shape`
  * (NumPy broadcasting rules). Returns a new reference; g itself (retained)
  * when the shapes already agree. */

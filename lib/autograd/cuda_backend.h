@@ -35,9 +35,13 @@ extern "C" {
 fg_status fg_cuda_copy_strided(fg_tensor *dst, const fg_tensor *src);
 /* Every element of t (any strides) to v. */
 fg_status fg_cuda_fill_strided(fg_tensor *t, double v);
-/* dst += src: same shape and dtype, dst contiguous (gradient accumulation
- * in the autograd engine). */
+/* dst += src: same shape, dst contiguous (gradient accumulation in the
+ * autograd engine). A src of another dtype is rounded to dst's first, in
+ * the same pass (bit-identical to a cast, then the add). */
 fg_status fg_cuda_accumulate(fg_tensor *dst, const fg_tensor *src);
+/* Zeroes the n device ranges (ptrs[i], bytes[i]) in one launch per 128
+ * ranges (zero_grad of a model's parameters). */
+fg_status fg_cuda_zero_many(void *const *ptrs, const size_t *bytes, int n);
 
 #ifdef __cplusplus
 }

@@ -270,8 +270,9 @@ void fg_tensor_drop_refs(fg_tensor *t)
     fg_obj_release(t->grad ? &t->grad->obj : NULL);
     fg_obj_release(t->grad_fn ? &t->grad_fn->obj : NULL);
     fg_obj_release(t->bw_grad ? &t->bw_grad->obj : NULL);
+    fg_obj_release(t->lowp ? &t->lowp->obj : NULL);
     fg_obj_release(&t->storage->obj);
-    t->grad = t->bw_grad = NULL;
+    t->grad = t->bw_grad = t->lowp = NULL;
     t->grad_fn = NULL;
 }
 

@@ -67,6 +67,10 @@ struct fg_tensor {
     uint64_t bw_epoch;
     int64_t bw_deps;
     fg_tensor *bw_grad;
+    /* A parameter's low-precision copy for autocast (tensor_lowp.c): valid
+     * while both storages are at the versions recorded here. */
+    fg_tensor *lowp;
+    uint64_t lowp_version, lowp_sversion;
 };
 
 /* ---- memory ------------------------------------------------------------ */
@@ -144,6 +148,25 @@ static inline void fg_tensor_bump_version(fg_tensor *t)
 {
     t->storage->version++;
 }
+/* ---- low-precision copies of parameters (tensor_lowp.c) ------------------
+ * An fp32/fp64 parameter used under autocast keeps its bf16/fp16 copy
+ * between uses, so a step casts it once, not once per use; AdamW writes
+ * the copy in its update kernel, so a training step casts nothing. Any
+ * write through the library bumps the parameter's version and so makes
+ * the copy stale; raw writes (fg_tensor_data) must bump it themselves. */
+
+/* t's copy in dtype dt (a borrowed heap tensor), made or refreshed from t
+ * if stale (one cast kernel). t contiguous. A copy some graph still holds
+ * a view of is replaced, not overwritten. */
+fg_status fg_tensor_lowp(fg_tensor *t, fg_dtype dt, fg_tensor **out);
+/* The copy an in-place update of t may rewrite along with t: non-NULL
+ * only when it exists and nothing else holds its storage. */
+fg_tensor *fg_tensor_lowp_target(const fg_tensor *t);
+/* After an in-place update of t: bumps t's version; if the update also
+ * rewrote target (fg_tensor_lowp_target's answer, or NULL), that copy is
+ * current again, else it is stale. */
+void fg_tensor_lowp_updated(fg_tensor *t, fg_tensor *target);
+
 /* 1 if every element of t and u can be a common byte (conservative). */
 int fg_tensors_may_overlap(const fg_tensor *t, const fg_tensor *u);
 

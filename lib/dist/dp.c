@@ -23,6 +23,7 @@
 
 #include "config.h"
 
+#include "lib/autograd/tensor_internal.h"
 #include "comm_internal.h"
 #include "dist_internal.h"
 #include "lib/autograd/tensor_internal.h"
@@ -383,9 +384,11 @@ fg_status fg_dp_create(fg_comm *comm, const fg_param *params, int n,
         s = install_views(dp);
     }
     /* Every rank starts from rank 0's values. */
-    for (int i = 0; s == FG_OK && i < n; i++)
+    for (int i = 0; s == FG_OK && i < n; i++) {
         s = fg_comm_broadcast(comm, fg_tensor_data(dp->ps[i].t),
                               (size_t)dp->ps[i].numel, dt, 0);
+        fg_tensor_bump_version(dp->ps[i].t); /* stales an autocast copy */
+    }
     if (s == FG_OK && dp->cfg.zero1)
         s = make_shard(dp);
     else if (s == FG_OK)
@@ -496,10 +499,12 @@ static fg_status gather_params(fg_dp *dp)
         if (s == FG_OK)
             s = w;
     }
-    for (int i = 0; s == FG_OK && i < dp->n; i++)
+    for (int i = 0; s == FG_OK && i < dp->n; i++) {
         s = fg_dist_copy(dp->dev, fg_tensor_data(dp->ps[i].t),
                          dp->gbase + (size_t)dp->ps[i].flat * dp->es,
                          (size_t)dp->ps[i].numel * dp->es);
+        fg_tensor_bump_version(dp->ps[i].t); /* stales an autocast copy */
+    }
     if (s == FG_OK)
         s = fg_dp_zero_grad(dp);
     return s;

@@ -70,6 +70,17 @@ fg_status fg_cuda_gemm(fg_dtype dt, int64_t M, int64_t N, int64_t K,
                        int64_t c_cs, int64_t batch, int64_t sA, int64_t sB,
                        int64_t sC);
 
+/* C = A W + bias (bias broadcast over the rows) in one cuBLASLt call with
+ * CUBLASLT_EPILOGUE_BIAS: A [M, K], W [K, N], C [M, N] row-major
+ * contiguous, bias [N], all of dtype dt (compute as fg_cuda_gemm: fp32
+ * accumulation for fp16/bf16, TF32 only when allowed, fp64 for fp64; no
+ * reduced-precision split-K). *done = 0 (and FG_OK, nothing enqueued)
+ * when cuBLASLt offers no algorithm for it: the caller then runs the GEMM
+ * and the add. Asynchronous. */
+fg_status fg_cuda_gemm_bias(fg_dtype dt, int64_t M, int64_t N, int64_t K,
+                            const void *A, const void *W, const void *bias,
+                            void *C, int *done);
+
 /* ---- optimizer ---------------------------------------------------------------
  * Both kernels walk a table of per-tensor descriptors in device memory with
  * one launch for all tensors. A cache keeps the last table uploaded; a new
@@ -86,6 +97,9 @@ typedef struct fg_cuda_adamw_param {
     int64_t numel;
     fg_dtype dtype;    /* FG_FP32 or FG_FP64 */
     int decay;         /* 1: apply the decoupled weight decay */
+    void *lowp;        /* NULL, or numel elements of lowp_dtype that get
+                          the updated param rounded as fg_cast does */
+    fg_dtype lowp_dtype; /* FG_BF16 or FG_FP16 */
 } fg_cuda_adamw_param;
 
 typedef struct fg_cuda_adamw_hparams {
@@ -96,7 +110,8 @@ typedef struct fg_cuda_adamw_hparams {
 
 /* One AdamW update of the n tensors, elementwise in exactly the order of
  * the CPU loop in lib/train/optim.c (double intermediates, no FMA contraction),
- * so fp32 and fp64 results equal the CPU's bit for bit. *cache (NULL at
+ * so fp32 and fp64 results equal the CPU's bit for bit. Where lowp is set
+ * the same kernel writes the parameter's autocast copy (no cast launch). *cache (NULL at
  * first: created here; owned by the caller, freed with
  * fg_cuda_optim_cache_free) holds the uploaded table. Asynchronous. */
 fg_status fg_cuda_adamw_step(fg_cuda_optim_cache **cache,

@@ -198,7 +198,7 @@ static fg_status attention_backward(fg_node *n, fg_tensor *const *g,
 }
 
 static const fg_op_def attention_def = {"AttentionBackward",
-                                        attention_backward};
+                                        attention_backward, NULL};
 
 static fg_status fg_attention_impl(fg_tensor *q, fg_tensor *k, fg_tensor *v,
                                    const fg_attention_options *opt,

@@ -349,10 +349,10 @@ static fg_status div_backward(fg_node *n, fg_tensor *const *g,
     return FG_OK;
 }
 
-static const fg_op_def add_def = {"AddBackward", add_backward};
-static const fg_op_def sub_def = {"SubBackward", sub_backward};
-static const fg_op_def mul_def = {"MulBackward", mul_backward};
-static const fg_op_def div_def = {"DivBackward", div_backward};
+static const fg_op_def add_def = {"AddBackward", add_backward, NULL};
+static const fg_op_def sub_def = {"SubBackward", sub_backward, NULL};
+static const fg_op_def mul_def = {"MulBackward", mul_backward, NULL};
+static const fg_op_def div_def = {"DivBackward", div_backward, NULL};
 
 static fg_status binary_op(const char *fn, fg_ew_binary op,
                            const fg_op_def *def, fg_tensor *a, fg_tensor *b,
@@ -456,15 +456,26 @@ static fg_status cast_backward(fg_node *n, fg_tensor *const *g,
     return fg_copy_raw(g[0], m.dtype, fg_bw_domain(), &gin[0]);
 }
 
-static const fg_op_def exp_def = {"ExpBackward", exp_backward};
-static const fg_op_def log_def = {"LogBackward", log_backward};
-static const fg_op_def tanh_def = {"TanhBackward", tanh_backward};
-static const fg_op_def relu_def = {"ReluBackward", relu_backward};
-static const fg_op_def gelu_def = {"GeluBackward", gelu_backward};
-static const fg_op_def scale_def = {"ScaleBackward", scale_backward};
+/* The parameter's .grad += its low-precision gradient converted: one
+ * kernel instead of a cast and an add (the same roundings). */
+static fg_status cast_backward_acc(fg_node *n, fg_tensor *const *g,
+                                   fg_tensor **gin, fg_tensor *const *acc)
+{
+    (void)n;
+    (void)gin;
+    return fg_grad_accumulate(acc[0], g[0]);
+}
+
+static const fg_op_def exp_def = {"ExpBackward", exp_backward, NULL};
+static const fg_op_def log_def = {"LogBackward", log_backward, NULL};
+static const fg_op_def tanh_def = {"TanhBackward", tanh_backward, NULL};
+static const fg_op_def relu_def = {"ReluBackward", relu_backward, NULL};
+static const fg_op_def gelu_def = {"GeluBackward", gelu_backward, NULL};
+static const fg_op_def scale_def = {"ScaleBackward", scale_backward, NULL};
 static const fg_op_def add_scalar_def = {"AddScalarBackward",
-                                         add_scalar_backward};
-static const fg_op_def cast_def = {"CastBackward", cast_backward};
+                                         add_scalar_backward, NULL};
+static const fg_op_def cast_def = {"CastBackward", cast_backward,
+                                   cast_backward_acc};
 
 /* save: 0 nothing, 1 the input, 2 the output */
 static fg_status unary_op(const char *fn, fg_ew_unary op, const fg_op_def *def,
@@ -534,6 +545,25 @@ fg_status fg_cast(fg_tensor *x, fg_dtype dt, fg_tensor **out)
     return FG_OK;
 }
 
+fg_status fg_cast_param(fg_tensor *x, fg_dtype dt, fg_tensor **out)
+{
+    if (!x || x->grad_fn || !x->requires_grad || x->dtype == dt ||
+        !fg_tensor_is_contiguous(x))
+        return fg_cast(x, dt, out);
+    static const char fn[] = "fg_cast_param";
+    FG_TRY(fg_op_check_out(fn, out));
+    FG_TRY(fg_op_check(fn, x, "x"));
+    if ((dt == FG_FP16 || dt == FG_BF16) && x->device != FG_DEVICE_CUDA)
+        return fg_cast(x, dt, out); /* its error */
+    fg_tensor *c, *y;
+    FG_TRY(fg_tensor_lowp(x, dt, &c));
+    FG_TRY(fg_tensor_view_new(fg_alloc_domain(&x, 1), c, c->nd, c->shape,
+                              c->stride, c->offset, &y));
+    FG_TRY(fg_op_finish(&cast_def, &x, 1, &y, 1, NULL, 0, NULL, 0));
+    *out = y;
+    return FG_OK;
+}
+
 /* ---- fused bias + GELU ------------------------------------------------------ */
 
 /* saved: x (contiguous), bias (contiguous). dx = g gelu'(x + b) in one pass
@@ -572,7 +602,7 @@ static fg_status bias_gelu_backward(fg_node *n, fg_tensor *const *g,
 }
 
 static const fg_op_def bias_gelu_def = {"BiasGeluBackward",
-                                        bias_gelu_backward};
+                                        bias_gelu_backward, NULL};
 
 fg_status fg_bias_gelu(fg_tensor *x, fg_tensor *bias, fg_tensor **out)
 {

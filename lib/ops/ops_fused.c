@@ -94,7 +94,7 @@ static fg_status dadd_backward(fg_node *n, fg_tensor *const *g,
     return s;
 }
 
-static const fg_op_def dadd_def = {"DropoutAddBackward", dadd_backward};
+static const fg_op_def dadd_def = {"DropoutAddBackward", dadd_backward, NULL};
 
 static fg_status check_dadd(const char *fn, const fg_tensor *x,
                             const fg_tensor *b, double p)

@@ -35,6 +35,20 @@ fg_status fg_op_finish(const fg_op_def *op, fg_tensor *const *inputs,
                        fg_tensor *const *saved, int n_saved,
                        const void *extra, size_t extra_bytes);
 
+/* fg_cast for a parameter (a leaf requiring grad, contiguous): the result
+ * is a view of the parameter's cached low-precision copy
+ * (fg_tensor_lowp), cast only when stale, recorded as fg_cast is (its
+ * gradient returns in x's dtype). Anything else goes to fg_cast. The view
+ * is read-only in effect: writing it makes the copy stale. */
+fg_status fg_cast_param(fg_tensor *x, fg_dtype dt, fg_tensor **out);
+
+/* x [..., K] w [K, N] + b [N] (b NULL: fg_matmul), recorded. On CUDA
+ * with contiguous operands of one dtype: one cuBLASLt GEMM with the bias
+ * in its epilogue (accumulated in fp32, rounded once) and one node whose
+ * backward is fg_matmul's plus fg_add's bias reduction; elsewhere, or
+ * where cuBLASLt has no such kernel, fg_matmul then fg_add (their bits). */
+fg_status fg_linear(fg_tensor *x, fg_tensor *w, fg_tensor *b, fg_tensor **out);
+
 /* ---- raw kernels: no checks, no recording, allocate in `dom` ---------- */
 
 typedef enum fg_ew_binary {

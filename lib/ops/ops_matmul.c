@@ -333,7 +333,7 @@ static fg_status matmul_backward(fg_node *n, fg_tensor *const *g,
     return FG_OK;
 }
 
-static const fg_op_def matmul_def = {"MatmulBackward", matmul_backward};
+static const fg_op_def matmul_def = {"MatmulBackward", matmul_backward, NULL};
 
 static fg_status fg_matmul_impl(fg_tensor *a, fg_tensor *b, int trans_a,
                                 int trans_b,
@@ -403,4 +403,94 @@ fg_status fg_matmul(fg_tensor *a, fg_tensor *b, int trans_a, int trans_b,
                     fg_tensor **out)
 {
     FG_PROF_RETURN(FG_PROF_GEMM, fg_matmul_impl(a, b, trans_a, trans_b, out));
+}
+
+/* ---- linear: x w + b with the bias in the GEMM's epilogue --------------- */
+
+#ifdef FG_HAVE_CUDA
+
+/* Inputs x, w, b; saved x, w (as fg_matmul's node: matmul_backward reads
+ * inputs 0 and 1). db = dC summed over the rows, as fg_add's backward. */
+static fg_status linear_backward(fg_node *n, fg_tensor *const *g,
+                                 fg_tensor **gin)
+{
+    FG_TRY(matmul_backward(n, g, gin));
+    if (!fg_node_needs_grad(n, 2))
+        return FG_OK;
+    fg_meta m;
+    fg_node_input_meta(n, 2, &m);
+    fg_status s = fg_sum_to_shape(g[0], m.nd, m.shape, &gin[2]);
+    if (s != FG_OK) {
+        fg_tensor_free(gin[0]);
+        fg_tensor_free(gin[1]);
+        gin[0] = gin[1] = NULL;
+    }
+    return s;
+}
+
+static const fg_op_def linear_def = {"LinearBackward", linear_backward, NULL};
+
+/* The fused forward where cuBLASLt has it: x [..., K] and w [K, N]
+ * contiguous, b [N], one dtype, on CUDA. *y NULL (and FG_OK) when it does
+ * not apply: the caller composes fg_matmul and fg_add instead. */
+static fg_status linear_fused(fg_tensor *x, fg_tensor *w, fg_tensor *b,
+                              fg_tensor **y)
+{
+    *y = NULL;
+    if (x->device != FG_DEVICE_CUDA || w->device != x->device ||
+        b->device != x->device || w->dtype != x->dtype ||
+        b->dtype != x->dtype || x->nd < 2 || w->nd != 2 || b->nd != 1 ||
+        !fg_tensor_is_contiguous(x) || !fg_tensor_is_contiguous(w) ||
+        !fg_tensor_is_contiguous(b) || x->shape[x->nd - 1] != w->shape[0] ||
+        b->shape[0] != w->shape[1] || x->numel == 0 || w->numel == 0)
+        return FG_OK;
+    const int64_t K = w->shape[0], N = w->shape[1], M = x->numel / K;
+    int64_t shape[FG_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->nd);
+    shape[x->nd - 1] = N;
+    fg_tensor *in[3] = {x, w, b}, *out;
+    FG_TRY(fg_tensor_new(fg_alloc_domain(in, 3), x->dtype, x->device, x->nd,
+                         shape, &out));
+    int done = 0;
+    fg_status s = fg_cuda_gemm_bias(x->dtype, M, N, K, fg_tensor_base(x),
+                                    fg_tensor_base(w), fg_tensor_base(b),
+                                    fg_tensor_base(out), &done);
+    if (s != FG_OK || !done) {
+        fg_tensor_free(out);
+        return s;
+    }
+    mm_extra ex = {0, 0};
+    FG_TRY(fg_op_finish(&linear_def, in, 3, &out, 1, in, 2, &ex, sizeof ex));
+    *y = out;
+    return FG_OK;
+}
+#endif
+
+static fg_status fg_linear_impl(fg_tensor *x, fg_tensor *w, fg_tensor *b,
+                                fg_tensor **out)
+{
+    FG_TRY(fg_op_check_out("fg_linear", out));
+    if (!b)
+        return fg_matmul_impl(x, w, 0, 0, out);
+    FG_TRY(fg_op_check2("fg_linear", x, w));
+    FG_TRY(fg_op_check2("fg_linear", x, b));
+#ifdef FG_HAVE_CUDA
+    fg_tensor *y = NULL;
+    FG_TRY(linear_fused(x, w, b, &y));
+    if (y) {
+        *out = y;
+        return FG_OK;
+    }
+#endif
+    /* Elsewhere the two ops it fuses (the CPU's bits are theirs). */
+    fg_tensor *t = NULL;
+    FG_TRY(fg_matmul_impl(x, w, 0, 0, &t));
+    fg_status s = fg_add(t, b, out);
+    fg_tensor_free(t);
+    return s;
+}
+
+fg_status fg_linear(fg_tensor *x, fg_tensor *w, fg_tensor *b, fg_tensor **out)
+{
+    FG_PROF_RETURN(FG_PROF_GEMM, fg_linear_impl(x, w, b, out));
 }

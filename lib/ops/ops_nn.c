@@ -142,7 +142,7 @@ static fg_status layernorm_backward(fg_node *n, fg_tensor *const *g,
 }
 
 static const fg_op_def layernorm_def = {"LayerNormBackward",
-                                        layernorm_backward};
+                                        layernorm_backward, NULL};
 
 static fg_status check_vec(const char *fn, const fg_tensor *v,
                            const char *name, const fg_tensor *x, int64_t C)
@@ -329,7 +329,7 @@ static fg_status embedding_backward(fg_node *n, fg_tensor *const *g,
 }
 
 static const fg_op_def embedding_def = {"EmbeddingBackward",
-                                        embedding_backward};
+                                        embedding_backward, NULL};
 
 /* The CPU gather: y[i, :] = weight[indices[i], :]. */
 static void embedding_cpu_forward(const fg_tensor *weight,
@@ -487,7 +487,7 @@ static fg_status dropout_backward(fg_node *n, fg_tensor *const *g,
     return s;
 }
 
-static const fg_op_def dropout_def = {"DropoutBackward", dropout_backward};
+static const fg_op_def dropout_def = {"DropoutBackward", dropout_backward, NULL};
 
 static fg_status fg_dropout_impl(fg_tensor *x, double p, uint64_t seed,
                                  uint64_t offset,

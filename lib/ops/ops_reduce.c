@@ -121,8 +121,8 @@ static fg_status sum_backward(fg_node *n, fg_tensor *const *g,
     return fg_ew_unary_raw(FG_EW_SCALE, &v, ex->k, fg_bw_domain(), &gin[0]);
 }
 
-static const fg_op_def sum_def = {"SumBackward", sum_backward};
-static const fg_op_def mean_def = {"MeanBackward", sum_backward};
+static const fg_op_def sum_def = {"SumBackward", sum_backward, NULL};
+static const fg_op_def mean_def = {"MeanBackward", sum_backward, NULL};
 
 static fg_status reduce_op(const char *fn, int mean, fg_tensor *x,
                            const int *dims, int n_dims, int keepdim,

@@ -94,7 +94,7 @@ static fg_status reshape_backward(fg_node *n, fg_tensor *const *g,
     fg_node_input_meta(n, 0, &m);
     return fg_reshape_raw(g[0], m.nd, m.shape, fg_bw_domain(), &gin[0]);
 }
-static const fg_op_def reshape_def = {"ReshapeBackward", reshape_backward};
+static const fg_op_def reshape_def = {"ReshapeBackward", reshape_backward, NULL};
 
 fg_status fg_reshape(fg_tensor *x, int nd, const int64_t *shape,
                      fg_tensor **out)
@@ -167,7 +167,7 @@ static fg_status permute_backward(fg_node *n, fg_tensor *const *g,
     return fg_tensor_view_new(fg_bw_domain(), g[0], g[0]->nd, shape, stride,
                               g[0]->offset, &gin[0]);
 }
-static const fg_op_def permute_def = {"PermuteBackward", permute_backward};
+static const fg_op_def permute_def = {"PermuteBackward", permute_backward, NULL};
 
 fg_status fg_permute(fg_tensor *x, const int *perm, fg_tensor **out)
 {
@@ -239,7 +239,7 @@ static fg_status slice_backward(fg_node *n, fg_tensor *const *g,
     gin[0] = z;
     return FG_OK;
 }
-static const fg_op_def slice_def = {"SliceBackward", slice_backward};
+static const fg_op_def slice_def = {"SliceBackward", slice_backward, NULL};
 
 static fg_status slice_impl(fg_tensor *x, int dim, int64_t start,
                             int64_t len, int64_t step, fg_tensor **out)
@@ -323,7 +323,7 @@ static fg_status concat_backward(fg_node *n, fg_tensor *const *g,
     }
     return FG_OK;
 }
-static const fg_op_def concat_def = {"ConcatBackward", concat_backward};
+static const fg_op_def concat_def = {"ConcatBackward", concat_backward, NULL};
 
 static fg_status split_backward(fg_node *n, fg_tensor *const *g,
                                 fg_tensor **gin)
@@ -348,7 +348,7 @@ static fg_status split_backward(fg_node *n, fg_tensor *const *g,
     gin[0] = z;
     return FG_OK;
 }
-static const fg_op_def split_def = {"SplitBackward", split_backward};
+static const fg_op_def split_def = {"SplitBackward", split_backward, NULL};
 
 /* Most parts of a concat or split (their extents live in the node). */
 #define MAX_PARTS 64
@@ -478,7 +478,7 @@ static fg_status contiguous_backward(fg_node *n, fg_tensor *const *g,
     return FG_OK;
 }
 static const fg_op_def contiguous_def = {"ContiguousBackward",
-                                         contiguous_backward};
+                                         contiguous_backward, NULL};
 
 fg_status fg_contiguous(fg_tensor *x, fg_tensor **out)
 {

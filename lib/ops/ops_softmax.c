@@ -120,9 +120,9 @@ static fg_status softmax_backward(fg_node *n, fg_tensor *const *g,
     return FG_OK;
 }
 
-static const fg_op_def softmax_def = {"SoftmaxBackward", softmax_backward};
+static const fg_op_def softmax_def = {"SoftmaxBackward", softmax_backward, NULL};
 static const fg_op_def log_softmax_def = {"LogSoftmaxBackward",
-                                          softmax_backward};
+                                          softmax_backward, NULL};
 
 static fg_status softmax_op(const char *fn, int log, fg_tensor *x, int dim,
                             fg_tensor **out)
@@ -235,7 +235,7 @@ static fg_status ce_backward(fg_node *n, fg_tensor *const *g, fg_tensor **gin)
     return FG_OK;
 }
 
-static const fg_op_def ce_def = {"CrossEntropyBackward", ce_backward};
+static const fg_op_def ce_def = {"CrossEntropyBackward", ce_backward, NULL};
 
 /* The CPU forward: row statistics in double, the loss summed in row
  * order (deterministic); frees rowloss (R doubles from dom). */

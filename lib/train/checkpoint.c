@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "flashgrad/optim.h"
+#include "lib/autograd/tensor_internal.h"
 #include "lib/core/error.h"
 
 static const char MAGIC[8] = {'F', 'G', 'C', 'K', 'P', 'T', '0', '1'};
@@ -123,6 +124,7 @@ static fg_status load_tensor(fg_tensor *dst, const void *src)
 {
     if (fg_tensor_device(dst) == FG_DEVICE_CPU) {
         memcpy(fg_tensor_data(dst), src, fg_tensor_nbytes(dst));
+        fg_tensor_bump_version(dst); /* stales an autocast copy */
         return FG_OK;
     }
     fg_no_grad_begin();

@@ -7,6 +7,7 @@
 
 #include "flashgrad/nn.h"
 #include "lib/core/error.h"
+#include "lib/ops/ops_internal.h"
 #include "nn_internal.h"
 
 /* Runs `expr` only while s is FG_OK (a chain of ops with one exit). */
@@ -57,8 +58,8 @@ fg_status fg_nn_ac_cast(fg_tensor *x, fg_tensor **y)
 {
     fg_dtype dt;
     if (x && fg_autocast_get(&dt) && fg_tensor_device(x) == FG_DEVICE_CUDA &&
-        fg_tensor_dtype(x) != dt)
-        return fg_cast(x, dt, y);
+        fg_tensor_dtype(x) != dt) /* parameters: their cached copy */
+        return fg_cast_param(x, dt, y);
     *y = fg_tensor_retain(x);
     return FG_OK;
 }
@@ -97,20 +98,15 @@ fg_status fg_nn_linear_forward(const fg_nn_linear *l, fg_tensor *x,
 {
     if (!l || !l->weight)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "uninitialised layer");
-    fg_tensor *xa = NULL, *wa = NULL, *ba = NULL, *t = NULL;
+    fg_tensor *xa = NULL, *wa = NULL, *ba = NULL;
     fg_status s = fg_nn_ac_cast(x, &xa);
     NN_T(fg_nn_ac_cast(l->weight, &wa));
     NN_T(fg_nn_ac_cast(l->bias, &ba));
-    if (!l->bias) {
-        NN_T(fg_matmul(xa, wa, 0, 0, y));
-    } else {
-        NN_T(fg_matmul(xa, wa, 0, 0, &t));
-        NN_T(fg_add(t, ba, y));
-    }
+    /* the bias in the GEMM's epilogue on CUDA; matmul + add on the CPU */
+    NN_T(fg_linear(xa, wa, ba, y));
     fg_tensor_free(xa);
     fg_tensor_free(wa);
     fg_tensor_free(ba);
-    fg_tensor_free(t);
     return s;
 }
 

@@ -10,6 +10,7 @@
 
 #include "flashgrad/optim.h"
 #include "lib/core/error.h"
+#include "lib/autograd/tensor_internal.h"
 #include "kernels/runtime/profile.h"
 #ifdef FG_HAVE_CUDA
 #include "lib/ops/cuda_ops_blas.h"
@@ -197,6 +198,9 @@ static fg_status adamw_step_cuda(fg_adamw *o, double lr, double bc1,
         e->numel = fg_tensor_numel(pt);
         e->dtype = fg_tensor_dtype(pt);
         e->decay = o->params[i].decay != 0;
+        fg_tensor *lp = fg_tensor_lowp_target(pt);
+        e->lowp = lp ? fg_tensor_data(lp) : NULL;
+        e->lowp_dtype = lp ? fg_tensor_dtype(lp) : FG_BF16;
     }
     fg_cuda_adamw_hparams h;
     h.lr = lr;
@@ -206,7 +210,13 @@ static fg_status adamw_step_cuda(fg_adamw *o, double lr, double bc1,
     h.bc1 = bc1;
     h.bc2 = bc2;
     h.decay = 1 - lr * o->cfg.weight_decay; /* as the CPU loop's */
-    return fg_cuda_adamw_step(&o->cuda_cache, o->cuda_params, k, &h);
+    FG_TRY(fg_cuda_adamw_step(&o->cuda_cache, o->cuda_params, k, &h));
+    for (int i = 0; i < o->n; i++) { /* the copies written are current */
+        fg_tensor *pt = o->params[i].tensor;
+        if (fg_tensor_grad(pt))
+            fg_tensor_lowp_updated(pt, fg_tensor_lowp_target(pt));
+    }
+    return FG_OK;
 }
 #endif
 
@@ -243,6 +253,7 @@ static fg_status fg_adamw_step_impl(fg_adamw *o, double lr)
             ADAMW_LOOP(float, sqrtf);
         else
             ADAMW_LOOP(double, sqrt);
+        fg_tensor_lowp_updated(pt, NULL); /* a cached copy is stale now */
     }
     return FG_OK;
 }

@@ -1,6 +1,8 @@
 /* lib/train/optim_step.c - one training step: micro-batches with gradient
  * accumulation inside an arena (fg_gpt_accumulate, also used by the
  * data-parallel step of lib/dist), clipping, AdamW, zeroing. */
+#include <stdlib.h>
+
 #include "flashgrad/optim.h"
 #include "lib/core/error.h"
 #include "lib/autograd/tensor_internal.h"
@@ -19,6 +21,20 @@ static fg_status ensure_grads(const fg_param *ps, int n)
             FG_TRY(fg_tensor_new_like(NULL, t, 1, &t->grad));
     }
     return FG_OK;
+}
+
+/* Every parameter's .grad to zero: one launch on the GPU, not one each. */
+static fg_status zero_grads(const fg_param *ps, int n)
+{
+    fg_tensor *local[64] = {0}, **ts = local;
+    if (n > 64 && !(ts = malloc(sizeof *ts * (size_t)n)))
+        return FG_FAIL(FG_ERR_OUT_OF_MEMORY, "zero_grad list");
+    for (int i = 0; i < n; i++)
+        ts[i] = ps[i].tensor;
+    fg_status s = fg_zero_grad(ts, n);
+    if (ts != local)
+        free(ts);
+    return s;
 }
 
 fg_status fg_gpt_accumulate(const fg_gpt *m, const int64_t *x,
@@ -81,8 +97,9 @@ fg_status fg_gpt_train_step(const fg_gpt *m, fg_adamw *opt, const int64_t *x,
         s = fg_clip_grad_norm(ps, n, clip, &norm);
     if (s == FG_OK)
         s = fg_adamw_step(opt, lr);
-    for (int i = 0; i < n; i++)
-        fg_tensor_zero_grad(ps[i].tensor);
+    fg_status z = zero_grads(ps, n);
+    if (s == FG_OK)
+        s = z;
     if (s == FG_OK && stats) {
         stats->loss = total / accum;
         stats->grad_norm = norm;

@@ -1,0 +1,308 @@
+/* tests/test_gpu_step.c - the per-parameter work of a GPU training step
+ * (issue 22): fg_cuda_zero_many zeroes exactly its ranges (odd sizes and
+ * offsets, more than one launch's worth) and fg_zero_grad every gradient;
+ * a bf16 cast's backward adding into the fp32 .grad equals the cast +
+ * accumulation it replaces bit for bit (a no-op tensor hook forces the
+ * general path); in bf16 autocast training every parameter's cached copy
+ * equals fg_cast of the parameter bit for bit after each AdamW update,
+ * which wrote it in place (the same buffer every step, nothing recast);
+ * fg_linear (cuBLASLt bias epilogue, one node) forward and backward
+ * against an fp64 reference in fp64, fp32 and bf16.
+ * Exits 77 without a GPU (CUDA is touched only inside the forked tests). */
+#include <math.h>
+#include <string.h>
+
+#include "test_ops_util.h"
+
+#include "flashgrad/cuda.h"
+#include "kernels/runtime/device.h"
+#include "lib/autograd/cuda_backend.h"
+#include "lib/ops/ops_internal.h"
+
+START_TEST(test_zero_many)
+{
+    enum { NR = 300, BYTES = 1 << 22 };
+    unsigned char *h = malloc(BYTES), *back = malloc(BYTES);
+    fgt_rng r = fgt_rng_for(0x2e60);
+    for (int i = 0; i < BYTES; i++)
+        h[i] = (unsigned char)(1 + fgt_int(&r, 0, 254)); /* never zero */
+    void *d = NULL;
+    FGT_OK(fg_cuda_mem_alloc(BYTES, &d));
+    FGT_OK(fg_cuda_memcpy_h2d(d, h, BYTES));
+    void *ptrs[NR];
+    size_t bytes[NR];
+    size_t at = 0;
+    for (int i = 0; i < NR; i++) { /* odd offsets, sizes 0 .. ~40 KiB */
+        at += (size_t)fgt_int(&r, 0, 17);
+        bytes[i] = i % 50 == 7 ? 40000 + (size_t)fgt_int(&r, 0, 99)
+                               : (size_t)fgt_int(&r, 0, 3000);
+        ck_assert(at + bytes[i] <= BYTES);
+        ptrs[i] = (char *)d + at;
+        memset(h + at, 0, bytes[i]);
+        at += bytes[i];
+    }
+    FGT_OK(fg_cuda_zero_many(ptrs, bytes, NR));
+    FGT_OK(fg_cuda_memcpy_d2h(back, d, BYTES));
+    for (int i = 0; i < BYTES; i++)
+        ck_assert_msg(back[i] == h[i], "byte %d: %u, want %u", i, back[i],
+                      h[i]);
+    fg_cuda_mem_free(d, BYTES);
+    free(h);
+    free(back);
+}
+END_TEST
+
+START_TEST(test_zero_grad_many)
+{
+    enum { NT = 140 };
+    fgt_rng r = fgt_rng_for(0x2e61);
+    fg_tensor *ts[NT];
+    for (int i = 0; i < NT; i++) {
+        const fg_dtype dt = i % 3 ? FG_FP32 : FG_BF16;
+        const int64_t n = 1 + fgt_int(&r, 0, i % 9 ? 300 : 20000);
+        FGT_OK(fg_tensor_zeros(dt, FG_DEVICE_CUDA, FG_SHAPE(n), &ts[i]));
+        FGT_OK(fg_tensor_set_requires_grad(ts[i], 1));
+        fg_tensor *s = NULL; /* .grad = 1 through a backward */
+        FGT_OK(fg_sum(ts[i], NULL, 0, 0, &s));
+        FGT_OK(fg_backward(s));
+        fg_tensor_free(s);
+    }
+    FGT_OK(fg_zero_grad(ts, NT));
+    for (int i = 0; i < NT; i++) {
+        double *h = fgt_host(fg_tensor_grad(ts[i]));
+        for (int64_t j = 0; j < fg_tensor_numel(ts[i]); j++)
+            ck_assert_msg(h[j] == 0 && !signbit(h[j]), "tensor %d [%lld]: %g",
+                          i, (long long)j, h[j]);
+        free(h);
+    }
+    fgt_free_all(ts, NT);
+}
+END_TEST
+
+static fg_status noop_hook(fg_tensor *g, fg_tensor **replace, void *user)
+{
+    (void)g;
+    (void)replace;
+    (void)user;
+    return FG_OK;
+}
+
+/* sum(x @ fg_cast(w, bf16) * u), backward (u: a random upstream). */
+static void cast_step(fg_tensor *w, fg_tensor *x, fg_tensor *u)
+{
+    fg_tensor *wc = NULL, *y = NULL, *yu = NULL, *l = NULL;
+    FGT_OK(fg_cast(w, FG_BF16, &wc));
+    FGT_OK(fg_matmul(x, wc, 0, 0, &y));
+    FGT_OK(fg_mul(y, u, &yu));
+    FGT_OK(fg_sum(yu, NULL, 0, 0, &l));
+    FGT_OK(fg_backward(l));
+    fg_tensor *all[] = {wc, y, yu, l};
+    fgt_free_all(all, 4);
+}
+
+static fg_tensor *to_dev(fg_tensor *c, fg_dtype dt, int requires_grad)
+{
+    double *h = fgt_host(c);
+    fg_tensor *t = NULL;
+    FGT_OK(fg_tensor_zeros(dt, FG_DEVICE_CUDA, fg_tensor_ndim(c),
+                           fg_tensor_shape(c), &t));
+    FGT_OK(fg_tensor_copy_from_host(t, FG_FP64, h, fg_tensor_numel(c)));
+    if (requires_grad)
+        FGT_OK(fg_tensor_set_requires_grad(t, 1));
+    free(h);
+    return t;
+}
+
+START_TEST(test_cast_backward_direct)
+{
+    enum { M = 67, K = 45, N = 129 };
+    fgt_rng r = fgt_rng_for(0x2e62);
+    fg_tensor *wc = fgt_rand(&r, FG_FP64, FG_SHAPE(K, N), 1.0, 0.01, 0);
+    fg_tensor *xc = fgt_rand(&r, FG_FP64, FG_SHAPE(M, K), 1.0, 0.01, 0);
+    fg_tensor *uc = fgt_rand(&r, FG_FP64, FG_SHAPE(M, N), 1.0, 0.01, 0);
+    fg_tensor *w = to_dev(wc, FG_FP32, 1), *w2 = to_dev(wc, FG_FP32, 1);
+    fg_tensor *x = to_dev(xc, FG_BF16, 0), *u = to_dev(uc, FG_BF16, 0);
+    fg_hook *h = NULL;
+    FGT_OK(fg_tensor_register_hook(w2, noop_hook, NULL, &h));
+    for (int k = 0; k < 3; k++) { /* k > 0: adds into an existing .grad */
+        cast_step(w, x, u);
+        cast_step(w2, x, u);
+    }
+    double *g = fgt_host(fg_tensor_grad(w)), *g2 = fgt_host(fg_tensor_grad(w2));
+    ck_assert(memcmp(g, g2, sizeof(double) * K * N) == 0);
+    ck_assert(fgt_all_finite(g, K * N));
+    free(g);
+    free(g2);
+    fg_hook_remove(h);
+    fg_tensor *all[] = {wc, xc, uc, w, w2, x, u};
+    fgt_free_all(all, 7);
+}
+END_TEST
+
+/* Every parameter's autocast copy: fg_cast's bits, current, and (after
+ * the first step) the buffer the first step made. */
+static void check_copies(const fg_gpt *m, void **seen, int first)
+{
+    int n;
+    const fg_param *ps = fg_gpt_params(m, &n);
+    int with_copy = 0;
+    for (int i = 0; i < n; i++) {
+        fg_tensor *p = ps[i].tensor, *c = p->lowp, *ref = NULL;
+        if (!c)
+            continue;
+        with_copy++;
+        ck_assert_msg(p->lowp_version == p->storage->version &&
+                          p->lowp_sversion == c->storage->version,
+                      "%s: copy not current after AdamW", ps[i].name);
+        if (first)
+            seen[i] = fg_tensor_data(c);
+        else
+            ck_assert_msg(seen[i] == fg_tensor_data(c),
+                          "%s: copy reallocated", ps[i].name);
+        FGT_OK(fg_cast(p, FG_BF16, &ref));
+        double *a = fgt_host(c), *b = fgt_host(ref);
+        ck_assert_msg(!memcmp(a, b, sizeof(double) *
+                                        (size_t)fg_tensor_numel(p)),
+                      "%s: AdamW's copy differs from fg_cast", ps[i].name);
+        free(a);
+        free(b);
+        fg_tensor_free(ref);
+    }
+    ck_assert_int_gt(with_copy, 0);
+}
+
+START_TEST(test_adamw_writes_copies)
+{
+    static const fg_sort_task task = {6, 10};
+    enum { B = 16 };
+    fg_gpt_config c;
+    fg_gpt_config_init(&c);
+    c.vocab = fg_sort_task_vocab(&task);
+    c.ctx = fg_sort_task_seqlen(&task);
+    c.n_layer = 2;
+    c.n_head = 2;
+    c.n_embd = 64;
+    c.dropout = 0.1;
+    c.device = FG_DEVICE_CUDA;
+    fg_gpt *m = NULL;
+    FGT_OK(fg_gpt_create(&c, 7, &m));
+    int n;
+    const fg_param *ps = fg_gpt_params(m, &n);
+    fg_adamw_config oc;
+    fg_adamw_config_init(&oc);
+    fg_adamw *o = NULL;
+    FGT_OK(fg_adamw_create(ps, n, &oc, &o));
+    fg_arena *a;
+    FGT_OK(fg_arena_create(0, &a));
+    fg_generator g;
+    fg_generator_init(&g, 11);
+    const int64_t T = fg_sort_task_seqlen(&task);
+    int64_t *x = malloc(sizeof(int64_t) * B * (size_t)T),
+            *y = malloc(sizeof(int64_t) * B * (size_t)T);
+    void **seen = calloc((size_t)n, sizeof *seen);
+    uint64_t r = fgt_base_seed() | 1;
+    for (int step = 0; step < 4; step++) {
+        FGT_OK(fg_sort_task_batch(&task, 0, &r, B, x, y));
+        fg_step_stats st;
+        FGT_OK(fg_autocast_begin(FG_BF16));
+        FGT_OK(fg_gpt_train_step(m, o, x, y, B, T, 2, 1.0, 3e-3, &g, a,
+                                 &st));
+        FGT_OK(fg_autocast_end());
+        ck_assert(isfinite(st.loss) && isfinite(st.grad_norm));
+        check_copies(m, seen, step == 0);
+    }
+    free(seen);
+    free(x);
+    free(y);
+    fg_arena_free(a);
+    fg_adamw_free(o);
+    fg_gpt_free(m);
+}
+END_TEST
+
+/* fg_linear on the GPU (the bias in cuBLASLt's epilogue) against an fp64
+ * reference on the same rounded values: y = x w + b, and with upstream u:
+ * dx = u w^T, dw = x^T u, db = sum of u over rows. Errors are max-abs
+ * relative to max |reference|; bf16 allows a few roundings of 2^-8 (the
+ * inputs, the output, the gradients), fp32 1e-5, fp64 1e-12. */
+static void check_linear(fg_dtype dt, double tol)
+{
+    enum { B = 3, T = 37, K = 64, N = 96, MR = B * T };
+    fgt_rng r = fgt_rng_for(0x2e63 + dt);
+    fg_tensor *xc = fgt_rand(&r, FG_FP64, FG_SHAPE(B, T, K), 1.0, 0.01, 0);
+    fg_tensor *wc = fgt_rand(&r, FG_FP64, FG_SHAPE(K, N), 0.2, 0.001, 0);
+    fg_tensor *bc = fgt_rand(&r, FG_FP64, FG_SHAPE(N), 1.0, 0.01, 0);
+    fg_tensor *uc = fgt_rand(&r, FG_FP64, FG_SHAPE(B, T, N), 1.0, 0.01, 0);
+    fg_tensor *x = to_dev(xc, dt, 1), *w = to_dev(wc, dt, 1),
+              *b = to_dev(bc, dt, 1), *u = to_dev(uc, dt, 0), *y = NULL;
+    double *hx = fgt_host(x), *hw = fgt_host(w), *hb = fgt_host(b),
+           *hu = fgt_host(u); /* the values as rounded to dt */
+    FGT_OK(fg_linear(x, w, b, &y));
+    if (dt != FG_FP64) /* cuBLASLt has the BIAS epilogue for these */
+        ck_assert_str_eq(fg_node_name(fg_tensor_grad_fn(y)), "LinearBackward");
+    FGT_OK(fg_backward_with(y, u));
+    double *yr = calloc(MR * N, sizeof *yr), *dxr = calloc(MR * K, 8),
+           *dwr = calloc(K * N, 8), *dbr = calloc(N, 8);
+    for (int m = 0; m < MR; m++)
+        for (int n = 0; n < N; n++) {
+            double acc = hb[n];
+            for (int k = 0; k < K; k++)
+                acc += hx[m * K + k] * hw[k * N + n];
+            yr[m * N + n] = acc;
+            const double g = hu[m * N + n];
+            dbr[n] += g;
+            for (int k = 0; k < K; k++) {
+                dxr[m * K + k] += g * hw[k * N + n];
+                dwr[k * N + n] += hx[m * K + k] * g;
+            }
+        }
+    const struct {
+        const char *what;
+        const fg_tensor *t;
+        const double *ref;
+        int64_t n;
+    } outs[] = {{"y", y, yr, MR * N},
+                {"dx", fg_tensor_grad(x), dxr, MR * K},
+                {"dw", fg_tensor_grad(w), dwr, K * N},
+                {"db", fg_tensor_grad(b), dbr, N}};
+    for (int i = 0; i < 4; i++) {
+        double *got = fgt_host(outs[i].t);
+        const double err = fgt_max_diff(got, outs[i].ref, outs[i].n) /
+                           fgt_max_abs(outs[i].ref, (size_t)outs[i].n);
+        ck_assert_msg(err <= tol, "%s %s: error %.3g > %.3g",
+                      fg_dtype_name(dt), outs[i].what, err, tol);
+        free(got);
+    }
+    double *bufs[] = {hx, hw, hb, hu, yr, dxr, dwr, dbr};
+    for (int i = 0; i < 8; i++)
+        free(bufs[i]);
+    fg_tensor *all[] = {xc, wc, bc, uc, x, w, b, u, y};
+    fgt_free_all(all, 9);
+}
+
+START_TEST(test_linear_epilogue)
+{
+    check_linear(FG_FP64, 1e-12);
+    check_linear(FG_FP32, 1e-5);
+    check_linear(FG_BF16, 3 * 0.0078125);
+}
+END_TEST
+
+int main(void)
+{
+    if (!fgt_gpu_present()) {
+        fprintf(stderr, "no CUDA GPU: skipping the GPU step suite\n");
+        return 77;
+    }
+    fgt_base_seed();
+    Suite *s = suite_create("gpu_step");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_zero_many);
+    tcase_add_test(tc, test_zero_grad_many);
+    tcase_add_test(tc, test_cast_backward_direct);
+    tcase_add_test(tc, test_adamw_writes_copies);
+    tcase_add_test(tc, test_linear_epilogue);
+    suite_add_tcase(s, tc);
+    return fgt_run_suite(s);
+}
