@@ -302,6 +302,10 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     if (kSpec && wg == 1 && total > 0)
         named_arrive(1, 256);
     int64_t prev_i0 = 0, prev_bh = 0; /* kSpec: the step whose dQ is due */
+    int slope_h = -1; /* the head of slope_c */
+    float slope_c = 0.f;
+    const float scale_f = (float)a.scale, inv_scale = (float)(1.0 / a.scale);
+    const float inv_cap = a.softcap > 0.f ? 1.f / a.softcap : 0.f;
     for (int64_t st = 0; st < total; st++) {
         int gh;
         int64_t i0;
@@ -327,23 +331,55 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                                (kCausal && j0 + Bc - 1 > i0 + a.shift) ||
                                (kMasked && (dead || !inside_band(a, i0, i0 + Br - 1, j0, Bc)));
         const float ks = (float)a.keep_scale;
-        const float slope = kMasked && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
+        /* The head's ALiBi slope, loaded when the head changes (a load per
+         * step sat on every step's critical path). */
+        if (kMasked && a.alibi && h != slope_h) {
+            slope_c = a.alibi[b * a.alibi_sb + h];
+            slope_h = h;
+        }
+        const float slope = slope_c;
+        /* ALiBi's |i - j + shift| of element e: a per-step base and a
+         * compile-time offset, in 32-bit float (exact below 2^24). */
+        const float dist0 = kMasked && a.alibi
+                                ? (float)(int)(i0 + 2 * t4 + a.shift - (j0 + key_base + 16 * warp + g))
+                                : 0.f;
+        auto alibi_of = [&](int e) {
+            return slope * fabsf(dist0 + (float)(8 * (e >> 2) + (e & 1) - 8 * ((e >> 1) & 1)));
+        };
         /* Score modifiers (kMasked: softcap, ALiBi) on the raw S^T, then
          * masked scores -> -inf -> P = 0. */
         const bool mods = kBias || (kMasked && (a.softcap > 0.f || a.alibi));
-        /* kBias: the bias of score element e (0 outside the problem). */
+        /* kBias: the bias of this thread's score elements (0 outside the
+         * problem), loaded before the S^T product is issued so that the
+         * loads overlap it (loaded after, they cost the backward half). */
+        float bv[kBias ? Br / 2 : 1];
+        auto load_bias = [&]() {
+            if constexpr (kBias) {
+#pragma unroll
+                for (int e = 0; e < Br / 2; e++) {
+                    const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1);
+                    const int64_t i = i0 + 8 * (e >> 2) + 2 * t4 + (e & 1);
+                    bv[e] = i < a.Nq && j < a.Nk ? bias_at<T, float>(a, b, h, i, j) : 0.f;
+                }
+            }
+        };
         auto bias_of = [&](int e) {
-            const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1);
-            const int64_t i = i0 + 8 * (e >> 2) + 2 * t4 + (e & 1);
-            return i < a.Nq && j < a.Nk ? bias_at<T, float>(a, b, h, i, j) : 0.f;
+            if constexpr (kBias)
+                return bv[e];
+            return 0.f;
         };
         auto mask = [&](float (&x)[Br / 2]) {
             if constexpr (kMasked) {
-                if (a.softcap > 0.f || a.alibi) {
+                if (a.softcap > 0.f || a.alibi) { /* raw_score_mod, per step */
 #pragma unroll
-                    for (int e = 0; e < Br / 2; e++)
-                        x[e] = raw_score_mod(a, x[e], slope, i0 + 8 * (e >> 2) + 2 * t4 + (e & 1),
-                                             j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1));
+                    for (int e = 0; e < Br / 2; e++) {
+                        float v = x[e] * scale_f;
+                        if (a.softcap > 0.f)
+                            v = a.softcap * tanh_fast(v * inv_cap);
+                        if (a.alibi)
+                            v -= alibi_of(e);
+                        x[e] = v * inv_scale;
+                    }
                 }
                 if constexpr (kBias) { /* + bias in raw units (the scale is in exp2) */
                     const float inv = (float)(1.0 / a.scale);
@@ -377,13 +413,17 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             }
         };
         /* dS^T through the softcap: times 1 - tanh^2, recovered from P. */
-        auto cap_grad = [&](float p, int e) {
+        auto cap_grad = [&](float p, int e) { /* softcap_grad, per step */
             if (!kMasked || !(a.softcap > 0.f))
                 return 1.f;
-            const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1);
-            const int64_t i = i0 + 8 * (e >> 2) + 2 * t4 + (e & 1);
-            return softcap_grad(a, p, lse2[8 * (e >> 2) + 2 * t4 + (e & 1)], slope, i, j,
-                                kBias ? bias_of(e) : 0.f);
+            if (!(p > 0.f))
+                return 0.f;
+            float x = (__log2f(p) + lse2[8 * (e >> 2) + 2 * t4 + (e & 1)]) * 0.6931471805599453f -
+                      bias_of(e);
+            if (a.alibi)
+                x += alibi_of(e);
+            const float t = x * inv_cap;
+            return 1.f - t * t;
         };
         /* kBias: dbias += dS at the biased logit (before the softcap) for
          * pairs inside the problem that have a probability (masked pairs and
@@ -467,6 +507,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
              * dV and dK then read P^T Z and dS^T from shared memory. */
             float acc[Br / 2];
             const uint32_t sA = wg == 0 ? sK : sV, sB = wg == 0 ? sQ : sdO;
+            load_bias(); /* WG 1 too: the softcap derivative reads it */
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++)
@@ -542,6 +583,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             float s[Br / 2], dp[Br / 2], qp[DQ / 2];
             if constexpr (kSpec)
                 named_sync(1 + wg, 256);
+            load_bias();
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++)
