@@ -205,7 +205,7 @@ START_TEST(test_adamw_writes_copies)
         FGT_OK(fg_sort_task_batch(&task, 0, &r, B, x, y));
         fg_step_stats st;
         FGT_OK(fg_autocast_begin(FG_BF16));
-        FGT_OK(fg_gpt_train_step(m, o, x, y, B, T, 2, 1.0, 3e-3, &g, a,
+        FGT_OK(fg_gpt_train_step(m, o, x, y, B / 2, T, 2, 1.0, 3e-3, &g, a, /* 2 x B/2 rows */
                                  &st));
         FGT_OK(fg_autocast_end());
         ck_assert(isfinite(st.loss) && isfinite(st.grad_norm));

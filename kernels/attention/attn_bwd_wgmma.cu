@@ -306,6 +306,19 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     float slope_c = 0.f;
     const float scale_f = (float)a.scale, inv_scale = (float)(1.0 / a.scale);
     const float inv_cap = a.softcap > 0.f ? 1.f / a.softcap : 0.f;
+    const int64_t bias_s0 = a.bias_s[0], bias_s1 = a.bias_s[1], bias_s2 = a.bias_s[2],
+                  bias_s3 = a.bias_s[3];
+    const void *bias_p = a.bias;
+    const bool bias_f32 = a.bias_f32;
+    /* dbias by store (its strides dbs) or by atomics (the accumulator's, dba) */
+    const bool dbias_store = kBias && a.dbias_mode == kDbiasStore;
+    const bool dbias_atomic = kBias && a.dbias_mode == kDbiasAtomic;
+    int64_t dbs[4], dba[4];
+#pragma unroll
+    for (int x = 0; x < 4; x++) {
+        dbs[x] = a.dbias_s[x];
+        dba[x] = a.dbias_acc_s[x];
+    }
     for (int64_t st = 0; st < total; st++) {
         int gh;
         int64_t i0;
@@ -349,23 +362,24 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         /* Score modifiers (kMasked: softcap, ALiBi) on the raw S^T, then
          * masked scores -> -inf -> P = 0. */
         const bool mods = kBias || (kMasked && (a.softcap > 0.f || a.alibi));
-        /* kBias: the bias of this thread's score elements (0 outside the
-         * problem), loaded before the S^T product is issued so that the
-         * loads overlap it (loaded after, they cost the backward half). */
-        float bv[kBias ? Br / 2 : 1];
-        auto load_bias = [&]() {
-            if constexpr (kBias) {
-#pragma unroll
-                for (int e = 0; e < Br / 2; e++) {
-                    const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1);
-                    const int64_t i = i0 + 8 * (e >> 2) + 2 * t4 + (e & 1);
-                    bv[e] = i < a.Nq && j < a.Nk ? bias_at<T, float>(a, b, h, i, j) : 0.f;
-                }
-            }
-        };
+        /* kBias: the bias of score element e (0 outside the problem): a
+         * per-step base offset and row/key bounds, and per element a
+         * compile-time row and key offset (bias_at per element cost the
+         * index arithmetic and parameter reloads every time). Loading all
+         * of them before the S^T product instead spilled and ran slower. */
+        const int64_t i_t = i0 + 2 * t4, j_t = j0 + key_base + 16 * warp + g;
+        const int64_t bias_base = kBias ? b * bias_s0 + h * bias_s1 + i_t * bias_s2 + j_t * bias_s3
+                                        : 0;
+        const int rows_left = kBias ? (int)min((int64_t)a.Nq - i_t, (int64_t)Br) : 0;
+        const int keys_left = kBias ? (int)min((int64_t)a.Nk - j_t, (int64_t)Bc) : 0;
         auto bias_of = [&](int e) {
-            if constexpr (kBias)
-                return bv[e];
+            if constexpr (kBias) {
+                const int r = 8 * (e >> 2) + (e & 1), c = 8 * ((e >> 1) & 1);
+                if (r >= rows_left || c >= keys_left)
+                    return 0.f;
+                const int64_t off = bias_base + r * bias_s2 + c * bias_s3;
+                return bias_f32 ? ((const float *)bias_p)[off] : to_acc(((const T *)bias_p)[off]);
+            }
             return 0.f;
         };
         auto mask = [&](float (&x)[Br / 2]) {
@@ -430,25 +444,25 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
          * empty rows have p = 0); store when nothing is broadcast, fp32
          * atomics otherwise. The deterministic pass runs after this kernel
          * instead (attn_bias.cu). */
+        const int64_t dbias_base = kBias && dbias_store ? b * dbs[0] + h * dbs[1] + i_t * dbs[2] +
+                                                              j_t * dbs[3]
+                                 : kBias && dbias_atomic ? b * dba[0] + h * dba[1] + i_t * dba[2] +
+                                                               j_t * dba[3]
+                                                         : 0;
         auto put_dbias = [&](float p, int e, float dl) {
-            if (!kBias || (a.dbias_mode != kDbiasStore && a.dbias_mode != kDbiasAtomic) ||
-                p == 0.f)
-                return;
-            const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1);
-            const int64_t i = i0 + 8 * (e >> 2) + 2 * t4 + (e & 1);
-            if (i >= a.Nq || j >= a.Nk)
-                return;
-            if (a.dbias_mode == kDbiasStore) {
-                const int64_t off = b * a.dbias_s[0] + h * a.dbias_s[1] + i * a.dbias_s[2] +
-                                    j * a.dbias_s[3];
-                if (a.dbias_f32)
-                    ((float *)a.dbias)[off] = dl;
-                else
-                    ((T *)a.dbias)[off] = from_acc<T>(dl);
-            } else {
-                atomicAdd((float *)a.dbias_acc + b * a.dbias_acc_s[0] + h * a.dbias_acc_s[1] +
-                              i * a.dbias_acc_s[2] + j * a.dbias_acc_s[3],
-                          dl);
+            if constexpr (kBias) {
+                const int r = 8 * (e >> 2) + (e & 1), c = 8 * ((e >> 1) & 1);
+                if (!(dbias_store || dbias_atomic) || p == 0.f || r >= rows_left || c >= keys_left)
+                    return;
+                if (dbias_store) {
+                    const int64_t off = dbias_base + r * dbs[2] + c * dbs[3];
+                    if (a.dbias_f32)
+                        ((float *)a.dbias)[off] = dl;
+                    else
+                        ((T *)a.dbias)[off] = from_acc<T>(dl);
+                } else {
+                    atomicAdd((float *)a.dbias_acc + dbias_base + r * dba[2] + c * dba[3], dl);
+                }
             }
         };
         /* P^T = exp2(S^T scale log2e - lse2) (Alg4 L.13-14) in place, and
@@ -507,7 +521,6 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
              * dV and dK then read P^T Z and dS^T from shared memory. */
             float acc[Br / 2];
             const uint32_t sA = wg == 0 ? sK : sV, sB = wg == 0 ? sQ : sdO;
-            load_bias(); /* WG 1 too: the softcap derivative reads it */
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++)
@@ -583,7 +596,6 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             float s[Br / 2], dp[Br / 2], qp[DQ / 2];
             if constexpr (kSpec)
                 named_sync(1 + wg, 256);
-            load_bias();
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++)
