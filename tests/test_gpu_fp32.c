@@ -216,6 +216,21 @@ static void make_params(const fcase *c, fgt_rng *rng, int det, fg_attn_params *p
 
 static const char *names[4] = {"O", "dQ", "dK", "dV"};
 
+/* Fresh U(-1, 1) inputs Q, K, V, dO of c (BSHD), rounded to fp32 so the
+ * fp64 oracle sees what the GPU sees. */
+static void make_inputs(const fcase *c, fgt_rng *rng, double *in[4])
+{
+    size_t n[4], ns;
+    sizes(c, n, &ns);
+    for (int i = 0; i < 4; i++) {
+        const size_t m = n[i == 1 || i == 2 ? 2 : 0];
+        in[i] = malloc(m * sizeof(double));
+        fgt_fill(in[i], m, rng, 1.0);
+        for (size_t e = 0; e < m; e++)
+            in[i][e] = (float)in[i][e];
+    }
+}
+
 /* u (1 + scale max|q_i| max|k_j|), the TF32 bound (top of the file). */
 static double tf32_bound(const fcase *c, double *in[4])
 {
@@ -246,13 +261,7 @@ static void check_case(const fcase *c, int det, int tf32, uint64_t salt)
     sizes(c, n, &ns);
     fgt_rng rng = fgt_rng_for(salt);
     double *in[4];
-    for (int i = 0; i < 4; i++) {
-        const size_t m = n[i == 1 || i == 2 ? 2 : 0];
-        in[i] = malloc(m * sizeof(double));
-        fgt_fill(in[i], m, &rng, 1.0);
-        for (size_t e = 0; e < m; e++)
-            in[i][e] = (float)in[i][e];
-    }
+    make_inputs(c, &rng, in);
     fg_attn_params p, pg;
     float slopes[64], *dslopes;
     make_params(c, &rng, det, &p, slopes, &dslopes);
@@ -391,10 +400,7 @@ START_TEST(test_fp32_deterministic_reruns)
     sizes(c, n, &ns);
     fgt_rng rng = fgt_rng_for(9400);
     double *in[4];
-    for (int i = 0; i < 4; i++) {
-        in[i] = malloc(n[i == 1 || i == 2 ? 2 : 0] * sizeof(double));
-        fgt_fill(in[i], n[i == 1 || i == 2 ? 2 : 0], &rng, 1.0);
-    }
+    make_inputs(c, &rng, in);
     fg_attn_params p;
     float slopes[1], *dslopes;
     make_params(c, &rng, 1, &p, slopes, &dslopes);
@@ -422,10 +428,7 @@ START_TEST(test_tf32_switch)
     sizes(c, n, &ns);
     fgt_rng rng = fgt_rng_for(9800);
     double *in[4];
-    for (int i = 0; i < 4; i++) {
-        in[i] = malloc(n[i == 1 || i == 2 ? 2 : 0] * sizeof(double));
-        fgt_fill(in[i], n[i == 1 || i == 2 ? 2 : 0], &rng, 1.0);
-    }
+    make_inputs(c, &rng, in);
     fg_attn_params p;
     float slopes[1], *dslopes;
     make_params(c, &rng, 1, &p, slopes, &dslopes);

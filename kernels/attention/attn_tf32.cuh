@@ -31,6 +31,7 @@
 
 #include "attn_fp32.cuh"
 #include "attn_kernels.h"
+#include "attn_mma_tile.cuh"
 #include "kernels/runtime/cuda_context.h"
 #include "mma_sm80.cuh"
 
@@ -125,20 +126,6 @@ __device__ __forceinline__ void c_to_a(uint32_t a[4], const float c[4])
     a[1] = to_tf32(c[2]);
     a[2] = to_tf32(c[1]);
     a[3] = to_tf32(c[3]);
-}
-
-/* raw_score_mod (attn_common.cuh) with tanhf instead of tanh.approx: the
- * approximation's 2^-11 relative error, times a softcap of 20-50, would
- * move logits by 0.01-0.02, far more than the TF32 products do. */
-__device__ __forceinline__ float logit_raw(const AttnArgs &a, float s, float slope, int64_t i,
-                                           int64_t j)
-{
-    float x = s * (float)a.scale;
-    if (a.softcap > 0.f)
-        x = a.softcap * tanhf(x * (1.f / a.softcap));
-    if (a.alibi)
-        x -= slope * fabsf((float)(int)(i - j) + (float)a.shift);
-    return x * (float)(1.0 / a.scale);
 }
 
 /* The operand rows the kernels copy with cp.async: 16-byte aligned
