@@ -211,6 +211,24 @@ START_TEST(test_cuda_device_host_pointer)
 }
 END_TEST
 
+/* The TF32 attention switch: off by default; without CUDA it reports
+ * FG_ERR_UNSUPPORTED naming itself and reads 0. */
+START_TEST(test_attention_tf32_switch)
+{
+    ck_assert_int_eq(fg_cuda_get_attention_allow_tf32(), 0);
+    fg_clear_error();
+    const fg_status s = fg_cuda_set_attention_allow_tf32(1);
+    if (s == FG_OK) {
+        ck_assert_int_eq(fg_cuda_get_attention_allow_tf32(), 1);
+        ck_assert_int_eq(fg_cuda_set_attention_allow_tf32(0), FG_OK);
+    } else {
+        ck_assert_msg(s == FG_ERR_UNSUPPORTED, "got %s", fg_status_string(s));
+        ck_assert(strstr(fg_last_error(), "fg_cuda_set_attention_allow_tf32") != NULL);
+    }
+    ck_assert_int_eq(fg_cuda_get_attention_allow_tf32(), 0);
+}
+END_TEST
+
 START_TEST(test_null_structs)
 {
     fixture f;
@@ -280,6 +298,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_loop_test(tc, test_bad_input, 0, (int)(sizeof bad / sizeof bad[0]));
     tcase_add_test(tc, test_cuda_device_host_pointer);
+    tcase_add_test(tc, test_attention_tf32_switch);
     tcase_add_test(tc, test_null_structs);
     tcase_add_test(tc, test_thread_local);
     tcase_add_test(tc, test_status_strings);

@@ -12,7 +12,27 @@
  *    dV (backward) with Q = 0 and V, dO identity-like, equals the mask of
  *    the documented mapping (tests/ref_dropout.h) bit for bit.
  *  - Determinism: with deterministic = 1 two backward runs are bitwise
- *    identical. */
+ *    identical.
+ *  - TF32 (fg_cuda_set_attention_allow_tf32): the same cases and masks
+ *    against the same oracle within the TF32 bound below; with the switch
+ *    off again the results are bitwise those of a run before it was
+ *    touched, and with it on they differ (TF32 did run); what the TF32
+ *    kernels do not take (misaligned operands) meets the strict bound;
+ *    bad input is still refused before anything is written.
+ *
+ * The TF32 bound. TF32 keeps 10 mantissa bits: rounding (cvt.rna) moves a
+ * value by at most u = 2^-11 relative. A logit scale q.k with both factors
+ * rounded moves by at most 2u scale sum |q_x k_x| <= 2u sigma, sigma =
+ * scale max|q_i| max|k_j| (about sqrt(d) / 3 for U(-1, 1) entries: the
+ * error grows with sqrt(d)); P then moves by a factor in [e^-4u sigma,
+ * e^4u sigma], and every later product adds one or two rounded factors
+ * (P or dS, V, dO, Q, K: 2u relative per term). With aligned errors this
+ * gives O errors up to (4 sigma + 2) u max|V|; independent roundings add
+ * as a random walk instead. The tests require, for every output and m, l,
+ * error <= u (1 + sigma) of max(max |ref|, 0.1): a CPU emulation of
+ * exactly this rounding (inputs, P and dS to TF32, the rest fp64) over
+ * these shapes stays at 0.02-0.3 of it, and bf16-sized rounding (2^-8)
+ * would exceed it. */
 #include <check.h>
 #include <cuda_runtime.h>
 
@@ -36,6 +56,9 @@ typedef struct fcase {
     double p;          /* dropout */
 } fcase;
 
+/* Device copies are offset by g_shift floats (1: misaligned rows). */
+static int64_t g_shift;
+
 static const fcase cases[] = {
     /* B   Nq    Nk  H  Hk    d  causal window wl wr softcap alibi p */
     {1, 257, 257, 2, 2, 32, 1, 0, 0, 0, 0, 0, 0.0},
@@ -50,19 +73,19 @@ static const fcase cases[] = {
     {1, 4097, 4097, 1, 1, 128, 1, 0, 0, 0, 0, 0, 0.0},
 };
 
-/* Host fp64 BSHD arrays -> device fp32 (NULL: NaN-poisoned output). */
+/* Host fp64 BSHD arrays -> device fp32 at base + g_shift (NULL:
+ * NaN-poisoned output); returns the base. */
 static float *to_dev(const double *src, size_t n)
 {
     float *dev;
-    CK_CUDA(cudaMalloc((void **)&dev, n * sizeof(float)));
-    if (!src) {
-        CK_CUDA(cudaMemset(dev, 0xff, n * sizeof(float)));
+    CK_CUDA(cudaMalloc((void **)&dev, (n + 4) * sizeof(float)));
+    CK_CUDA(cudaMemset(dev, 0xff, (n + 4) * sizeof(float)));
+    if (!src)
         return dev;
-    }
     float *h = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++)
         h[i] = (float)src[i];
-    CK_CUDA(cudaMemcpy(dev, h, n * sizeof(float), cudaMemcpyHostToDevice));
+    CK_CUDA(cudaMemcpy(dev + g_shift, h, n * sizeof(float), cudaMemcpyHostToDevice));
     free(h);
     return dev;
 }
@@ -137,14 +160,15 @@ static void run_gpu(const fcase *c, const fg_attn_params *p0, double *in[4], res
     }
     m = to_dev(NULL, ns);
     l = to_dev(NULL, ns);
-    fg_attn_tensor q = fg_attn_bshd(dev_in[0], FG_FP32, c->Nq, c->H, c->d);
-    fg_attn_tensor k = fg_attn_bshd(dev_in[1], FG_FP32, c->Nk, c->Hk, c->d);
-    fg_attn_tensor v = fg_attn_bshd(dev_in[2], FG_FP32, c->Nk, c->Hk, c->d);
-    fg_attn_tensor g = fg_attn_bshd(dev_in[3], FG_FP32, c->Nq, c->H, c->d);
-    fg_attn_tensor o = fg_attn_bshd(dev_out[0], FG_FP32, c->Nq, c->H, c->d);
-    fg_attn_tensor dq = fg_attn_bshd(dev_out[1], FG_FP32, c->Nq, c->H, c->d);
-    fg_attn_tensor dk = fg_attn_bshd(dev_out[2], FG_FP32, c->Nk, c->Hk, c->d);
-    fg_attn_tensor dv = fg_attn_bshd(dev_out[3], FG_FP32, c->Nk, c->Hk, c->d);
+    const int64_t z = g_shift;
+    fg_attn_tensor q = fg_attn_bshd(dev_in[0] + z, FG_FP32, c->Nq, c->H, c->d);
+    fg_attn_tensor k = fg_attn_bshd(dev_in[1] + z, FG_FP32, c->Nk, c->Hk, c->d);
+    fg_attn_tensor v = fg_attn_bshd(dev_in[2] + z, FG_FP32, c->Nk, c->Hk, c->d);
+    fg_attn_tensor g = fg_attn_bshd(dev_in[3] + z, FG_FP32, c->Nq, c->H, c->d);
+    fg_attn_tensor o = fg_attn_bshd(dev_out[0] + z, FG_FP32, c->Nq, c->H, c->d);
+    fg_attn_tensor dq = fg_attn_bshd(dev_out[1] + z, FG_FP32, c->Nq, c->H, c->d);
+    fg_attn_tensor dk = fg_attn_bshd(dev_out[2] + z, FG_FP32, c->Nk, c->Hk, c->d);
+    fg_attn_tensor dv = fg_attn_bshd(dev_out[3] + z, FG_FP32, c->Nk, c->Hk, c->d);
     fg_attn_stats st = {m, l, FG_FP32};
     ck_assert_msg(fg_attention_forward(&p, &q, &k, &v, &o, &st) == FG_OK, "gpu: %s",
                   fg_last_error());
@@ -152,7 +176,7 @@ static void run_gpu(const fcase *c, const fg_attn_params *p0, double *in[4], res
                   "gpu: %s", fg_last_error());
     CK_CUDA(cudaDeviceSynchronize());
     for (int i = 0; i < 4; i++) {
-        r->t[i] = from_dev(dev_out[i], n[i]);
+        r->t[i] = from_dev(dev_out[i] + z, n[i]);
         CK_CUDA(cudaFree(dev_in[i]));
         CK_CUDA(cudaFree(dev_out[i]));
     }
@@ -192,19 +216,52 @@ static void make_params(const fcase *c, fgt_rng *rng, int det, fg_attn_params *p
 
 static const char *names[4] = {"O", "dQ", "dK", "dV"};
 
-static void check_case(const fcase *c, int det, uint64_t salt)
+/* Fresh U(-1, 1) inputs Q, K, V, dO of c (BSHD), rounded to fp32 so the
+ * fp64 oracle sees what the GPU sees. */
+static void make_inputs(const fcase *c, fgt_rng *rng, double *in[4])
+{
+    size_t n[4], ns;
+    sizes(c, n, &ns);
+    for (int i = 0; i < 4; i++) {
+        const size_t m = n[i == 1 || i == 2 ? 2 : 0];
+        in[i] = malloc(m * sizeof(double));
+        fgt_fill(in[i], m, rng, 1.0);
+        for (size_t e = 0; e < m; e++)
+            in[i][e] = (float)in[i][e];
+    }
+}
+
+/* u (1 + scale max|q_i| max|k_j|), the TF32 bound (top of the file). */
+static double tf32_bound(const fcase *c, double *in[4])
+{
+    double qm = 0, km = 0;
+    for (int t = 0; t < 2; t++) {
+        const int64_t rows = t ? c->B * c->Nk * c->Hk : c->B * c->Nq * c->H;
+        for (int64_t r = 0; r < rows; r++) {
+            double n2 = 0;
+            for (int64_t x = 0; x < c->d; x++)
+                n2 += in[t][r * c->d + x] * in[t][r * c->d + x];
+            double *mx = t ? &km : &qm;
+            *mx = n2 > *mx ? n2 : *mx;
+        }
+    }
+    return ldexp(1.0, -11) * (1.0 + sqrt(qm * km / (double)c->d));
+}
+
+static void set_tf32(int on)
+{
+    ck_assert_msg(fg_cuda_set_attention_allow_tf32(on) == FG_OK, "%s", fg_last_error());
+    ck_assert_int_eq(fg_cuda_get_attention_allow_tf32(), on);
+}
+
+/* The GPU (strict, or TF32 with tf32 = 1) against the fp64 CPU oracle. */
+static void check_case(const fcase *c, int det, int tf32, uint64_t salt)
 {
     size_t n[4], ns;
     sizes(c, n, &ns);
     fgt_rng rng = fgt_rng_for(salt);
     double *in[4];
-    for (int i = 0; i < 4; i++) {
-        const size_t m = n[i == 1 || i == 2 ? 2 : 0];
-        in[i] = malloc(m * sizeof(double));
-        fgt_fill(in[i], m, &rng, 1.0);
-        for (size_t e = 0; e < m; e++)
-            in[i][e] = (float)in[i][e];
-    }
+    make_inputs(c, &rng, in);
     fg_attn_params p, pg;
     float slopes[64], *dslopes;
     make_params(c, &rng, det, &p, slopes, &dslopes);
@@ -213,21 +270,26 @@ static void check_case(const fcase *c, int det, uint64_t salt)
         pg.alibi_slopes = dslopes;
     res ref, gpu;
     run_cpu(c, &p, in, &ref);
+    if (tf32)
+        set_tf32(1);
     run_gpu(c, &pg, in, &gpu);
+    if (tf32)
+        set_tf32(0);
+    const double tol = tf32 ? tf32_bound(c, in) : 1e-5;
     for (int i = 0; i < 4; i++) {
         const double e = fgt_rel_err_floor(gpu.t[i], ref.t[i], n[i], 0.1);
-        ck_assert_msg(e <= 1e-5 && fgt_all_finite(gpu.t[i], n[i]),
-                      "fp32 %s err %.3g > 1e-5 (B=%lld Nq=%lld Nk=%lld H=%lld Hk=%lld "
+        ck_assert_msg(e <= tol && fgt_all_finite(gpu.t[i], n[i]),
+                      "%s %s err %.3g > %.3g (B=%lld Nq=%lld Nk=%lld H=%lld Hk=%lld "
                       "d=%lld causal=%d win=%d(%lld,%lld) cap=%g alibi=%d p=%g det=%d)",
-                      names[i], e, (long long)c->B, (long long)c->Nq, (long long)c->Nk,
+                      tf32 ? "tf32" : "fp32", names[i], e, tol, (long long)c->B, (long long)c->Nq, (long long)c->Nk,
                       (long long)c->H, (long long)c->Hk, (long long)c->d, c->causal,
                       c->window, (long long)c->wl, (long long)c->wr, c->softcap, c->alibi,
                       c->p, det);
     }
-    ck_assert_msg(fgt_stats_err(gpu.m, ref.m, ns) <= 1e-5, "m err %g",
-                  fgt_stats_err(gpu.m, ref.m, ns));
-    ck_assert_msg(fgt_stats_err(gpu.l, ref.l, ns) <= 1e-5, "l err %g",
-                  fgt_stats_err(gpu.l, ref.l, ns));
+    ck_assert_msg(fgt_stats_err(gpu.m, ref.m, ns) <= tol, "m err %g > %g",
+                  fgt_stats_err(gpu.m, ref.m, ns), tol);
+    ck_assert_msg(fgt_stats_err(gpu.l, ref.l, ns) <= tol, "l err %g > %g",
+                  fgt_stats_err(gpu.l, ref.l, ns), tol);
     res_free(&ref);
     res_free(&gpu);
     for (int i = 0; i < 4; i++)
@@ -238,20 +300,20 @@ static void check_case(const fcase *c, int det, uint64_t salt)
 
 START_TEST(test_fp32_vs_cpu)
 {
-    check_case(&cases[_i], 0, 9100 + (uint64_t)_i);
+    check_case(&cases[_i], 0, 0, 9100 + (uint64_t)_i);
 }
 END_TEST
 
 START_TEST(test_fp32_deterministic_vs_cpu)
 {
-    check_case(&cases[_i], 1, 9200 + (uint64_t)_i);
+    check_case(&cases[_i], 1, 0, 9200 + (uint64_t)_i);
 }
 END_TEST
 
 /* The mask the kernels apply: with Q = 0 every visible probability is
  * 1/Nk, so with V[j] = e_j, O[i][j] = keep(i, j) / ((1 - p) Nk); with
  * dO[i] = e_i, dV[j][i] = P_ij keep(i, j) / (1 - p). Nq, Nk <= d. */
-static void mask_case(int64_t N, int64_t d, uint64_t salt)
+static void mask_case(int64_t N, int64_t d, int tf32, uint64_t salt)
 {
     const fcase c = {2, N, N, 2, 2, d, 0, 0, 0, 0, 0, 0, 0.3};
     size_t n[4], ns;
@@ -271,7 +333,11 @@ static void mask_case(int64_t N, int64_t d, uint64_t salt)
     float slopes[1], *dslopes;
     make_params(&c, &rng, 0, &p, slopes, &dslopes);
     res gpu;
+    if (tf32)
+        set_tf32(1);
     run_gpu(&c, &p, in, &gpu);
+    if (tf32)
+        set_tf32(0);
     uint8_t *mask = malloc((size_t)(c.B * c.H * N * N));
     ref_dropout_mask(p.seed, p.offset, c.p, c.B, c.H, N, N, mask);
     int64_t bad_o = 0, bad_dv = 0, kept = 0;
@@ -297,10 +363,33 @@ static void mask_case(int64_t N, int64_t d, uint64_t salt)
 
 START_TEST(test_fp32_dropout_mask)
 {
-    mask_case(64, 64, 9300);
-    mask_case(100, 128, 9301); /* two key blocks, a partial one */
-    mask_case(61, 256, 9302);  /* d = 256: 32-key blocks */
-    mask_case(32, 32, 9303);
+    mask_case(64, 64, 0, 9300);
+    mask_case(100, 128, 0, 9301); /* two key blocks, a partial one */
+    mask_case(61, 256, 0, 9302);  /* d = 256: 32-key blocks */
+    mask_case(32, 32, 0, 9303);
+}
+END_TEST
+
+START_TEST(test_tf32_vs_cpu)
+{
+    check_case(&cases[_i], 0, 1, 9500 + (uint64_t)_i);
+}
+END_TEST
+
+START_TEST(test_tf32_deterministic_vs_cpu)
+{
+    check_case(&cases[_i], 1, 1, 9600 + (uint64_t)_i);
+}
+END_TEST
+
+/* The TF32 kernels apply the same mask: 1/Nk and the identity-like V and
+ * dO are exact in TF32, so zero <=> dropped still holds. */
+START_TEST(test_tf32_dropout_mask)
+{
+    mask_case(64, 64, 1, 9700);
+    mask_case(100, 128, 1, 9701);
+    mask_case(61, 256, 1, 9702); /* d = 256: 32-key blocks, two dK/dV halves */
+    mask_case(32, 32, 1, 9703);
 }
 END_TEST
 
@@ -311,10 +400,7 @@ START_TEST(test_fp32_deterministic_reruns)
     sizes(c, n, &ns);
     fgt_rng rng = fgt_rng_for(9400);
     double *in[4];
-    for (int i = 0; i < 4; i++) {
-        in[i] = malloc(n[i == 1 || i == 2 ? 2 : 0] * sizeof(double));
-        fgt_fill(in[i], n[i == 1 || i == 2 ? 2 : 0], &rng, 1.0);
-    }
+    make_inputs(c, &rng, in);
     fg_attn_params p;
     float slopes[1], *dslopes;
     make_params(c, &rng, 1, &p, slopes, &dslopes);
@@ -328,6 +414,86 @@ START_TEST(test_fp32_deterministic_reruns)
     res_free(&r2);
     for (int i = 0; i < 4; i++)
         free(in[i]);
+}
+END_TEST
+
+/* Off by default; with it off again, results are bitwise those of a run
+ * before it was touched (deterministic = 1, so dQ is too); with it on they
+ * differ. */
+START_TEST(test_tf32_switch)
+{
+    ck_assert_int_eq(fg_cuda_get_attention_allow_tf32(), 0);
+    const fcase *c = &cases[1]; /* GQA + causal + dropout */
+    size_t n[4], ns;
+    sizes(c, n, &ns);
+    fgt_rng rng = fgt_rng_for(9800);
+    double *in[4];
+    make_inputs(c, &rng, in);
+    fg_attn_params p;
+    float slopes[1], *dslopes;
+    make_params(c, &rng, 1, &p, slopes, &dslopes);
+    res before, on, after;
+    run_gpu(c, &p, in, &before);
+    set_tf32(1);
+    run_gpu(c, &p, in, &on);
+    set_tf32(0);
+    run_gpu(c, &p, in, &after);
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(memcmp(before.t[i], after.t[i], n[i] * sizeof(double)) == 0,
+                      "%s: strict results changed after the TF32 switch", names[i]);
+    ck_assert(memcmp(before.m, after.m, ns * sizeof(double)) == 0 &&
+              memcmp(before.l, after.l, ns * sizeof(double)) == 0);
+    ck_assert_msg(memcmp(before.t[0], on.t[0], n[0] * sizeof(double)) != 0 &&
+                      memcmp(before.t[2], on.t[2], n[2] * sizeof(double)) != 0,
+                  "O and dK with TF32 on are bitwise the strict ones: TF32 did not run");
+    res_free(&before);
+    res_free(&on);
+    res_free(&after);
+    for (int i = 0; i < 4; i++)
+        free(in[i]);
+}
+END_TEST
+
+/* TF32 on: misaligned rows (4 bytes off) are left to the strict kernels,
+ * which meet the strict bound; bad input is refused before anything is
+ * written. */
+START_TEST(test_tf32_fallback_and_bad_input)
+{
+    set_tf32(1); /* check_case(..., tf32 = 0, ...) leaves it on */
+    g_shift = 1;
+    check_case(&cases[2], 0, 0, 9900);
+    check_case(&cases[5], 1, 0, 9901);
+    g_shift = 0;
+    const fcase *c = &cases[0];
+    size_t n[4], ns;
+    sizes(c, n, &ns);
+    float *dev[6];
+    for (int i = 0; i < 4; i++) /* Q, K, V, O */
+        dev[i] = to_dev(NULL, n[i == 1 || i == 2 ? 2 : 0]);
+    dev[4] = to_dev(NULL, ns);
+    dev[5] = to_dev(NULL, ns);
+    fg_attn_params p;
+    fg_attn_params_init(&p, c->B, c->Nq, c->Nk, c->H, c->Hk, c->d);
+    p.device = FG_DEVICE_CUDA;
+    p.dropout_p = 1.0; /* must be < 1 */
+    fg_attn_tensor q = fg_attn_bshd(dev[0], FG_FP32, c->Nq, c->H, c->d);
+    fg_attn_tensor k = fg_attn_bshd(dev[1], FG_FP32, c->Nk, c->Hk, c->d);
+    fg_attn_tensor v = fg_attn_bshd(dev[2], FG_FP32, c->Nk, c->Hk, c->d);
+    fg_attn_tensor o = fg_attn_bshd(dev[3], FG_FP32, c->Nq, c->H, c->d);
+    fg_attn_stats st = {dev[4], dev[5], FG_FP32};
+    ck_assert_int_eq(fg_attention_forward(&p, &q, &k, &v, &o, &st), FG_ERR_INVALID_ARGUMENT);
+    ck_assert(strstr(fg_last_error(), "dropout") != NULL);
+    CK_CUDA(cudaDeviceSynchronize());
+    double *oh = from_dev(dev[3], n[0]), *mh = from_dev(dev[4], ns);
+    for (size_t i = 0; i < n[0]; i++)
+        ck_assert_msg(isnan(oh[i]), "O[%zu] was written", i);
+    for (size_t i = 0; i < ns; i++)
+        ck_assert_msg(isnan(mh[i]), "m[%zu] was written", i);
+    set_tf32(0);
+    free(oh);
+    free(mh);
+    for (int i = 0; i < 6; i++)
+        CK_CUDA(cudaFree(dev[i]));
 }
 END_TEST
 
@@ -347,5 +513,13 @@ int main(void)
     tcase_add_test(tc, test_fp32_dropout_mask);
     tcase_add_test(tc, test_fp32_deterministic_reruns);
     suite_add_tcase(s, tc);
+    TCase *tt = tcase_create("tf32");
+    tcase_set_timeout(tt, 900);
+    tcase_add_loop_test(tt, test_tf32_vs_cpu, 0, ncases);
+    tcase_add_loop_test(tt, test_tf32_deterministic_vs_cpu, 0, ncases);
+    tcase_add_test(tt, test_tf32_dropout_mask);
+    tcase_add_test(tt, test_tf32_switch);
+    tcase_add_test(tt, test_tf32_fallback_and_bad_input);
+    suite_add_tcase(s, tt);
     return fgt_run_suite(s);
 }

@@ -100,6 +100,19 @@
  * plain attention does (doc/performance.md). fp32 on CUDA runs strict
  * fp32 (no TF32) register-blocked kernels with every variant but a bias,
  * which takes the general kernels; fp64 runs on the general kernels.
+ * With fg_cuda_set_attention_allow_tf32(1) (flashgrad/cuda.h; off by
+ * default) fp32 runs on TF32 tensor cores (sm_80+ mma.sync) with every
+ * mask, score modifier and dropout (the same keep mask bit for bit);
+ * problems they do not take fall back to the strict fp32 kernels: a bias
+ * (then the general kernels), packed or key-padded batches, operands not
+ * 16-byte aligned (a pointer, or a stride not a multiple of 4 elements),
+ * tiles too big for the GPU's shared memory (the d = 256 backward on GPUs
+ * with less than 205 KiB per block, e.g. an A100); with deterministic = 1
+ * the backward's dQ comes from the strict kernel. TF32 error: Q, K, V, dO
+ * and the intermediate P and dS are rounded to 10 mantissa bits (2^-11
+ * relative), products are summed in fp32, so every output stays within
+ * 2^-11 (1 + scale max|q_i| max|k_j|) of max |output| (the bound the GPU
+ * suite tests; the error grows with sqrt(d) through that product).
  * A bias, packed batches and key padding are the exceptions so far: their
  * fp16/bf16 forward runs in the Hopper kernels; their backward, and both
  * directions elsewhere, run on the general kernels (doc/performance.md). The Hopper forward loads whole tiles

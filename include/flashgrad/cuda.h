@@ -38,6 +38,18 @@ FG_API fg_status fg_cuda_synchronize(void);
 /* Lets fp32 GEMMs use TF32 tensor cores (10-bit mantissa inputs; off by
  * default, as in PyTorch since 1.12). */
 FG_API fg_status fg_cuda_set_allow_tf32(int allow);
+/* Lets fp32 attention (fg_attention_forward/backward on CUDA) run on TF32
+ * tensor cores: Q, K, V, dO and the intermediate P and dS are rounded to
+ * a 10-bit mantissa before each product (fp32 accumulation), which makes
+ * it several times faster than the strict fp32 kernels at an error of
+ * about 2^-11 relative per product term (attention.h states the bound).
+ * Process-wide, off by default, and separate from fg_cuda_set_allow_tf32
+ * (like PyTorch's cudnn.allow_tf32 next to matmul.allow_tf32). Takes
+ * effect at the next attention call. */
+FG_API fg_status fg_cuda_set_attention_allow_tf32(int allow);
+/* 1 when fp32 attention may use TF32 (the switch above), else 0; 0 too
+ * when CUDA cannot be used. */
+FG_API int fg_cuda_get_attention_allow_tf32(void);
 
 typedef struct fg_cuda_memory_stats {
     uint64_t device_mallocs; /* cudaMalloc calls made by the allocator */

@@ -324,8 +324,11 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
         FG_CUDA_TRY_LAUNCH();
     }
     bool fp32 = false; /* the fp32 kernels ran, deterministic dQ included */
-    if (std::is_same<T, float>::value)
-        FG_TRY(attn_fp32_bwd(a, smem_limit, st, &fp32));
+    if (std::is_same<T, float>::value) { /* TF32 if allowed and it fits */
+        FG_TRY(attn_tf32_bwd(a, smem_limit, st, &fp32));
+        if (!fp32)
+            FG_TRY(attn_fp32_bwd(a, smem_limit, st, &fp32));
+    }
     alignas(64) unsigned char maps[1024];
     if (fp32) {
         if (a.deterministic)

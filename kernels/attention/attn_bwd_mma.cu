@@ -22,6 +22,7 @@
  * ALiBi modify S^T, and dS^T takes the softcap's exact 1 - tanh^2. */
 #include "attn_common.cuh"
 #include "attn_kernels.h"
+#include "attn_mma_tile.cuh"
 #include "kernels/runtime/cuda_check.h"
 #include "mma_sm80.cuh"
 
@@ -158,19 +159,8 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
          * i = i0 + 8 qt + 2 t4 + (e & 1). kMasked: softcap and ALiBi on the
          * raw S^T first; the mask is the rows each of this thread's two keys
          * is seen by (the band of this warp's 16 keys decides whether). */
-        const bool need_mask =
-            j0 + Bc > a.Nk || i0 + Br > a.Nq || (kCausal && j0 + Bc - 1 > i0 + a.shift) ||
-            (kMasked && (dead || !inside_band(a, i0, i0 + Br - 1, j0 + 16 * warp, 16)));
+        const BwdMask mk = bwd_mask<kCausal, kMasked, Bc, Br>(a, dead, i0, j0, warp, g);
         const float slope = kMasked && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
-        const bool mods = kMasked && (a.softcap > 0.f || a.alibi);
-        int2 rr[2] = {make_int2(0, Br - 1), make_int2(0, Br - 1)};
-        if (kMasked && need_mask)
-#pragma unroll
-            for (int kk = 0; kk < 2; kk++)
-                rr[kk] = dead ? make_int2(Br, -1)
-                              : band_rows(a, j0 + 16 * warp + g + 8 * kk, i0, Br);
-        const uint2 key = make_uint2(fg_dropout_key_x(a.seed, a.offset),
-                                     fg_dropout_key_y(a.seed, a.offset));
         uint32_t pf[QT / 2][4], sf[QT / 2][4]; /* A fragments for dV, dK */
 #pragma unroll
         for (int qt = 0; qt < QT; qt++) {
@@ -181,32 +171,10 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int qi = 8 * qt + 2 * t4 + (e & 1);
-                const int64_t j = j0 + 16 * warp + g + 8 * (e >> 1);
-                const int64_t i = i0 + qi;
-                const float lse = (e & 1) ? L.y : L.x;
-                const float x = mods ? raw_score_mod(a, s[qt][e], slope, i, j) : s[qt][e];
-                float pe = exp2f(fmaf(x, scale_log2, -lse));
-                if (kMasked && need_mask) {
-                    const int2 r = rr[e >> 1];
-                    if (qi < r.x || qi > r.y)
-                        pe = 0.f;
-                } else if (need_mask && (j >= a.Nk || (kCausal && j > i + a.shift))) {
-                    pe = 0.f;
-                }
-                float z = 1.f;
-                if (kDropout) {
-                    const uint4 w = curand_Philox4x32_10(
-                        make_uint4(fg_dropout_ctr_x(j), fg_dropout_ctr_y(i),
-                                   fg_dropout_ctr_z(bh), fg_dropout_ctr_w(a.offset)),
-                        key);
-                    const uint32_t word = (j & 3) == 0 ? w.x : (j & 3) == 1 ? w.y
-                                        : (j & 3) == 2 ? w.z : w.w;
-                    z = fg_dropout_keep(word, a.keep_threshold) ? (float)a.keep_scale : 0.f;
-                }
-                p[e] = pe * z;                                        /* for dV */
-                ds[e] = pe * (dp[qt][e] * z - ((e & 1) ? Dq.y : Dq.x)); /* dS^T */
-                if (kMasked && a.softcap > 0.f) /* exact: times 1 - tanh^2 */
-                    ds[e] *= softcap_grad(a, pe, lse, slope, i, j);
+                bwd_elem<false, kCausal, kMasked, kDropout>(
+                    a, mk, s[qt][e], dp[qt][e], (e & 1) ? L.y : L.x, (e & 1) ? Dq.y : Dq.x, qi,
+                    e >> 1, i0 + qi, j0 + 16 * warp + g + 8 * (e >> 1), slope, scale_log2, bh,
+                    &p[e], &ds[e]);
             }
             const int kk = qt >> 1, half = (qt & 1) * 2;
             pf[kk][half] = pack2<T>(p[0], p[1]);

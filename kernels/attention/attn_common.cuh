@@ -306,13 +306,17 @@ __device__ __forceinline__ float tanh_fast(float x)
 }
 
 /* The fast kernels keep raw scores q.k (the scale is folded into exp2):
- * the variants' final logit of pair (i, j), back in raw units. */
+ * the variants' final logit of pair (i, j), back in raw units. kPrecise:
+ * tanhf for the softcap (the TF32 kernels). */
+template <bool kPrecise = false>
 __device__ __forceinline__ float raw_score_mod(const AttnArgs &a, float s, float slope,
                                                int64_t i, int64_t j)
 {
     float x = s * (float)a.scale;
-    if (a.softcap > 0.f)
-        x = a.softcap * tanh_fast(x * (1.f / a.softcap));
+    if (a.softcap > 0.f) {
+        const float y = x * (1.f / a.softcap);
+        x = a.softcap * (kPrecise ? tanhf(y) : tanh_fast(y));
+    }
     if (a.alibi) /* i - j fits 32 bits (both < 2^31) */
         x -= slope * fabsf((float)(int)(i - j) + (float)a.shift);
     return x * (float)(1.0 / a.scale);

@@ -289,6 +289,21 @@ static fg_status launch(const AttnArgs &a, size_t limit, cudaStream_t st, bool *
 
 } /* namespace f32 */
 
+size_t attn_fp32_dq_smem(int d)
+{
+    const int D = f32::pad_d(d);
+    return D == 32 ? f32::dq_smem<32>() : D == 64 ? f32::dq_smem<64>()
+           : D == 128 ? f32::dq_smem<128>() : f32::dq_smem<256>();
+}
+
+fg_status attn_fp32_dq(const AttnArgs &a, cudaStream_t st)
+{
+    return f32::with_pad_d(a.d, [&](auto dim) {
+        constexpr int D = decltype(dim)::value;
+        return f32::launch_rows(f32::dq_kernel<D>, f32::dq_smem<D>(), a, st);
+    });
+}
+
 fg_status attn_fp32_bwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, bool *ran)
 {
     *ran = false;

@@ -20,6 +20,7 @@
  * their own instantiation so the first two carry none of their code. */
 #include "attn_common.cuh"
 #include "attn_kernels.h"
+#include "attn_mma_tile.cuh"
 #include "kernels/runtime/cuda_check.h"
 #include "mma_sm80.cuh"
 
@@ -139,111 +140,14 @@ attn_fwd_mma_kernel(const AttnArgs a)
             }
         }
 
-        /* Score modifiers, then the mask, only on blocks that cross the
-         * causal diagonal, the band's edges (this warp's rows) or the end. */
-        if (kMasked && (a.softcap > 0.f || a.alibi)) {
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        s[mt][nt][e] = raw_score_mod(a, s[mt][nt][e], slope,
-                                                     row_w + mt * 16 + (e >> 1) * 8,
-                                                     j0 + nt * 8 + 2 * t4 + (e & 1));
-        }
-        const bool dead = kMasked && walk.dead(jb);
-        const int64_t wr0 = i0 + warp * 16 * MT; /* this warp's first row */
-        const bool need_mask =
-            j0 + Bc > a.Nk || (kCausal && j0 + Bc - 1 > i0 + a.shift) ||
-            (kMasked && (dead || !inside_band(a, wr0, wr0 + 16 * MT - 1, j0, Bc)));
-        if (kMasked && need_mask) { /* the keys each of this thread's rows sees */
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    const int2 c = dead ? make_int2(Bc, -1)
-                                        : band_cols(a, row_w + mt * 16 + 8 * r, j0, Bc);
-#pragma unroll
-                    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const int col = nt * 8 + 2 * t4 + e;
-                            if (col < c.x || col > c.y)
-                                s[mt][nt][2 * r + e] = -INFINITY;
-                        }
-                }
-        } else if (need_mask) {
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int64_t i = row_w + mt * 16 + (e >> 1) * 8;
-                        const int64_t j = j0 + nt * 8 + 2 * t4 + (e & 1);
-                        if (j >= a.Nk || (kCausal && j > i + a.shift))
-                            s[mt][nt][e] = -INFINITY;
-                    }
-        }
-
-        /* Online softmax (Alg1 L.10-11), rows g and g+8 of each m-tile. */
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            float alpha[2];
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                float mx = m_raw[mt][r];
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++)
-                    mx = fmax_nan(mx, fmax_nan(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
-                mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float ms = mx == -INFINITY ? 0.f : mx * scale_log2;
-                alpha[r] = mx == -INFINITY ? 1.f : exp2f(m_raw[mt][r] * scale_log2 - ms);
-                m_raw[mt][r] = mx;
-                float sum = 0.f;
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const float p = exp2f(fmaf(s[mt][nt][2 * r + e], scale_log2, -ms));
-                        s[mt][nt][2 * r + e] = p;
-                        sum += p;
-                    }
-                l_part[mt][r] = l_part[mt][r] * alpha[r] + sum;
-            }
-#pragma unroll
-            for (int dt = 0; dt < DT; dt++) {
-                o[mt][dt][0] *= alpha[0];
-                o[mt][dt][1] *= alpha[0];
-                o[mt][dt][2] *= alpha[1];
-                o[mt][dt][3] *= alpha[1];
-            }
-        }
-
-        if (kDropout) { /* zero dropped P; 1/(1-p) is applied at the end */
-            const uint2 key = make_uint2(fg_dropout_key_x(a.seed, a.offset),
-                                         fg_dropout_key_y(a.seed, a.offset));
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                    for (int r = 0; r < 2; r++) {
-                        const int64_t j = j0 + nt * 8 + 2 * t4;
-                        const uint4 w = curand_Philox4x32_10(
-                            make_uint4(fg_dropout_ctr_x(j),
-                                       fg_dropout_ctr_y(row_w + mt * 16 + 8 * r),
-                                       fg_dropout_ctr_z(bh), fg_dropout_ctr_w(a.offset)),
-                            key);
-                        const uint32_t w0 = (j & 2) ? w.z : w.x, w1 = (j & 2) ? w.w : w.y;
-                        if (!fg_dropout_keep(w0, a.keep_threshold))
-                            s[mt][nt][2 * r] = 0.f;
-                        if (!fg_dropout_keep(w1, a.keep_threshold))
-                            s[mt][nt][2 * r + 1] = 0.f;
-                    }
-        }
+        /* Score modifiers, the mask, the online softmax (Alg1 L.10-11)
+         * and dropout on the P that feeds O (attn_mma_tile.cuh). */
+        if (kMasked && (a.softcap > 0.f || a.alibi))
+            fwd_score_mods<false>(a, s, slope, row_w, j0, t4);
+        fwd_mask<kCausal, kMasked, Bc>(a, s, walk, jb, i0, j0, warp, row_w, t4);
+        fwd_softmax(s, m_raw, l_part, o, scale_log2);
+        if (kDropout) /* 1/(1-p) is applied at the end */
+            fwd_dropout(a, s, j0, row_w, bh, t4);
 
         /* O += P V_j (Alg1 L.12); P goes from accumulators to A fragments,
          * each V fragment feeds the MT m-tiles. */

@@ -31,6 +31,21 @@ fg_status attn_dbias_after(fg_dtype dt, const AttnArgs &a, size_t smem_limit,
  * (row-major); with deterministic = 1 it writes dQ itself. */
 fg_status attn_fp32_fwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, bool *ran);
 fg_status attn_fp32_bwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, bool *ran);
+/* The strict deterministic dQ kernel alone (deterministic = 1, a.D filled),
+ * and its shared memory: the TF32 backward's deterministic dQ. */
+fg_status attn_fp32_dq(const AttnArgs &a, cudaStream_t st);
+size_t attn_fp32_dq_smem(int d);
+
+/* TF32 tensor-core fp32 kernels (attn_tf32_fwd.cu, attn_tf32_bwd.cu; sm_80+
+ * mma.sync m16n8k8), taken only when fg_cuda_set_attention_allow_tf32 is
+ * on. *ran = false when they do not take the problem (switch off, a bias,
+ * packed or key-padded batches, operands not 16-byte aligned,
+ * FG_ATTN_KERNEL=general, or tiles too big for the GPU's shared memory):
+ * nothing was launched and the strict kernels run. The backward's
+ * contract is attn_fp32_bwd's; with deterministic = 1 its dQ comes from
+ * the strict dQ kernel (attn_fp32_dq). */
+fg_status attn_tf32_fwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, bool *ran);
+fg_status attn_tf32_bwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, bool *ran);
 
 /* Tensor-core fp16/bf16 paths (sm_80+). */
 fg_status attn_fwd_mma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st);

@@ -1,7 +1,7 @@
 /* kernels/attention/mma_sm80.cuh - thin wrappers over the sm_80+ warp-level tensor-core
- * instructions used by the fast fp16/bf16 kernels: cp.async (16-byte,
- * zero-filling), ldmatrix (plain and transposed) and mma.sync m16n8k16 with
- * fp32 accumulators. Fragment layouts (PTX ISA, "Matrix fragments for
+ * instructions used by the fast fp16/bf16 kernels and the TF32 fp32 ones:
+ * cp.async (16-byte, zero-filling), ldmatrix (plain and transposed),
+ * mma.sync m16n8k16 (fp16/bf16) and m16n8k8 (TF32) with fp32 accumulators. Fragment layouts (PTX ISA, "Matrix fragments for
  * mma.m16n8k16"), with g = lane / 4 and t = lane % 4:
  *   A (16x16, row):  a0 (g, 2t..2t+1)  a1 (g+8, 2t..)  a2 (g, 2t+8..)  a3 (g+8, 2t+8..)
  *   B (16x8, col):   b0 (k 2t..2t+1, n g)   b1 (k 2t+8.., n g)
@@ -78,6 +78,33 @@ template <> struct Mma<__half> {
                        "r"(b1));
     }
 };
+
+/* TF32: mma.sync m16n8k8 (half the k of the 16-bit ones, same register
+ * counts), fp32 accumulators. Fragments hold fp32 bit patterns already
+ * rounded by to_tf32; with k index t = lane % 4 and g = lane / 4:
+ *   A (16x8, row): a0 (g, t)  a1 (g+8, t)  a2 (g, t+4)  a3 (g+8, t+4)
+ *   B (8x8, col):  b0 (k t, n g)  b1 (k t+4, n g)
+ *   C: as m16n8k16. */
+struct Tf32 {};
+template <> struct Mma<Tf32> {
+    static __device__ __forceinline__ void run(float c[4], const uint32_t a[4],
+                                               uint32_t b0, uint32_t b1)
+    {
+        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                       "r"(b1));
+    }
+};
+/* fp32 -> TF32, round to nearest, ties away (cvt.rna): 10 mantissa bits,
+ * relative error <= 2^-11; NaN and inf are kept. */
+__device__ __forceinline__ uint32_t to_tf32(float x)
+{
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
 
 /* Two floats -> one register of two 16-bit values (lo in the low half). */
 template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);

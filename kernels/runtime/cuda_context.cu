@@ -18,6 +18,8 @@ cudaStream_t g_stream = 0;
 cublasHandle_t g_cublas = nullptr;
 void *g_cublas_ws = nullptr;
 int g_tf32 = 0;
+/* fp32 attention on TF32 tensor cores (its own switch, like cuDNN's). */
+int g_attn_tf32 = 0;
 /* cuBLAS's recommended workspace on Hopper is 32 MiB; smaller GPUs need
  * less, but one fixed size keeps the memory plan simple. */
 constexpr size_t kCublasWorkspace = 32u << 20;
@@ -26,6 +28,8 @@ constexpr size_t kCublasWorkspace = 32u << 20;
 cudaStream_t fg_cuda_stream(void) { return g_stream; }
 
 int fg_cuda_tf32_allowed(void) { return g_tf32; }
+
+int fg_cuda_attention_tf32_allowed(void) { return g_attn_tf32; }
 
 fg_status fg_cublas_status(cublasStatus_t s, const char *what,
                            const char *file, int line)
@@ -92,3 +96,11 @@ extern "C" fg_status fg_cuda_set_allow_tf32(int allow)
     g_tf32 = allow != 0;
     return FG_OK;
 }
+
+extern "C" fg_status fg_cuda_set_attention_allow_tf32(int allow)
+{
+    g_attn_tf32 = allow != 0;
+    return FG_OK;
+}
+
+extern "C" int fg_cuda_get_attention_allow_tf32(void) { return g_attn_tf32; }

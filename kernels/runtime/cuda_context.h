@@ -1,6 +1,7 @@
 /* kernels/runtime/cuda_context.h - the process-wide CUDA context every kernel
  * launch and library call goes through (C++/CUDA side): the stream, the
- * cuBLAS handle and the TF32 opt-in. Defined in kernels/cuda_context.cu. */
+ * cuBLAS handle and the TF32 opt-ins (GEMMs, attention). Defined in
+ * kernels/cuda_context.cu. */
 #ifndef FG_KERNELS_CUDA_CONTEXT_H
 #define FG_KERNELS_CUDA_CONTEXT_H
 
@@ -17,6 +18,9 @@ cudaStream_t fg_cuda_stream(void);
 fg_status fg_cuda_cublas(cublasHandle_t *out);
 /* 1 when the user allowed TF32 tensor-core math for fp32 GEMMs. */
 int fg_cuda_tf32_allowed(void);
+/* 1 when the user allowed TF32 tensor cores for fp32 attention
+ * (fg_cuda_set_attention_allow_tf32). */
+int fg_cuda_attention_tf32_allowed(void);
 /* cuBLAS status -> fg_status with file/line (never exits). */
 fg_status fg_cublas_status(cublasStatus_t s, const char *what,
                            const char *file, int line);

@@ -37,6 +37,14 @@ fg_status fg_cuda_set_allow_tf32(int allow)
     return FG_NO_CUDA("fg_cuda_set_allow_tf32");
 }
 
+fg_status fg_cuda_set_attention_allow_tf32(int allow)
+{
+    (void)allow;
+    return FG_NO_CUDA("fg_cuda_set_attention_allow_tf32");
+}
+
+int fg_cuda_get_attention_allow_tf32(void) { return 0; }
+
 fg_status fg_cuda_memory_get_stats(fg_cuda_memory_stats *st)
 {
     if (st)

@@ -1,0 +1,219 @@
+/* kernels/attention/attn_mma_tile.cuh - the per-tile steps shared by the
+ * mma.sync kernels, fp16/bf16 (attn_fwd_mma.cu, attn_bwd_mma.cu) and TF32
+ * (attn_tf32_fwd.cu, attn_tf32_bwd.cu): they work on accumulators in the
+ * mma C layout, which m16n8k16 and m16n8k8 share.
+ *
+ * Forward: a warp's S tile s[MT][NT][4] of raw scores q.k, element e of
+ * tile (mt, nt) at row row_w + 16 mt + 8 (e >> 1) and key j0 + 8 nt +
+ * 2 t4 + (e & 1) (row_w = the warp's first row + lane / 4, t4 = lane % 4).
+ * Backward: element e of a warp's S^T tile qt at key j0 + 16 warp + g +
+ * 8 (e >> 1) and query i0 + 8 qt + 2 t4 + (e & 1).
+ *
+ * kPrecise (TF32): the softcap uses tanhf, not tanh.approx, whose 2^-11
+ * relative error on a logit of up to the cap would exceed the TF32 error;
+ * fp16/bf16 outputs round it away. */
+#ifndef FG_KERNELS_ATTN_MMA_TILE_CUH
+#define FG_KERNELS_ATTN_MMA_TILE_CUH
+
+#include "attn_common.cuh"
+
+namespace fg {
+
+/* kMasked: softcap and ALiBi on the raw scores (back in raw units). */
+template <bool kPrecise, int MT, int NT>
+__device__ __forceinline__ void fwd_score_mods(const AttnArgs &a, float (&s)[MT][NT][4],
+                                               float slope, int64_t row_w, int64_t j0, int t4)
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[mt][nt][e] = raw_score_mod<kPrecise>(a, s[mt][nt][e], slope,
+                                                       row_w + mt * 16 + (e >> 1) * 8,
+                                                       j0 + nt * 8 + 2 * t4 + (e & 1));
+}
+
+/* -inf outside the mask, only on blocks that cross the causal diagonal,
+ * the band's edges (this warp's rows), a dead block-list entry or the end
+ * of the keys. */
+template <bool kCausal, bool kMasked, int Bc, int MT, int NT>
+__device__ __forceinline__ void fwd_mask(const AttnArgs &a, float (&s)[MT][NT][4],
+                                         const BlockWalk &walk, int jb, int64_t i0, int64_t j0,
+                                         int warp, int64_t row_w, int t4)
+{
+    const bool dead = kMasked && walk.dead(jb);
+    const int64_t wr0 = i0 + warp * 16 * MT; /* this warp's first row */
+    const bool need_mask =
+        j0 + Bc > a.Nk || (kCausal && j0 + Bc - 1 > i0 + a.shift) ||
+        (kMasked && (dead || !inside_band(a, wr0, wr0 + 16 * MT - 1, j0, Bc)));
+    if (kMasked && need_mask) { /* the keys each of this thread's rows sees */
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int2 c = dead ? make_int2(Bc, -1)
+                                    : band_cols(a, row_w + mt * 16 + 8 * r, j0, Bc);
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int col = nt * 8 + 2 * t4 + e;
+                        if (col < c.x || col > c.y)
+                            s[mt][nt][2 * r + e] = -INFINITY;
+                    }
+            }
+    } else if (need_mask) {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int64_t i = row_w + mt * 16 + (e >> 1) * 8;
+                    const int64_t j = j0 + nt * 8 + 2 * t4 + (e & 1);
+                    if (j >= a.Nk || (kCausal && j > i + a.shift))
+                        s[mt][nt][e] = -INFINITY;
+                }
+    }
+}
+
+/* Online softmax (Alg1 L.10-11) of rows g and g+8 of each m-tile: s
+ * becomes P~ = exp2(s scale log2e - m), m_raw the running raw max, l_part
+ * this lane's share of l, and O is rescaled by alpha. */
+template <int MT, int NT, int DT>
+__device__ __forceinline__ void fwd_softmax(float (&s)[MT][NT][4], float (&m_raw)[MT][2],
+                                            float (&l_part)[MT][2], float (&o)[MT][DT][4],
+                                            float scale_log2)
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        float alpha[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mx = m_raw[mt][r];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+                mx = fmax_nan(mx, fmax_nan(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+            mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float ms = mx == -INFINITY ? 0.f : mx * scale_log2;
+            alpha[r] = mx == -INFINITY ? 1.f : exp2f(m_raw[mt][r] * scale_log2 - ms);
+            m_raw[mt][r] = mx;
+            float sum = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float p = exp2f(fmaf(s[mt][nt][2 * r + e], scale_log2, -ms));
+                    s[mt][nt][2 * r + e] = p;
+                    sum += p;
+                }
+            l_part[mt][r] = l_part[mt][r] * alpha[r] + sum;
+        }
+#pragma unroll
+        for (int dt = 0; dt < DT; dt++) {
+            o[mt][dt][0] *= alpha[0];
+            o[mt][dt][1] *= alpha[0];
+            o[mt][dt][2] *= alpha[1];
+            o[mt][dt][3] *= alpha[1];
+        }
+    }
+}
+
+/* Zeroes the dropped P (1/(1-p) is applied at the end): one Philox call
+ * per pair of keys of a row. */
+template <int MT, int NT>
+__device__ __forceinline__ void fwd_dropout(const AttnArgs &a, float (&s)[MT][NT][4], int64_t j0,
+                                            int64_t row_w, int64_t bh, int t4)
+{
+    const uint2 key = make_uint2(fg_dropout_key_x(a.seed, a.offset),
+                                 fg_dropout_key_y(a.seed, a.offset));
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int64_t j = j0 + nt * 8 + 2 * t4;
+                const uint4 w = curand_Philox4x32_10(
+                    make_uint4(fg_dropout_ctr_x(j), fg_dropout_ctr_y(row_w + mt * 16 + 8 * r),
+                               fg_dropout_ctr_z(bh), fg_dropout_ctr_w(a.offset)),
+                    key);
+                const uint32_t w0 = (j & 2) ? w.z : w.x, w1 = (j & 2) ? w.w : w.y;
+                if (!fg_dropout_keep(w0, a.keep_threshold))
+                    s[mt][nt][2 * r] = 0.f;
+                if (!fg_dropout_keep(w1, a.keep_threshold))
+                    s[mt][nt][2 * r + 1] = 0.f;
+            }
+}
+
+/* The backward step's per-warp mask: whether any element needs one, and
+ * (kMasked) the query rows [x, y] of the block that see each of this
+ * thread's two keys. */
+struct BwdMask {
+    bool need;
+    int2 rr[2];
+};
+template <bool kCausal, bool kMasked, int Bc, int Br>
+__device__ __forceinline__ BwdMask bwd_mask(const AttnArgs &a, bool dead, int64_t i0, int64_t j0,
+                                            int warp, int g)
+{
+    BwdMask m;
+    m.need = j0 + Bc > a.Nk || i0 + Br > a.Nq || (kCausal && j0 + Bc - 1 > i0 + a.shift) ||
+             (kMasked && (dead || !inside_band(a, i0, i0 + Br - 1, j0 + 16 * warp, 16)));
+    m.rr[0] = m.rr[1] = make_int2(0, Br - 1);
+    if (kMasked && m.need)
+#pragma unroll
+        for (int k = 0; k < 2; k++)
+            m.rr[k] = dead ? make_int2(Br, -1) : band_rows(a, j0 + 16 * warp + g + 8 * k, i0, Br);
+    return m;
+}
+
+/* One element of the backward (Alg4 L.13-16, 19-21): from the raw score s
+ * and dP^T of query i (row qi of the block), key j (half kh of this
+ * thread's keys), P = exp2(logit scale log2e - lse2) with the mask, the
+ * dropout factor z, *p = P z (for dV) and *ds = P (dP z - D) (times the
+ * softcap's 1 - tanh^2). */
+template <bool kPrecise, bool kCausal, bool kMasked, bool kDropout>
+__device__ __forceinline__ void bwd_elem(const AttnArgs &a, const BwdMask &mk, float s, float dp,
+                                         float lse, float Dv, int qi, int kh, int64_t i,
+                                         int64_t j, float slope, float scale_log2, int64_t bh,
+                                         float *p, float *ds)
+{
+    const bool mods = kMasked && (a.softcap > 0.f || a.alibi);
+    const float x = mods ? raw_score_mod<kPrecise>(a, s, slope, i, j) : s;
+    float pe = exp2f(fmaf(x, scale_log2, -lse));
+    if (kMasked && mk.need) {
+        if (qi < mk.rr[kh].x || qi > mk.rr[kh].y)
+            pe = 0.f;
+    } else if (mk.need && (j >= a.Nk || (kCausal && j > i + a.shift))) {
+        pe = 0.f; /* rows past Nq have lse2 = +inf: P = 0 */
+    }
+    float z = 1.f;
+    if (kDropout) {
+        const uint2 key = make_uint2(fg_dropout_key_x(a.seed, a.offset),
+                                     fg_dropout_key_y(a.seed, a.offset));
+        const uint4 w = curand_Philox4x32_10(make_uint4(fg_dropout_ctr_x(j), fg_dropout_ctr_y(i),
+                                                        fg_dropout_ctr_z(bh),
+                                                        fg_dropout_ctr_w(a.offset)),
+                                             key);
+        const uint32_t word = (j & 3) == 0 ? w.x : (j & 3) == 1 ? w.y : (j & 3) == 2 ? w.z : w.w;
+        z = fg_dropout_keep(word, a.keep_threshold) ? (float)a.keep_scale : 0.f;
+    }
+    *p = pe * z;
+    *ds = pe * (dp * z - Dv);
+    if (kMasked && a.softcap > 0.f) { /* exact: times 1 - tanh^2 */
+        if (kPrecise) {
+            const float th = tanhf(s * (float)a.scale * (1.f / a.softcap));
+            *ds *= 1.f - th * th;
+        } else {
+            *ds *= softcap_grad(a, pe, lse, slope, i, j);
+        }
+    }
+}
+
+} /* namespace fg */
+
+#endif /* FG_KERNELS_ATTN_MMA_TILE_CUH */

@@ -1,0 +1,285 @@
+/* kernels/attention/attn_tf32_bwd.cu - fp32 FlashAttention backward on TF32
+ * tensor cores (mma.sync m16n8k8, sm_80+): the opt-in of
+ * fg_cuda_set_attention_allow_tf32. Algorithm 4 in FlashAttention-2's
+ * form (D = rowsum(dO * O) from attn_bwd.cu's preprocessing), the
+ * structure of the fp16/bf16 kernel (attn_bwd_mma.cu) with fp32 tiles
+ * (attn_tf32.cuh).
+ *
+ * One block of 4 warps per (64 keys, K/V head, batch); warp w owns keys
+ * 16w .. 16w+15 and keeps their dK, dV in registers. K, V are loaded and
+ * rounded to TF32 once; for each query head of the group and each query
+ * block of BR rows (Q_i, dO_i through one buffer; a second block per SM
+ * overlaps the loads for d <= 128 on an H100):
+ *   S^T  = K Q_i^T                   P^T = exp2(S^T scale log2e - lse2)
+ *   dP^T = V dO_i^T                  dS^T = P^T (dP^T Z - D_i)
+ *   dV  += (P^T Z) dO_i              dK  += dS^T Q_i
+ *   dQ_i += dS K  (dS^T through shared memory, fp32 atomics)
+ * The transposed products leave P^T and dS^T in the accumulator layout,
+ * which the pair permutation (attn_tf32.cuh) makes the A operand of the
+ * dV and dK products, 8 queries at a time, so each k8 step's fragments
+ * die at once. For d = 256 the dK/dV accumulators do not fit in
+ * registers: two launches each own half of d (and recompute S, dP); the
+ * first also does dQ. With deterministic = 1 dQ is left to the strict dQ
+ * kernel (attn_fp32_dq), which sums it in a fixed order.
+ *
+ * kMode: 0 no mask, 1 bottom-right causal, 2 the variants, as in
+ * attn_bwd_mma.cu; the softcap's 1 - tanh^2 comes from the recomputed
+ * logit with tanhf. */
+#include "attn_tf32.cuh"
+#include "kernels/runtime/cuda_check.h"
+
+namespace fg {
+namespace tf32 {
+
+/* D: head dim (padded); BR: queries per step; DH: the d slice whose dK/dV
+ * a launch accumulates (D, or D / 2 for d = 256). */
+template <int D, int BR, int DH> struct BwdTile {
+    static constexpr int kThreads = 128; /* 4 warps */
+    static constexpr int kBc = 64;       /* keys per block, 16 per warp */
+    static constexpr int kLd = D + 4;
+    static constexpr int kLdS = BR + 4; /* dS^T [key][query] row */
+    /* K, V, Q, dO, dS^T, lse2 and D per query. */
+    static constexpr size_t kSmem =
+        sizeof(float) * ((size_t)(2 * kBc + 2 * BR) * kLd + (size_t)kBc * kLdS + 2 * BR);
+};
+
+template <int D, int BR, int DH, int kMode, bool kDropout>
+__global__ void __launch_bounds__(128) bwd_kernel(const AttnArgs a, const int dslice)
+{
+    constexpr bool kCausal = kMode == 1, kMasked = kMode == 2;
+    using Tile = BwdTile<D, BR, DH>;
+    constexpr int Bc = Tile::kBc, Br = BR, LD = Tile::kLd, LDS = Tile::kLdS;
+    constexpr int NTH = Tile::kThreads;
+    constexpr int QT = Br / 8; /* n8 tiles of S^T over queries */
+    constexpr int DT = DH / 8; /* n8 tiles of this launch's d slice */
+    const int dbase = dslice * DH;
+    extern __shared__ __align__(128) float smem_f[];
+    float *Ks = smem_f, *Vs = Ks + Bc * LD, *Qs = Vs + Bc * LD, *dOs = Qs + Br * LD;
+    float *dST = dOs + Br * LD, *lse2_s = dST + Bc * LDS, *D_s = lse2_s + Br;
+    const uint32_t sK = smem_u32(Ks), sV = smem_u32(Vs), sQ = smem_u32(Qs), sdO = smem_u32(dOs);
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int64_t j0 = (int64_t)blockIdx.x * Bc;
+    const int hk = blockIdx.y, b = blockIdx.z;
+    const int kvalid = (int)min((int64_t)Bc, (int64_t)a.Nk - j0);
+    const float scale_log2 = (float)(a.scale * 1.4426950408889634);
+
+    load_rows<D>(sK, a.k, b, j0, hk, Bc, kvalid, a.d, NTH);
+    load_rows<D>(sV, a.v, b, j0, hk, Bc, kvalid, a.d, NTH);
+    cp_async_commit();
+    cp_async_wait<0>();
+    round_rows<D>(Ks, Bc, NTH); /* published by the first step's barrier */
+    round_rows<D>(Vs, Bc, NTH);
+
+    QuerySteps steps; /* the (head, query block) steps */
+    steps.init(a, kMasked, kCausal, b, hk, j0, Bc, Br);
+
+    float dk[DT][4], dv[DT][4];
+#pragma unroll
+    for (int i = 0; i < DT; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            dk[i][e] = dv[i][e] = 0.f;
+
+    for (int64_t st = 0; st < steps.total; st++) {
+        int gh;
+        int64_t i0;
+        const bool dead = steps.locate(a, b, hk, j0, Bc, Br, st, &gh, &i0) && kMasked;
+        const int h = hk * a.group + gh;
+        const int64_t bh = (int64_t)b * a.H + h;
+        const int qvalid = (int)min((int64_t)Br, (int64_t)a.Nq - i0);
+        __syncthreads(); /* the previous step's Q, dO, dS^T, lse2, D are consumed */
+        /* Alg4 L.11: Q_i, dO_i, and the rows' lse2 and D, on chip. */
+        load_rows<D>(sQ, a.q, b, i0, h, Br, qvalid, a.d, NTH);
+        load_rows<D>(sdO, a.dout, b, i0, h, Br, qvalid, a.d, NTH);
+        cp_async_commit();
+        for (int r = threadIdx.x; r < Br; r += NTH) {
+            const bool in = r < qvalid;
+            lse2_s[r] = in ? row_lse2(a, bh, i0 + r) : INFINITY;
+            D_s[r] = in ? ((const float *)a.D)[bh * a.Nq + i0 + r] : 0.f;
+        }
+        cp_async_wait<0>();
+        round_rows<D>(Qs, Br, NTH);
+        round_rows<D>(dOs, Br, NTH);
+        __syncthreads();
+
+        /* S^T = K Q_i^T (Alg4 L.12), dP^T = V dO_i^T (L.18), this warp's
+         * 16 keys. */
+        float s[QT][4], dp[QT][4];
+#pragma unroll
+        for (int i = 0; i < QT; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[i][e] = dp[i][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < D / 8; kk++) {
+            uint32_t ak[4], av[4];
+            lda_rows<LD>(ak, sK, warp * 16, kk * 8);
+            lda_rows<LD>(av, sV, warp * 16, kk * 8);
+#pragma unroll
+            for (int n2 = 0; n2 < QT / 2; n2++) {
+                uint32_t bq[4], bg[4];
+                ldb_rows<LD>(bq, sQ, n2 * 16, kk * 8);
+                ldb_rows<LD>(bg, sdO, n2 * 16, kk * 8);
+                Mma<Tf32>::run(s[2 * n2], ak, bq[0], bq[1]);
+                Mma<Tf32>::run(s[2 * n2 + 1], ak, bq[2], bq[3]);
+                Mma<Tf32>::run(dp[2 * n2], av, bg[0], bg[1]);
+                Mma<Tf32>::run(dp[2 * n2 + 1], av, bg[2], bg[3]);
+            }
+        }
+
+        /* P^T (Alg4 L.13-14), dropout (L.15-16, 19), dS^T (L.20-21), then
+         * this 8-query slice's share of dV and dK. Element e of tile qt:
+         * key j = j0 + 16 warp + g + 8 (e >> 1), query i = i0 + 8 qt +
+         * 2 t4 + (e & 1). kMasked: softcap and ALiBi on the raw S^T first;
+         * the mask is the rows each of this thread's two keys is seen by. */
+        const BwdMask mk = bwd_mask<kCausal, kMasked, Bc, Br>(a, dead, i0, j0, warp, g);
+        const float slope = kMasked && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
+#pragma unroll
+        for (int qt = 0; qt < QT; qt++) {
+            float p[4], ds[4];
+            const float2 L = *reinterpret_cast<const float2 *>(lse2_s + 8 * qt + 2 * t4);
+            const float2 Dq = *reinterpret_cast<const float2 *>(D_s + 8 * qt + 2 * t4);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int qi = 8 * qt + 2 * t4 + (e & 1);
+                bwd_elem<true, kCausal, kMasked, kDropout>(
+                    a, mk, s[qt][e], dp[qt][e], (e & 1) ? L.y : L.x, (e & 1) ? Dq.y : Dq.x, qi,
+                    e >> 1, i0 + qi, j0 + 16 * warp + g + 8 * (e >> 1), slope, scale_log2, bh,
+                    &p[e], &ds[e]);
+            }
+            uint32_t pf[4], sf[4];
+            c_to_a(pf, p);
+            c_to_a(sf, ds);
+            /* dS^T (rounded) to shared memory for dQ, [key][query]. */
+            float *d0 = dST + (16 * warp + g) * LDS + 8 * qt + 2 * t4;
+            *reinterpret_cast<float2 *>(d0) =
+                make_float2(__uint_as_float(sf[0]), __uint_as_float(sf[2]));
+            *reinterpret_cast<float2 *>(d0 + 8 * LDS) =
+                make_float2(__uint_as_float(sf[1]), __uint_as_float(sf[3]));
+            /* dV += (P^T Z) dO_i (Alg4 L.17), dK += dS^T Q_i (L.23). */
+#pragma unroll
+            for (int dt = 0; dt < DT; dt++) {
+                uint32_t b0, b1;
+                ldb_pairs<LD>(dOs, 8 * qt, dbase + dt * 8, &b0, &b1);
+                Mma<Tf32>::run(dv[dt], pf, b0, b1);
+                ldb_pairs<LD>(Qs, 8 * qt, dbase + dt * 8, &b0, &b1);
+                Mma<Tf32>::run(dk[dt], sf, b0, b1);
+            }
+        }
+        __syncthreads(); /* dS^T complete in shared memory */
+
+        /* dQ_i += scale dS K (Alg4 L.22), by the first slice's launch:
+         * warp w takes query m-tile w % (Br/16) and a 1/parts slice of d;
+         * fp32 atomics into the accumulator. */
+        if (dslice == 0 && !a.deterministic) {
+            constexpr int MTS = Br / 16, parts = 4 / MTS, DW = D / parts;
+            const int mt = warp % MTS, part = warp / MTS;
+            float q[DW / 8][4];
+#pragma unroll
+            for (int i = 0; i < DW / 8; i++)
+                q[i][0] = q[i][1] = q[i][2] = q[i][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < Bc / 8; kk++) {
+                uint32_t af[4];
+                lda_pairs_t<LDS>(af, dST, kk * 8, mt * 16);
+#pragma unroll
+                for (int nt = 0; nt < DW / 8; nt++) {
+                    uint32_t b0, b1;
+                    ldb_pairs<LD>(Ks, kk * 8, part * DW + nt * 8, &b0, &b1);
+                    Mma<Tf32>::run(q[nt], af, b0, b1);
+                }
+            }
+            const float sc = (float)a.scale;
+            float *dqa = (float *)a.dq_acc + (bh * a.Nq + i0) * (int64_t)a.d;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int qi = mt * 16 + g + 8 * r;
+                if (i0 + qi >= a.Nq)
+                    continue;
+#pragma unroll
+                for (int nt = 0; nt < DW / 8; nt++) {
+                    const int c = part * DW + nt * 8 + 2 * t4;
+                    if (c < a.d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+                        atomicAdd(reinterpret_cast<float2 *>(dqa + qi * a.d + c),
+                                  make_float2(q[nt][2 * r] * sc, q[nt][2 * r + 1] * sc));
+#else
+                        atomicAdd(dqa + qi * a.d + c, q[nt][2 * r] * sc);
+                        atomicAdd(dqa + qi * a.d + c + 1, q[nt][2 * r + 1] * sc);
+#endif
+                    }
+                }
+            }
+        }
+    }
+
+    /* Alg4 L.25: dK = scale * acc, dV; keys past Nk and padded d skipped,
+     * keys no query sees get 0. */
+    const float sc = (float)a.scale;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int kr = 16 * warp + g + 8 * r;
+        if (kr >= kvalid)
+            continue;
+        float *dkp = elem<float>(a.dk, b, j0 + kr, hk), *dvp = elem<float>(a.dv, b, j0 + kr, hk);
+#pragma unroll
+        for (int dt = 0; dt < DT; dt++) {
+            const int c = dbase + dt * 8 + 2 * t4;
+            if (c < a.d) {
+                *reinterpret_cast<float2 *>(dkp + c) =
+                    make_float2(dk[dt][2 * r] * sc, dk[dt][2 * r + 1] * sc);
+                *reinterpret_cast<float2 *>(dvp + c) = make_float2(dv[dt][2 * r], dv[dt][2 * r + 1]);
+            }
+        }
+    }
+}
+
+template <int D, int BR, int DH> static fg_status launch(const AttnArgs &a, cudaStream_t st)
+{
+    using Tile = BwdTile<D, BR, DH>;
+    return with_mode(a, [&](auto mode, auto drop) {
+        auto kern = bwd_kernel<D, BR, DH, decltype(mode)::value, decltype(drop)::value>;
+        FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)Tile::kSmem));
+        dim3 grid((unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc), (unsigned)a.Hk,
+                  (unsigned)a.B);
+        /* Slices past the real head dim have nothing to write. */
+        for (int slice = 0; slice < D / DH && slice * DH < a.d; slice++) {
+            kern<<<grid, Tile::kThreads, Tile::kSmem, st>>>(a, slice);
+            FG_CUDA_TRY_LAUNCH();
+        }
+        return FG_OK;
+    });
+}
+
+/* Queries per step and d slice per padded head dim: 64 rows where two
+ * blocks still fit an H100's SM (d <= 64), 32 above; d = 256 in halves. */
+template <int D> struct BwdCfg {
+    static constexpr int kBr = D <= 64 ? 64 : 32;
+    static constexpr int kDh = D == 256 ? 128 : D;
+    typedef BwdTile<D, kBr, kDh> Tile;
+};
+
+} /* namespace tf32 */
+
+fg_status attn_tf32_bwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, bool *ran)
+{
+    *ran = false;
+    if (!tf32::usable(a, true))
+        return FG_OK;
+    if (a.deterministic && attn_fp32_dq_smem(a.d) > smem_limit)
+        return FG_OK; /* the strict path decides where its dQ runs */
+    return f32::with_pad_d(a.d, [&](auto dim) {
+        constexpr int D = decltype(dim)::value;
+        using Cfg = tf32::BwdCfg<D>;
+        if (Cfg::Tile::kSmem > smem_limit)
+            return FG_OK; /* *ran stays false: the strict kernels run */
+        *ran = true;
+        FG_TRY((tf32::launch<D, Cfg::kBr, Cfg::kDh>(a, st)));
+        return a.deterministic ? attn_fp32_dq(a, st) : FG_OK;
+    });
+}
+
+} /* namespace fg */

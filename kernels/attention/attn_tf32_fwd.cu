@@ -1,0 +1,221 @@
+/* kernels/attention/attn_tf32_fwd.cu - fp32 FlashAttention forward on TF32
+ * tensor cores (mma.sync m16n8k8, sm_80+): the opt-in of
+ * fg_cuda_set_attention_allow_tf32.
+ *
+ * The structure of the fp16/bf16 kernel (attn_fwd_mma.cu), with fp32 tiles
+ * (attn_tf32.cuh): one block of 4 warps per (query block, head, batch),
+ * each warp owning 16 query rows per m-tile (two m-tiles for d <= 64, so a
+ * K/V fragment feeds two products; one above, where O fills the
+ * registers), so the online softmax of Algorithm 1 reduces over the 4
+ * lanes of a quad. S = Q K^T and O += P V on tensor cores with fp32
+ * accumulators; Q, K, V are rounded to TF32 once in shared memory and P
+ * in registers (as FlashAttention-2 rounds P to fp16). exp2 with the scale
+ * folded in, O / l once at the end; masks only on blocks that cross the
+ * diagonal, the band or the end. K and V stream through one buffer each,
+ * by cp.async: K_{j+1} is fetched while the softmax and P V of block j
+ * run, V_{j+1} while S_{j+1} is computed; the fp32 tiles take twice the
+ * fp16 kernel's room, and a second block per SM (d <= 128 on an H100)
+ * hides the rest.
+ *
+ * kMode: 0 no mask, 1 bottom-right causal, 2 the variants (band, block
+ * lists, softcap, ALiBi), as in attn_fwd_mma.cu. */
+#include "attn_tf32.cuh"
+#include "kernels/runtime/cuda_check.h"
+
+namespace fg {
+namespace tf32 {
+
+template <int D> struct FwdTile {
+    static constexpr int kMT = D <= 64 ? 2 : 1; /* m16 tiles per warp */
+    static constexpr int kThreads = 128;        /* 4 warps */
+    static constexpr int kBr = 16 * kMT * 4;    /* 128 or 64 query rows */
+    static constexpr int kBc = D == 256 ? 32 : 64;
+    static constexpr int kLd = D + 4;
+    static constexpr size_t kSmem = sizeof(float) * (size_t)(kBr + 2 * kBc) * kLd;
+};
+
+template <int D, int kMode, bool kDropout>
+__global__ void __launch_bounds__(FwdTile<D>::kThreads) fwd_kernel(const AttnArgs a)
+{
+    constexpr bool kCausal = kMode == 1, kMasked = kMode == 2;
+    using Tile = FwdTile<D>;
+    constexpr int Br = Tile::kBr, Bc = Tile::kBc, LD = Tile::kLd, MT = Tile::kMT;
+    constexpr int NT = Bc / 8; /* n8 tiles of S, k8 steps of P V */
+    constexpr int DT = D / 8;  /* n8 tiles of O */
+    constexpr int NTH = Tile::kThreads;
+    extern __shared__ __align__(128) float smem_f[];
+    float *Qs = smem_f, *Ks = Qs + Br * LD, *Vs = Ks + Bc * LD;
+    const uint32_t sQ = smem_u32(Qs), sK = smem_u32(Ks);
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    /* Causal blocks near the end do the most work: launch them first. */
+    const int mblk = kMode != 0 ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int64_t i0 = (int64_t)mblk * Br;
+    const int h = blockIdx.y, b = blockIdx.z, hk = h / a.group;
+    const int64_t bh = (int64_t)b * a.H + h;
+    const int rows = (int)min((int64_t)Br, (int64_t)a.Nq - i0);
+    const BlockWalk walk = fwd_key_walk(a, kMasked, kCausal, b, h, i0, rows, Bc);
+    const int nblocks = walk.n;
+
+    /* cp.async groups, in order: {Q, K_0}, {V_0}, then K_{j+1} and V_{j+1}
+     * (empty past the last block), so "all but the newest group landed"
+     * is always the tile needed next. */
+    auto issue = [&](float *dst, const Operand &t, int jb) {
+        if (jb < nblocks) {
+            const int64_t js = walk.start(jb);
+            load_rows<D>(smem_u32(dst), t, b, js, hk, Bc, (int)min((int64_t)Bc, a.Nk - js), a.d,
+                         NTH);
+        }
+        cp_async_commit();
+    };
+    load_rows<D>(sQ, a.q, b, i0, h, Br, rows, a.d, NTH);
+    issue(Ks, a.k, 0);
+    issue(Vs, a.v, 0);
+
+    float o[MT][DT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < DT; i++)
+            o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+    float m_raw[MT][2], l_part[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        m_raw[mt][0] = m_raw[mt][1] = -INFINITY;
+        l_part[mt][0] = l_part[mt][1] = 0.f;
+    }
+    const float scale_log2 = (float)(a.scale * 1.4426950408889634);
+    const int64_t row_w = i0 + warp * 16 * MT + g; /* + 16 mt + 8 r */
+    const float slope = kMasked && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
+
+    for (int jb = 0; jb < nblocks; jb++) {
+        const int64_t j0 = walk.start(jb);
+        cp_async_wait<1>(); /* K_j (and Q) landed */
+        if (jb == 0)
+            round_rows<D>(Qs, Br, NTH);
+        round_rows<D>(Ks, Bc, NTH);
+        __syncthreads();
+
+        /* S = Q_i K_j^T (Alg1 L.9). */
+        float s[MT][NT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int i = 0; i < NT; i++)
+                s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < D / 8; kk++) {
+            uint32_t af[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+                lda_rows<LD>(af[mt], sQ, (warp * MT + mt) * 16, kk * 8);
+#pragma unroll
+            for (int n2 = 0; n2 < NT / 2; n2++) {
+                uint32_t bf[4];
+                ldb_rows<LD>(bf, sK, n2 * 16, kk * 8);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    Mma<Tf32>::run(s[mt][2 * n2], af[mt], bf[0], bf[1]);
+                    Mma<Tf32>::run(s[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
+                }
+            }
+        }
+        __syncthreads(); /* every warp is done with K_j */
+        issue(Ks, a.k, jb + 1);
+
+        /* Score modifiers, the mask, the online softmax (Alg1 L.10-11)
+         * and dropout on the P that feeds O (attn_mma_tile.cuh). */
+        if (kMasked && (a.softcap > 0.f || a.alibi))
+            fwd_score_mods<true>(a, s, slope, row_w, j0, t4);
+        fwd_mask<kCausal, kMasked, Bc>(a, s, walk, jb, i0, j0, warp, row_w, t4);
+        fwd_softmax(s, m_raw, l_part, o, scale_log2);
+        if (kDropout) /* 1/(1-p) is applied at the end */
+            fwd_dropout(a, s, j0, row_w, bh, t4);
+
+        cp_async_wait<1>(); /* V_j landed */
+        round_rows<D>(Vs, Bc, NTH);
+        __syncthreads();
+        /* O += P V_j (Alg1 L.12): S's n8 tile kk is the pair-permuted A
+         * fragment of k8 step kk. */
+#pragma unroll
+        for (int kk = 0; kk < NT; kk++) {
+            uint32_t pf[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+                c_to_a(pf[mt], s[mt][kk]);
+#pragma unroll
+            for (int dt = 0; dt < DT; dt++) {
+                uint32_t b0, b1;
+                ldb_pairs<LD>(Vs, kk * 8, dt * 8, &b0, &b1);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+                    Mma<Tf32>::run(o[mt][dt], pf[mt], b0, b1);
+            }
+        }
+        __syncthreads(); /* every warp is done with V_j */
+        issue(Vs, a.v, jb + 1);
+    }
+    cp_async_wait<0>(); /* nothing in flight at exit (Q when no block ran) */
+
+    /* Epilogue: full row sums over the quad, O / l * 1/(1-p), m and l;
+     * rows that saw nothing get O = 0, NaN rows stay NaN. */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float l = l_part[mt][r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const int64_t i = row_w + mt * 16 + 8 * r;
+            const float inv = l != 0.f ? (float)a.keep_scale / l : 0.f;
+            if (i >= a.Nq)
+                continue;
+            float *dst = elem<float>(a.o, b, i, h);
+#pragma unroll
+            for (int dt = 0; dt < DT; dt++) {
+                const int c = dt * 8 + 2 * t4;
+                if (c < a.d)
+                    *reinterpret_cast<float2 *>(dst + c) =
+                        make_float2(o[mt][dt][2 * r] * inv, o[mt][dt][2 * r + 1] * inv);
+            }
+            if (t4 == 0) {
+                const float mr = m_raw[mt][r];
+                ((float *)a.m)[bh * a.Nq + i] = mr == -INFINITY ? -INFINITY : mr * (float)a.scale;
+                ((float *)a.l)[bh * a.Nq + i] = l;
+            }
+        }
+}
+
+template <int D> static fg_status launch(const AttnArgs &a, cudaStream_t st)
+{
+    using Tile = FwdTile<D>;
+    return with_mode(a, [&](auto mode, auto drop) {
+        auto kern = fwd_kernel<D, decltype(mode)::value, decltype(drop)::value>;
+        FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)Tile::kSmem));
+        dim3 grid((unsigned)((a.Nq + Tile::kBr - 1) / Tile::kBr), (unsigned)a.H,
+                  (unsigned)a.B);
+        kern<<<grid, Tile::kThreads, Tile::kSmem, st>>>(a);
+        FG_CUDA_TRY_LAUNCH();
+        return FG_OK;
+    });
+}
+
+} /* namespace tf32 */
+
+fg_status attn_tf32_fwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, bool *ran)
+{
+    *ran = false;
+    if (!tf32::usable(a, false))
+        return FG_OK;
+    return f32::with_pad_d(a.d, [&](auto dim) {
+        constexpr int D = decltype(dim)::value;
+        if (tf32::FwdTile<D>::kSmem > smem_limit)
+            return FG_OK; /* *ran stays false: the strict kernel runs */
+        *ran = true;
+        return tf32::launch<D>(a, st);
+    });
+}
+
+} /* namespace fg */
