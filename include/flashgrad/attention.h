@@ -66,7 +66,8 @@
  * is summed in a fixed order on the CPU and, with deterministic = 1, on
  * CUDA (otherwise broadcast sums use atomics there). Nothing Nq x Nk is
  * allocated. Bias is not supported with cu_seqlens / seqused_k. On CUDA,
- * fp16/bf16 bias problems take the Hopper (sm_90a) tensor-core kernels;
+ * fp16/bf16 bias problems take the Hopper (sm_90a) tensor-core kernels
+ * (forward and backward);
  * other GPUs and fp32/fp64 run them on the general kernels
  * (doc/performance.md).
  *
@@ -113,12 +114,13 @@
  * relative), products are summed in fp32, so every output stays within
  * 2^-11 (1 + scale max|q_i| max|k_j|) of max |output| (the bound the GPU
  * suite tests; the error grows with sqrt(d) through that product).
- * A bias, packed batches and key padding are the exceptions so far: their
- * fp16/bf16 forward runs in the Hopper kernels; their backward, and both
- * directions elsewhere, run on the general kernels (doc/performance.md). The Hopper forward loads whole tiles
- * of K and V, so the last tile of a packed sequence also reads rows outside
- * it (the next sequence's, or padding past seqused_k); they are masked, but
- * an inf or NaN in such a V row still turns the rows that see the tile NaN
+ * A bias, packed batches and key padding are the exceptions so far: in
+ * fp16/bf16 they run, forward and backward, in the Hopper kernels only;
+ * elsewhere on the general kernels (doc/performance.md). The Hopper kernels
+ * load whole tiles of K and V (and, backward, of Q and dO), so the last
+ * tile of a packed sequence also reads rows outside it (the next
+ * sequence's, or padding past seqused_k); they are masked, but an inf or
+ * NaN in such a row still turns the rows or keys that see the tile NaN
  * (0 * inf). Keep padding finite (e.g. zeroed), or set FG_ATTN_KERNEL=
  * general: the general kernels never read those rows.
  *
