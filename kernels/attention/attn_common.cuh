@@ -370,23 +370,6 @@ __device__ __forceinline__ A bias_at(const AttnArgs &a, int64_t b, int64_t h,
                       : (A)to_acc(((const T *)a.bias)[off]);
 }
 
-/* The forward tensor-core kernels' bias: s[x] (raw q.k units) of the
- * accumulator fragment, row r0 + 8 ((x >> 1) & 1), column c0 + 8 (x >> 2)
- * + (x & 1), gets bias / scale; pairs outside the problem are left alone
- * (the mask handles them). */
-template <typename T, int N>
-__device__ __forceinline__ void add_bias_raw(const AttnArgs &a, float (&s)[N], int64_t b,
-                                             int64_t h, int64_t r0, int64_t c0)
-{
-    const float inv = (float)(1.0 / a.scale);
-#pragma unroll
-    for (int x = 0; x < N; x++) {
-        const int64_t i = r0 + ((x >> 1) & 1) * 8, j = c0 + (x >> 2) * 8 + (x & 1);
-        if (i < a.Nq && j < a.Nk)
-            s[x] += bias_at<T, float>(a, b, h, i, j) * inv;
-    }
-}
-
 template <typename A>
 __device__ __forceinline__ A alibi_slope(const AttnArgs &a, int64_t b, int64_t h)
 {

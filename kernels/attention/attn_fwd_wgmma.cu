@@ -210,6 +210,16 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * softmax of S_j while the P V product is still on the tensor cores;
      * O is rescaled by alpha_j once that product has landed. */
     const float slope = kMasked && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
+    /* The modifiers' constants as float locals: read from AttnArgs per
+     * element they are recomputed after every wgmma (a memory clobber). */
+    const float scale_f = (float)a.scale, inv_scale = (float)(1.0 / a.scale);
+    const float inv_cap = a.softcap > 0.f ? 1.f / a.softcap : 0.f;
+    /* kMasked with a bias: element i's offset is a per-block base plus
+     * compile-time multiples of the row and key strides. */
+    const int64_t bias_s2 = a.bias_s[2], bias_s3 = a.bias_s[3];
+    const int64_t bias_row0 = kMasked && a.bias ? b * a.bias_s[0] + h * a.bias_s[1] + row_w * bias_s2
+                                                : 0;
+    const int bias_rows = (int)min(a.Nq - row_w, (int64_t)16);
     for (int jb = 0; jb < nblocks; jb++) {
         const int64_t j0 = walk.start(jb);
         const uint32_t sK = sK0 + (jb & 1) * kv_stride;
@@ -251,14 +261,35 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 
         /* Score modifiers, then the mask (only on blocks that cross the
          * band's edges or the end). */
-        if (kMasked && (a.softcap > 0.f || a.alibi)) {
+        if (kMasked && (a.softcap > 0.f || a.alibi)) { /* raw_score_mod, per block */
+            /* ALiBi's |i - j + shift|: a per-block base and a compile-time
+             * offset per element, in float (exact below 2^24) */
+            const float dist0 = (float)(int)(row_w + a.shift - (j0 + 2 * t4));
 #pragma unroll
-            for (int i = 0; i < SR; i++)
-                s[i] = raw_score_mod(a, s[i], slope, row_w + ((i >> 1) & 1) * 8,
-                                     j0 + (i >> 2) * 8 + 2 * t4 + (i & 1));
+            for (int i = 0; i < SR; i++) {
+                float v = s[i] * scale_f;
+                if (a.softcap > 0.f)
+                    v = a.softcap * tanh_fast(v * inv_cap);
+                if (a.alibi)
+                    v -= slope * fabsf(dist0 + (float)(((i >> 1) & 1) * 8 - (i >> 2) * 8 - (i & 1)));
+                s[i] = v * inv_scale;
+            }
         }
-        if (kMasked && a.bias) /* + bias, in raw units (the scale is in exp2) */
-            add_bias_raw<T, SR>(a, s, b, h, row_w, j0 + 2 * t4);
+        if (kMasked && a.bias) { /* + bias / scale (raw units: the scale is in exp2) */
+            const int64_t c0 = j0 + 2 * t4;
+            const int64_t base = bias_row0 + c0 * bias_s3;
+            const int cols = (int)min((int64_t)a.Nk - c0, (int64_t)Bc);
+#pragma unroll
+            for (int i = 0; i < SR; i++) {
+                const int r = ((i >> 1) & 1) * 8, c = (i >> 2) * 8 + (i & 1);
+                if (r < bias_rows && c < cols) {
+                    const int64_t off = base + r * bias_s2 + c * bias_s3;
+                    const float bv = a.bias_f32 ? ((const float *)a.bias)[off]
+                                                : to_acc(((const T *)a.bias)[off]);
+                    s[i] = fmaf(bv, inv_scale, s[i]);
+                }
+            }
+        }
         const bool dead = kMasked && walk.dead(jb);
         const bool need_mask =
             j0 + Bc > a.Nk || (kCausal && j0 + Bc - 1 > i0 + wg * 64 + a.shift) ||
