@@ -689,8 +689,8 @@ START_TEST(test_variants)
 END_TEST
 
 /* The racecheck subset of the variants and of the other kernel families:
- * bf16 variants on the fast kernels, and small shapes on the general
- * (fp32) and sm_80 (bf16) kernels. */
+ * bf16 variants on the fast kernels, and small shapes on the strict fp32
+ * kernels (attn_fp32_*.cu) and the sm_80 (bf16) kernels. */
 static const int fast_vcases[] = {0, 4, 7};
 
 START_TEST(test_fast_variants)
