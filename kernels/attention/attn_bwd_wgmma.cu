@@ -396,10 +396,9 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                     }
                 }
                 if constexpr (kBias) { /* + bias in raw units (the scale is in exp2) */
-                    const float inv = (float)(1.0 / a.scale);
 #pragma unroll
                     for (int e = 0; e < Br / 2; e++)
-                        x[e] = fmaf(bias_of(e), inv, x[e]);
+                        x[e] = fmaf(bias_of(e), inv_scale, x[e]);
                 }
                 if (!need_mask)
                     return;
