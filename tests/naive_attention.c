@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "naive_attention.h"
+#include "ref_dropout.h"
 
 #define IDX(b, n, h, N, Hh, d) ((((b) * (N) + (n)) * (Hh) + (h)) * (d))
 
@@ -95,7 +96,7 @@ static double dropfac(const naive_shape *s, int64_t b, int64_t h, int64_t i,
 {
     if (!s->keep)
         return 1.0;
-    return s->keep[((b * s->H + h) * s->Nq + i) * s->Nk + j] ? 1.0 / (1.0 - s->p)
+    return s->keep[((b * s->H + h) * s->Nq + i) * s->Nk + j] ? ref_keep_scale(s->p)
                                                              : 0.0;
 }
 

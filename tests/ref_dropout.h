@@ -38,29 +38,41 @@ static inline void ref_philox4x32_10(const uint32_t ctr[4],
         out[w] = c[w];
 }
 
-/* T = floor((1 - p) * 2^24), from attention.h. */
+/* T = round((1 - p) * 256), from attention.h. */
 static inline uint32_t ref_keep_threshold(double p)
 {
-    return (uint32_t)floor((1.0 - p) * 16777216.0);
+    return (uint32_t)floor((1.0 - p) * 256.0 + 0.5);
+}
+
+/* The factor a kept element is scaled by: 256 / T (0 when T = 0). */
+static inline double ref_keep_scale(double p)
+{
+    const uint32_t t = ref_keep_threshold(p);
+    return t ? 256.0 / t : 0.0;
 }
 
 /* The keep bit of element (b, h, i, j) for H query heads, per attention.h:
  *   key     = { lo32(seed), hi32(seed) ^ hi32(offset) }
- *   counter = { j / 4, i, b * H + h, lo32(offset) }
- *   r       = word (j % 4) of Philox4x32_10(counter, key)
- *   keep   <=> (r >> 8) < T */
+ *   counter = { (j / 32) * 4 + (j / 2) % 4, (i / 16) * 8 + i % 8,
+ *               b * H + h, lo32(offset) }
+ *   r       = word (j % 2 + 2 * ((j / 16) % 2)) of Philox4x32_10(counter, key)
+ *   u       = byte ((i / 8) % 2 + 2 * ((j / 8) % 2)) of r, byte 0 the low 8 bits
+ *   keep   <=> u < T */
 static inline int ref_dropout_keep(uint64_t seed, uint64_t offset, double p,
                                    int64_t H, int64_t b, int64_t h, int64_t i,
                                    int64_t j)
 {
     const uint32_t key[2] = {(uint32_t)(seed & 0xffffffffu),
                              (uint32_t)(seed >> 32) ^ (uint32_t)(offset >> 32)};
-    const uint32_t ctr[4] = {(uint32_t)(j / 4), (uint32_t)i,
+    const uint32_t ctr[4] = {(uint32_t)((j / 32) * 4 + (j / 2) % 4),
+                             (uint32_t)((i / 16) * 8 + i % 8),
                              (uint32_t)(b * H + h),
                              (uint32_t)(offset & 0xffffffffu)};
     uint32_t r[4];
     ref_philox4x32_10(ctr, key, r);
-    return (r[j % 4] >> 8) < ref_keep_threshold(p);
+    const uint32_t word = r[j % 2 + 2 * ((j / 16) % 2)];
+    const int byte = (int)((i / 8) % 2 + 2 * ((j / 8) % 2));
+    return ((word >> (8 * byte)) & 0xffu) < ref_keep_threshold(p);
 }
 
 /* The whole mask, [B, H, Nq, Nk] bytes (1 keep, 0 drop), as

@@ -441,6 +441,69 @@ START_TEST(test_dropout_mask)
 }
 END_TEST
 
+/* The mask the attention kernels themselves apply, not the mask kernel's:
+ * with Q = 0 every visible probability is 1/Nk' (Nk' the keys the row
+ * sees), so with V[j] = e_j, O[i][j] = keep(i, j) 256/T / Nk' is nonzero
+ * iff (i, j) is visible and kept; with dO[i] = e_i, dV[j][i] = P_ij
+ * keep(i, j) 256/T likewise. Every bit of both must match the documented
+ * mapping (tests/ref_dropout.h), on the default (Hopper wgmma on an H100),
+ * mma.sync and general kernels, fp16 and bf16. Nq, Nk <= d. */
+static void kernel_mask_case(int64_t N, int64_t d, int causal, fg_dtype dt,
+                             const char *kernel, uint64_t salt)
+{
+    const gcase c = {2, N, N, 2, 2, d, causal, 0, 0.3};
+    const size_t nq = (size_t)(c.B * N * c.H * d);
+    double *in[4];
+    for (int i = 0; i < 4; i++)
+        in[i] = calloc(nq, sizeof(double));
+    fgt_rng rng = fgt_rng_for(salt);
+    fgt_fill(in[1], nq, &rng, 1.0);
+    fgt_unit_rows(in[2], c.B, N, c.H, d);
+    fgt_unit_rows(in[3], c.B, N, c.H, d);
+    fg_attn_params p;
+    params_for(&c, &p, fgt_next(&rng));
+    if (kernel)
+        setenv("FG_ATTN_KERNEL", kernel, 1);
+    outs gpu;
+    gpu_run(&c, dt, &p, in, &gpu);
+    unsetenv("FG_ATTN_KERNEL");
+    uint8_t *mask = malloc((size_t)(c.B * c.H * N * N));
+    ref_dropout_mask(p.seed, p.offset, c.p, c.B, c.H, N, N, mask);
+    int64_t bad_o = 0, bad_dv = 0, kept = 0;
+    for (int64_t b = 0; b < c.B; b++)
+        for (int64_t h = 0; h < c.H; h++)
+            for (int64_t i = 0; i < N; i++)
+                for (int64_t j = 0; j < N; j++) {
+                    const int keep = mask[((b * c.H + h) * N + i) * N + j] &&
+                                     (!causal || j <= i);
+                    kept += keep;
+                    bad_o += (gpu.t[0][((b * N + i) * c.H + h) * d + j] != 0) != keep;
+                    bad_dv += (gpu.t[3][((b * N + j) * c.H + h) * d + i] != 0) != keep;
+                }
+    ck_assert_msg(bad_o == 0 && bad_dv == 0,
+                  "%s %s N=%lld d=%lld causal=%d: %lld forward and %lld backward "
+                  "mask bits differ", kernel ? kernel : "default", fg_dtype_name(dt),
+                  (long long)N, (long long)d, causal, (long long)bad_o, (long long)bad_dv);
+    const int64_t vis = c.B * c.H * (causal ? N * (N + 1) / 2 : N * N);
+    ck_assert(kept > vis / 2 && kept < vis * 9 / 10); /* about 70% kept */
+    outs_free(&gpu);
+    free(mask);
+    for (int i = 0; i < 4; i++)
+        free(in[i]);
+}
+
+START_TEST(test_kernel_mask)
+{
+    static const char *kernels[] = {NULL, "mma", "general"};
+    const char *k = kernels[_i];
+    kernel_mask_case(128, 128, 0, FG_BF16, k, 9700);
+    kernel_mask_case(128, 128, 1, FG_FP16, k, 9701);
+    kernel_mask_case(256, 256, 0, FG_BF16, k, 9702); /* several tiles each way */
+    kernel_mask_case(100, 128, 1, FG_BF16, k, 9703); /* partial tiles */
+    kernel_mask_case(64, 64, 0, FG_FP16, k, 9704);
+}
+END_TEST
+
 /* Finite-difference gradcheck of the GPU fp64 path (eps 1e-6,
  * |a - n| <= 1e-5 + 1e-3 |n|), causal and dropout. */
 START_TEST(test_gradcheck_fp64)
@@ -876,6 +939,7 @@ int main(void)
     tcase_add_loop_test(tc, test_deterministic, 0, 3);
     tcase_add_loop_test(tc, test_fast_path, 0, (int)(sizeof fast_cases / sizeof fast_cases[0]));
     tcase_add_test(tc, test_dropout_mask);
+    tcase_add_loop_test(tc, test_kernel_mask, 0, sanitize ? 1 : 3);
     tcase_add_test(tc, test_fully_masked);
     tcase_add_test(tc, test_host_pointer_rejected);
     tcase_add_loop_test(tc, test_variants, 0,

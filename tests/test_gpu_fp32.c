@@ -323,12 +323,8 @@ static void mask_case(int64_t N, int64_t d, int tf32, uint64_t salt)
         in[i] = calloc(n[i == 1 || i == 2 ? 2 : 0], sizeof(double));
     fgt_rng rng = fgt_rng_for(salt);
     fgt_fill(in[1], n[2], &rng, 1.0);
-    for (int64_t b = 0; b < c.B; b++)
-        for (int64_t s = 0; s < N; s++)
-            for (int64_t h = 0; h < c.H; h++) {
-                in[2][((b * N + s) * c.H + h) * d + s] = 1.0;
-                in[3][((b * N + s) * c.H + h) * d + s] = 1.0;
-            }
+    fgt_unit_rows(in[2], c.B, N, c.H, d);
+    fgt_unit_rows(in[3], c.B, N, c.H, d);
     fg_attn_params p;
     float slopes[1], *dslopes;
     make_params(&c, &rng, 0, &p, slopes, &dslopes);

@@ -61,30 +61,37 @@ static int library_keep(uint64_t seed, uint64_t offset, double p, int64_t H,
     return keep;
 }
 
-/* Two elements pinned by value: seed 0x0123456789abcdef, offset
- * 0xfedcba9876543210, H = 4, (b, h, i) = (1, 2, 3) give key
- * {0x89abcdef, 0x01234567 ^ 0xfedcba98} and counter {j / 4 = 1, 3, 6,
- * 0x76543210}, whose Philox words are 41256eb5 af5a30a8 58da3acc daa07fa9.
- * j = 5 reads word 1 (top 24 bits 0xaf5a30 = 11491888), j = 6 word 2
- * (0x58da3a = 5823034); T(0.3) = 11744051, T(0.5) = 8388608,
- * T(0.7) = 5033164. */
+/* Three elements of one call pinned by value: seed 0x0123456789abcdef,
+ * offset 0xfedcba9876543210, H = 4, (b, h) = (1, 2) give key
+ * {0x89abcdef, 0x01234567 ^ 0xfedcba98}; (i, j) = (3, 5), (11, 12) and
+ * (3, 21) all have counter {(j / 32) * 4 + (j / 2) % 4 = 2, (i / 16) * 8 +
+ * i % 8 = 3, 6, 0x76543210}, whose Philox words are d93d297c 947b21f1
+ * d45eec46 7498403d. (3, 5) reads word 1, byte 0 (0xf1 = 241); (11, 12)
+ * word 0, byte 3 (0xd9 = 217); (3, 21) word 3, byte 0 (0x3d = 61).
+ * T = round((1 - p) 256): T(0.05) = 243, T(0.1) = 230, T(0.2) = 205,
+ * T(0.7) = 77, T(0.8) = 51. */
 START_TEST(test_mapping_pinned)
 {
     const uint64_t seed = 0x0123456789abcdefull, off = 0xfedcba9876543210ull;
-    const uint32_t ctr[4] = {1, 3, 6, 0x76543210u};
+    const uint32_t ctr[4] = {2, 3, 6, 0x76543210u};
     const uint32_t key[2] = {0x89abcdefu, 0x01234567u ^ 0xfedcba98u};
     const fg_u32x4 r = fg_philox4x32_10((fg_u32x4){ctr[0], ctr[1], ctr[2],
                                                    ctr[3]},
                                         (fg_u32x2){key[0], key[1]});
-    ck_assert(r.x == 0x41256eb5u && r.y == 0xaf5a30a8u &&
-              r.z == 0x58da3accu && r.w == 0xdaa07fa9u);
-    ck_assert_int_eq(fg_dropout_threshold(0.3), 11744051);
-    ck_assert_int_eq(fg_dropout_threshold(0.5), 8388608);
-    ck_assert_int_eq(fg_dropout_threshold(0.7), 5033164);
-    ck_assert_int_eq(library_keep(seed, off, 0.3, 4, 1, 2, 3, 5), 1);
-    ck_assert_int_eq(library_keep(seed, off, 0.5, 4, 1, 2, 3, 5), 0);
-    ck_assert_int_eq(library_keep(seed, off, 0.5, 4, 1, 2, 3, 6), 1);
-    ck_assert_int_eq(library_keep(seed, off, 0.7, 4, 1, 2, 3, 6), 0);
+    ck_assert(r.x == 0xd93d297cu && r.y == 0x947b21f1u &&
+              r.z == 0xd45eec46u && r.w == 0x7498403du);
+    ck_assert_int_eq(fg_attention_dropout_threshold(0.05), 243);
+    ck_assert_int_eq(fg_attention_dropout_threshold(0.1), 230);
+    ck_assert_int_eq(fg_attention_dropout_threshold(0.2), 205);
+    ck_assert_int_eq(fg_attention_dropout_threshold(0.7), 77);
+    ck_assert_int_eq(fg_attention_dropout_threshold(0.8), 51);
+    ck_assert_int_eq(fg_attention_dropout_threshold(0.0), 256);
+    ck_assert_int_eq(library_keep(seed, off, 0.05, 4, 1, 2, 3, 5), 1);
+    ck_assert_int_eq(library_keep(seed, off, 0.1, 4, 1, 2, 3, 5), 0);
+    ck_assert_int_eq(library_keep(seed, off, 0.1, 4, 1, 2, 11, 12), 1);
+    ck_assert_int_eq(library_keep(seed, off, 0.2, 4, 1, 2, 11, 12), 0);
+    ck_assert_int_eq(library_keep(seed, off, 0.7, 4, 1, 2, 3, 21), 1);
+    ck_assert_int_eq(library_keep(seed, off, 0.8, 4, 1, 2, 3, 21), 0);
 }
 END_TEST
 
@@ -98,8 +105,8 @@ START_TEST(test_mapping_random)
         const uint64_t seed = fgt_next(&rng), off = fgt_next(&rng);
         const double p = (double)fgt_int(&rng, 1, 99) / 100.0;
         const int64_t H = fgt_int(&rng, 1, 5), b = fgt_int(&rng, 0, 2),
-                      h = fgt_int(&rng, 0, H - 1), i = fgt_int(&rng, 0, 40),
-                      j = fgt_int(&rng, 0, 40);
+                      h = fgt_int(&rng, 0, H - 1), i = fgt_int(&rng, 0, 70),
+                      j = fgt_int(&rng, 0, 140);
         ck_assert_msg(library_keep(seed, off, p, H, b, h, i, j) ==
                           ref_dropout_keep(seed, off, p, H, b, h, i, j),
                       "seed %016llx offset %016llx p %g H %lld (b, h, i, j) "

@@ -69,6 +69,17 @@ static inline void fgt_fill(double *x, size_t n, fgt_rng *r, double amp)
         x[i] = amp * fgt_uniform(r);
 }
 
+/* x is BSHD [B, S, H, d] (S <= d): row (b, s, h) becomes the unit vector
+ * e_s; the dropout-mask recovery tests use it as V and dO. */
+static inline void fgt_unit_rows(double *x, int64_t B, int64_t S, int64_t H,
+                                 int64_t d)
+{
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t s = 0; s < S; s++)
+            for (int64_t h = 0; h < H; h++)
+                x[((b * S + s) * H + h) * d + s] = 1.0;
+}
+
 static inline void fgt_poison_d(double *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)

@@ -71,20 +71,28 @@
  * other GPUs and fp32/fp64 run them on the general kernels
  * (doc/performance.md).
  *
- * Dropout (probability p in [0, 1)) is applied to P after normalisation and
- * kept values are scaled by 1/(1-p). The keep decision for element
- * (b, h, i, j) is a pure function of (seed, offset, b, h, i, j), computed with
- * Philox4x32-10 exactly as cuRAND's device API does (curand_kernel.h):
+ * Dropout (probability p in [0, 1)) is applied to P after normalisation.
+ * The keep decision for element (b, h, i, j) is a pure function of
+ * (seed, offset, b, h, i, j): one 8-bit draw per element, 16 draws per
+ * Philox4x32-10 call, computed exactly as cuRAND's device API does
+ * (curand_kernel.h):
  *
  *     key     = { lo32(seed), hi32(seed) ^ hi32(offset) }
- *     counter = { j / 4, i, b * H + h, lo32(offset) }
- *     r       = word (j % 4) of Philox4x32_10(counter, key)
- *     keep   <=> (r >> 8) < T,  T = floor((1 - p) * 2^24)
+ *     counter = { (j / 32) * 4 + (j / 2) % 4,  (i / 16) * 8 + i % 8,
+ *                 b * H + h,  lo32(offset) }
+ *     r       = word (j % 2 + 2 * ((j / 16) % 2)) of Philox4x32_10(counter, key)
+ *     u       = byte ((i / 8) % 2 + 2 * ((j / 8) % 2)) of r (byte 0 = low 8 bits)
+ *     keep   <=> u < T,  T = round((1 - p) * 256)  (fg_attention_dropout_threshold)
  *
- * (24 bits of resolution; the effective keep probability is T / 2^24). The
- * CPU and CUDA implementations produce identical masks; the backward
- * regenerates the mask from (seed, offset), nothing mask-shaped is stored.
- * Use a fresh offset (or seed) for every call that needs a new mask.
+ * and kept values are scaled by 256 / T. So p has a resolution of 1/256:
+ * the effective drop probability is 1 - T/256 (p = 0.1 gives 0.1016,
+ * p = 0.2 gives 0.1992), and the scale 256/T keeps the expectation of
+ * the output exactly P V. One call covers rows i, i + 8 and columns
+ * 32c + 8n + 2q + e (n < 4, e < 2), exactly what one GPU thread holds of a
+ * tile, which is what makes dropout cheap in the tensor-core kernels
+ * (doc/design.md). The CPU and CUDA implementations produce identical masks;
+ * the backward regenerates the mask from (seed, offset), nothing mask-shaped
+ * is stored. Use a fresh offset (or seed) for every call that needs a new mask.
  *
  * NaN in, NaN out: a NaN in any score a row sees makes that row's O, m and
  * l NaN, and every gradient it touches NaN (a NaN is never mistaken for a
@@ -343,7 +351,12 @@ FG_API fg_status fg_attn_block_mask_build(fg_attn_block_mask *out,
                                           int64_t nkb, int32_t *storage,
                                           fg_device device);
 
-/* Dropout keep threshold T = floor((1 - p) * 2^24) used above. */
+/* Attention dropout's keep threshold T = round((1 - p) * 256), in
+ * [0, 256], used above (kept values are scaled by 256 / T). */
+FG_API uint32_t fg_attention_dropout_threshold(double p);
+
+/* The elementwise dropout ops' keep threshold T = floor((1 - p) * 2^24)
+ * (24-bit draws; fg_dropout in flashgrad/autograd.h). */
 FG_API uint32_t fg_dropout_threshold(double p);
 
 /* ---- merging partial results ------------------------------------------------

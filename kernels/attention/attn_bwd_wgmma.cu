@@ -78,7 +78,7 @@ template <int D> struct BwdWgTile {
  * +2-5% at d = 128, +9-13% at d = 64 on top of the rest). Other variants:
  * two warpgroups, thread 0 loads, two __syncthreads per step. */
 template <int D, bool kDropout> struct BwdSpec {
-    static constexpr bool value = !kDropout && !BwdWgTile<D>::kSplitD;
+    static constexpr bool value = !BwdWgTile<D>::kSplitD;
     static constexpr int kThreads = 256 + (value ? 128 : 0);
 #ifdef FG_BWD_EARLY_DQ /* experiments: force one placement */
     static constexpr bool kEarlyDQ = FG_BWD_EARLY_DQ;
@@ -467,24 +467,16 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         /* P^T = exp2(S^T scale log2e - lse2) (Alg4 L.13-14) in place, and
          * the dropout decisions (L.15-16) as bits of `keep`. */
         auto probs = [&](float (&x)[Br / 2], uint32_t &keep) {
-            const uint2 key = make_uint2(fg_dropout_key_x(a.seed, a.offset),
-                                         fg_dropout_key_y(a.seed, a.offset));
             keep = 0;
+            if (kDropout) /* element e: bit e (bwd_dropout_bits per 16 queries) */
+#pragma unroll
+                for (int qb = 0; qb < Br / 16; qb++)
+                    keep |= bwd_dropout_bits(a, bh, i0 + 16 * qb, j0 + key_base + 16 * warp, g,
+                                             t4) << (8 * qb);
 #pragma unroll
             for (int e = 0; e < Br / 2; e++) {
                 const float L = lse2[8 * (e >> 2) + 2 * t4 + (e & 1)];
                 x[e] = exp2f(fmaf(x[e], scale_log2, -L));
-                if (kDropout) {
-                    const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1);
-                    const int64_t i = i0 + 8 * (e >> 2) + 2 * t4 + (e & 1);
-                    const uint4 w = curand_Philox4x32_10(
-                        make_uint4(fg_dropout_ctr_x(j), fg_dropout_ctr_y(i),
-                                   fg_dropout_ctr_z(bh), fg_dropout_ctr_w(a.offset)),
-                        key);
-                    const uint32_t word = (j & 3) == 0 ? w.x : (j & 3) == 1 ? w.y
-                                        : (j & 3) == 2 ? w.z : w.w;
-                    keep |= (uint32_t)fg_dropout_keep(word, a.keep_threshold) << e;
-                }
             }
         };
         auto zf = [&](uint32_t keep, int e) {

@@ -171,42 +171,62 @@ __device__ __forceinline__ void gemm_nn(float (&acc)[4][VEC * NCH], const float 
     }
 }
 
-/* Keep bits (bit e: key jg + e) of the one Philox call of row i, keys
- * jg .. jg+3 (jg a multiple of 4): the mapping of lib/core/dropout_map.h. */
+/* Keep bits of row i for the 8 keys jb + 8n + e (n = 0..3, e = 0..1; bit
+ * 2n + e) of one Philox call, jb = 32c + 2q (lib/core/dropout_map.h). */
+__device__ __forceinline__ uint32_t keep_bits8(const AttnArgs &a, int64_t bh, int64_t i,
+                                               int64_t jb)
+{
+    const uint4 w = dropout_call(a, bh, i, jb);
+    const int hi = (int)((i >> 3) & 1); /* byte = hi + 2 (n % 2), word = e + 2 (n / 2) */
+    uint32_t bits = 0;
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+            bits |= (uint32_t)fg_dropout_keep8(dropout_word(w, e + 2 * (n >> 1)),
+                                               hi + 2 * (n & 1), a.keep_threshold)
+                    << (2 * n + e);
+    return bits;
+}
+
+/* Keep bits (bit u: key jg + u) of row i for the 4 keys jg .. jg+3 (jg a
+ * multiple of 4): two calls, (j / 2) % 4 differs between the pairs. */
 __device__ __forceinline__ uint32_t keep_bits4(const AttnArgs &a, int64_t bh, int64_t i,
                                                int64_t jg)
 {
-    const uint2 key = make_uint2(fg_dropout_key_x(a.seed, a.offset),
-                                 fg_dropout_key_y(a.seed, a.offset));
-    const uint4 w = curand_Philox4x32_10(make_uint4(fg_dropout_ctr_x(jg), fg_dropout_ctr_y(i),
-                                                    fg_dropout_ctr_z(bh),
-                                                    fg_dropout_ctr_w(a.offset)),
-                                         key);
-    return (uint32_t)fg_dropout_keep(w.x, a.keep_threshold) |
-           (uint32_t)fg_dropout_keep(w.y, a.keep_threshold) << 1 |
-           (uint32_t)fg_dropout_keep(w.z, a.keep_threshold) << 2 |
-           (uint32_t)fg_dropout_keep(w.w, a.keep_threshold) << 3;
+    const int n = (int)((jg >> 3) & 3);
+    const int64_t j1 = jg + 2;
+    const uint32_t lo = keep_bits8(a, bh, i, (jg & ~(int64_t)31) | (jg & 6)),
+                   hi = keep_bits8(a, bh, i, (j1 & ~(int64_t)31) | (j1 & 6));
+    return ((lo >> (2 * n)) & 3u) | (((hi >> (2 * n)) & 3u) << 2);
 }
 
 /* The row layout (forward, dQ): thread (ty, tx) = (tid / 16, tid % 16)
- * owns rows 4 ty + u and keys tx + 16 w of a tile. Key tx + 16 w lies in
- * the 4-key Philox group of keys 16 w + 4 (tx / 4) + 0..3, so lane
- * (tx & 12) | w of the half-warp draws that group once for the four lanes
- * that need it, and they read their bit with one shuffle. */
+ * owns rows 4 ty + u and keys tx + 16 w (w < 4) of a tile whose first key
+ * j0 is a multiple of its width. The row's keys lie in the 8 calls
+ * (c, q) of keys base + 32c + 2q + 8n + e (base = j0 rounded down to 32):
+ * lane tx & 7 of the half-warp draws call (c, q) = (tx / 4 % 2, tx % 4)
+ * (lanes 8-15 repeat it, at no extra time), and the lanes read their bit
+ * with one shuffle. */
 struct RowDrop {
     uint32_t mine; /* the bits this lane drew for the current row */
+    int64_t base;
     __device__ __forceinline__ void draw(const AttnArgs &a, int64_t bh, int64_t i,
                                          int64_t j0, int tx, int bc)
     {
-        const int off = 16 * (tx & 3) + 4 * (tx >> 2);
-        mine = off < bc ? keep_bits4(a, bh, i, j0 + off) : 0u;
+        (void)bc;
+        base = j0 & ~(int64_t)31;
+        mine = keep_bits8(a, bh, i, base + 32 * ((tx >> 2) & 1) + 2 * (tx & 3));
     }
-    /* Whether key tx + 16 w is kept; every lane of the warp must call it. */
-    __device__ __forceinline__ bool kept(int w, int tx) const
+    /* Whether key j0 + tx + 16 w is kept; every lane of the warp must call
+     * it with the same j0 as draw. */
+    __device__ __forceinline__ bool kept(int64_t j0, int w, int tx) const
     {
+        const int jr = (int)(j0 - base) + tx + 16 * w;
         const int lane = threadIdx.x & 31;
-        const uint32_t bits = __shfl_sync(0xffffffffu, mine, (lane & 16) | (tx & 12) | w);
-        return (bits >> (tx & 3)) & 1u;
+        const int src = 4 * ((jr >> 5) & 1) + ((jr >> 1) & 3);
+        const uint32_t bits = __shfl_sync(0xffffffffu, mine, (lane & 16) | src);
+        return (bits >> (2 * ((jr >> 3) & 3) + (jr & 1))) & 1u;
     }
 };
 

@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(kThreads, 1) dq_kernel(const AttnArgs args)
                 for (int w = 0; w < TN; w++) {
                     /* s = -inf outside the mask: P = 0 there. */
                     const float p = inv[u] != 0.f ? __expf(s[u][w] - mr[u]) * inv[u] : 0.f;
-                    const float zf = a.dropout ? (z.kept(w, tx) ? ks : 0.f) : 1.f;
+                    const float zf = a.dropout ? (z.kept(j0, w, tx) ? ks : 0.f) : 1.f;
                     const float ds = p * (dp[u][w] * zf - Dr[u]);
                     s[u][w] = softcap ? ds * dc[u][w] : ds;
                 }

@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(kThreads, 1) fwd_kernel(const AttnArgs args)
                     z.draw(a, bh, r0 + u, j0, tx, BC);
 #pragma unroll
                     for (int w = 0; w < TN; w++)
-                        s[u][w] *= z.kept(w, tx) ? (float)a.keep_scale : 0.f;
+                        s[u][w] *= z.kept(j0, w, tx) ? (float)a.keep_scale : 0.f;
                 }
             }
 #pragma unroll

@@ -146,7 +146,7 @@ attn_fwd_mma_kernel(const AttnArgs a)
             fwd_score_mods<false>(a, s, slope, row_w, j0, t4);
         fwd_mask<kCausal, kMasked, Bc>(a, s, walk, jb, i0, j0, warp, row_w, t4);
         fwd_softmax(s, m_raw, l_part, o, scale_log2);
-        if (kDropout) /* 1/(1-p) is applied at the end */
+        if (kDropout) /* 256/T is applied at the end */
             fwd_dropout(a, s, j0, row_w, bh, t4);
 
         /* O += P V_j (Alg1 L.12); P goes from accumulators to A fragments,
@@ -176,7 +176,7 @@ attn_fwd_mma_kernel(const AttnArgs a)
         __syncthreads(); /* this buffer is refilled two iterations on */
     }
 
-    /* Epilogue: full row sums over the quad, O / l * 1/(1-p), m and l. */
+    /* Epilogue: full row sums over the quad, O / l * 256/T, m and l. */
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll

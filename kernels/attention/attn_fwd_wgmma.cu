@@ -49,7 +49,7 @@ template <int D, int WG> struct FwdWgTile {
  * take turns issuing their GEMMs (FA3's ping-pong), so one's softmax runs
  * while the other's products are on the tensor cores. */
 template <int WG, bool kDropout> struct FwdSpec {
-    static constexpr bool value = WG == 2 && !kDropout;
+    static constexpr bool value = WG == 2;
     static constexpr int kThreads = WG * 128 + (value ? 128 : 0);
 };
 
@@ -341,24 +341,13 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             l_part[r] = l_part[r] * alpha[r] + sum;
         }
 
-        if (kDropout) { /* zero dropped P; 1/(1-p) is applied at the end */
-            const uint2 key = make_uint2(fg_dropout_key_x(a.seed, a.offset),
-                                         fg_dropout_key_y(a.seed, a.offset));
+        if (kDropout) { /* zero dropped P; 256/T is applied at the end */
+            /* one call per 16 elements: rows row_w + {0, 8}, 32 keys */
 #pragma unroll
-            for (int n = 0; n < Bc / 8; n++)
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    const int64_t j = j0 + n * 8 + 2 * t4;
-                    const uint4 w = curand_Philox4x32_10(
-                        make_uint4(fg_dropout_ctr_x(j), fg_dropout_ctr_y(row_w + 8 * r),
-                                   fg_dropout_ctr_z(bh), fg_dropout_ctr_w(a.offset)),
-                        key);
-                    const uint32_t w0 = (j & 2) ? w.z : w.x, w1 = (j & 2) ? w.w : w.y;
-                    if (!fg_dropout_keep(w0, a.keep_threshold))
-                        s[4 * n + 2 * r] = 0.f;
-                    if (!fg_dropout_keep(w1, a.keep_threshold))
-                        s[4 * n + 2 * r + 1] = 0.f;
-                }
+            for (int c = 0; c < Bc / 32; c++)
+                fwd_dropout32(a, bh, row_w, j0 + 32 * c, t4, [&](int n, int r, int e) {
+                    s[4 * (4 * c + n) + 2 * r + e] = 0.f;
+                });
         }
 
         /* The P V product has landed: O *= alpha_j (it already holds
@@ -395,7 +384,7 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         wg_fence_regs(o);
     }
 
-    /* Epilogue: full row sums over the quad, O / l * 1/(1-p), m and l. */
+    /* Epilogue: full row sums over the quad, O / l * 256/T, m and l. */
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         float l = l_part[r];

@@ -122,31 +122,19 @@ __device__ __forceinline__ void fwd_softmax(float (&s)[MT][NT][4], float (&m_raw
     }
 }
 
-/* Zeroes the dropped P (1/(1-p) is applied at the end): one Philox call
- * per pair of keys of a row. */
+/* Zeroes the dropped P (256/T is applied at the end): one Philox call per
+ * 16 elements, rows row_w + 16 mt + {0, 8} and 32 keys (j0 % 32 == 0). */
 template <int MT, int NT>
 __device__ __forceinline__ void fwd_dropout(const AttnArgs &a, float (&s)[MT][NT][4], int64_t j0,
                                             int64_t row_w, int64_t bh, int t4)
 {
-    const uint2 key = make_uint2(fg_dropout_key_x(a.seed, a.offset),
-                                 fg_dropout_key_y(a.seed, a.offset));
+    static_assert(NT % 4 == 0, "dropout draws 32 keys per call");
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int64_t j = j0 + nt * 8 + 2 * t4;
-                const uint4 w = curand_Philox4x32_10(
-                    make_uint4(fg_dropout_ctr_x(j), fg_dropout_ctr_y(row_w + mt * 16 + 8 * r),
-                               fg_dropout_ctr_z(bh), fg_dropout_ctr_w(a.offset)),
-                    key);
-                const uint32_t w0 = (j & 2) ? w.z : w.x, w1 = (j & 2) ? w.w : w.y;
-                if (!fg_dropout_keep(w0, a.keep_threshold))
-                    s[mt][nt][2 * r] = 0.f;
-                if (!fg_dropout_keep(w1, a.keep_threshold))
-                    s[mt][nt][2 * r + 1] = 0.f;
-            }
+        for (int c = 0; c < NT / 4; c++)
+            fwd_dropout32(a, bh, row_w + mt * 16, j0 + 32 * c, t4,
+                          [&](int n, int r, int e) { s[mt][4 * c + n][2 * r + e] = 0.f; });
 }
 
 /* The backward step's per-warp mask: whether any element needs one, and
@@ -174,12 +162,12 @@ __device__ __forceinline__ BwdMask bwd_mask(const AttnArgs &a, bool dead, int64_
 /* One element of the backward (Alg4 L.13-16, 19-21): from the raw score s
  * and dP^T of query i (row qi of the block), key j (half kh of this
  * thread's keys), P = exp2(logit scale log2e - lse2) with the mask, the
- * dropout factor z, *p = P z (for dV) and *ds = P (dP z - D) (times the
- * softcap's 1 - tanh^2). */
+ * dropout factor z (from `kept`, bwd_dropout_bits), *p = P z (for dV) and
+ * *ds = P (dP z - D) (times the softcap's 1 - tanh^2). */
 template <bool kPrecise, bool kCausal, bool kMasked, bool kDropout>
 __device__ __forceinline__ void bwd_elem(const AttnArgs &a, const BwdMask &mk, float s, float dp,
                                          float lse, float Dv, int qi, int kh, int64_t i,
-                                         int64_t j, float slope, float scale_log2, int64_t bh,
+                                         int64_t j, float slope, float scale_log2, bool kept,
                                          float *p, float *ds)
 {
     const bool mods = kMasked && (a.softcap > 0.f || a.alibi);
@@ -191,17 +179,7 @@ __device__ __forceinline__ void bwd_elem(const AttnArgs &a, const BwdMask &mk, f
     } else if (mk.need && (j >= a.Nk || (kCausal && j > i + a.shift))) {
         pe = 0.f; /* rows past Nq have lse2 = +inf: P = 0 */
     }
-    float z = 1.f;
-    if (kDropout) {
-        const uint2 key = make_uint2(fg_dropout_key_x(a.seed, a.offset),
-                                     fg_dropout_key_y(a.seed, a.offset));
-        const uint4 w = curand_Philox4x32_10(make_uint4(fg_dropout_ctr_x(j), fg_dropout_ctr_y(i),
-                                                        fg_dropout_ctr_z(bh),
-                                                        fg_dropout_ctr_w(a.offset)),
-                                             key);
-        const uint32_t word = (j & 3) == 0 ? w.x : (j & 3) == 1 ? w.y : (j & 3) == 2 ? w.z : w.w;
-        z = fg_dropout_keep(word, a.keep_threshold) ? (float)a.keep_scale : 0.f;
-    }
+    const float z = !kDropout ? 1.f : kept ? (float)a.keep_scale : 0.f;
     *p = pe * z;
     *ds = pe * (dp * z - Dv);
     if (kMasked && a.softcap > 0.f) { /* exact: times 1 - tanh^2 */

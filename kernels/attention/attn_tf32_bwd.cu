@@ -136,9 +136,14 @@ __global__ void __launch_bounds__(128) bwd_kernel(const AttnArgs a, const int ds
          * the mask is the rows each of this thread's two keys is seen by. */
         const BwdMask mk = bwd_mask<kCausal, kMasked, Bc, Br>(a, dead, i0, j0, warp, g);
         const float slope = kMasked && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
+        uint32_t keep = 0; /* bwd_dropout_bits of the current 16 queries */
+        static_assert(QT % 2 == 0, "dropout draws 16 queries at a time");
 #pragma unroll
         for (int qt = 0; qt < QT; qt++) {
             float p[4], ds[4];
+            /* Alg4 L.15: the keep bits of 16 queries, drawn at even qt */
+            if (kDropout && !(qt & 1))
+                keep = bwd_dropout_bits(a, bh, i0 + 8 * qt, j0 + 16 * warp, g, t4);
             const float2 L = *reinterpret_cast<const float2 *>(lse2_s + 8 * qt + 2 * t4);
             const float2 Dq = *reinterpret_cast<const float2 *>(D_s + 8 * qt + 2 * t4);
 #pragma unroll
@@ -146,8 +151,8 @@ __global__ void __launch_bounds__(128) bwd_kernel(const AttnArgs a, const int ds
                 const int qi = 8 * qt + 2 * t4 + (e & 1);
                 bwd_elem<true, kCausal, kMasked, kDropout>(
                     a, mk, s[qt][e], dp[qt][e], (e & 1) ? L.y : L.x, (e & 1) ? Dq.y : Dq.x, qi,
-                    e >> 1, i0 + qi, j0 + 16 * warp + g + 8 * (e >> 1), slope, scale_log2, bh,
-                    &p[e], &ds[e]);
+                    e >> 1, i0 + qi, j0 + 16 * warp + g + 8 * (e >> 1), slope, scale_log2,
+                    (keep >> (4 * (qt & 1) + e)) & 1u, &p[e], &ds[e]);
             }
             uint32_t pf[4], sf[4];
             c_to_a(pf, p);

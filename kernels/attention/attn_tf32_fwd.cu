@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads) fwd_kernel(const AttnArg
             fwd_score_mods<true>(a, s, slope, row_w, j0, t4);
         fwd_mask<kCausal, kMasked, Bc>(a, s, walk, jb, i0, j0, warp, row_w, t4);
         fwd_softmax(s, m_raw, l_part, o, scale_log2);
-        if (kDropout) /* 1/(1-p) is applied at the end */
+        if (kDropout) /* 256/T is applied at the end */
             fwd_dropout(a, s, j0, row_w, bh, t4);
 
         cp_async_wait<1>(); /* V_j landed */
@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads) fwd_kernel(const AttnArg
     }
     cp_async_wait<0>(); /* nothing in flight at exit (Q when no block ran) */
 
-    /* Epilogue: full row sums over the quad, O / l * 1/(1-p), m and l;
+    /* Epilogue: full row sums over the quad, O / l * 256/T, m and l;
      * rows that saw nothing get O = 0, NaN rows stay NaN. */
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)

@@ -73,6 +73,14 @@ int fg_attn_layout_bad(const fg_attn_tensor *t)
            t->stride_h == FG_ATTN_STRIDE_BAD;
 }
 
+uint32_t fg_attention_dropout_threshold(double p)
+{
+    if (!(p >= 0.0) || p >= 1.0)
+        return p >= 1.0 ? 0u : 256u;
+    /* round((1-p) * 256); exact in double. */
+    return (uint32_t)floor((1.0 - p) * 256.0 + 0.5);
+}
+
 uint32_t fg_dropout_threshold(double p)
 {
     if (!(p >= 0.0) || p >= 1.0)
@@ -158,8 +166,9 @@ static fg_status check_params(const fg_attn_params *p, fg_attn_problem *pb,
     pb->causal = p->causal != 0;
     pb->causal_shift = p->seqlen_k - p->seqlen_q;
     pb->dropout_p = p->dropout_p;
-    pb->keep_threshold = fg_dropout_threshold(p->dropout_p);
-    pb->keep_scale = 1.0 / (1.0 - p->dropout_p);
+    pb->keep_threshold = fg_attention_dropout_threshold(p->dropout_p);
+    /* 1 / (the effective keep probability T / 256): unbiased, E[out] = P V */
+    pb->keep_scale = pb->keep_threshold ? 256.0 / pb->keep_threshold : 0.0;
     pb->seed = p->seed;
     pb->offset = p->offset;
     pb->block_q = p->block_q ? p->block_q : FG_ATTN_DEFAULT_BLOCK_Q;

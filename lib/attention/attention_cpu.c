@@ -94,20 +94,25 @@ void fg_dropout_row(const fg_attn_problem *pb, int64_t b, int64_t h, int64_t i,
                           fg_dropout_key_y(pb->seed, pb->offset)};
     fg_u32x4 ctr = {0, fg_dropout_ctr_y(i), fg_dropout_ctr_z(b * pb->H + h),
                     fg_dropout_ctr_w(pb->offset)};
-    uint32_t words[4];
-    int64_t have = -1; /* column group currently in words[] */
+    /* A row meets each call in 8 of its columns; cache the 32 columns of
+     * j / 32 (four calls, one per (j / 2) % 4). */
+    uint32_t words[4][4];
+    int64_t have = -1; /* j / 32 currently in words[][] */
     for (int64_t c = 0; c < n; c++) {
         const int64_t j = j0 + c;
-        if ((j >> 2) != have) {
-            have = j >> 2;
-            ctr.x = fg_dropout_ctr_x(j);
-            fg_u32x4 r = fg_philox4x32_10(ctr, key);
-            words[0] = r.x;
-            words[1] = r.y;
-            words[2] = r.z;
-            words[3] = r.w;
+        if ((j >> 5) != have) {
+            have = j >> 5;
+            for (int q = 0; q < 4; q++) {
+                ctr.x = fg_dropout_ctr_x(32 * have + 2 * q);
+                const fg_u32x4 r = fg_philox4x32_10(ctr, key);
+                words[q][0] = r.x;
+                words[q][1] = r.y;
+                words[q][2] = r.z;
+                words[q][3] = r.w;
+            }
         }
-        out[c] = (uint8_t)fg_dropout_keep(words[j & 3], pb->keep_threshold);
+        out[c] = (uint8_t)fg_dropout_keep8(words[(j >> 1) & 3][fg_dropout_word(j)],
+                                          fg_dropout_byte(i, j), pb->keep_threshold);
     }
 }
 

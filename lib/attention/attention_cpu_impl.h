@@ -26,7 +26,7 @@ static inline T *FN(at)(const fg_attn_tensor *t, int64_t b, int64_t s,
     return (T *)t->data + b * t->stride_b + s * t->stride_s + h * t->stride_h;
 }
 
-/* Scale kept probabilities by 1/(1-p), zero dropped ones. */
+/* Scale kept probabilities by 256/T (1 / the keep probability), zero dropped ones. */
 static inline void FN(apply_dropout)(T *row, const uint8_t *keep, int64_t n,
                                      T keep_scale)
 {

@@ -35,8 +35,8 @@ typedef struct fg_attn_problem {
     int sparse;              /* bm is valid */
     fg_attn_block_mask bm;
     double dropout_p;
-    uint32_t keep_threshold; /* fg_dropout_threshold(p) */
-    double keep_scale;       /* 1 / (1 - p) */
+    uint32_t keep_threshold; /* fg_attention_dropout_threshold(p), 0..256 */
+    double keep_scale;       /* 256 / keep_threshold (0 if that is 0) */
     uint64_t seed, offset;
     int block_q, block_k, num_threads;
     fg_dtype dtype;          /* operand dtype */
