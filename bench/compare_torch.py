@@ -25,7 +25,8 @@ The last column is max |O_flashgrad - O_reference| of the cell (reference:
 the first SDPA backend that runs), a sanity check, not a test.
 
     python3 bench/compare_torch.py --lib .libs/libflashgrad.so [--quick] \\
-        [--dtypes bf16,fp32,tf32,fp64] [--rounds 5] [--reps 10] [--csv out.csv]
+        [--dtypes bf16,fp32,tf32,fp64] [--rounds 5] [--reps 10] [--csv out.csv] \\
+        [--dropout 0.1] [--ds 64,128] [--ns 2048,4096,8192]
     python3 bench/compare_torch.py --mem --bench ./bench_attention
         (peak memory of one fwd+bwd at N = 16k and 64k, both sides)
 """
@@ -50,8 +51,9 @@ TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.floa
                "tf32": torch.float32, "fp64": torch.float64}
 
 
-def grid(dt, quick):
-    """(d, N, causal) cells and the SDPA backends of dtype dt."""
+def grid(dt, quick, args=None):
+    """(d, N, causal) cells and the SDPA backends of dtype dt (--ds/--ns
+    override the head dims and lengths)."""
     if dt in ("bf16", "fp16"):
         ds, ns = ((64, 128), (2048, 8192)) if quick else ((64, 128, 256),
                                                           (1024, 2048, 4096, 8192, 16384))
@@ -60,6 +62,10 @@ def grid(dt, quick):
         ds, ns, bes = (64, 128), (4096,), ["efficient", "math"]
     else:
         ds, ns, bes = (64, 128), (2048,), ["math"]
+    if args is not None and args.ds:
+        ds = tuple(int(x) for x in args.ds.split(","))
+    if args is not None and args.ns:
+        ns = tuple(int(x) for x in args.ns.split(","))
     return [(d, n, c) for d in ds for n in ns for c in (0, 1)], bes
 
 
@@ -77,6 +83,8 @@ def cell(fg, dt, d, n, causal, bes, args):
     (q, k, v, g), (o, dq, dk, dv), m, l = buffers(B, n, H, d, TORCH_DTYPE[dt])
     p = fg.params(B, n, H, d)
     p.causal = causal  # N_q = N_k: bottom-right = top-left (is_causal)
+    p.dropout_p = args.dropout
+    p.seed, p.offset = 1234, 0
     qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
     gt = g.transpose(1, 2)
     pairs = {"flashgrad": (lambda: fg.fwd(p, q, k, v, o, m, l),
@@ -86,7 +94,8 @@ def cell(fg, dt, d, n, causal, bes, args):
     def sdpa(be):
         def fwd():
             with sdpa_kernel([BACKENDS[be]]):
-                outs[be] = F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(causal))
+                outs[be] = F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(causal),
+                                                          dropout_p=args.dropout)
 
         def bwd():
             outs[be].backward(gt)
@@ -107,7 +116,7 @@ def cell(fg, dt, d, n, causal, bes, args):
     torch.cuda.synchronize()
     diff = float("nan")
     ref = next((be for be in bes if be in pairs), None)
-    if ref:
+    if ref and args.dropout == 0:  # with dropout the masks differ
         pairs["flashgrad"][0]()
         pairs[ref][0]()
         torch.cuda.synchronize()
@@ -116,7 +125,7 @@ def cell(fg, dt, d, n, causal, bes, args):
     rounds, reps = (2, 3) if dt == "fp64" else (args.rounds, args.reps)
     best = best_times(pairs, rounds, reps)
     fl = 4.0 * B * H * n * n * d / (2 if causal else 1)
-    row = {"dtype": dt, "d": d, "N": n, "causal": causal}
+    row = {"dtype": dt, "d": d, "N": n, "causal": causal, "dropout": args.dropout}
     for who in ["flashgrad"] + bes:
         tf, tb = best.get(who, (float("nan"), float("nan")))
         row[who + "_fwd"] = fl / (tf * 1e-3) / 1e12
@@ -128,7 +137,8 @@ def cell(fg, dt, d, n, causal, bes, args):
 
 def table(rows, dt, bes, note):
     print()
-    print(f"{dt}{note}, TFLOP/s fwd / bwd, 16k tokens, hidden 2048; "
+    print(f"{dt}{note}, TFLOP/s fwd / bwd, 16k tokens, hidden 2048, "
+          f"dropout {rows[0]['dropout'] if rows else 0}; "
           f"ratio = flashgrad / each backend")
     head = f"{'d':>4} {'N':>6} {'causal':>6} | {'flashgrad':>13}"
     for be in bes:
@@ -167,6 +177,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--csv", default=None)
+    ap.add_argument("--dropout", type=float, default=0.0,
+                    help="dropout probability on both sides (the masks differ, so "
+                         "max|dO| is not computed)")
+    ap.add_argument("--ds", default=None, help="head dims, e.g. 64,128")
+    ap.add_argument("--ns", default=None, help="lengths, e.g. 2048,4096,8192")
     ap.add_argument("--mem", action="store_true",
                     help="only compare peak memory (runs --bench --mem)")
     ap.add_argument("--bench", default="./bench_attention")
@@ -183,7 +198,7 @@ def main():
           f"{torch.cuda.get_device_name()}", flush=True)
     allrows = []
     for dt in args.dtypes.split(","):
-        cells, bes = grid(dt, args.quick)
+        cells, bes = grid(dt, args.quick, args)
         fg_tf32 = set_tf32(fg, dt == "tf32")
         note = " (flashgrad: strict fp32, no TF32 switch)" if dt == "tf32" and not fg_tf32 else ""
         rows = [cell(fg, dt, d, n, c, bes, args) for d, n, c in cells]
