@@ -6,8 +6,10 @@
  * general path); in bf16 autocast training every parameter's cached copy
  * equals fg_cast of the parameter bit for bit after each AdamW update,
  * which wrote it in place (the same buffer every step, nothing recast);
- * fg_linear (cuBLASLt bias epilogue, one node) forward and backward
- * against an fp64 reference in fp64, fp32 and bf16.
+ * fg_linear (cuBLASLt bias epilogue forward, the bias gradient in the
+ * weight gradient's BGRADA epilogue backward; one node) against an fp64
+ * reference in fp64, fp32 and bf16, and its bias gradient accumulating
+ * into an fp32 .grad under bf16 autocast over two backwards.
  * Exits 77 without a GPU (CUDA is touched only inside the forked tests). */
 #include <math.h>
 #include <string.h>
@@ -280,6 +282,68 @@ static void check_linear(fg_dtype dt, double tol)
     fgt_free_all(all, 9);
 }
 
+/* The bias gradient from the weight gradient's epilogue (BGRADA) under
+ * bf16 autocast: fp32 master w and b used through their cached bf16
+ * copies, so the bf16 db the epilogue writes (overwriting a fresh buffer)
+ * reaches b.grad through the cast's accumulation. Two backwards of two
+ * graphs must leave twice one backward's gradients (PyTorch semantics:
+ * .grad accumulates). Reference: fp64 sums of the bf16 values; each
+ * backward rounds dw and db to bf16 once (2^-9 relative), so 2^-7 of
+ * the largest entry. */
+START_TEST(test_linear_bgrad_accumulates)
+{
+    enum { B = 2, T = 45, K = 64, N = 72, MR = B * T };
+    fgt_rng r = fgt_rng_for(0x2e64);
+    fg_tensor *xc = fgt_rand(&r, FG_FP64, FG_SHAPE(B, T, K), 1.0, 0.01, 0);
+    fg_tensor *wc = fgt_rand(&r, FG_FP64, FG_SHAPE(K, N), 0.2, 0.001, 0);
+    fg_tensor *bc = fgt_rand(&r, FG_FP64, FG_SHAPE(N), 1.0, 0.01, 0);
+    fg_tensor *uc = fgt_rand(&r, FG_FP64, FG_SHAPE(B, T, N), 1.0, 0.01, 0);
+    fg_tensor *x = to_dev(xc, FG_BF16, 0), *u = to_dev(uc, FG_BF16, 0),
+              *w = to_dev(wc, FG_FP32, 1), *b = to_dev(bc, FG_FP32, 1);
+    double *hx = fgt_host(x), *hu = fgt_host(u);
+    double *dwr = calloc(K * N, 8), *dbr = calloc(N, 8);
+    for (int m = 0; m < MR; m++)
+        for (int n = 0; n < N; n++) {
+            dbr[n] += hu[m * N + n];
+            for (int k = 0; k < K; k++)
+                dwr[k * N + n] += hx[m * K + k] * hu[m * N + n];
+        }
+    for (int pass = 1; pass <= 2; pass++) {
+        fg_tensor *wa = NULL, *ba = NULL, *y = NULL;
+        FGT_OK(fg_cast_param(w, FG_BF16, &wa));
+        FGT_OK(fg_cast_param(b, FG_BF16, &ba));
+        FGT_OK(fg_linear(x, wa, ba, &y));
+        ck_assert_str_eq(fg_node_name(fg_tensor_grad_fn(y)), "LinearBackward");
+        FGT_OK(fg_backward_with(y, u));
+        const struct {
+            const char *what;
+            const fg_tensor *g;
+            const double *ref;
+            int n;
+        } gs[] = {{"dw", fg_tensor_grad(w), dwr, K * N},
+                  {"db", fg_tensor_grad(b), dbr, N}};
+        for (int i = 0; i < 2; i++) {
+            ck_assert(fg_tensor_dtype(gs[i].g) == FG_FP32);
+            double *got = fgt_host(gs[i].g);
+            for (int j = 0; j < gs[i].n; j++)
+                got[j] /= pass;
+            const double err = fgt_max_diff(got, gs[i].ref, gs[i].n) /
+                               fgt_max_abs(gs[i].ref, (size_t)gs[i].n);
+            ck_assert_msg(err <= 0.0078125, "pass %d %s: error %.3g", pass,
+                          gs[i].what, err);
+            free(got);
+        }
+        fg_tensor *all[] = {wa, ba, y};
+        fgt_free_all(all, 3);
+    }
+    double *bufs[] = {hx, hu, dwr, dbr};
+    for (int i = 0; i < 4; i++)
+        free(bufs[i]);
+    fg_tensor *all[] = {xc, wc, bc, uc, x, u, w, b};
+    fgt_free_all(all, 8);
+}
+END_TEST
+
 START_TEST(test_linear_epilogue)
 {
     check_linear(FG_FP64, 1e-12);
@@ -303,6 +367,7 @@ int main(void)
     tcase_add_test(tc, test_cast_backward_direct);
     tcase_add_test(tc, test_adamw_writes_copies);
     tcase_add_test(tc, test_linear_epilogue);
+    tcase_add_test(tc, test_linear_bgrad_accumulates);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }
