@@ -50,6 +50,18 @@ fg_status fg_cast_param(fg_tensor *x, fg_dtype dt, fg_tensor **out);
  * such kernel, fg_matmul then fg_add (their bits). */
 fg_status fg_linear(fg_tensor *x, fg_tensor *w, fg_tensor *b, fg_tensor **out);
 
+/* The MLP's body as one op: y = gelu(x w1 + b1) w2 + b2, x [..., C],
+ * w1 [C, H], b1 [H], w2 [H, D], b2 [D], GELU the tanh form (fg_gelu's),
+ * one dtype and device, recorded as one node ("MlpBackward", GEMM
+ * family). On CUDA two cuBLASLt GEMMs forward (bias + GELU, keeping the
+ * pre-activation, then bias) and four backward (the GELU's derivative
+ * and both bias gradients in the epilogues): no elementwise kernel, no
+ * reduction. On the CPU (and wherever cuBLASLt has no such kernel) the
+ * same function with fg_matmul, fg_add and fg_gelu's kernels, giving
+ * their bits forward and backward. */
+fg_status fg_mlp(fg_tensor *x, fg_tensor *w1, fg_tensor *b1, fg_tensor *w2,
+                 fg_tensor *b2, fg_tensor **out);
+
 /* ---- raw kernels: no checks, no recording, allocate in `dom` ---------- */
 
 /* c = op(a) op(b) (accumulate: c +=) as fg_matmul computes it (batch
