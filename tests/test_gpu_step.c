@@ -6,8 +6,12 @@
  * general path); in bf16 autocast training every parameter's cached copy
  * equals fg_cast of the parameter bit for bit after each AdamW update,
  * which wrote it in place (the same buffer every step, nothing recast);
- * fg_linear (cuBLASLt bias epilogue, one node) forward and backward
- * against an fp64 reference in fp64, fp32 and bf16.
+ * fg_linear (cuBLASLt bias epilogue forward, the bias gradient in the
+ * weight gradient's BGRADA epilogue backward; one node) against an fp64
+ * reference in fp64, fp32 and bf16, and its bias gradient accumulating
+ * into an fp32 .grad under bf16 autocast over two backwards; fg_mlp
+ * (GELU and bias gradients in epilogues) against an fp64 reference and
+ * against the unfused kernels in fp64, fp32 and bf16.
  * Exits 77 without a GPU (CUDA is touched only inside the forked tests). */
 #include <math.h>
 #include <string.h>
@@ -280,6 +284,199 @@ static void check_linear(fg_dtype dt, double tol)
     fgt_free_all(all, 9);
 }
 
+/* The bias gradient from the weight gradient's epilogue (BGRADA) under
+ * bf16 autocast: fp32 master w and b used through their cached bf16
+ * copies, so the bf16 db the epilogue writes (overwriting a fresh buffer)
+ * reaches b.grad through the cast's accumulation. Two backwards of two
+ * graphs must leave twice one backward's gradients (PyTorch semantics:
+ * .grad accumulates). Reference: fp64 sums of the bf16 values; each
+ * backward rounds dw and db to bf16 once (2^-9 relative), so 2^-7 of
+ * the largest entry. */
+START_TEST(test_linear_bgrad_accumulates)
+{
+    enum { B = 2, T = 45, K = 64, N = 72, MR = B * T };
+    fgt_rng r = fgt_rng_for(0x2e64);
+    fg_tensor *xc = fgt_rand(&r, FG_FP64, FG_SHAPE(B, T, K), 1.0, 0.01, 0);
+    fg_tensor *wc = fgt_rand(&r, FG_FP64, FG_SHAPE(K, N), 0.2, 0.001, 0);
+    fg_tensor *bc = fgt_rand(&r, FG_FP64, FG_SHAPE(N), 1.0, 0.01, 0);
+    fg_tensor *uc = fgt_rand(&r, FG_FP64, FG_SHAPE(B, T, N), 1.0, 0.01, 0);
+    fg_tensor *x = to_dev(xc, FG_BF16, 0), *u = to_dev(uc, FG_BF16, 0),
+              *w = to_dev(wc, FG_FP32, 1), *b = to_dev(bc, FG_FP32, 1);
+    double *hx = fgt_host(x), *hu = fgt_host(u);
+    double *dwr = calloc(K * N, 8), *dbr = calloc(N, 8);
+    for (int m = 0; m < MR; m++)
+        for (int n = 0; n < N; n++) {
+            dbr[n] += hu[m * N + n];
+            for (int k = 0; k < K; k++)
+                dwr[k * N + n] += hx[m * K + k] * hu[m * N + n];
+        }
+    for (int pass = 1; pass <= 2; pass++) {
+        fg_tensor *wa = NULL, *ba = NULL, *y = NULL;
+        FGT_OK(fg_cast_param(w, FG_BF16, &wa));
+        FGT_OK(fg_cast_param(b, FG_BF16, &ba));
+        FGT_OK(fg_linear(x, wa, ba, &y));
+        ck_assert_str_eq(fg_node_name(fg_tensor_grad_fn(y)), "LinearBackward");
+        FGT_OK(fg_backward_with(y, u));
+        const struct {
+            const char *what;
+            const fg_tensor *g;
+            const double *ref;
+            int n;
+        } gs[] = {{"dw", fg_tensor_grad(w), dwr, K * N},
+                  {"db", fg_tensor_grad(b), dbr, N}};
+        for (int i = 0; i < 2; i++) {
+            ck_assert(fg_tensor_dtype(gs[i].g) == FG_FP32);
+            double *got = fgt_host(gs[i].g);
+            for (int j = 0; j < gs[i].n; j++)
+                got[j] /= pass;
+            const double err = fgt_max_diff(got, gs[i].ref, gs[i].n) /
+                               fgt_max_abs(gs[i].ref, (size_t)gs[i].n);
+            ck_assert_msg(err <= 0.0078125, "pass %d %s: error %.3g", pass,
+                          gs[i].what, err);
+            free(got);
+        }
+        fg_tensor *all[] = {wa, ba, y};
+        fgt_free_all(all, 3);
+    }
+    double *bufs[] = {hx, hu, dwr, dbr};
+    for (int i = 0; i < 4; i++)
+        free(bufs[i]);
+    fg_tensor *all[] = {xc, wc, bc, uc, x, u, w, b};
+    fgt_free_all(all, 8);
+}
+END_TEST
+
+static double gelu_d(double v)
+{
+    return 0.5 * v * (1.0 + tanh(0.7978845608028654 *
+                                 (v + 0.044715 * v * v * v)));
+}
+static double gelu_grad_d(double v)
+{
+    const double k = 0.7978845608028654, c = 0.044715,
+                 t = tanh(k * (v + c * v * v * v));
+    return 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * k * (1.0 + 3.0 * c * v * v);
+}
+
+enum { MB = 3, MT = 37, MR = MB * MT, MC = 64, MH = 256, MD = 64 };
+
+/* y = gelu(x w1 + b1) w2 + b2 and its gradients for upstream u, in fp64
+ * loops over the given (already rounded) values: out[0] y, then dx, dw1,
+ * db1, dw2, db2. */
+static void mlp_reference(double *const *in, const double *u, double **out)
+{
+    const double *x = in[0], *w1 = in[1], *b1 = in[2], *w2 = in[3],
+                 *b2 = in[4];
+    double *h = calloc(MR * MH, 8), *dh = calloc(MR * MH, 8);
+    for (int m = 0; m < MR; m++)
+        for (int j = 0; j < MH; j++) {
+            double acc = b1[j], da = 0;
+            for (int k = 0; k < MC; k++)
+                acc += x[m * MC + k] * w1[k * MH + j];
+            h[m * MH + j] = acc;
+            for (int d = 0; d < MD; d++)
+                da += u[m * MD + d] * w2[j * MD + d];
+            dh[m * MH + j] = da * gelu_grad_d(acc);
+        }
+    for (int m = 0; m < MR; m++) {
+        for (int d = 0; d < MD; d++) {
+            double acc = b2[d];
+            for (int j = 0; j < MH; j++)
+                acc += gelu_d(h[m * MH + j]) * w2[j * MD + d];
+            out[0][m * MD + d] = acc;
+            out[5][d] += u[m * MD + d];
+        }
+        for (int j = 0; j < MH; j++) {
+            const double g = dh[m * MH + j], a = gelu_d(h[m * MH + j]);
+            out[3][j] += g;
+            for (int k = 0; k < MC; k++) {
+                out[1][m * MC + k] += g * w1[k * MH + j];
+                out[2][k * MH + j] += x[m * MC + k] * g;
+            }
+            for (int d = 0; d < MD; d++)
+                out[4][j * MD + d] += a * u[m * MD + d];
+        }
+    }
+    free(h);
+    free(dh);
+}
+
+/* fg_mlp on the GPU (GELU_AUX_BIAS and BIAS forward; BGRADA, DGELU_BGRAD
+ * and two plain GEMMs backward) against the fp64 reference on the same
+ * rounded values and against the unfused kernels (fg_linear, fg_gelu,
+ * fg_linear) on the GPU. Errors: max-abs relative to max |reference|.
+ * tol: fp64 1e-12; fp32 1e-3 (cuBLASLt's GELU is the tanh form, but its
+ * tanh may be a hardware approximation of ~2^-11; the measured errors are
+ * printed); bf16 2^-5 (the inputs are exact, but h, gelu(h), y and every
+ * gradient are rounded to bf16 once or twice on the way). */
+static void check_mlp(fg_dtype dt, double tol)
+{
+    static const int64_t shapes[5][3] = {
+        {MB, MT, MC}, {MC, MH, 0}, {MH, 0, 0}, {MH, MD, 0}, {MD, 0, 0}};
+    static const int nds[5] = {3, 2, 1, 2, 1};
+    static const double amp[5] = {1.5, 0.25, 0.5, 0.1, 0.5};
+    static const char *const names[6] = {"y", "dx", "dw1", "db1", "dw2",
+                                         "db2"};
+    fgt_rng r = fgt_rng_for(0x2e65 + dt);
+    fg_tensor *f[5], *uf[5], *hc[5];
+    double *hv[5];
+    for (int i = 0; i < 5; i++) {
+        hc[i] = fgt_rand(&r, FG_FP64, nds[i], shapes[i], amp[i], 0.001, 0);
+        f[i] = to_dev(hc[i], dt, 1);
+        uf[i] = to_dev(hc[i], dt, 1);
+        hv[i] = fgt_host(f[i]); /* the values as rounded to dt */
+    }
+    fg_tensor *uc = fgt_rand(&r, FG_FP64, FG_SHAPE(MB, MT, MD), 1.0, 0.01, 0);
+    fg_tensor *u = to_dev(uc, dt, 0);
+    double *hu = fgt_host(u);
+    const int64_t n[6] = {MR * MD, MR * MC, MC * MH, MH, MH * MD, MD};
+    double *ref[6];
+    for (int i = 0; i < 6; i++)
+        ref[i] = calloc((size_t)n[i], 8);
+    mlp_reference(hv, hu, ref);
+    fg_tensor *y = NULL, *yu = NULL, *h = NULL, *a = NULL;
+    FGT_OK(fg_mlp(f[0], f[1], f[2], f[3], f[4], &y));
+    ck_assert_str_eq(fg_node_name(fg_tensor_grad_fn(y)), "MlpBackward");
+    FGT_OK(fg_backward_with(y, u));
+    FGT_OK(fg_linear(uf[0], uf[1], uf[2], &h));
+    FGT_OK(fg_gelu(h, &a));
+    FGT_OK(fg_linear(a, uf[3], uf[4], &yu));
+    FGT_OK(fg_backward_with(yu, u));
+    for (int i = 0; i < 6; i++) {
+        const fg_tensor *got = i ? fg_tensor_grad(f[i - 1]) : y,
+                        *unf = i ? fg_tensor_grad(uf[i - 1]) : yu;
+        double *g = fgt_host(got), *gu = fgt_host(unf);
+        const double scale = fgt_max_abs(ref[i], (size_t)n[i]),
+                     err = fgt_max_diff(g, ref[i], n[i]) / scale,
+                     err_u = fgt_max_diff(g, gu, n[i]) / scale;
+        fprintf(stderr, "fg_mlp %s %s: error %.3g (fused vs unfused %.3g)\n",
+                fg_dtype_name(dt), names[i], err, err_u);
+        ck_assert_msg(err <= tol && err_u <= tol,
+                      "%s %s: error %.3g, vs unfused %.3g > %.3g",
+                      fg_dtype_name(dt), names[i], err, err_u, tol);
+        free(g);
+        free(gu);
+    }
+    for (int i = 0; i < 6; i++)
+        free(ref[i]);
+    for (int i = 0; i < 5; i++)
+        free(hv[i]);
+    free(hu);
+    fgt_free_all(f, 5);
+    fgt_free_all(uf, 5);
+    fgt_free_all(hc, 5);
+    fg_tensor *all[] = {uc, u, y, yu, h, a};
+    fgt_free_all(all, 6);
+}
+
+START_TEST(test_mlp_epilogues)
+{
+    check_mlp(FG_FP64, 1e-12);
+    check_mlp(FG_FP32, 1e-3);
+    check_mlp(FG_BF16, 0.03125);
+}
+END_TEST
+
 START_TEST(test_linear_epilogue)
 {
     check_linear(FG_FP64, 1e-12);
@@ -303,6 +500,8 @@ int main(void)
     tcase_add_test(tc, test_cast_backward_direct);
     tcase_add_test(tc, test_adamw_writes_copies);
     tcase_add_test(tc, test_linear_epilogue);
+    tcase_add_test(tc, test_linear_bgrad_accumulates);
+    tcase_add_test(tc, test_mlp_epilogues);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }

@@ -53,7 +53,7 @@
 extern "C" {
 #endif
 
-#define FG_CUDA_BACKEND_ABI 2
+#define FG_CUDA_BACKEND_ABI 3
 #define FG_CUDA_BACKEND_NAME "libflashgrad-cuda.so"
 
 /* F(ret, name, params, args, fallback): an entry point returning a value;
@@ -141,10 +141,8 @@ extern "C" {
     F(fg_status, fg_cuda_zero_many, (void *const *ptrs, const size_t *bytes, \
       int n), (ptrs, bytes, n), fg_cuda_backend_fail("fg_zero_grad"))         \
     /* lib/ops/cuda_ops_blas.h (the rest is below) */                         \
-    F(fg_status, fg_cuda_gemm_bias,                                            \
-      (fg_dtype dt, int64_t M, int64_t N, int64_t K, const void *A,            \
-       const void *W, const void *bias, void *C, int *done),                   \
-      (dt, M, N, K, A, W, bias, C, done), fg_cuda_backend_fail("fg_linear"))   \
+    F(fg_status, fg_cuda_gemm_lt, (const fg_cuda_lt_gemm *g, int *done),      \
+      (g, done), fg_cuda_backend_fail("fg_linear"))                            \
     /* lib/ops/cuda_ops_ew.h */                                                \
     F(fg_status, fg_cuda_ew_binary,                                            \
       (fg_ew_binary op, fg_tensor *y, const fg_tensor *a, const fg_tensor *b), \

@@ -1,8 +1,14 @@
-/* kernels/ops/gemm_lt.cu - the GEMM with the bias in its epilogue (fg_linear
- * on CUDA), through cuBLASLt: C = A W + bias in one kernel instead of a
- * GEMM and an add. Row-major onto column-major as in gemm_cuda.cu: cuBLASLt
- * computes C^T (N x M) = W^T (N x K) A^T (K x M), whose rows are C's
- * columns, so CUBLASLT_EPILOGUE_BIAS's per-row bias is the [N] bias. */
+/* kernels/ops/gemm_lt.cu - GEMMs with a cuBLASLt epilogue (fg_linear's
+ * bias, the MLP's GELU, their gradients): the bias add, the GELU and its
+ * derivative, and the bias gradients' column sums happen in the GEMM's
+ * epilogue instead of separate kernels.
+ *
+ * Row-major onto column-major as in gemm_cuda.cu: cuBLASLt computes
+ * C^T (N x M) = op(B)^T op(A)^T, so its matrix "A" is our B and its "B"
+ * is our A, and its per-row vectors (bias, bias gradient) are per column
+ * of our C. Hence FG_LT_BGRAD_B is CUBLASLT_EPILOGUE_BGRADA (the sums of
+ * cuBLASLt's A over k, which must be op N there: our B untransposed), and
+ * the aux matrix is C-shaped with leading dimension N. */
 #include <mutex>
 
 #include <cublasLt.h>
@@ -18,7 +24,7 @@ namespace {
 
 constexpr size_t kWorkspace = (size_t)4 << 20; /* bytes, per call */
 
-std::mutex g_lt_mu;
+std::mutex g_lt_mu; /* the handle and the algorithm cache */
 cublasLtHandle_t g_lt = nullptr; /* process-wide, as the cuBLAS handle */
 
 fg_status lt_handle(cublasLtHandle_t *out)
@@ -28,6 +34,63 @@ fg_status lt_handle(cublasLtHandle_t *out)
         FG_CUBLAS_TRY(cublasLtCreate(&g_lt));
     *out = g_lt;
     return FG_OK;
+}
+
+/* Largest power of two (<= 256) dividing the address: what an algorithm
+ * may assume about the pointer (cuBLASLt assumes 256 unless told). */
+uint32_t align_of(const void *p)
+{
+    const uintptr_t a = (uintptr_t)p;
+    return a == 0 || (a & 255) == 0 ? 256u : (uint32_t)(a & (~a + 1));
+}
+
+/* The heuristic's answer per problem: querying it costs more host time
+ * than the launch, and a training step repeats a few dozen shapes. The
+ * key holds everything the descriptors say, pointer alignments included
+ * (the heuristic reads the bias and aux pointers' alignment). */
+struct LtKey {
+    int dt, ct, epi, ta, tb;
+    int64_t M, N, K;
+    uint32_t align[5]; /* cuBLASLt's A (our B), its B (our A), C, bias,
+                          aux */
+    bool operator==(const LtKey &o) const
+    {
+        if (dt != o.dt || ct != o.ct || epi != o.epi || ta != o.ta ||
+            tb != o.tb || M != o.M || N != o.N || K != o.K)
+            return false;
+        for (int i = 0; i < 5; i++)
+            if (align[i] != o.align[i])
+                return false;
+        return true;
+    }
+};
+
+struct LtEntry {
+    LtKey key;
+    int found; /* 0: cuBLASLt has no algorithm for it */
+    cublasLtMatmulAlgo_t algo;
+};
+
+constexpr int kCache = 128;
+LtEntry g_cache[kCache];
+int g_cached = 0, g_next = 0; /* entries used; next to replace when full */
+
+bool cache_get(const LtKey &k, LtEntry *out)
+{
+    std::lock_guard<std::mutex> lock(g_lt_mu);
+    for (int i = 0; i < g_cached; i++)
+        if (g_cache[i].key == k) {
+            *out = g_cache[i];
+            return true;
+        }
+    return false;
+}
+
+void cache_put(const LtEntry &e)
+{
+    std::lock_guard<std::mutex> lock(g_lt_mu);
+    const int i = g_cached < kCache ? g_cached++ : g_next++ % kCache;
+    g_cache[i] = e;
 }
 
 /* Descriptors released on every path out. */
@@ -53,71 +116,142 @@ struct LtCall {
     }
 };
 
-} // namespace
-
-extern "C" fg_status fg_cuda_gemm_bias(fg_dtype dt, int64_t M, int64_t N,
-                                       int64_t K, const void *A,
-                                       const void *W, const void *bias,
-                                       void *C, int *done)
+cublasLtEpilogue_t lt_epilogue(fg_lt_epilogue e)
 {
-    *done = 0;
-    if (M <= 0 || N <= 0 || K <= 0 || M > INT32_MAX || N > INT32_MAX ||
-        K > INT32_MAX)
-        return FG_OK; /* the unfused path handles (or rejects) these */
-    if (dt != FG_FP64 && dt != FG_FP32 && dt != FG_FP16 && dt != FG_BF16)
+    switch (e) {
+    case FG_LT_BIAS: return CUBLASLT_EPILOGUE_BIAS;
+    case FG_LT_GELU_AUX_BIAS: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case FG_LT_DGELU: return CUBLASLT_EPILOGUE_DGELU;
+    case FG_LT_DGELU_BGRAD: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    case FG_LT_BGRAD_B: return CUBLASLT_EPILOGUE_BGRADA;
+    default: return CUBLASLT_EPILOGUE_DEFAULT;
+    }
+}
+
+template <class T>
+fg_status set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
+                   const T &v)
+{
+    FG_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d, a, &v, sizeof v));
+    return FG_OK;
+}
+
+/* The descriptors of g (see the file's comment for the mapping). */
+fg_status describe(const fg_cuda_lt_gemm *g, cudaDataType ty,
+                   cublasComputeType_t ct, LtCall *lc)
+{
+    const cudaDataType scale = g->dt == FG_FP64 ? CUDA_R_64F : CUDA_R_32F;
+    FG_CUBLAS_TRY(cublasLtMatmulDescCreate(&lc->op, ct, scale));
+    const cublasOperation_t opa = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            opb = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    FG_TRY(set_attr(lc->op, CUBLASLT_MATMUL_DESC_TRANSA, opa));
+    FG_TRY(set_attr(lc->op, CUBLASLT_MATMUL_DESC_TRANSB, opb));
+    FG_TRY(set_attr(lc->op, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                    lt_epilogue(g->epilogue)));
+    if (g->epilogue != FG_LT_DEFAULT && g->epilogue != FG_LT_DGELU)
+        FG_TRY(set_attr(lc->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g->bias));
+    if (g->aux) {
+        const int64_t ld = g->N;
+        FG_TRY(set_attr(lc->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                        g->aux));
+        FG_TRY(set_attr(lc->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, ld));
+    }
+    const uint64_t M = (uint64_t)g->M, N = (uint64_t)g->N,
+                   K = (uint64_t)g->K;
+    /* cuBLASLt's A = our B^T: N x K (ld N) stored [K, N], or as op T of
+     * K x N (ld K) stored [N, K]; its B = our A^T likewise. */
+    FG_CUBLAS_TRY(g->tb ? cublasLtMatrixLayoutCreate(&lc->a, ty, K, N, K)
+                        : cublasLtMatrixLayoutCreate(&lc->a, ty, N, K, N));
+    FG_CUBLAS_TRY(g->ta ? cublasLtMatrixLayoutCreate(&lc->b, ty, M, K, M)
+                        : cublasLtMatrixLayoutCreate(&lc->b, ty, K, M, K));
+    FG_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&lc->c, ty, N, M, N));
+    return FG_OK;
+}
+
+/* The algorithm for g: from the cache, or asked of the heuristic (with
+ * the pointers' alignments) and cached. entry->found 0: none. */
+fg_status choose(cublasLtHandle_t h, const fg_cuda_lt_gemm *g, LtCall *lc,
+                 const LtKey &key, LtEntry *entry)
+{
+    if (cache_get(key, entry))
         return FG_OK;
-    cudaDataType ty;
-    cublasComputeType_t ct;
-    fg_gemm_types(dt, &ty, &ct);
-    const cudaDataType scale = dt == FG_FP64 ? CUDA_R_64F : CUDA_R_32F;
-    cublasLtHandle_t h = nullptr;
-    FG_TRY(lt_handle(&h));
-    LtCall lc;
-    FG_CUBLAS_TRY(cublasLtMatmulDescCreate(&lc.op, ct, scale));
-    const cublasOperation_t nt = CUBLAS_OP_N;
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    FG_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
-        lc.op, CUBLASLT_MATMUL_DESC_TRANSA, &nt, sizeof nt));
-    FG_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
-        lc.op, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof nt));
-    FG_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
-        lc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    FG_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
-        lc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    /* column-major: W^T is N x K (ld N), A^T is K x M (ld K), C^T N x M */
-    FG_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&lc.a, ty, (uint64_t)N,
-                                             (uint64_t)K, N));
-    FG_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&lc.b, ty, (uint64_t)K,
-                                             (uint64_t)M, K));
-    FG_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&lc.c, ty, (uint64_t)N,
-                                             (uint64_t)M, N));
-    FG_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&lc.pref));
+    FG_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&lc->pref));
     const size_t ws = kWorkspace;
     FG_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
-        lc.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+        lc->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     /* split-K partials summed in the compute type, never in bf16/fp16 (as
      * gemm_cuda.cu's DISALLOW_REDUCED_PRECISION_REDUCTION) */
     const uint32_t red = CUBLASLT_REDUCTION_SCHEME_INPLACE |
                          CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     FG_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
-        lc.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red,
+        lc->pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red,
         sizeof red));
+    const cublasLtMatmulPreferenceAttributes_t al[3] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES};
+    for (int i = 0; i < 3; i++)
+        FG_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
+            lc->pref, al[i], &key.align[i], sizeof key.align[i]));
+    FG_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
+        lc->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align[2],
+        sizeof key.align[2]));
     cublasLtMatmulHeuristicResult_t hr;
     int found = 0;
     const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(
-        h, lc.op, lc.a, lc.b, lc.c, lc.c, lc.pref, 1, &hr, &found);
-    if (hs == CUBLAS_STATUS_NOT_SUPPORTED || (hs == CUBLAS_STATUS_SUCCESS &&
-                                              found == 0))
+        h, lc->op, lc->a, lc->b, lc->c, lc->c, lc->pref, 1, &hr, &found);
+    if (hs != CUBLAS_STATUS_NOT_SUPPORTED)
+        FG_CUBLAS_TRY(hs);
+    entry->key = key;
+    entry->found = hs == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (entry->found)
+        entry->algo = hr.algo;
+    cache_put(*entry);
+    return FG_OK;
+}
+
+} // namespace
+
+extern "C" fg_status fg_cuda_gemm_lt(const fg_cuda_lt_gemm *g, int *done)
+{
+    *done = 0;
+    if (g->M <= 0 || g->N <= 0 || g->K <= 0 || g->M > INT32_MAX ||
+        g->N > INT32_MAX || g->K > INT32_MAX)
+        return FG_OK; /* the unfused path handles (or rejects) these */
+    if (g->dt != FG_FP64 && g->dt != FG_FP32 && g->dt != FG_FP16 &&
+        g->dt != FG_BF16)
+        return FG_OK;
+    const int gelu = g->epilogue == FG_LT_GELU_AUX_BIAS ||
+                     g->epilogue == FG_LT_DGELU ||
+                     g->epilogue == FG_LT_DGELU_BGRAD;
+    if (gelu != (g->aux != nullptr) || (gelu && g->N % 8 != 0))
+        return FG_OK; /* cuBLASLt wants the aux's ld divisible by 8 */
+    if (g->epilogue == FG_LT_BGRAD_B && g->tb)
+        return FG_OK; /* BGRADA takes cuBLASLt's A untransposed only */
+    cudaDataType ty;
+    cublasComputeType_t ct;
+    fg_gemm_types(g->dt, &ty, &ct);
+    cublasLtHandle_t h = nullptr;
+    FG_TRY(lt_handle(&h));
+    LtCall lc;
+    FG_TRY(describe(g, ty, ct, &lc));
+    const LtKey key = {(int)g->dt, (int)ct, (int)g->epilogue, g->ta, g->tb,
+                       g->M, g->N, g->K,
+                       {align_of(g->B), align_of(g->A), align_of(g->C),
+                        align_of(g->bias), align_of(g->aux)}};
+    LtEntry e;
+    FG_TRY(choose(h, g, &lc, key, &e));
+    if (!e.found)
         return FG_OK; /* no fused kernel for this: *done stays 0 */
-    FG_CUBLAS_TRY(hs);
     FG_TRY(fg_cuda_mem_alloc(kWorkspace, &lc.ws));
     const double ad = 1.0, bd = 0.0;
     const float af = 1.0f, bf = 0.0f;
-    const void *alpha = dt == FG_FP64 ? (const void *)&ad : (const void *)&af;
-    const void *beta = dt == FG_FP64 ? (const void *)&bd : (const void *)&bf;
-    FG_CUBLAS_TRY(cublasLtMatmul(h, lc.op, alpha, W, lc.a, A, lc.b, beta, C,
-                                 lc.c, C, lc.c, &hr.algo, lc.ws, kWorkspace,
-                                 fg_cuda_stream()));
+    const int f64 = g->dt == FG_FP64;
+    const void *alpha = f64 ? (const void *)&ad : (const void *)&af;
+    const void *beta = f64 ? (const void *)&bd : (const void *)&bf;
+    FG_CUBLAS_TRY(cublasLtMatmul(h, lc.op, alpha, g->B, lc.a, g->A, lc.b,
+                                 beta, g->C, lc.c, g->C, lc.c, &e.algo, lc.ws,
+                                 kWorkspace, fg_cuda_stream()));
     *done = 1;
     return FG_OK;
 }

@@ -34,6 +34,7 @@ static int op_family(const fg_op_def *op)
         int family;
     } known[] = {{"MatmulBackward", FG_PROF_GEMM},
                  {"LinearBackward", FG_PROF_GEMM},
+                 {"MlpBackward", FG_PROF_GEMM},
                  {"AttentionBackward", FG_PROF_ATTENTION},
                  {"LayerNormBackward", FG_PROF_LAYERNORM},
                  {"CrossEntropyBackward", FG_PROF_XENT}};

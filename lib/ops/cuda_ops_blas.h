@@ -70,16 +70,43 @@ fg_status fg_cuda_gemm(fg_dtype dt, int64_t M, int64_t N, int64_t K,
                        int64_t c_cs, int64_t batch, int64_t sA, int64_t sB,
                        int64_t sC);
 
-/* C = A W + bias (bias broadcast over the rows) in one cuBLASLt call with
- * CUBLASLT_EPILOGUE_BIAS: A [M, K], W [K, N], C [M, N] row-major
- * contiguous, bias [N], all of dtype dt (compute as fg_cuda_gemm: fp32
- * accumulation for fp16/bf16, TF32 only when allowed, fp64 for fp64; no
- * reduced-precision split-K). *done = 0 (and FG_OK, nothing enqueued)
- * when cuBLASLt offers no algorithm for it: the caller then runs the GEMM
- * and the add. Asynchronous. */
-fg_status fg_cuda_gemm_bias(fg_dtype dt, int64_t M, int64_t N, int64_t K,
-                            const void *A, const void *W, const void *bias,
-                            void *C, int *done);
+/* One cuBLASLt GEMM with an epilogue (kernels/ops/gemm_lt.cu):
+ *     C [M, N] = op(A) [M, K] op(B) [K, N]   then the epilogue below,
+ * every matrix row-major and contiguous: A is stored [M, K] (ta 0) or
+ * [K, M] (ta 1), B [K, N] (tb 0) or [N, K] (tb 1). One dtype dt for A, B,
+ * C, bias and aux; compute as fg_cuda_gemm (fp32 accumulation for
+ * fp16/bf16, TF32 only when allowed, fp64 for fp64; no reduced-precision
+ * split-K). "Per column" means a vector [N] indexed by C's column. */
+typedef enum fg_lt_epilogue {
+    FG_LT_DEFAULT,       /* the product alone */
+    FG_LT_BIAS,          /* C += bias (input, per column) */
+    FG_LT_GELU_AUX_BIAS, /* aux = product + bias; C = gelu(aux) (tanh form);
+                            aux [M, N] is written (the pre-activation) */
+    FG_LT_DGELU,         /* C = product * gelu'(aux); aux is read */
+    FG_LT_DGELU_BGRAD,   /* as FG_LT_DGELU, and bias (output, per column)
+                            = C's column sums */
+    FG_LT_BGRAD_B        /* bias (output, per column) = B's column sums
+                            over its K rows (needs tb 0): a weight
+                            gradient's GEMM giving the bias gradient */
+} fg_lt_epilogue;
+
+typedef struct fg_cuda_lt_gemm {
+    fg_dtype dt;
+    int64_t M, N, K;
+    const void *A, *B;
+    int ta, tb;
+    void *C;
+    fg_lt_epilogue epilogue;
+    void *bias; /* read (BIAS, GELU_AUX_BIAS) or overwritten (the BGRADs) */
+    void *aux;  /* [M, N] like C (the GELU epilogues); N % 8 == 0 */
+} fg_cuda_lt_gemm;
+
+/* Runs g on the context stream. *done = 0 (FG_OK, nothing enqueued)
+ * when cuBLASLt offers no algorithm for it, or the shape is outside what
+ * it takes (sizes over INT32_MAX, N % 8 != 0 with aux, BGRAD_B with tb
+ * 1): the caller then computes the same thing with separate kernels.
+ * The algorithm chosen for a shape is cached. Asynchronous. */
+fg_status fg_cuda_gemm_lt(const fg_cuda_lt_gemm *g, int *done);
 
 /* ---- optimizer ---------------------------------------------------------------
  * Both kernels walk a table of per-tensor descriptors in device memory with

@@ -45,11 +45,34 @@ fg_status fg_cast_param(fg_tensor *x, fg_dtype dt, fg_tensor **out);
 /* x [..., K] w [K, N] + b [N] (b NULL: fg_matmul), recorded. On CUDA
  * with contiguous operands of one dtype: one cuBLASLt GEMM with the bias
  * in its epilogue (accumulated in fp32, rounded once) and one node whose
- * backward is fg_matmul's plus fg_add's bias reduction; elsewhere, or
- * where cuBLASLt has no such kernel, fg_matmul then fg_add (their bits). */
+ * backward is two GEMMs, the bias gradient in the weight gradient's
+ * epilogue (lib/ops/ops_linear.c); elsewhere, or where cuBLASLt has no
+ * such kernel, fg_matmul then fg_add (their bits). */
 fg_status fg_linear(fg_tensor *x, fg_tensor *w, fg_tensor *b, fg_tensor **out);
 
+/* The MLP's body as one op: y = gelu(x w1 + b1) w2 + b2, x [..., C],
+ * w1 [C, H], b1 [H], w2 [H, D], b2 [D], GELU the tanh form (fg_gelu's),
+ * one dtype and device, recorded as one node ("MlpBackward", GEMM
+ * family). On CUDA two cuBLASLt GEMMs forward (bias + GELU, keeping the
+ * pre-activation, then bias) and four backward (the GELU's derivative
+ * and both bias gradients in the epilogues): no elementwise kernel, no
+ * reduction. On the CPU (and wherever cuBLASLt has no such kernel) the
+ * same function with fg_matmul, fg_add and fg_gelu's kernels, giving
+ * their bits forward and backward. */
+fg_status fg_mlp(fg_tensor *x, fg_tensor *w1, fg_tensor *b1, fg_tensor *w2,
+                 fg_tensor *b2, fg_tensor **out);
+
 /* ---- raw kernels: no checks, no recording, allocate in `dom` ---------- */
+
+/* c = op(a) op(b) (accumulate: c +=) as fg_matmul computes it (batch
+ * folding and broadcasting included); c has the product's shape. */
+fg_status fg_matmul_raw(fg_tensor *a, int ta, fg_tensor *b, int tb,
+                        fg_tensor *c, int accumulate);
+/* fg_matmul's backward: *ga = dC op(b)^T (if need_a), *gb = op(a)^T dC
+ * (if need_b), each zeroed then added to, in the backward's domain. */
+fg_status fg_matmul_grads(const fg_tensor *a, int ta, const fg_tensor *b,
+                          int tb, fg_tensor *g, int need_a, int need_b,
+                          fg_tensor **ga, fg_tensor **gb);
 
 typedef enum fg_ew_binary {
     FG_EW_ADD, FG_EW_SUB, FG_EW_MUL, FG_EW_DIV,

@@ -280,44 +280,41 @@ static fg_status device_ok(const char *fn, fg_device dev, fg_dtype dt)
     return fg_op_unsupported(fn, dev);
 }
 
-static fg_status matmul_backward(fg_node *n, fg_tensor *const *g,
-                                 fg_tensor **gin)
+fg_status fg_matmul_grads(const fg_tensor *a0, int ta, const fg_tensor *b0,
+                          int tb, fg_tensor *g, int need_a, int need_b,
+                          fg_tensor **ga, fg_tensor **gb)
 {
-    const mm_extra *ex = fg_node_extra(n);
-    const fg_tensor *a0 = fg_node_saved(n, 0), *b0 = fg_node_saved(n, 1);
     bmm_problem p;
-    problem(&p, a0, b0, ex->ta, ex->tb);
-    FG_TRY(device_ok("MatmulBackward", g[0]->device, g[0]->dtype));
+    problem(&p, a0, b0, ta, tb);
+    FG_TRY(device_ok("MatmulBackward", g->device, g->dtype));
     fg_arena *dom = fg_bw_domain();
-    const fg_tensor *a = a0, *b = b0, *gc = g[0];
+    const fg_tensor *a = a0, *b = b0, *gc = g;
     fg_tensor *tmp[3] = {NULL, NULL, NULL}, *da = NULL, *db = NULL;
-    fg_status s = gemm_operand(g[0], dom, &gc, &tmp[0]);
+    fg_status s = gemm_operand(g, dom, &gc, &tmp[0]);
     if (s == FG_OK)
         s = gemm_operand(a0, dom, &a, &tmp[1]);
     if (s == FG_OK)
         s = gemm_operand(b0, dom, &b, &tmp[2]);
     const mat dc = describe(gc, 0, &p);
-    if (s == FG_OK && fg_node_needs_grad(n, 0)) {
+    if (s == FG_OK && need_a) {
         /* op(a) grad [M, K] = dC [M, N] op(b)^T [N, K] */
         s = fg_tensor_new_like(dom, a0, 1, &da);
         if (s == FG_OK) {
             bmm_problem q = p;
             q.N = p.K;
             q.K = p.N;
-            mat A = dc, B = describe(b, !ex->tb, &p),
-                C = describe(da, ex->ta, &p);
+            mat A = dc, B = describe(b, !tb, &p), C = describe(da, ta, &p);
             s = bmm(&q, &A, &B, &C, 1);
         }
     }
-    if (s == FG_OK && fg_node_needs_grad(n, 1)) {
+    if (s == FG_OK && need_b) {
         /* op(b) grad [K, N] = op(a)^T [K, M] dC [M, N] */
         s = fg_tensor_new_like(dom, b0, 1, &db);
         if (s == FG_OK) {
             bmm_problem q = p;
             q.M = p.K;
             q.K = p.M;
-            mat A = describe(a, !ex->ta, &p), B = dc,
-                C = describe(db, ex->tb, &p);
+            mat A = describe(a, !ta, &p), B = dc, C = describe(db, tb, &p);
             s = bmm(&q, &A, &B, &C, 1);
         }
     }
@@ -328,9 +325,41 @@ static fg_status matmul_backward(fg_node *n, fg_tensor *const *g,
         fg_tensor_free(db);
         return s;
     }
-    gin[0] = da;
-    gin[1] = db;
+    *ga = da;
+    *gb = db;
     return FG_OK;
+}
+
+static fg_status matmul_backward(fg_node *n, fg_tensor *const *g,
+                                 fg_tensor **gin)
+{
+    const mm_extra *ex = fg_node_extra(n);
+    return fg_matmul_grads(fg_node_saved(n, 0), ex->ta, fg_node_saved(n, 1),
+                           ex->tb, g[0], fg_node_needs_grad(n, 0),
+                           fg_node_needs_grad(n, 1), &gin[0], &gin[1]);
+}
+
+fg_status fg_matmul_raw(fg_tensor *a, int ta, fg_tensor *b, int tb,
+                        fg_tensor *c, int accumulate)
+{
+    bmm_problem p;
+    problem(&p, a, b, ta, tb);
+    FG_TRY(device_ok("fg_matmul", a->device, a->dtype));
+    fg_tensor *in[2] = {a, b};
+    fg_arena *dom = fg_alloc_domain(in, 2);
+    const fg_tensor *ua = a, *ub = b;
+    fg_tensor *xa = NULL, *xb = NULL;
+    fg_status s = gemm_operand(a, dom, &ua, &xa);
+    if (s == FG_OK)
+        s = gemm_operand(b, dom, &ub, &xb);
+    if (s == FG_OK) {
+        mat A = describe(ua, ta, &p), B = describe(ub, tb, &p),
+            C = describe(c, 0, &p);
+        s = bmm(&p, &A, &B, &C, accumulate);
+    }
+    fg_tensor_free(xa);
+    fg_tensor_free(xb);
+    return s;
 }
 
 static const fg_op_def matmul_def = {"MatmulBackward", matmul_backward, NULL};
@@ -377,18 +406,7 @@ static fg_status fg_matmul_impl(fg_tensor *a, fg_tensor *b, int trans_a,
     fg_tensor *in[2] = {a, b}, *y;
     fg_arena *dom = fg_alloc_domain(in, 2);
     FG_TRY(fg_tensor_new(dom, a->dtype, a->device, p.bnd + 2, shape, &y));
-    const fg_tensor *ua = a, *ub = b;
-    fg_tensor *ta = NULL, *tb = NULL;
-    fg_status s = gemm_operand(a, dom, &ua, &ta);
-    if (s == FG_OK)
-        s = gemm_operand(b, dom, &ub, &tb);
-    if (s == FG_OK) {
-        mat A = describe(ua, trans_a, &p), B = describe(ub, trans_b, &p),
-            C = describe(y, 0, &p);
-        s = bmm(&p, &A, &B, &C, 0);
-    }
-    fg_tensor_free(ta);
-    fg_tensor_free(tb);
+    fg_status s = fg_matmul_raw(a, trans_a, b, trans_b, y, 0);
     if (s != FG_OK) {
         fg_tensor_free(y);
         return s;
@@ -403,94 +421,4 @@ fg_status fg_matmul(fg_tensor *a, fg_tensor *b, int trans_a, int trans_b,
                     fg_tensor **out)
 {
     FG_PROF_RETURN(FG_PROF_GEMM, fg_matmul_impl(a, b, trans_a, trans_b, out));
-}
-
-/* ---- linear: x w + b with the bias in the GEMM's epilogue --------------- */
-
-#ifdef FG_HAVE_CUDA
-
-/* Inputs x, w, b; saved x, w (as fg_matmul's node: matmul_backward reads
- * inputs 0 and 1). db = dC summed over the rows, as fg_add's backward. */
-static fg_status linear_backward(fg_node *n, fg_tensor *const *g,
-                                 fg_tensor **gin)
-{
-    FG_TRY(matmul_backward(n, g, gin));
-    if (!fg_node_needs_grad(n, 2))
-        return FG_OK;
-    fg_meta m;
-    fg_node_input_meta(n, 2, &m);
-    fg_status s = fg_sum_to_shape(g[0], m.nd, m.shape, &gin[2]);
-    if (s != FG_OK) {
-        fg_tensor_free(gin[0]);
-        fg_tensor_free(gin[1]);
-        gin[0] = gin[1] = NULL;
-    }
-    return s;
-}
-
-static const fg_op_def linear_def = {"LinearBackward", linear_backward, NULL};
-
-/* The fused forward where cuBLASLt has it: x [..., K] and w [K, N]
- * contiguous, b [N], one dtype, on CUDA. *y NULL (and FG_OK) when it does
- * not apply: the caller composes fg_matmul and fg_add instead. */
-static fg_status linear_fused(fg_tensor *x, fg_tensor *w, fg_tensor *b,
-                              fg_tensor **y)
-{
-    *y = NULL;
-    if (x->device != FG_DEVICE_CUDA || w->device != x->device ||
-        b->device != x->device || w->dtype != x->dtype ||
-        b->dtype != x->dtype || x->nd < 2 || w->nd != 2 || b->nd != 1 ||
-        !fg_tensor_is_contiguous(x) || !fg_tensor_is_contiguous(w) ||
-        !fg_tensor_is_contiguous(b) || x->shape[x->nd - 1] != w->shape[0] ||
-        b->shape[0] != w->shape[1] || x->numel == 0 || w->numel == 0)
-        return FG_OK;
-    const int64_t K = w->shape[0], N = w->shape[1], M = x->numel / K;
-    int64_t shape[FG_MAX_DIMS];
-    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->nd);
-    shape[x->nd - 1] = N;
-    fg_tensor *in[3] = {x, w, b}, *out;
-    FG_TRY(fg_tensor_new(fg_alloc_domain(in, 3), x->dtype, x->device, x->nd,
-                         shape, &out));
-    int done = 0;
-    fg_status s = fg_cuda_gemm_bias(x->dtype, M, N, K, fg_tensor_base(x),
-                                    fg_tensor_base(w), fg_tensor_base(b),
-                                    fg_tensor_base(out), &done);
-    if (s != FG_OK || !done) {
-        fg_tensor_free(out);
-        return s;
-    }
-    mm_extra ex = {0, 0};
-    FG_TRY(fg_op_finish(&linear_def, in, 3, &out, 1, in, 2, &ex, sizeof ex));
-    *y = out;
-    return FG_OK;
-}
-#endif
-
-static fg_status fg_linear_impl(fg_tensor *x, fg_tensor *w, fg_tensor *b,
-                                fg_tensor **out)
-{
-    FG_TRY(fg_op_check_out("fg_linear", out));
-    if (!b)
-        return fg_matmul_impl(x, w, 0, 0, out);
-    FG_TRY(fg_op_check2("fg_linear", x, w));
-    FG_TRY(fg_op_check2("fg_linear", x, b));
-#ifdef FG_HAVE_CUDA
-    fg_tensor *y = NULL;
-    FG_TRY(linear_fused(x, w, b, &y));
-    if (y) {
-        *out = y;
-        return FG_OK;
-    }
-#endif
-    /* Elsewhere the two ops it fuses (the CPU's bits are theirs). */
-    fg_tensor *t = NULL;
-    FG_TRY(fg_matmul_impl(x, w, 0, 0, &t));
-    fg_status s = fg_add(t, b, out);
-    fg_tensor_free(t);
-    return s;
-}
-
-fg_status fg_linear(fg_tensor *x, fg_tensor *w, fg_tensor *b, fg_tensor **out)
-{
-    FG_PROF_RETURN(FG_PROF_GEMM, fg_linear_impl(x, w, b, out));
 }
