@@ -324,15 +324,15 @@ __device__ __forceinline__ float raw_score_mod(const AttnArgs &a, float s, float
 
 /* The softcap's d logit / d x = 1 - tanh^2 of pair (i, j), recovered from
  * its probability p = exp2(logit log2e - lse2) (the backward keeps P, not
- * the logit) by undoing ALiBi and the bias (bias_v, its value at (i, j));
- * 0 where p = 0, whose dS is 0 anyway. */
+ * the logit) by undoing ALiBi; 0 where p = 0, whose dS is 0 anyway. (The
+ * kernels that take a bias, attn_bwd_wgmma.cu's kMode 4, undo it in their
+ * own cap_grad.) */
 __device__ __forceinline__ float softcap_grad(const AttnArgs &a, float p, float lse2,
-                                              float slope, int64_t i, int64_t j,
-                                              float bias_v = 0.f)
+                                              float slope, int64_t i, int64_t j)
 {
     if (!(p > 0.f))
         return 0.f;
-    float x = (__log2f(p) + lse2) * 0.6931471805599453f - bias_v;
+    float x = (__log2f(p) + lse2) * 0.6931471805599453f;
     if (a.alibi)
         x += slope * fabsf((float)(int)(i - j) + (float)a.shift);
     const float t = x * (1.f / a.softcap);
