@@ -89,4 +89,29 @@ static inline void ref_dropout_mask(uint64_t seed, uint64_t offset, double p,
                         ref_dropout_keep(seed, offset, p, H, b, h, i, j);
 }
 
+/* The mask-recovery tests (V = dO = unit rows, Q = 0): compares which
+ * entries of O [B, N, H, d] (O[i][j]) and dV (dV[j][i]) are nonzero with
+ * `mask` (and, if causal, j <= i); counts the mismatches and returns the
+ * number of kept visible entries. */
+static inline int64_t ref_mask_mismatch(const uint8_t *mask, int causal,
+                                        const double *o, const double *dv,
+                                        int64_t B, int64_t H, int64_t N,
+                                        int64_t d, int64_t *bad_o,
+                                        int64_t *bad_dv)
+{
+    int64_t kept = 0;
+    *bad_o = *bad_dv = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < N; i++)
+                for (int64_t j = 0; j < N; j++) {
+                    const int keep = mask[((b * H + h) * N + i) * N + j] &&
+                                     (!causal || j <= i);
+                    kept += keep;
+                    *bad_o += (o[((b * N + i) * H + h) * d + j] != 0) != keep;
+                    *bad_dv += (dv[((b * N + j) * H + h) * d + i] != 0) != keep;
+                }
+    return kept;
+}
+
 #endif /* FG_TESTS_REF_DROPOUT_H */

@@ -469,17 +469,9 @@ static void kernel_mask_case(int64_t N, int64_t d, int causal, fg_dtype dt,
     unsetenv("FG_ATTN_KERNEL");
     uint8_t *mask = malloc((size_t)(c.B * c.H * N * N));
     ref_dropout_mask(p.seed, p.offset, c.p, c.B, c.H, N, N, mask);
-    int64_t bad_o = 0, bad_dv = 0, kept = 0;
-    for (int64_t b = 0; b < c.B; b++)
-        for (int64_t h = 0; h < c.H; h++)
-            for (int64_t i = 0; i < N; i++)
-                for (int64_t j = 0; j < N; j++) {
-                    const int keep = mask[((b * c.H + h) * N + i) * N + j] &&
-                                     (!causal || j <= i);
-                    kept += keep;
-                    bad_o += (gpu.t[0][((b * N + i) * c.H + h) * d + j] != 0) != keep;
-                    bad_dv += (gpu.t[3][((b * N + j) * c.H + h) * d + i] != 0) != keep;
-                }
+    int64_t bad_o, bad_dv;
+    const int64_t kept = ref_mask_mismatch(mask, causal, gpu.t[0], gpu.t[3], c.B, c.H, N,
+                                           d, &bad_o, &bad_dv);
     ck_assert_msg(bad_o == 0 && bad_dv == 0,
                   "%s %s N=%lld d=%lld causal=%d: %lld forward and %lld backward "
                   "mask bits differ", kernel ? kernel : "default", fg_dtype_name(dt),
