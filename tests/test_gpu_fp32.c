@@ -1,24 +1,31 @@
-/* tests/test_gpu_fp32.c - the strict fp32 CUDA attention kernels
- * (kernels/attention/attn_fp32_*.cu) against the CPU fp64 oracle. Exits 77
- * (skip) without a GPU.
+/* tests/test_gpu_fp32.c - the fp32 CUDA attention kernels against the CPU
+ * fp64 oracle: strict fp32 on tensor cores (the 3xTF32 mode of
+ * kernels/attention/attn_tf32_*.cu, the default where it applies), strict
+ * fp32 on the SIMT kernels (attn_fp32_*.cu, forced with
+ * FG_ATTN_KERNEL=simt), and the TF32 opt-in. Exits 77 (skip) without a GPU.
  *
- *  - Accuracy: inputs U(-1, 1) rounded to fp32, fresh per run; the fp64
- *    reference runs on the rounded inputs. O, dQ, dK and dV must be within
- *    1e-5 of max(max |ref|, 0.1) (test_gpu_attention.c's measure), m and l
- *    within 1e-5, over head dims 32..256 (and padded ones), odd lengths,
- *    Nq != Nk, causal, windows, softcap, ALiBi, dropout and GQA, with the
- *    atomic dQ and with deterministic = 1. Outputs are NaN-poisoned first.
- *  - Dropout: the mask the kernels apply, recovered from O (forward) and
- *    dV (backward) with Q = 0 and V, dO identity-like, equals the mask of
- *    the documented mapping (tests/ref_dropout.h) bit for bit.
+ *  - Accuracy: inputs U(-a, a) (a = 1, or 3-4 for sharp softmaxes) rounded
+ *    to fp32, fresh per run; the fp64 reference runs on the rounded inputs.
+ *    For both strict paths O, dQ, dK and dV must be within 1e-5 of
+ *    max(max |ref|, 0.1) (test_gpu_attention.c's measure), m and l within
+ *    1e-5, over head dims 32..256 (and padded ones), odd lengths, Nq != Nk,
+ *    causal, windows, softcap, ALiBi, dropout and GQA, with the atomic dQ
+ *    and with deterministic = 1; the two strict paths must not be bitwise
+ *    equal (3xTF32 did run: its sums go in another order). Outputs are
+ *    NaN-poisoned first.
+ *  - Dropout: the mask the kernels apply (3xTF32, SIMT and TF32),
+ *    recovered from O (forward) and dV (backward) with Q = 0 and V, dO
+ *    identity-like, equals the mask of the documented mapping
+ *    (tests/ref_dropout.h) bit for bit.
  *  - Determinism: with deterministic = 1 two backward runs are bitwise
- *    identical.
+ *    identical (3xTF32 and SIMT).
+ *  - Fallback: misaligned operands run on the SIMT kernels (bitwise the
+ *    forced-SIMT results) within the strict bound, TF32 switch on or off.
  *  - TF32 (fg_cuda_set_attention_allow_tf32): the same cases and masks
  *    against the same oracle within the TF32 bound below; with the switch
  *    off again the results are bitwise those of a run before it was
- *    touched, and with it on they differ (TF32 did run); what the TF32
- *    kernels do not take (misaligned operands) meets the strict bound;
- *    bad input is still refused before anything is written.
+ *    touched, and with it on they differ (TF32 did run); bad input is
+ *    still refused before anything is written.
  *
  * The TF32 bound. TF32 keeps 10 mantissa bits: rounding (cvt.rna) moves a
  * value by at most u = 2^-11 relative. A logit scale q.k with both factors
@@ -54,6 +61,7 @@ typedef struct fcase {
     double softcap;
     int alibi;         /* 1: slopes [H], 2: [B, H] */
     double p;          /* dropout */
+    double amp;        /* inputs U(-amp, amp); 0 means 1 */
 } fcase;
 
 /* Device copies are offset by g_shift floats (1: misaligned rows). */
@@ -71,6 +79,10 @@ static const fcase cases[] = {
     {1, 333, 333, 2, 2, 256, 1, 0, 0, 0, 0, 0, 0.1},
     {1, 190, 250, 3, 1, 64, 0, 1, 30, 20, 15.0, 1, 0.15},
     {1, 4097, 4097, 1, 1, 128, 1, 0, 0, 0, 0, 0, 0.0},
+    /* logits of std ~3: a sharp softmax, where errors of S matter most */
+    {2, 256, 256, 4, 1, 128, 1, 0, 0, 0, 0, 0, 0.0, 3.0},
+    {1, 200, 180, 2, 2, 256, 0, 0, 0, 0, 0, 0, 0.1, 3.0},
+    {1, 150, 150, 2, 2, 32, 0, 1, 20, 5, 0, 1, 0.0, 4.0},
 };
 
 /* Host fp64 BSHD arrays -> device fp32 at base + g_shift (NULL:
@@ -225,7 +237,7 @@ static void make_inputs(const fcase *c, fgt_rng *rng, double *in[4])
     for (int i = 0; i < 4; i++) {
         const size_t m = n[i == 1 || i == 2 ? 2 : 0];
         in[i] = malloc(m * sizeof(double));
-        fgt_fill(in[i], m, rng, 1.0);
+        fgt_fill(in[i], m, rng, c->amp > 0 ? c->amp : 1.0);
         for (size_t e = 0; e < m; e++)
             in[i][e] = (float)in[i][e];
     }
@@ -254,9 +266,31 @@ static void set_tf32(int on)
     ck_assert_int_eq(fg_cuda_get_attention_allow_tf32(), on);
 }
 
-/* The GPU (strict, or TF32 with tf32 = 1) against the fp64 CPU oracle. */
-static void check_case(const fcase *c, int det, int tf32, uint64_t salt)
+/* The GPU paths of check_case. PATH_DEFAULT is what fp32 runs as the
+ * process stands (3xTF32 where it applies; TF32 if a caller turned the
+ * switch on), PATH_SIMT the same with FG_ATTN_KERNEL=simt, PATH_TF32 with
+ * the TF32 switch on for the run. */
+enum { PATH_DEFAULT = 1, PATH_SIMT = 2, PATH_TF32 = 4 };
+
+static void run_path(const fcase *c, const fg_attn_params *p, double *in[4], int path, res *r)
 {
+    if (path == PATH_SIMT)
+        setenv("FG_ATTN_KERNEL", "simt", 1);
+    if (path == PATH_TF32)
+        set_tf32(1);
+    run_gpu(c, p, in, r);
+    if (path == PATH_TF32)
+        set_tf32(0);
+    if (path == PATH_SIMT)
+        unsetenv("FG_ATTN_KERNEL");
+}
+
+/* Each GPU path in `paths` against one fp64 CPU oracle run: 1e-5, or the
+ * TF32 bound. With both strict paths on aligned operands, their O and dK
+ * must differ somewhere (else 3xTF32 did not run). */
+static void check_case(const fcase *c, int det, int paths, uint64_t salt)
+{
+    static const char *pname[5] = {"", "fp32", "simt", "", "tf32"};
     size_t n[4], ns;
     sizes(c, n, &ns);
     fgt_rng rng = fgt_rng_for(salt);
@@ -268,30 +302,51 @@ static void check_case(const fcase *c, int det, int tf32, uint64_t salt)
     pg = p;
     if (dslopes)
         pg.alibi_slopes = dslopes;
-    res ref, gpu;
+    res ref, gpu[5];
     run_cpu(c, &p, in, &ref);
-    if (tf32)
-        set_tf32(1);
-    run_gpu(c, &pg, in, &gpu);
-    if (tf32)
-        set_tf32(0);
-    const double tol = tf32 ? tf32_bound(c, in) : 1e-5;
-    for (int i = 0; i < 4; i++) {
-        const double e = fgt_rel_err_floor(gpu.t[i], ref.t[i], n[i], 0.1);
-        ck_assert_msg(e <= tol && fgt_all_finite(gpu.t[i], n[i]),
-                      "%s %s err %.3g > %.3g (B=%lld Nq=%lld Nk=%lld H=%lld Hk=%lld "
-                      "d=%lld causal=%d win=%d(%lld,%lld) cap=%g alibi=%d p=%g det=%d)",
-                      tf32 ? "tf32" : "fp32", names[i], e, tol, (long long)c->B, (long long)c->Nq, (long long)c->Nk,
-                      (long long)c->H, (long long)c->Hk, (long long)c->d, c->causal,
-                      c->window, (long long)c->wl, (long long)c->wr, c->softcap, c->alibi,
-                      c->p, det);
+    for (int path = 1; path <= PATH_TF32; path <<= 1) {
+        if (!(paths & path))
+            continue;
+        run_path(c, &pg, in, path, &gpu[path]);
+        const res *g = &gpu[path];
+        const double tol = path == PATH_TF32 ? tf32_bound(c, in) : 1e-5;
+        double err[6];
+        for (int i = 0; i < 4; i++)
+            err[i] = fgt_rel_err_floor(g->t[i], ref.t[i], n[i], 0.1);
+        err[4] = fgt_stats_err(g->m, ref.m, ns);
+        err[5] = fgt_stats_err(g->l, ref.l, ns);
+        /* the margins, for the log: O dQ dK dV m l as fractions of tol */
+        printf("%s d=%lld N=%lld/%lld amp=%g det=%d: err/tol %.2f %.2f %.2f %.2f %.2f %.2f\n",
+               pname[path], (long long)c->d, (long long)c->Nq, (long long)c->Nk,
+               c->amp > 0 ? c->amp : 1.0, det, err[0] / tol, err[1] / tol, err[2] / tol,
+               err[3] / tol, err[4] / tol, err[5] / tol);
+        for (int i = 0; i < 4; i++) {
+            const double e = err[i];
+            ck_assert_msg(e <= tol && fgt_all_finite(g->t[i], n[i]),
+                          "%s %s err %.3g > %.3g (B=%lld Nq=%lld Nk=%lld H=%lld Hk=%lld "
+                          "d=%lld causal=%d win=%d(%lld,%lld) cap=%g alibi=%d p=%g amp=%g "
+                          "det=%d)",
+                          pname[path], names[i], e, tol, (long long)c->B, (long long)c->Nq,
+                          (long long)c->Nk, (long long)c->H, (long long)c->Hk,
+                          (long long)c->d, c->causal, c->window, (long long)c->wl,
+                          (long long)c->wr, c->softcap, c->alibi, c->p, c->amp, det);
+        }
+        ck_assert_msg(err[4] <= tol, "%s m err %g > %g", pname[path], err[4], tol);
+        ck_assert_msg(err[5] <= tol, "%s l err %g > %g", pname[path], err[5], tol);
     }
-    ck_assert_msg(fgt_stats_err(gpu.m, ref.m, ns) <= tol, "m err %g > %g",
-                  fgt_stats_err(gpu.m, ref.m, ns), tol);
-    ck_assert_msg(fgt_stats_err(gpu.l, ref.l, ns) <= tol, "l err %g > %g",
-                  fgt_stats_err(gpu.l, ref.l, ns), tol);
+    if ((paths & PATH_DEFAULT) && (paths & PATH_SIMT)) {
+        /* O and dK are deterministic on both paths (dQ's atomics are not) */
+        const int same = memcmp(gpu[PATH_DEFAULT].t[0], gpu[PATH_SIMT].t[0], n[0] * 8) == 0 &&
+                         memcmp(gpu[PATH_DEFAULT].t[2], gpu[PATH_SIMT].t[2], n[2] * 8) == 0;
+        if (g_shift == 0)
+            ck_assert_msg(!same, "O and dK bitwise the SIMT kernels': 3xTF32 did not run");
+        else /* misaligned: the tensor-core kernels must leave it to SIMT */
+            ck_assert_msg(same, "misaligned operands did not run on the SIMT kernels");
+    }
+    for (int path = 1; path <= PATH_TF32; path <<= 1)
+        if (paths & path)
+            res_free(&gpu[path]);
     res_free(&ref);
-    res_free(&gpu);
     for (int i = 0; i < 4; i++)
         free(in[i]);
     if (dslopes)
@@ -300,20 +355,20 @@ static void check_case(const fcase *c, int det, int tf32, uint64_t salt)
 
 START_TEST(test_fp32_vs_cpu)
 {
-    check_case(&cases[_i], 0, 0, 9100 + (uint64_t)_i);
+    check_case(&cases[_i], 0, PATH_DEFAULT | PATH_SIMT, 9100 + (uint64_t)_i);
 }
 END_TEST
 
 START_TEST(test_fp32_deterministic_vs_cpu)
 {
-    check_case(&cases[_i], 1, 0, 9200 + (uint64_t)_i);
+    check_case(&cases[_i], 1, PATH_DEFAULT | PATH_SIMT, 9200 + (uint64_t)_i);
 }
 END_TEST
 
 /* The mask the kernels apply: with Q = 0 every visible probability is
  * 1/Nk, so with V[j] = e_j, O[i][j] = keep(i, j) / ((1 - p) Nk); with
  * dO[i] = e_i, dV[j][i] = P_ij keep(i, j) / (1 - p). Nq, Nk <= d. */
-static void mask_case(int64_t N, int64_t d, int tf32, uint64_t salt)
+static void mask_case(int64_t N, int64_t d, int path, uint64_t salt)
 {
     const fcase c = {2, N, N, 2, 2, d, 0, 0, 0, 0, 0, 0, 0.3};
     size_t n[4], ns;
@@ -329,23 +384,12 @@ static void mask_case(int64_t N, int64_t d, int tf32, uint64_t salt)
     float slopes[1], *dslopes;
     make_params(&c, &rng, 0, &p, slopes, &dslopes);
     res gpu;
-    if (tf32)
-        set_tf32(1);
-    run_gpu(&c, &p, in, &gpu);
-    if (tf32)
-        set_tf32(0);
+    run_path(&c, &p, in, path, &gpu);
     uint8_t *mask = malloc((size_t)(c.B * c.H * N * N));
     ref_dropout_mask(p.seed, p.offset, c.p, c.B, c.H, N, N, mask);
-    int64_t bad_o = 0, bad_dv = 0, kept = 0;
-    for (int64_t b = 0; b < c.B; b++)
-        for (int64_t h = 0; h < c.H; h++)
-            for (int64_t i = 0; i < N; i++)
-                for (int64_t j = 0; j < N; j++) {
-                    const int keep = mask[((b * c.H + h) * N + i) * N + j];
-                    kept += keep;
-                    bad_o += (gpu.t[0][((b * N + i) * c.H + h) * d + j] != 0) != keep;
-                    bad_dv += (gpu.t[3][((b * N + j) * c.H + h) * d + i] != 0) != keep;
-                }
+    int64_t bad_o, bad_dv;
+    const int64_t kept = ref_mask_mismatch(mask, 0, gpu.t[0], gpu.t[3], c.B, c.H, N, d,
+                                           &bad_o, &bad_dv);
     ck_assert_msg(bad_o == 0 && bad_dv == 0,
                   "N=%lld d=%lld: %lld forward and %lld backward mask bits differ",
                   (long long)N, (long long)d, (long long)bad_o, (long long)bad_dv);
@@ -359,22 +403,24 @@ static void mask_case(int64_t N, int64_t d, int tf32, uint64_t salt)
 
 START_TEST(test_fp32_dropout_mask)
 {
-    mask_case(64, 64, 0, 9300);
-    mask_case(100, 128, 0, 9301); /* two key blocks, a partial one */
-    mask_case(61, 256, 0, 9302);  /* d = 256: 32-key blocks */
-    mask_case(32, 32, 0, 9303);
+    for (int path = PATH_DEFAULT; path <= PATH_SIMT; path <<= 1) {
+        mask_case(64, 64, path, 9300);
+        mask_case(100, 128, path, 9301); /* two key blocks, a partial one */
+        mask_case(61, 256, path, 9302);  /* d = 256: 32-key blocks */
+        mask_case(32, 32, path, 9303);
+    }
 }
 END_TEST
 
 START_TEST(test_tf32_vs_cpu)
 {
-    check_case(&cases[_i], 0, 1, 9500 + (uint64_t)_i);
+    check_case(&cases[_i], 0, PATH_TF32, 9500 + (uint64_t)_i);
 }
 END_TEST
 
 START_TEST(test_tf32_deterministic_vs_cpu)
 {
-    check_case(&cases[_i], 1, 1, 9600 + (uint64_t)_i);
+    check_case(&cases[_i], 1, PATH_TF32, 9600 + (uint64_t)_i);
 }
 END_TEST
 
@@ -382,10 +428,10 @@ END_TEST
  * dO are exact in TF32, so zero <=> dropped still holds. */
 START_TEST(test_tf32_dropout_mask)
 {
-    mask_case(64, 64, 1, 9700);
-    mask_case(100, 128, 1, 9701);
-    mask_case(61, 256, 1, 9702); /* d = 256: 32-key blocks, two dK/dV halves */
-    mask_case(32, 32, 1, 9703);
+    mask_case(64, 64, PATH_TF32, 9700);
+    mask_case(100, 128, PATH_TF32, 9701);
+    mask_case(61, 256, PATH_TF32, 9702); /* d = 256: 32-key blocks, two dK/dV halves */
+    mask_case(32, 32, PATH_TF32, 9703);
 }
 END_TEST
 
@@ -400,14 +446,17 @@ START_TEST(test_fp32_deterministic_reruns)
     fg_attn_params p;
     float slopes[1], *dslopes;
     make_params(c, &rng, 1, &p, slopes, &dslopes);
-    res r1, r2;
-    run_gpu(c, &p, in, &r1);
-    run_gpu(c, &p, in, &r2);
-    for (int i = 0; i < 4; i++)
-        ck_assert_msg(memcmp(r1.t[i], r2.t[i], n[i] * sizeof(double)) == 0,
-                      "%s differs between deterministic runs", names[i]);
-    res_free(&r1);
-    res_free(&r2);
+    for (int path = PATH_DEFAULT; path <= PATH_SIMT; path <<= 1) {
+        res r1, r2;
+        run_path(c, &p, in, path, &r1);
+        run_path(c, &p, in, path, &r2);
+        for (int i = 0; i < 4; i++)
+            ck_assert_msg(memcmp(r1.t[i], r2.t[i], n[i] * sizeof(double)) == 0,
+                          "%s differs between deterministic runs (%s)", names[i],
+                          path == PATH_SIMT ? "simt" : "3xTF32");
+        res_free(&r1);
+        res_free(&r2);
+    }
     for (int i = 0; i < 4; i++)
         free(in[i]);
 }
@@ -450,15 +499,18 @@ START_TEST(test_tf32_switch)
 }
 END_TEST
 
-/* TF32 on: misaligned rows (4 bytes off) are left to the strict kernels,
- * which meet the strict bound; bad input is refused before anything is
+/* Misaligned rows (4 bytes off) are left to the SIMT kernels, with the
+ * TF32 switch on or off (then the tensor-core kernels' 3xTF32 mode must
+ * not take them either: bitwise the forced-SIMT results), and meet the
+ * strict bound; with TF32 on, bad input is refused before anything is
  * written. */
 START_TEST(test_tf32_fallback_and_bad_input)
 {
-    set_tf32(1); /* check_case(..., tf32 = 0, ...) leaves it on */
     g_shift = 1;
-    check_case(&cases[2], 0, 0, 9900);
-    check_case(&cases[5], 1, 0, 9901);
+    check_case(&cases[3], 0, PATH_DEFAULT | PATH_SIMT, 9910);
+    set_tf32(1); /* PATH_DEFAULT leaves it on */
+    check_case(&cases[2], 0, PATH_DEFAULT, 9900);
+    check_case(&cases[5], 1, PATH_DEFAULT, 9901);
     g_shift = 0;
     const fcase *c = &cases[0];
     size_t n[4], ns;

@@ -324,7 +324,7 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
         FG_CUDA_TRY_LAUNCH();
     }
     bool fp32 = false; /* the fp32 kernels ran, deterministic dQ included */
-    if (std::is_same<T, float>::value) { /* TF32 if allowed and it fits */
+    if (std::is_same<T, float>::value) { /* tensor cores (TF32, 3xTF32), else SIMT */
         FG_TRY(attn_tf32_bwd(a, smem_limit, st, &fp32));
         if (!fp32)
             FG_TRY(attn_fp32_bwd(a, smem_limit, st, &fp32));

@@ -205,7 +205,7 @@ fg_status attn_fwd_dispatch(fg_dtype dt, const AttnArgs &a, size_t smem_limit,
         if (sm80_supports(a) && attn_fwd_mma_smem(a.d) <= smem_limit)
             return attn_fwd_mma_dispatch(dt, a, st);
     }
-    if (dt == FG_FP32) { /* TF32 if allowed and it fits, else strict */
+    if (dt == FG_FP32) { /* tensor cores (TF32 or 3xTF32), else SIMT */
         bool ran = false;
         FG_TRY(attn_tf32_fwd(a, smem_limit, st, &ran));
         if (!ran)

@@ -36,14 +36,14 @@ fg_status attn_fp32_bwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, b
 fg_status attn_fp32_dq(const AttnArgs &a, cudaStream_t st);
 size_t attn_fp32_dq_smem(int d);
 
-/* TF32 tensor-core fp32 kernels (attn_tf32_fwd.cu, attn_tf32_bwd.cu; sm_80+
- * mma.sync m16n8k8), taken only when fg_cuda_set_attention_allow_tf32 is
- * on. *ran = false when they do not take the problem (switch off, a bias,
- * packed or key-padded batches, operands not 16-byte aligned,
- * FG_ATTN_KERNEL=general, or tiles too big for the GPU's shared memory):
- * nothing was launched and the strict kernels run. The backward's
- * contract is attn_fp32_bwd's; with deterministic = 1 its dQ comes from
- * the strict dQ kernel (attn_fp32_dq). */
+/* Tensor-core fp32 kernels (attn_tf32_fwd.cu, attn_tf32_bwd.cu; sm_80+
+ * mma.sync m16n8k8): TF32 when fg_cuda_set_attention_allow_tf32 is on,
+ * else strict fp32 through the 3xTF32 split. *ran = false when they do not
+ * take the problem (a bias, packed or key-padded batches, operands not
+ * 16-byte aligned, FG_ATTN_KERNEL=general or =simt, or tiles too big for
+ * the GPU's shared memory): nothing was launched and the SIMT fp32 kernels
+ * run. The backward's contract is attn_fp32_bwd's; with deterministic = 1
+ * its dQ comes from the SIMT dQ kernel (attn_fp32_dq). */
 fg_status attn_tf32_fwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, bool *ran);
 fg_status attn_tf32_bwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, bool *ran);
 

@@ -1,14 +1,37 @@
 /* kernels/attention/attn_tf32.cuh - the pieces shared by the TF32 attention
  * kernels (attn_tf32_fwd.cu, attn_tf32_bwd.cu): fp32 tiles in shared
- * memory, their rounding to TF32, and the m16n8k8 fragment loads.
+ * memory, their rounding to TF32, the m16n8k8 fragment loads, and the
+ * 3xTF32 split (Frag, mma).
+ *
+ * The kernels run in two precisions (template flag kSplit): TF32, the
+ * opt-in of fg_cuda_set_attention_allow_tf32 (operands rounded to TF32,
+ * one MMA per product), and 3xTF32, strict fp32 (every operand of every
+ * product split into a TF32 big part and a TF32 remainder, three MMAs),
+ * the default for fp32 where these kernels apply. Everything else (tiles,
+ * masks, modifiers, dropout, GQA, strides) is the same code.
+ *
+ * 3xTF32 accuracy. The split loses about 2^-22 relative per product (the
+ * dropped al bl and the rounding of l); what remains is the accumulation,
+ * in the MMA accumulator as in TF32 mode. The tensor cores do not round an
+ * MMA's sum to nearest (Fasi et al., 2021, found round-toward-zero on the
+ * V100, T4 and A100): each MMA into a long-lived accumulator may shift it
+ * by up to an ulp, one way, and 3xTF32 does three MMAs per k step. A CPU
+ * model of that (every MMA's sum truncated) puts the forward at 5-6e-6 of
+ * max |O| for sharp softmaxes (logits up to 13, d = 128-256) and about
+ * 1e-5 of max |O| at Nk = 4096 (O small there: 1e-6 of the test's 0.1
+ * floor); with round to nearest, 1e-6. Keeping S's small terms in an
+ * accumulator of their own, or summing each key block's P V apart, halves
+ * that in the model but cost 30-80 registers and spills here (tried).
  *
  * Tiles are fp32, row-major, rows padded to D + 4 floats. Then the eight
  * 16-byte rows of one ldmatrix phase fall in distinct bank groups (row r at
  * chunk r (D/4 + 1), odd), and a scalar read of element (2t + e, g) over
  * a warp (t = lane % 4, g = lane / 4) hits banks 8t + g: all distinct, so
- * no swizzle is needed. Tiles arrive by cp.async and each thread rounds
- * the chunks it copied to TF32 in place (cvt.rna) before the barrier that
- * publishes them, so fragments need no conversion when read.
+ * no swizzle is needed. Tiles arrive by cp.async; in TF32 mode each thread
+ * rounds the chunks it copied to TF32 in place (cvt.rna) before the barrier
+ * that publishes them, so fragments need no conversion when read. In
+ * 3xTF32 mode the tiles stay fp32 and each fragment is split in registers
+ * as it is read (two tiles per operand would not fit two blocks per SM).
  *
  * ldmatrix (.b16) moves 32-bit data unchanged: lane L receives row L / 4,
  * 4-byte word L % 4 of each 8 x 16-byte matrix, which is the m16n8k8 TF32
@@ -119,13 +142,55 @@ __device__ __forceinline__ void lda_pairs_t(uint32_t a[4], const float *tile, in
     a[3] = __float_as_uint(p[LD + 8]);
 }
 
-/* An accumulator tile (fp32) as the pair-permuted A fragment, rounded. */
-__device__ __forceinline__ void c_to_a(uint32_t a[4], const float c[4])
+/* N fragment registers of one operand. TF32 (kSplit = false): h holds
+ * the value rounded to TF32. 3xTF32 (kSplit): h = tf32(x), the "big" part,
+ * and l = tf32(x - h), the "small" remainder (x - h is exact in fp32; h + l
+ * is x to about 2^-22 relative), so that a b = ah bh + ah bl + al bh up to
+ * the dropped al bl (2^-22 relative) and the rounding of l: strict-fp32
+ * products on TF32 tensor cores (CUTLASS's OpMultiplyAddFastF32). l is
+ * never touched without kSplit, so the TF32 code is unchanged. An infinite
+ * x gives l = NaN: 3xTF32 turns infinities into NaN. */
+template <int N, bool kSplit> struct Frag {
+    uint32_t h[N], l[N];
+
+    /* h holds raw fp32 bits (tiles are not rounded in kSplit mode): split
+     * them. Without kSplit h came from a rounded tile: nothing to do. */
+    __device__ __forceinline__ void split()
+    {
+        if constexpr (kSplit) {
+#pragma unroll
+            for (int i = 0; i < N; i++)
+                set(i, __uint_as_float(h[i]));
+        }
+    }
+    /* Element i from an fp32 value: rounded, or split. */
+    __device__ __forceinline__ void set(int i, float x)
+    {
+        h[i] = to_tf32(x);
+        if constexpr (kSplit)
+            l[i] = to_tf32(x - __uint_as_float(h[i]));
+    }
+    /* (N = 4) an accumulator tile as the pair-permuted A fragment. */
+    __device__ __forceinline__ void from_acc(const float c[4])
+    {
+        set(0, c[0]);
+        set(1, c[2]);
+        set(2, c[1]);
+        set(3, c[3]);
+    }
+};
+
+/* c += a b with B registers j, j + 1 of b: one TF32 product, or (kSplit)
+ * the three of 3xTF32 (the small terms first). */
+template <bool kSplit, int NB>
+__device__ __forceinline__ void mma(float c[4], const Frag<4, kSplit> &a,
+                                    const Frag<NB, kSplit> &b, int j)
 {
-    a[0] = to_tf32(c[0]);
-    a[1] = to_tf32(c[2]);
-    a[2] = to_tf32(c[1]);
-    a[3] = to_tf32(c[3]);
+    if constexpr (kSplit) {
+        Mma<Tf32>::run(c, a.l, b.h[j], b.h[j + 1]);
+        Mma<Tf32>::run(c, a.h, b.l[j], b.l[j + 1]);
+    }
+    Mma<Tf32>::run(c, a.h, b.h[j], b.h[j + 1]);
 }
 
 /* The operand rows the kernels copy with cp.async: 16-byte aligned
@@ -135,19 +200,23 @@ inline bool aligned(const Operand &t)
     return (uintptr_t)t.ptr % 16 == 0 && t.sb % 4 == 0 && t.ss % 4 == 0 && t.sh % 4 == 0;
 }
 
-/* Whether the TF32 kernels take a problem: the opt-in is on, and the
- * sm80 kernels' cover (every mask and score modifier; no bias, no packed
- * or key-padded batch), aligned operands, not FG_ATTN_KERNEL=general. */
-inline bool usable(const AttnArgs &a, bool backward)
+/* Which tensor-core fp32 kernels take a problem: TF32 with the opt-in,
+ * else 3xTF32 (strict fp32); none (the SIMT kernels run) outside the sm80
+ * kernels' cover (a bias, packed or key-padded batches), for operands not
+ * 16-byte aligned, or with FG_ATTN_KERNEL=general or =simt. */
+enum class Prec { kNone, kTf32, kSplit };
+inline Prec precision(const AttnArgs &a, bool backward)
 {
     const char *force = getenv("FG_ATTN_KERNEL");
-    if (!fg_cuda_attention_tf32_allowed() || (force && strcmp(force, "general") == 0) ||
+    if ((force && (strcmp(force, "general") == 0 || strcmp(force, "simt") == 0)) ||
         !sm80_supports(a))
-        return false;
+        return Prec::kNone;
     bool ok = aligned(a.q) && aligned(a.k) && aligned(a.v) && aligned(a.o);
     if (backward)
         ok = ok && aligned(a.dout) && aligned(a.dq) && aligned(a.dk) && aligned(a.dv);
-    return ok;
+    if (!ok)
+        return Prec::kNone;
+    return fg_cuda_attention_tf32_allowed() ? Prec::kTf32 : Prec::kSplit;
 }
 
 /* f(integral_constant<int, kMode>, integral_constant<bool, kDropout>)

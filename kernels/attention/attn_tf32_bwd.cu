@@ -1,15 +1,16 @@
 /* kernels/attention/attn_tf32_bwd.cu - fp32 FlashAttention backward on TF32
- * tensor cores (mma.sync m16n8k8, sm_80+): the opt-in of
- * fg_cuda_set_attention_allow_tf32. Algorithm 4 in FlashAttention-2's
- * form (D = rowsum(dO * O) from attn_bwd.cu's preprocessing), the
- * structure of the fp16/bf16 kernel (attn_bwd_mma.cu) with fp32 tiles
- * (attn_tf32.cuh).
+ * tensor cores (mma.sync m16n8k8, sm_80+): TF32 (the opt-in of
+ * fg_cuda_set_attention_allow_tf32) or, with kSplit, strict fp32 by the
+ * 3xTF32 split of every operand (attn_tf32.cuh). Algorithm 4 in
+ * FlashAttention-2's form (D = rowsum(dO * O) from attn_bwd.cu's
+ * preprocessing), the structure of the fp16/bf16 kernel (attn_bwd_mma.cu)
+ * with fp32 tiles (attn_tf32.cuh).
  *
  * One block of 4 warps per (64 keys, K/V head, batch); warp w owns keys
- * 16w .. 16w+15 and keeps their dK, dV in registers. K, V are loaded and
- * rounded to TF32 once; for each query head of the group and each query
- * block of BR rows (Q_i, dO_i through one buffer; a second block per SM
- * overlaps the loads for d <= 128 on an H100):
+ * 16w .. 16w+15 and keeps their dK, dV in registers. K, V are loaded
+ * (and in TF32 mode rounded) once; for each query head of the group and
+ * each query block of BR rows (Q_i, dO_i through one buffer; a second
+ * block per SM overlaps the loads for d <= 128 on an H100):
  *   S^T  = K Q_i^T                   P^T = exp2(S^T scale log2e - lse2)
  *   dP^T = V dO_i^T                  dS^T = P^T (dP^T Z - D_i)
  *   dV  += (P^T Z) dO_i              dK  += dS^T Q_i
@@ -43,7 +44,42 @@ template <int D, int BR, int DH> struct BwdTile {
         sizeof(float) * ((size_t)(2 * kBc + 2 * BR) * kLd + (size_t)kBc * kLdS + 2 * BR);
 };
 
-template <int D, int BR, int DH, int kMode, bool kDropout>
+/* c0 += A0 B0^T and, with kTwo, c1 += A1 B1^T, over the D contraction in
+ * one k loop: A this warp's 16 rows (m0 ..) of a row-major [m][D] tile, B
+ * the QT n8 tiles of an [n][D] tile (shared addresses). */
+template <bool kSplit, bool kTwo, int LD, int D, int QT>
+__device__ __forceinline__ void nt_products(float (&c0)[QT][4], uint32_t a0, uint32_t b0,
+                                            float (&c1)[QT][4], uint32_t a1, uint32_t b1, int m0)
+{
+#pragma unroll
+    for (int kk = 0; kk < D / 8; kk++) {
+        Frag<4, kSplit> fa0, fa1;
+        lda_rows<LD>(fa0.h, a0, m0, kk * 8);
+        fa0.split();
+        if constexpr (kTwo) {
+            lda_rows<LD>(fa1.h, a1, m0, kk * 8);
+            fa1.split();
+        }
+#pragma unroll
+        for (int n2 = 0; n2 < QT / 2; n2++) {
+            Frag<4, kSplit> fb0, fb1;
+            ldb_rows<LD>(fb0.h, b0, n2 * 16, kk * 8);
+            fb0.split();
+            if constexpr (kTwo) {
+                ldb_rows<LD>(fb1.h, b1, n2 * 16, kk * 8);
+                fb1.split();
+            }
+            mma(c0[2 * n2], fa0, fb0, 0);
+            mma(c0[2 * n2 + 1], fa0, fb0, 2);
+            if constexpr (kTwo) {
+                mma(c1[2 * n2], fa1, fb1, 0);
+                mma(c1[2 * n2 + 1], fa1, fb1, 2);
+            }
+        }
+    }
+}
+
+template <int D, int BR, int DH, int kMode, bool kDropout, bool kSplit>
 __global__ void __launch_bounds__(128) bwd_kernel(const AttnArgs a, const int dslice)
 {
     constexpr bool kCausal = kMode == 1, kMasked = kMode == 2;
@@ -69,8 +105,10 @@ __global__ void __launch_bounds__(128) bwd_kernel(const AttnArgs a, const int ds
     load_rows<D>(sV, a.v, b, j0, hk, Bc, kvalid, a.d, NTH);
     cp_async_commit();
     cp_async_wait<0>();
-    round_rows<D>(Ks, Bc, NTH); /* published by the first step's barrier */
-    round_rows<D>(Vs, Bc, NTH);
+    if (!kSplit) { /* published by the first step's barrier */
+        round_rows<D>(Ks, Bc, NTH);
+        round_rows<D>(Vs, Bc, NTH);
+    }
 
     QuerySteps steps; /* the (head, query block) steps */
     steps.init(a, kMasked, kCausal, b, hk, j0, Bc, Br);
@@ -100,33 +138,26 @@ __global__ void __launch_bounds__(128) bwd_kernel(const AttnArgs a, const int ds
             D_s[r] = in ? ((const float *)a.D)[bh * a.Nq + i0 + r] : 0.f;
         }
         cp_async_wait<0>();
-        round_rows<D>(Qs, Br, NTH);
-        round_rows<D>(dOs, Br, NTH);
+        if (!kSplit) {
+            round_rows<D>(Qs, Br, NTH);
+            round_rows<D>(dOs, Br, NTH);
+        }
         __syncthreads();
 
         /* S^T = K Q_i^T (Alg4 L.12), dP^T = V dO_i^T (L.18), this warp's
-         * 16 keys. */
+         * 16 keys: in one k loop, or (3xTF32, twice the fragment
+         * registers) one after the other. */
         float s[QT][4], dp[QT][4];
 #pragma unroll
         for (int i = 0; i < QT; i++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 s[i][e] = dp[i][e] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < D / 8; kk++) {
-            uint32_t ak[4], av[4];
-            lda_rows<LD>(ak, sK, warp * 16, kk * 8);
-            lda_rows<LD>(av, sV, warp * 16, kk * 8);
-#pragma unroll
-            for (int n2 = 0; n2 < QT / 2; n2++) {
-                uint32_t bq[4], bg[4];
-                ldb_rows<LD>(bq, sQ, n2 * 16, kk * 8);
-                ldb_rows<LD>(bg, sdO, n2 * 16, kk * 8);
-                Mma<Tf32>::run(s[2 * n2], ak, bq[0], bq[1]);
-                Mma<Tf32>::run(s[2 * n2 + 1], ak, bq[2], bq[3]);
-                Mma<Tf32>::run(dp[2 * n2], av, bg[0], bg[1]);
-                Mma<Tf32>::run(dp[2 * n2 + 1], av, bg[2], bg[3]);
-            }
+        if constexpr (kSplit) {
+            nt_products<true, false, LD, D>(s, sK, sQ, s, 0, 0, warp * 16);
+            nt_products<true, false, LD, D>(dp, sV, sdO, dp, 0, 0, warp * 16);
+        } else {
+            nt_products<false, true, LD, D>(s, sK, sQ, dp, sV, sdO, warp * 16);
         }
 
         /* P^T (Alg4 L.13-14), dropout (L.15-16, 19), dS^T (L.20-21), then
@@ -154,23 +185,31 @@ __global__ void __launch_bounds__(128) bwd_kernel(const AttnArgs a, const int ds
                     e >> 1, i0 + qi, j0 + 16 * warp + g + 8 * (e >> 1), slope, scale_log2,
                     (keep >> (4 * (qt & 1) + e)) & 1u, &p[e], &ds[e]);
             }
-            uint32_t pf[4], sf[4];
-            c_to_a(pf, p);
-            c_to_a(sf, ds);
-            /* dS^T (rounded) to shared memory for dQ, [key][query]. */
+            Frag<4, kSplit> pf, sf;
+            pf.from_acc(p);
+            sf.from_acc(ds);
+            /* dS^T to shared memory for dQ, [key][query]: rounded (TF32),
+             * or fp32 to be split when read (3xTF32). */
             float *d0 = dST + (16 * warp + g) * LDS + 8 * qt + 2 * t4;
-            *reinterpret_cast<float2 *>(d0) =
-                make_float2(__uint_as_float(sf[0]), __uint_as_float(sf[2]));
-            *reinterpret_cast<float2 *>(d0 + 8 * LDS) =
-                make_float2(__uint_as_float(sf[1]), __uint_as_float(sf[3]));
+            if constexpr (kSplit) {
+                *reinterpret_cast<float2 *>(d0) = make_float2(ds[0], ds[1]);
+                *reinterpret_cast<float2 *>(d0 + 8 * LDS) = make_float2(ds[2], ds[3]);
+            } else {
+                *reinterpret_cast<float2 *>(d0) =
+                    make_float2(__uint_as_float(sf.h[0]), __uint_as_float(sf.h[2]));
+                *reinterpret_cast<float2 *>(d0 + 8 * LDS) =
+                    make_float2(__uint_as_float(sf.h[1]), __uint_as_float(sf.h[3]));
+            }
             /* dV += (P^T Z) dO_i (Alg4 L.17), dK += dS^T Q_i (L.23). */
 #pragma unroll
             for (int dt = 0; dt < DT; dt++) {
-                uint32_t b0, b1;
-                ldb_pairs<LD>(dOs, 8 * qt, dbase + dt * 8, &b0, &b1);
-                Mma<Tf32>::run(dv[dt], pf, b0, b1);
-                ldb_pairs<LD>(Qs, 8 * qt, dbase + dt * 8, &b0, &b1);
-                Mma<Tf32>::run(dk[dt], sf, b0, b1);
+                Frag<2, kSplit> bf;
+                ldb_pairs<LD>(dOs, 8 * qt, dbase + dt * 8, &bf.h[0], &bf.h[1]);
+                bf.split();
+                mma(dv[dt], pf, bf, 0);
+                ldb_pairs<LD>(Qs, 8 * qt, dbase + dt * 8, &bf.h[0], &bf.h[1]);
+                bf.split();
+                mma(dk[dt], sf, bf, 0);
             }
         }
         __syncthreads(); /* dS^T complete in shared memory */
@@ -187,13 +226,15 @@ __global__ void __launch_bounds__(128) bwd_kernel(const AttnArgs a, const int ds
                 q[i][0] = q[i][1] = q[i][2] = q[i][3] = 0.f;
 #pragma unroll
             for (int kk = 0; kk < Bc / 8; kk++) {
-                uint32_t af[4];
-                lda_pairs_t<LDS>(af, dST, kk * 8, mt * 16);
+                Frag<4, kSplit> af;
+                lda_pairs_t<LDS>(af.h, dST, kk * 8, mt * 16);
+                af.split();
 #pragma unroll
                 for (int nt = 0; nt < DW / 8; nt++) {
-                    uint32_t b0, b1;
-                    ldb_pairs<LD>(Ks, kk * 8, part * DW + nt * 8, &b0, &b1);
-                    Mma<Tf32>::run(q[nt], af, b0, b1);
+                    Frag<2, kSplit> bk;
+                    ldb_pairs<LD>(Ks, kk * 8, part * DW + nt * 8, &bk.h[0], &bk.h[1]);
+                    bk.split();
+                    mma(q[nt], af, bk, 0);
                 }
             }
             const float sc = (float)a.scale;
@@ -241,11 +282,12 @@ __global__ void __launch_bounds__(128) bwd_kernel(const AttnArgs a, const int ds
     }
 }
 
-template <int D, int BR, int DH> static fg_status launch(const AttnArgs &a, cudaStream_t st)
+template <int D, int BR, int DH, bool kSplit>
+static fg_status launch(const AttnArgs &a, cudaStream_t st)
 {
     using Tile = BwdTile<D, BR, DH>;
     return with_mode(a, [&](auto mode, auto drop) {
-        auto kern = bwd_kernel<D, BR, DH, decltype(mode)::value, decltype(drop)::value>;
+        auto kern = bwd_kernel<D, BR, DH, decltype(mode)::value, decltype(drop)::value, kSplit>;
         FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)Tile::kSmem));
         dim3 grid((unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc), (unsigned)a.Hk,
@@ -272,7 +314,8 @@ template <int D> struct BwdCfg {
 fg_status attn_tf32_bwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, bool *ran)
 {
     *ran = false;
-    if (!tf32::usable(a, true))
+    const tf32::Prec prec = tf32::precision(a, true);
+    if (prec == tf32::Prec::kNone)
         return FG_OK;
     if (a.deterministic && attn_fp32_dq_smem(a.d) > smem_limit)
         return FG_OK; /* the strict path decides where its dQ runs */
@@ -280,9 +323,12 @@ fg_status attn_tf32_bwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, b
         constexpr int D = decltype(dim)::value;
         using Cfg = tf32::BwdCfg<D>;
         if (Cfg::Tile::kSmem > smem_limit)
-            return FG_OK; /* *ran stays false: the strict kernels run */
+            return FG_OK; /* *ran stays false: the SIMT kernels run */
         *ran = true;
-        FG_TRY((tf32::launch<D, Cfg::kBr, Cfg::kDh>(a, st)));
+        if (prec == tf32::Prec::kSplit)
+            FG_TRY((tf32::launch<D, Cfg::kBr, Cfg::kDh, true>(a, st)));
+        else
+            FG_TRY((tf32::launch<D, Cfg::kBr, Cfg::kDh, false>(a, st)));
         return a.deterministic ? attn_fp32_dq(a, st) : FG_OK;
     });
 }

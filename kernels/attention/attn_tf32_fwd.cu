@@ -1,6 +1,7 @@
 /* kernels/attention/attn_tf32_fwd.cu - fp32 FlashAttention forward on TF32
- * tensor cores (mma.sync m16n8k8, sm_80+): the opt-in of
- * fg_cuda_set_attention_allow_tf32.
+ * tensor cores (mma.sync m16n8k8, sm_80+): TF32 (the opt-in of
+ * fg_cuda_set_attention_allow_tf32) or, with kSplit, strict fp32 by the
+ * 3xTF32 split of every operand (attn_tf32.cuh).
  *
  * The structure of the fp16/bf16 kernel (attn_fwd_mma.cu), with fp32 tiles
  * (attn_tf32.cuh): one block of 4 warps per (query block, head, batch),
@@ -8,8 +9,9 @@
  * K/V fragment feeds two products; one above, where O fills the
  * registers), so the online softmax of Algorithm 1 reduces over the 4
  * lanes of a quad. S = Q K^T and O += P V on tensor cores with fp32
- * accumulators; Q, K, V are rounded to TF32 once in shared memory and P
- * in registers (as FlashAttention-2 rounds P to fp16). exp2 with the scale
+ * accumulators; in TF32 mode Q, K, V are rounded to TF32 once in shared
+ * memory and P in registers (as FlashAttention-2 rounds P to fp16); in
+ * 3xTF32 mode fragments of Q, K, V and P are split as they are read. exp2 with the scale
  * folded in, O / l once at the end; masks only on blocks that cross the
  * diagonal, the band or the end. K and V stream through one buffer each,
  * by cp.async: K_{j+1} is fetched while the softmax and P V of block j
@@ -34,7 +36,7 @@ template <int D> struct FwdTile {
     static constexpr size_t kSmem = sizeof(float) * (size_t)(kBr + 2 * kBc) * kLd;
 };
 
-template <int D, int kMode, bool kDropout>
+template <int D, int kMode, bool kDropout, bool kSplit>
 __global__ void __launch_bounds__(FwdTile<D>::kThreads) fwd_kernel(const AttnArgs a)
 {
     constexpr bool kCausal = kMode == 1, kMasked = kMode == 2;
@@ -92,9 +94,11 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads) fwd_kernel(const AttnArg
     for (int jb = 0; jb < nblocks; jb++) {
         const int64_t j0 = walk.start(jb);
         cp_async_wait<1>(); /* K_j (and Q) landed */
-        if (jb == 0)
-            round_rows<D>(Qs, Br, NTH);
-        round_rows<D>(Ks, Bc, NTH);
+        if (!kSplit) { /* 3xTF32 splits fragments as they are read */
+            if (jb == 0)
+                round_rows<D>(Qs, Br, NTH);
+            round_rows<D>(Ks, Bc, NTH);
+        }
         __syncthreads();
 
         /* S = Q_i K_j^T (Alg1 L.9). */
@@ -106,18 +110,21 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads) fwd_kernel(const AttnArg
                 s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < D / 8; kk++) {
-            uint32_t af[MT][4];
+            Frag<4, kSplit> af[MT];
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-                lda_rows<LD>(af[mt], sQ, (warp * MT + mt) * 16, kk * 8);
+            for (int mt = 0; mt < MT; mt++) {
+                lda_rows<LD>(af[mt].h, sQ, (warp * MT + mt) * 16, kk * 8);
+                af[mt].split();
+            }
 #pragma unroll
             for (int n2 = 0; n2 < NT / 2; n2++) {
-                uint32_t bf[4];
-                ldb_rows<LD>(bf, sK, n2 * 16, kk * 8);
+                Frag<4, kSplit> bf;
+                ldb_rows<LD>(bf.h, sK, n2 * 16, kk * 8);
+                bf.split();
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    Mma<Tf32>::run(s[mt][2 * n2], af[mt], bf[0], bf[1]);
-                    Mma<Tf32>::run(s[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
+                    mma(s[mt][2 * n2], af[mt], bf, 0);
+                    mma(s[mt][2 * n2 + 1], af[mt], bf, 2);
                 }
             }
         }
@@ -134,23 +141,25 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads) fwd_kernel(const AttnArg
             fwd_dropout(a, s, j0, row_w, bh, t4);
 
         cp_async_wait<1>(); /* V_j landed */
-        round_rows<D>(Vs, Bc, NTH);
+        if (!kSplit)
+            round_rows<D>(Vs, Bc, NTH);
         __syncthreads();
         /* O += P V_j (Alg1 L.12): S's n8 tile kk is the pair-permuted A
          * fragment of k8 step kk. */
 #pragma unroll
         for (int kk = 0; kk < NT; kk++) {
-            uint32_t pf[MT][4];
+            Frag<4, kSplit> pf[MT];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
-                c_to_a(pf[mt], s[mt][kk]);
+                pf[mt].from_acc(s[mt][kk]);
 #pragma unroll
             for (int dt = 0; dt < DT; dt++) {
-                uint32_t b0, b1;
-                ldb_pairs<LD>(Vs, kk * 8, dt * 8, &b0, &b1);
+                Frag<2, kSplit> bv;
+                ldb_pairs<LD>(Vs, kk * 8, dt * 8, &bv.h[0], &bv.h[1]);
+                bv.split();
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
-                    Mma<Tf32>::run(o[mt][dt], pf[mt], b0, b1);
+                    mma(o[mt][dt], pf[mt], bv, 0);
             }
         }
         __syncthreads(); /* every warp is done with V_j */
@@ -187,11 +196,11 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads) fwd_kernel(const AttnArg
         }
 }
 
-template <int D> static fg_status launch(const AttnArgs &a, cudaStream_t st)
+template <int D, bool kSplit> static fg_status launch(const AttnArgs &a, cudaStream_t st)
 {
     using Tile = FwdTile<D>;
     return with_mode(a, [&](auto mode, auto drop) {
-        auto kern = fwd_kernel<D, decltype(mode)::value, decltype(drop)::value>;
+        auto kern = fwd_kernel<D, decltype(mode)::value, decltype(drop)::value, kSplit>;
         FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)Tile::kSmem));
         dim3 grid((unsigned)((a.Nq + Tile::kBr - 1) / Tile::kBr), (unsigned)a.H,
@@ -207,14 +216,16 @@ template <int D> static fg_status launch(const AttnArgs &a, cudaStream_t st)
 fg_status attn_tf32_fwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, bool *ran)
 {
     *ran = false;
-    if (!tf32::usable(a, false))
+    const tf32::Prec prec = tf32::precision(a, false);
+    if (prec == tf32::Prec::kNone)
         return FG_OK;
     return f32::with_pad_d(a.d, [&](auto dim) {
         constexpr int D = decltype(dim)::value;
         if (tf32::FwdTile<D>::kSmem > smem_limit)
-            return FG_OK; /* *ran stays false: the strict kernel runs */
+            return FG_OK; /* *ran stays false: the SIMT kernel runs */
         *ran = true;
-        return tf32::launch<D>(a, st);
+        return prec == tf32::Prec::kSplit ? tf32::launch<D, true>(a, st)
+                                          : tf32::launch<D, false>(a, st);
     });
 }
 
