@@ -107,26 +107,26 @@
  * that are not 16-byte aligned (a pointer or a stride not a multiple of 8
  * elements) run on the general kernels (correct, plain-FMA speed), as
  * plain attention does (doc/performance.md). fp32 on CUDA is strict fp32
- * (no TF32 rounding) by default: on tensor cores (sm_80+ mma.sync) through
- * the 3xTF32 split (each operand of every product split into a TF32 part
- * and a TF32 remainder, three tensor-core products: about 2^-22 relative
- * per product, fp32 sums; every output within 1e-5 of max |output|
- * against fp64 in the GPU suite), with every mask, score modifier and
- * dropout (the same keep mask bit for bit); elsewhere on register-blocked
- * SIMT fp32 kernels (fp32 FMAs). The SIMT kernels take what the
- * tensor-core ones do not: packed or key-padded batches, operands not
- * 16-byte aligned (a pointer, or a stride not a multiple of 4 elements),
- * tiles too big for the GPU's shared memory (the d = 256 backward on GPUs
- * with less than 205 KiB per block, e.g. an A100); a bias takes the
- * general kernels; with deterministic = 1 the backward's dQ comes from the
- * SIMT kernel. FG_ATTN_KERNEL=simt in the environment forces the SIMT
- * kernels for fp32 (testing and comparison). 3xTF32 turns an infinite
- * input into NaN where fp32 FMAs may keep it infinite (inf - inf in the
- * split). fp64 runs on the general kernels.
+ * (no TF32 rounding; every output within 1e-5 of max |output| against
+ * fp64 in the GPU suite) on register-blocked SIMT fp32 kernels (fp32
+ * FMAs) with every variant but a bias (the general kernels); fp64 runs on
+ * the general kernels.
  * With fg_cuda_set_attention_allow_tf32(1) (flashgrad/cuda.h; off by
- * default) the tensor-core kernels run TF32 instead (one rounded product,
- * several times faster than 3xTF32), with the same fallbacks; with
- * FG_ATTN_KERNEL=simt the switch has no effect. TF32 error: Q, K, V, dO
+ * default) fp32 runs on TF32 tensor cores (sm_80+ mma.sync, one rounded
+ * product; 4-10x the SIMT kernels) with every mask, score modifier and
+ * dropout (the same keep mask bit for bit). Problems they do not take stay
+ * on the SIMT kernels: packed or key-padded batches, operands not 16-byte
+ * aligned (a pointer, or a stride not a multiple of 4 elements), tiles too
+ * big for the GPU's shared memory (the d = 256 backward on GPUs with less
+ * than 205 KiB per block, e.g. an A100); with deterministic = 1 the
+ * backward's dQ comes from the SIMT kernel. The same kernels have an
+ * experimental 3xTF32 mode (each operand split into a TF32 part and a
+ * TF32 remainder, three products), reached with FG_ATTN_KERNEL=tf32x3 in
+ * the environment when the switch is off: near fp32 but not within 1e-5
+ * on long rows (the tensor cores truncate each product's sum; up to 5.5e-5
+ * of max |dK| measured at N = 4097), and an infinite input gives NaN
+ * there (inf - inf in the split). FG_ATTN_KERNEL=simt forces the SIMT
+ * kernels for fp32, the switch notwithstanding (testing and comparison). TF32 error: Q, K, V, dO
  * and the intermediate P and dS are rounded to 10 mantissa bits (2^-11
  * relative), products are summed in fp32, so every output stays within
  * 2^-11 (1 + scale max|q_i| max|k_j|) of max |output| (the bound the GPU

@@ -5,9 +5,10 @@
  *
  * The kernels run in two precisions (template flag kSplit): TF32, the
  * opt-in of fg_cuda_set_attention_allow_tf32 (operands rounded to TF32,
- * one MMA per product), and 3xTF32, strict fp32 (every operand of every
- * product split into a TF32 big part and a TF32 remainder, three MMAs),
- * the default for fp32 where these kernels apply. Everything else (tiles,
+ * one MMA per product), and 3xTF32 (every operand of every product split
+ * into a TF32 big part and a TF32 remainder, three MMAs), an experimental
+ * near-fp32 mode reached with FG_ATTN_KERNEL=tf32x3 (see precision()
+ * below for why it is not the default). Everything else (tiles,
  * masks, modifiers, dropout, GQA, strides) is the same code.
  *
  * 3xTF32 accuracy. The split loses about 2^-22 relative per product (the
@@ -200,10 +201,15 @@ inline bool aligned(const Operand &t)
     return (uintptr_t)t.ptr % 16 == 0 && t.sb % 4 == 0 && t.ss % 4 == 0 && t.sh % 4 == 0;
 }
 
-/* Which tensor-core fp32 kernels take a problem: TF32 with the opt-in,
- * else 3xTF32 (strict fp32); none (the SIMT kernels run) outside the sm80
- * kernels' cover (a bias, packed or key-padded batches), for operands not
- * 16-byte aligned, or with FG_ATTN_KERNEL=general or =simt. */
+/* Which tensor-core fp32 kernels take a problem: TF32 with the opt-in;
+ * 3xTF32 only when asked for with FG_ATTN_KERNEL=tf32x3 (experimental:
+ * measured on an H100 it misses the strict 1e-5 bound on long rows, dK
+ * 5.5e-5 at N = 4097 causal, from the truncating accumulation described
+ * above, and it is 0.66-1.59x / 0.71-0.90x the efficient kernel, so strict
+ * fp32 stays on the SIMT kernels by default); none (the SIMT kernels run)
+ * outside the sm80 kernels' cover (a bias, packed or key-padded batches),
+ * for operands not 16-byte aligned, or with FG_ATTN_KERNEL=general or
+ * =simt. */
 enum class Prec { kNone, kTf32, kSplit };
 inline Prec precision(const AttnArgs &a, bool backward)
 {
@@ -216,7 +222,9 @@ inline Prec precision(const AttnArgs &a, bool backward)
         ok = ok && aligned(a.dout) && aligned(a.dq) && aligned(a.dk) && aligned(a.dv);
     if (!ok)
         return Prec::kNone;
-    return fg_cuda_attention_tf32_allowed() ? Prec::kTf32 : Prec::kSplit;
+    if (fg_cuda_attention_tf32_allowed())
+        return Prec::kTf32;
+    return force && strcmp(force, "tf32x3") == 0 ? Prec::kSplit : Prec::kNone;
 }
 
 /* f(integral_constant<int, kMode>, integral_constant<bool, kDropout>)
