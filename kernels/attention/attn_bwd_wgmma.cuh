@@ -1,4 +1,4 @@
-/* kernels/attention/attn_bwd_wgmma.cu - fp16/bf16 FlashAttention backward for Hopper
+/* kernels/attention/attn_bwd_wgmma.cuh - fp16/bf16 FlashAttention backward for Hopper
  * (sm_90a) on warpgroup MMA (wgmma).
  *
  * One block of two warpgroups per (K/V block, K/V head, batch); K_j and V_j
@@ -22,7 +22,16 @@
  * (Bc = 128) and the full width of dK/dV; for d = 256 the accumulators of
  * 64 keys do not fit one warpgroup, so both own the same 64 keys (Bc = 64),
  * each recomputes S^T and dP^T and accumulates one 128-wide half of dK/dV.
- * The dQ product is split over the two warpgroups by columns. */
+ * The dQ product is split over the two warpgroups by columns.
+ *
+ * The kernel template and its launch<> live here; each kMode is
+ * instantiated in a translation unit of its own (attn_bwd_wgmma_mode<k>.cu,
+ * k = 0..4, built for sm_90a only) so the kernels compile in parallel,
+ * and attn_bwd_wgmma_dispatch.cu calls them through the extern
+ * declarations at the end. */
+#ifndef FG_KERNELS_ATTN_BWD_WGMMA_CUH
+#define FG_KERNELS_ATTN_BWD_WGMMA_CUH
+
 #include "attn_common.cuh"
 #include "attn_kernels.h"
 #include "kernels/runtime/cuda_check.h"
@@ -88,7 +97,7 @@ template <int D, bool kDropout> struct BwdSpec {
 };
 
 /* kMode: 0 no mask, 1 bottom-right causal (the tuned path), 2 the variants
- * (attn_fwd_wgmma.cu), 3 the variants of a packed or key-padded batch, 4
+ * (attn_fwd_wgmma.cuh), 3 the variants of a packed or key-padded batch, 4
  * the variants with an additive bias and dbias,
  * each its own instantiation: the bias in mode 2 cost every variant half
  * its speed (softcap 30 + causal, N = 8k: 135 -> 59 TFLOP/s, H100). */
@@ -750,7 +759,7 @@ struct BwdMaps {
 };
 
 template <typename T, int D, int kMode, bool kDropout>
-static fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
+fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
     using Tile = BwdWgTile<D>;
     auto kern = attn_bwd_wgmma_kernel<T, D, kMode, kDropout>;
@@ -763,67 +772,26 @@ static fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
     return FG_OK;
 }
 
-template <typename T, int D>
-static fg_status launch_opts(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
-{
-    if (a.cu_q || a.seqused_k)
-        return a.dropout ? launch<T, D, 3, true>(a, m, st)
-                         : launch<T, D, 3, false>(a, m, st);
-    if (a.bias)
-        return a.dropout ? launch<T, D, 4, true>(a, m, st)
-                         : launch<T, D, 4, false>(a, m, st);
-    if (a.variant)
-        return a.dropout ? launch<T, D, 2, true>(a, m, st)
-                         : launch<T, D, 2, false>(a, m, st);
-    if (a.causal)
-        return a.dropout ? launch<T, D, 1, true>(a, m, st)
-                         : launch<T, D, 1, false>(a, m, st);
-    return a.dropout ? launch<T, D, 0, true>(a, m, st)
-                     : launch<T, D, 0, false>(a, m, st);
-}
-
-template <typename T>
-static fg_status launch_dim(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
-{
-    if (a.d <= 64)
-        return launch_opts<T, 64>(a, m, st);
-    if (a.d <= 128)
-        return launch_opts<T, 128>(a, m, st);
-    return launch_opts<T, 256>(a, m, st);
-}
-
-int attn_bwd_wgmma_dpad(int d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
-
-size_t attn_bwd_wgmma_smem(int d)
-{
-    return d <= 64 ? BwdWgTile<64>::kSmem : d <= 128 ? BwdWgTile<128>::kSmem
-                                                        : BwdWgTile<256>::kSmem;
-}
-
-static int bwd_keys(int d)
-{
-    return d <= 64 ? BwdWgTile<64>::kBc : d <= 128 ? BwdWgTile<128>::kBc
-                                                      : BwdWgTile<256>::kBc;
-}
-
-bool attn_bwd_wgmma_maps(const AttnArgs &a, void *maps)
-{
-    BwdMaps *m = (BwdMaps *)maps;
-    const int bc = bwd_keys(a.d), br = 64;
-    return make_operand_tmap(&m->q, a, a.q, false, br) &&
-           make_operand_tmap(&m->o, a, a.dout, false, br) &&
-           make_operand_tmap(&m->k, a, a.k, true, bc) && make_operand_tmap(&m->v, a, a.v, true, bc);
-}
-
-size_t attn_bwd_wgmma_maps_size() { return sizeof(BwdMaps); }
-
-fg_status attn_bwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, const void *maps,
-                                  cudaStream_t st)
-{
-    const BwdMaps &m = *(const BwdMaps *)maps;
-    if (dt == FG_BF16)
-        return launch_dim<__nv_bfloat16>(a, m, st);
-    return launch_dim<__half>(a, m, st);
-}
+/* Explicit instantiations of launch<> for one kMode: both dtypes, every
+ * padded head dim and both dropout settings. X is empty in the mode's
+ * translation unit, extern everywhere else. */
+#define FG_BWD_WGMMA_ARGS const AttnArgs &, const BwdMaps &, cudaStream_t
+#define FG_BWD_WGMMA_LAUNCH(X, T, D, M)                                                 \
+    X template fg_status launch<T, D, M, false>(FG_BWD_WGMMA_ARGS);                     \
+    X template fg_status launch<T, D, M, true>(FG_BWD_WGMMA_ARGS);
+#define FG_BWD_WGMMA_MODE(X, M)                                                         \
+    FG_BWD_WGMMA_LAUNCH(X, __half, 64, M)                                               \
+    FG_BWD_WGMMA_LAUNCH(X, __half, 128, M)                                              \
+    FG_BWD_WGMMA_LAUNCH(X, __half, 256, M)                                              \
+    FG_BWD_WGMMA_LAUNCH(X, __nv_bfloat16, 64, M)                                        \
+    FG_BWD_WGMMA_LAUNCH(X, __nv_bfloat16, 128, M)                                       \
+    FG_BWD_WGMMA_LAUNCH(X, __nv_bfloat16, 256, M)
+FG_BWD_WGMMA_MODE(extern, 0)
+FG_BWD_WGMMA_MODE(extern, 1)
+FG_BWD_WGMMA_MODE(extern, 2)
+FG_BWD_WGMMA_MODE(extern, 3)
+FG_BWD_WGMMA_MODE(extern, 4)
 
 } /* namespace fg */
+
+#endif

@@ -1,4 +1,4 @@
-/* kernels/attention/attn_fwd_wgmma.cu - fp16/bf16 FlashAttention forward for Hopper
+/* kernels/attention/attn_fwd_wgmma.cuh - fp16/bf16 FlashAttention forward for Hopper
  * (sm_90a) on warpgroup MMA (wgmma).
  *
  * One block of kWG warpgroups per (query block, head, batch); warpgroup w
@@ -14,15 +14,21 @@
  * of block j-1 (see the loop). Masks only on boundary blocks; O
  * normalised once.
  * Every head dim in [8, 256] runs here (padded to 64/128/256); the same
- * alignment rule as the sm_80 path applies. */
+ * alignment rule as the sm_80 path applies.
+ *
+ * The kernel template and its launch<> live here; each kMode is
+ * instantiated in a translation unit of its own (attn_fwd_wgmma_mode<k>.cu,
+ * k = 0..3, built for sm_90a only) so the kernels compile in parallel,
+ * and attn_fwd_wgmma_dispatch.cu calls them through the extern
+ * declarations at the end. */
+#ifndef FG_KERNELS_ATTN_FWD_WGMMA_CUH
+#define FG_KERNELS_ATTN_FWD_WGMMA_CUH
+
 #include "attn_common.cuh"
 #include "attn_kernels.h"
 #include "kernels/runtime/cuda_check.h"
 #include "tma_map.h"
 #include "wgmma_sm90.cuh"
-
-#include <stdlib.h>
-#include <string.h>
 
 namespace fg {
 
@@ -417,7 +423,7 @@ struct FwdMaps {
 };
 
 template <typename T, int D, int WG, int kMode, bool kDropout>
-static fg_status launch(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
+fg_status launch(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
 {
     using Tile = FwdWgTile<D, WG>;
     auto kern = attn_fwd_wgmma_kernel<T, D, WG, kMode, kDropout>;
@@ -430,108 +436,31 @@ static fg_status launch(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
     return FG_OK;
 }
 
-template <typename T, int D, int WG>
-static fg_status launch_opts(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
-{
-    if (a.cu_q || a.seqused_k)
-        return a.dropout ? launch<T, D, WG, 3, true>(a, m, st)
-                         : launch<T, D, WG, 3, false>(a, m, st);
-    if (a.variant)
-        return a.dropout ? launch<T, D, WG, 2, true>(a, m, st)
-                         : launch<T, D, WG, 2, false>(a, m, st);
-    if (a.causal)
-        return a.dropout ? launch<T, D, WG, 1, true>(a, m, st)
-                         : launch<T, D, WG, 1, false>(a, m, st);
-    return a.dropout ? launch<T, D, WG, 0, true>(a, m, st)
-                     : launch<T, D, WG, 0, false>(a, m, st);
-}
-
 /* Warpgroups per block for head dim d, measured on an H100 (bf16, N = 8k):
  * d = 64 one (469 vs 359 TF/s), d = 128 two (518 vs 451). */
 template <int D> struct FwdWG {
     static constexpr int value = D <= 64 ? 1 : 2;
 };
 
-template <typename T>
-static fg_status launch_dim(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
-{
-    if (a.d <= 64)
-        return launch_opts<T, 64, FwdWG<64>::value>(a, m, st);
-    if (a.d <= 128)
-        return launch_opts<T, 128, FwdWG<128>::value>(a, m, st);
-    return launch_opts<T, 256, FwdWG<256>::value>(a, m, st);
-}
-
-/* 1 in the sm_90a image, 0 in every other (sm_80 SASS, PTX): reading it
- * tells which image the runtime loaded for the current device. */
-__device__ int fg_wgmma_image =
-#ifdef FG_WGMMA_ENABLED
-    1;
-#else
-    0;
-#endif
-
-bool wgmma_usable()
-{
-    const char *force = getenv("FG_ATTN_KERNEL");
-    if (force && (strcmp(force, "mma") == 0 || strcmp(force, "general") == 0))
-        return false;
-    static int cached[64]; /* per device: 0 unknown, 1 yes, 2 no */
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
-        return false;
-    if (!cached[dev]) {
-        int major = 0, minor = 0, img = 0;
-        bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-                  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-                  major == 9 && minor == 0 &&
-                  cudaMemcpyFromSymbol(&img, fg_wgmma_image, sizeof img) == cudaSuccess &&
-                  img == 1;
-        cudaGetLastError(); /* a failed probe is an answer, not an error */
-        cached[dev] = ok ? 1 : 2;
-    }
-    return cached[dev] == 1;
-}
-
-template <int D> static void tile_of(int *br, int *bc, size_t *smem)
-{
-    constexpr int wg = FwdWG<D>::value;
-    *br = FwdWgTile<D, wg>::kBr;
-    *bc = FwdWgTile<D, wg>::kBc;
-    *smem = FwdWgTile<D, wg>::kSmem;
-}
-
-static void fwd_tile(int d, int *br, int *bc, size_t *smem)
-{
-    if (d <= 64)
-        tile_of<64>(br, bc, smem);
-    else if (d <= 128)
-        tile_of<128>(br, bc, smem);
-    else
-        tile_of<256>(br, bc, smem);
-}
-
-size_t attn_fwd_wgmma_smem(int d)
-{
-    int br, bc;
-    size_t smem;
-    fwd_tile(d, &br, &bc, &smem);
-    return smem;
-}
-
-bool attn_fwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st,
-                             fg_status *status)
-{
-    int br, bc;
-    size_t smem;
-    fwd_tile(a.d, &br, &bc, &smem);
-    FwdMaps m;
-    if (!make_operand_tmap(&m.q, a, a.q, false, br) ||
-        !make_operand_tmap(&m.k, a, a.k, true, bc) ||
-        !make_operand_tmap(&m.v, a, a.v, true, bc))
-        return false;
-    *status = dt == FG_BF16 ? launch_dim<__nv_bfloat16>(a, m, st) : launch_dim<__half>(a, m, st);
-    return true;
-}
+/* Explicit instantiations of launch<> for one kMode: both dtypes, every
+ * padded head dim (with its warpgroup count) and both dropout settings.
+ * X is empty in the mode's translation unit, extern everywhere else. */
+#define FG_FWD_WGMMA_ARGS const AttnArgs &, const FwdMaps &, cudaStream_t
+#define FG_FWD_WGMMA_LAUNCH(X, T, D, M)                                                 \
+    X template fg_status launch<T, D, FwdWG<D>::value, M, false>(FG_FWD_WGMMA_ARGS);    \
+    X template fg_status launch<T, D, FwdWG<D>::value, M, true>(FG_FWD_WGMMA_ARGS);
+#define FG_FWD_WGMMA_MODE(X, M)                                                         \
+    FG_FWD_WGMMA_LAUNCH(X, __half, 64, M)                                               \
+    FG_FWD_WGMMA_LAUNCH(X, __half, 128, M)                                              \
+    FG_FWD_WGMMA_LAUNCH(X, __half, 256, M)                                              \
+    FG_FWD_WGMMA_LAUNCH(X, __nv_bfloat16, 64, M)                                        \
+    FG_FWD_WGMMA_LAUNCH(X, __nv_bfloat16, 128, M)                                       \
+    FG_FWD_WGMMA_LAUNCH(X, __nv_bfloat16, 256, M)
+FG_FWD_WGMMA_MODE(extern, 0)
+FG_FWD_WGMMA_MODE(extern, 1)
+FG_FWD_WGMMA_MODE(extern, 2)
+FG_FWD_WGMMA_MODE(extern, 3)
 
 } /* namespace fg */
+
+#endif

@@ -1,0 +1,72 @@
+/* kernels/attention/attn_bwd_wgmma_dispatch.cu - the sm_90a wgmma backward's
+ * dispatch: the kernel instantiation a call takes (kMode, dropout, padded
+ * head dim), tile sizes and TMA maps. The kernels are built in
+ * attn_bwd_wgmma_mode<k>.cu. */
+#include "attn_bwd_wgmma.cuh"
+
+namespace fg {
+
+template <typename T, int D>
+static fg_status launch_opts(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
+{
+    if (a.cu_q || a.seqused_k)
+        return a.dropout ? launch<T, D, 3, true>(a, m, st)
+                         : launch<T, D, 3, false>(a, m, st);
+    if (a.bias)
+        return a.dropout ? launch<T, D, 4, true>(a, m, st)
+                         : launch<T, D, 4, false>(a, m, st);
+    if (a.variant)
+        return a.dropout ? launch<T, D, 2, true>(a, m, st)
+                         : launch<T, D, 2, false>(a, m, st);
+    if (a.causal)
+        return a.dropout ? launch<T, D, 1, true>(a, m, st)
+                         : launch<T, D, 1, false>(a, m, st);
+    return a.dropout ? launch<T, D, 0, true>(a, m, st)
+                     : launch<T, D, 0, false>(a, m, st);
+}
+
+template <typename T>
+static fg_status launch_dim(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
+{
+    if (a.d <= 64)
+        return launch_opts<T, 64>(a, m, st);
+    if (a.d <= 128)
+        return launch_opts<T, 128>(a, m, st);
+    return launch_opts<T, 256>(a, m, st);
+}
+
+int attn_bwd_wgmma_dpad(int d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
+
+size_t attn_bwd_wgmma_smem(int d)
+{
+    return d <= 64 ? BwdWgTile<64>::kSmem : d <= 128 ? BwdWgTile<128>::kSmem
+                                                        : BwdWgTile<256>::kSmem;
+}
+
+static int bwd_keys(int d)
+{
+    return d <= 64 ? BwdWgTile<64>::kBc : d <= 128 ? BwdWgTile<128>::kBc
+                                                      : BwdWgTile<256>::kBc;
+}
+
+bool attn_bwd_wgmma_maps(const AttnArgs &a, void *maps)
+{
+    BwdMaps *m = (BwdMaps *)maps;
+    const int bc = bwd_keys(a.d), br = 64;
+    return make_operand_tmap(&m->q, a, a.q, false, br) &&
+           make_operand_tmap(&m->o, a, a.dout, false, br) &&
+           make_operand_tmap(&m->k, a, a.k, true, bc) && make_operand_tmap(&m->v, a, a.v, true, bc);
+}
+
+size_t attn_bwd_wgmma_maps_size() { return sizeof(BwdMaps); }
+
+fg_status attn_bwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, const void *maps,
+                                  cudaStream_t st)
+{
+    const BwdMaps &m = *(const BwdMaps *)maps;
+    if (dt == FG_BF16)
+        return launch_dim<__nv_bfloat16>(a, m, st);
+    return launch_dim<__half>(a, m, st);
+}
+
+} /* namespace fg */

@@ -1,0 +1,10 @@
+/* kernels/attention/attn_bwd_wgmma_mode0.cu - the sm_90a wgmma backward's
+ * kMode 0 kernels (no mask), every dtype, head dim and dropout setting
+ * (attn_bwd_wgmma.cuh). */
+#include "attn_bwd_wgmma.cuh"
+
+namespace fg {
+
+FG_BWD_WGMMA_MODE(, 0)
+
+} /* namespace fg */

@@ -1,0 +1,110 @@
+/* kernels/attention/attn_fwd_wgmma_dispatch.cu - the sm_90a wgmma forward's
+ * dispatch: the kernel instantiation a call takes (kMode, dropout, padded
+ * head dim), whether the sm_90a image is the one loaded, tile sizes and
+ * TMA maps. The kernels are built in attn_fwd_wgmma_mode<k>.cu. */
+#include "attn_fwd_wgmma.cuh"
+
+#include <stdlib.h>
+#include <string.h>
+
+namespace fg {
+
+template <typename T, int D, int WG>
+static fg_status launch_opts(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
+{
+    if (a.cu_q || a.seqused_k)
+        return a.dropout ? launch<T, D, WG, 3, true>(a, m, st)
+                         : launch<T, D, WG, 3, false>(a, m, st);
+    if (a.variant)
+        return a.dropout ? launch<T, D, WG, 2, true>(a, m, st)
+                         : launch<T, D, WG, 2, false>(a, m, st);
+    if (a.causal)
+        return a.dropout ? launch<T, D, WG, 1, true>(a, m, st)
+                         : launch<T, D, WG, 1, false>(a, m, st);
+    return a.dropout ? launch<T, D, WG, 0, true>(a, m, st)
+                     : launch<T, D, WG, 0, false>(a, m, st);
+}
+
+template <typename T>
+static fg_status launch_dim(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
+{
+    if (a.d <= 64)
+        return launch_opts<T, 64, FwdWG<64>::value>(a, m, st);
+    if (a.d <= 128)
+        return launch_opts<T, 128, FwdWG<128>::value>(a, m, st);
+    return launch_opts<T, 256, FwdWG<256>::value>(a, m, st);
+}
+
+/* 1 in the sm_90a image, 0 in every other (sm_80 SASS, PTX): reading it
+ * tells which image the runtime loaded for the current device. */
+__device__ int fg_wgmma_image =
+#ifdef FG_WGMMA_ENABLED
+    1;
+#else
+    0;
+#endif
+
+bool wgmma_usable()
+{
+    const char *force = getenv("FG_ATTN_KERNEL");
+    if (force && (strcmp(force, "mma") == 0 || strcmp(force, "general") == 0))
+        return false;
+    static int cached[64]; /* per device: 0 unknown, 1 yes, 2 no */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+        return false;
+    if (!cached[dev]) {
+        int major = 0, minor = 0, img = 0;
+        bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+                  major == 9 && minor == 0 &&
+                  cudaMemcpyFromSymbol(&img, fg_wgmma_image, sizeof img) == cudaSuccess &&
+                  img == 1;
+        cudaGetLastError(); /* a failed probe is an answer, not an error */
+        cached[dev] = ok ? 1 : 2;
+    }
+    return cached[dev] == 1;
+}
+
+template <int D> static void tile_of(int *br, int *bc, size_t *smem)
+{
+    constexpr int wg = FwdWG<D>::value;
+    *br = FwdWgTile<D, wg>::kBr;
+    *bc = FwdWgTile<D, wg>::kBc;
+    *smem = FwdWgTile<D, wg>::kSmem;
+}
+
+static void fwd_tile(int d, int *br, int *bc, size_t *smem)
+{
+    if (d <= 64)
+        tile_of<64>(br, bc, smem);
+    else if (d <= 128)
+        tile_of<128>(br, bc, smem);
+    else
+        tile_of<256>(br, bc, smem);
+}
+
+size_t attn_fwd_wgmma_smem(int d)
+{
+    int br, bc;
+    size_t smem;
+    fwd_tile(d, &br, &bc, &smem);
+    return smem;
+}
+
+bool attn_fwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st,
+                             fg_status *status)
+{
+    int br, bc;
+    size_t smem;
+    fwd_tile(a.d, &br, &bc, &smem);
+    FwdMaps m;
+    if (!make_operand_tmap(&m.q, a, a.q, false, br) ||
+        !make_operand_tmap(&m.k, a, a.k, true, bc) ||
+        !make_operand_tmap(&m.v, a, a.v, true, bc))
+        return false;
+    *status = dt == FG_BF16 ? launch_dim<__nv_bfloat16>(a, m, st) : launch_dim<__half>(a, m, st);
+    return true;
+}
+
+} /* namespace fg */
