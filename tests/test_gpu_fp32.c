@@ -40,6 +40,8 @@
  * exactly this rounding (inputs, P and dS to TF32, the rest fp64) over
  * these shapes stays at 0.02-0.3 of it, and bf16-sized rounding (2^-8)
  * would exceed it. */
+#include "config.h" /* FG_ATTN_TF32X3 */
+
 #include <check.h>
 #include <cuda_runtime.h>
 
@@ -297,7 +299,10 @@ static void run_path(const fcase *c, const fg_attn_params *p, double *in[4], int
  * their O and dK must differ somewhere (else 3xTF32 did not run). */
 static void check_case(const fcase *c, int det, int paths, uint64_t salt)
 {
-    static const char *pname[5] = {"", "fp32", "simt", "", "tf32"};
+    static const char *pname[5] = {"", "fp32x3", "simt", "", "tf32"};
+#ifndef FG_ATTN_TF32X3
+    paths &= ~PATH_DEFAULT; /* 3xTF32 not built (--enable-attn-tf32x3) */
+#endif
     size_t n[4], ns;
     sizes(c, n, &ns);
     fgt_rng rng = fgt_rng_for(salt);

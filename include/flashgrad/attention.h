@@ -121,8 +121,9 @@
  * than 205 KiB per block, e.g. an A100); with deterministic = 1 the
  * backward's dQ comes from the SIMT kernel. The same kernels have an
  * experimental 3xTF32 mode (each operand split into a TF32 part and a
- * TF32 remainder, three products), reached with FG_ATTN_KERNEL=tf32x3 in
- * the environment when the switch is off: near fp32 but not within 1e-5
+ * TF32 remainder, three products), built with ./configure
+ * --enable-attn-tf32x3 and reached with FG_ATTN_KERNEL=tf32x3 in the
+ * environment when the switch is off: near fp32 but not within 1e-5
  * on long rows (the tensor cores truncate each product's sum; up to 5.5e-5
  * of max |dK| measured at N = 4097), and an infinite input gives NaN
  * there (inf - inf in the split). FG_ATTN_KERNEL=simt forces the SIMT

@@ -211,6 +211,13 @@ inline bool aligned(const Operand &t)
  * for operands not 16-byte aligned, or with FG_ATTN_KERNEL=general or
  * =simt. */
 enum class Prec { kNone, kTf32, kSplit };
+/* The 3xTF32 instantiations exist only with ./configure
+ * --enable-attn-tf32x3 (they are experimental and cost build time). */
+#ifdef FG_ATTN_TF32X3
+constexpr bool kHaveSplit = true;
+#else
+constexpr bool kHaveSplit = false;
+#endif
 inline Prec precision(const AttnArgs &a, bool backward)
 {
     const char *force = getenv("FG_ATTN_KERNEL");
@@ -224,7 +231,7 @@ inline Prec precision(const AttnArgs &a, bool backward)
         return Prec::kNone;
     if (fg_cuda_attention_tf32_allowed())
         return Prec::kTf32;
-    return force && strcmp(force, "tf32x3") == 0 ? Prec::kSplit : Prec::kNone;
+    return kHaveSplit && force && strcmp(force, "tf32x3") == 0 ? Prec::kSplit : Prec::kNone;
 }
 
 /* f(integral_constant<int, kMode>, integral_constant<bool, kDropout>)

@@ -325,9 +325,13 @@ fg_status attn_tf32_bwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, b
         if (Cfg::Tile::kSmem > smem_limit)
             return FG_OK; /* *ran stays false: the SIMT kernels run */
         *ran = true;
-        if (prec == tf32::Prec::kSplit)
-            FG_TRY((tf32::launch<D, Cfg::kBr, Cfg::kDh, true>(a, st)));
-        else
+        bool split = false;
+        if constexpr (tf32::kHaveSplit)
+            if (prec == tf32::Prec::kSplit) {
+                FG_TRY((tf32::launch<D, Cfg::kBr, Cfg::kDh, true>(a, st)));
+                split = true;
+            }
+        if (!split)
             FG_TRY((tf32::launch<D, Cfg::kBr, Cfg::kDh, false>(a, st)));
         return a.deterministic ? attn_fp32_dq(a, st) : FG_OK;
     });

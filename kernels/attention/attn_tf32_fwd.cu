@@ -224,8 +224,10 @@ fg_status attn_tf32_fwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, b
         if (tf32::FwdTile<D>::kSmem > smem_limit)
             return FG_OK; /* *ran stays false: the SIMT kernel runs */
         *ran = true;
-        return prec == tf32::Prec::kSplit ? tf32::launch<D, true>(a, st)
-                                          : tf32::launch<D, false>(a, st);
+        if constexpr (tf32::kHaveSplit)
+            if (prec == tf32::Prec::kSplit)
+                return tf32::launch<D, true>(a, st);
+        return tf32::launch<D, false>(a, st);
     });
 }
 
