@@ -72,8 +72,10 @@ template <int D> struct BwdWgTile {
         4 * kBr * sizeof(float) + 64 + kXBytes + 1024;
 };
 
-/* Warp specialisation for d <= 128 without dropout (whose registers fit
- * 240): a producer warpgroup (24 registers, one thread issues every load)
+/* Warp specialisation for d <= 128, dropout included (with dropout the
+ * d = 128 instantiations spill 40-150 bytes of the consumers' 240
+ * registers; the unspecialised kernel there was not measured against it):
+ * a producer warpgroup (24 registers, one thread issues every load)
  * and the two consumer warpgroups, which never meet at a barrier: they
  * release each Q_i/dO_i/lse2/D buffer through an mbarrier (free_q) once
  * their products have read it, and the dQ product of step i, which needs

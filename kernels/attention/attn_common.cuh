@@ -159,7 +159,7 @@ __device__ __forceinline__ const int32_t *block_list(const AttnArgs &a, bool kv,
 
 /* Span sp of the walk over [lo, hi): the whole range, or with a block list
  * its sp-th listed 128-block cut to the range; the start is rounded down
- * to a multiple of `align` (the tile, so dropout's 4-column groups and
+ * to a multiple of `align` (the tile, so dropout's 32-column calls and
  * tile-aligned loads hold; visible() masks the extra columns). Returns
  * false for an empty span or a list entry outside [0, nblocks) (the
  * validation cannot read device lists; such entries are skipped). */
@@ -325,7 +325,7 @@ __device__ __forceinline__ float raw_score_mod(const AttnArgs &a, float s, float
 /* The softcap's d logit / d x = 1 - tanh^2 of pair (i, j), recovered from
  * its probability p = exp2(logit log2e - lse2) (the backward keeps P, not
  * the logit) by undoing ALiBi; 0 where p = 0, whose dS is 0 anyway. (The
- * kernels that take a bias, attn_bwd_wgmma.cu's kMode 4, undo it in their
+ * kernels that take a bias, attn_bwd_wgmma.cuh's kMode 4, undo it in their
  * own cap_grad.) */
 __device__ __forceinline__ float softcap_grad(const AttnArgs &a, float p, float lse2,
                                               float slope, int64_t i, int64_t j)

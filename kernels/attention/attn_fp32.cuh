@@ -177,15 +177,13 @@ __device__ __forceinline__ uint32_t keep_bits8(const AttnArgs &a, int64_t bh, in
                                                int64_t jb)
 {
     const uint4 w = dropout_call(a, bh, i, jb);
-    const int hi = (int)((i >> 3) & 1); /* byte = hi + 2 (n % 2), word = e + 2 (n / 2) */
+    const int r = (int)((i >> 3) & 1); /* row i is the call's row r */
     uint32_t bits = 0;
 #pragma unroll
     for (int n = 0; n < 4; n++)
 #pragma unroll
         for (int e = 0; e < 2; e++)
-            bits |= (uint32_t)fg_dropout_keep8(dropout_word(w, e + 2 * (n >> 1)),
-                                               hi + 2 * (n & 1), a.keep_threshold)
-                    << (2 * n + e);
+            bits |= (uint32_t)fwd_kept(a, w, r, n, e) << (2 * n + e);
     return bits;
 }
 

@@ -48,7 +48,7 @@ template <int D, int WG> struct FwdWgTile {
         (size_t)(kBr * D + 4 * kBc * D) * 2 + 128 + 1024; /* Q, 2x(K, V), barriers, align */
 };
 
-/* Warp specialisation (two-warpgroup blocks without dropout): a producer
+/* Warp specialisation (two-warpgroup blocks, dropout included): a producer
  * warpgroup (24 registers a thread; one thread issues every TMA load)
  * and two consumer warpgroups (240 each, setmaxnreg); consumers release
  * K/V buffers through mbarriers instead of meeting at __syncthreads, and
