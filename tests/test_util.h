@@ -193,6 +193,18 @@ static inline int fgt_gpu_present(void)
     return WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
+/* FG_SANITIZE, as scripts/gpu-sanitize.sh sets it: 0 unset, 1 a
+ * representative subset (memcheck, initcheck, synccheck), 2 "fast", the
+ * smallest subset that still reaches every kernel family (racecheck,
+ * whose shared-memory tracking makes each launch slow). */
+static inline int fgt_sanitize_mode(void)
+{
+    const char *e = getenv("FG_SANITIZE");
+    if (!e)
+        return 0;
+    return strcmp(e, "fast") == 0 ? 2 : 1;
+}
+
 /* Runs a suite with CK_NORMAL output; the process exit status. */
 static inline int fgt_run_suite(Suite *s)
 {
