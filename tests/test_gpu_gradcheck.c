@@ -102,7 +102,10 @@ static void rerandomise(fgt_rng *r, fg_tensor *p, double centre)
 
 START_TEST(test_block)
 {
-    const blk_case bc = blk_cases[_i];
+    blk_case bc = blk_cases[_i];
+    /* Under compute-sanitizer the probes of fast mode: a full Jacobian is
+     * thousands of block evaluations, each slowed by the tool. */
+    bc.fast = bc.fast || fgt_sanitize_mode() != 0;
     deterministic();
     fgt_rng r = fgt_rng_for(2100 + (uint64_t)_i);
     fg_generator g;
@@ -241,19 +244,16 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 900);
     /* Under compute-sanitizer (FG_SANITIZE) only the API test and the
-     * smallest block: thousands of evaluations per case are too slow. */
-    const int sanitize = getenv("FG_SANITIZE") != NULL;
-    /* racecheck (FG_SANITIZE=fast): the API test only; the kernels a block
-     * gradcheck runs are raced-checked by the ops and attention suites. */
-    const int fast = sanitize && strcmp(getenv("FG_SANITIZE"), "fast") == 0;
+     * smallest block, in fast mode (test_block): thousands of evaluations
+     * per case are too slow. */
+    const int sanitize = fgt_sanitize_mode() != 0;
     tcase_add_test(tc, test_gradcheck_gpu_inputs);
     if (!sanitize)
         tcase_add_loop_test(tc, test_op_gradcheck, 0, gph_n_cases);
-    if (!fast)
-        tcase_add_loop_test(tc, test_block, 0,
-                            sanitize ? 1
-                                     : (int)(sizeof blk_cases /
-                                             sizeof blk_cases[0]));
+    tcase_add_loop_test(tc, test_block, 0,
+                        sanitize ? 1
+                                 : (int)(sizeof blk_cases /
+                                         sizeof blk_cases[0]));
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }

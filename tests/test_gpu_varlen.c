@@ -72,7 +72,9 @@ static void check_gpu(vl_case c, uint64_t salt)
         vl_make(&c, salt + (uint64_t)di, &d);
         vl_out ref, gpu;
         fg_status fwd, bwd;
+        c.o_as_stored = 1;
         vl_run(&c, &d, FG_FP64, NULL, &ref, &fwd, &bwd);
+        c.o_as_stored = 0;
         ck_assert_msg(fwd == FG_OK && bwd == FG_OK, "cpu: %s", fg_last_error());
         vl_run(&c, &d, c.dtype, &g_gpu, &gpu, &fwd, &bwd);
         ck_assert_msg(fwd == FG_OK, "gpu fwd: %s", fg_last_error());

@@ -36,6 +36,11 @@ typedef struct vl_case {
     /* Run as a dense [B, N, H, d] batch without cu_seqlens (every lq and
      * every lk equal, no tail rows, hmajor 0): key padding alone. */
     int dense;
+    /* fp64 runs only: the backward reads O rounded to `dtype`, as a kernel
+     * that stores O in it does. D = rowsum(dO o O) comes from the stored O;
+     * where the exact dQ and dK vanish (a row with one visible key, kept by
+     * dropout) that rounding is all the GPU's result holds. */
+    int o_as_stored;
 } vl_case;
 
 /* Inputs (fp64, contiguous [total, heads, d], already rounded to the
@@ -413,9 +418,22 @@ static inline void vl_run(const vl_case *c, const vl_data *d, fg_dtype dt,
     }
     fg_attn_stats st = {devp[8], devp[9], sd};
     *fwd = fg_attention_forward(&p, &t[0], &t[1], &t[2], &t[4], &st);
-    *bwd = *fwd == FG_OK ? fg_attention_backward(&p, &t[0], &t[1], &t[2], &t[4],
+    fg_attn_tensor o_in = t[4]; /* the O the backward reads */
+    double *o_st = NULL;
+    if (c->o_as_stored && dt == FG_FP64 && !dev && *fwd == FG_OK) {
+        const size_t n = bytes[4] / sizeof(double);
+        o_st = malloc(bytes[4] + 8);
+        for (size_t x = 0; x < n; x++) {
+            double tmp; /* room for any dtype */
+            vl_store(c->dtype, &tmp, 0, ((const double *)host[4])[x]);
+            o_st[x] = vl_load(c->dtype, &tmp, 0);
+        }
+        o_in.data = o_st;
+    }
+    *bwd = *fwd == FG_OK ? fg_attention_backward(&p, &t[0], &t[1], &t[2], &o_in,
                                                  &t[3], &st, &t[5], &t[6], &t[7])
                          : *fwd;
+    free(o_st);
     for (int i = 0; i < 10; i++)
         if (dev) {
             dev->get(host[i], devp[i], bytes[i]);
