@@ -4,7 +4,9 @@
  * ALiBi, key padding, a packed batch with dropout, a bias, rows padded,
  * strided columns), computed in an arena filled with NaN first so every
  * element must be written; in fp64 without dropout both also match the
- * naive reference; an fp64 gradcheck of the op; its argument errors. */
+ * naive reference; an fp64 gradcheck of the op; its argument errors; and
+ * the GPT's attention layer, which now runs it, equal bit for bit to the
+ * split composition it replaced (output and every gradient). */
 #include <math.h>
 #include <string.h>
 
@@ -395,8 +397,141 @@ START_TEST(test_qkvpacked_errors)
 }
 END_TEST
 
+/* ---- the GPT's attention layer -------------------------------------------- */
+
+/* What fg_nn_attention_forward computed before it used the packed op:
+ * qkv projection, fg_split, reshapes, fg_attention, projection, output
+ * dropout, with the layer's options and draws from mode->rng. */
+static fg_status layer_by_split(const fg_nn_attention *a, fg_tensor *x,
+                                const fg_nn_mode *mode, fg_tensor **y)
+{
+    const int64_t B = fg_tensor_size(x, 0), T = fg_tensor_size(x, 1),
+                  C = fg_tensor_size(x, 2), H = a->n_head, d = C / H;
+    const fg_nn_seqs *sq = mode->seqs;
+    const int packed = sq && sq->cu_seqlens;
+    fg_attention_options ao;
+    fg_attention_options_init(&ao);
+    ao.causal = 1;
+    if (packed) {
+        ao.cu_seqlens_q = ao.cu_seqlens_k = sq->cu_seqlens;
+        ao.n_seq = sq->n_seq;
+    } else if (sq) {
+        ao.seqused_k = sq->lengths;
+    }
+    if (a->window > 0)
+        ao.window_left = a->window;
+    ao.softcap = a->softcap;
+    ao.alibi_slopes = a->alibi_slopes;
+    if (a->dropout > 0 && mode->training) {
+        ao.dropout_p = a->dropout;
+        FGT_TRY(fg_generator_next(mode->rng, &ao.seed, &ao.offset));
+    }
+    const int64_t sizes[3] = {C, C, C}, Bq = packed ? 1 : B,
+                  Tq = packed ? B * T : T;
+    fg_tensor *qkv = NULL, *p[3] = {NULL}, *v[3] = {NULL}, *o = NULL,
+              *o2 = NULL, *z = NULL;
+    fg_status s = fg_nn_linear_forward(&a->qkv, x, &qkv);
+    if (s == FG_OK)
+        s = fg_split(qkv, -1, sizes, 3, p);
+    for (int j = 0; j < 3 && s == FG_OK; j++)
+        s = fg_reshape(p[j], FG_SHAPE(Bq, Tq, H, d), &v[j]);
+    if (s == FG_OK)
+        s = fg_attention(v[0], v[1], v[2], &ao, &o);
+    if (s == FG_OK)
+        s = fg_reshape(o, FG_SHAPE(B, T, C), &o2);
+    if (s == FG_OK)
+        s = fg_nn_linear_forward(&a->proj, o2, &z);
+    if (s == FG_OK)
+        s = fg_nn_dropout(z, a->dropout, mode, y);
+    fg_tensor *all[] = {qkv, p[0], p[1], p[2], v[0], v[1], v[2], o, o2, z};
+    fgt_free_all(all, 10);
+    return s;
+}
+
+/* Output, then the gradients of x and of the layer's four parameters. */
+static void layer_run(const fg_nn_attention *a, int by_split, fg_dtype dt,
+                      const int64_t *shape, const double *h_x,
+                      const double *h_g, const fg_nn_seqs *seqs, int training,
+                      double *res[6])
+{
+    fg_generator gen;
+    fg_generator_init(&gen, 77);
+    fg_nn_mode mode = {training, &gen, seqs};
+    fg_tensor *x = leaf(dt, 3, shape, h_x), *y = NULL, *g = NULL;
+    FGT_OK(by_split ? layer_by_split(a, x, &mode, &y)
+                    : fg_nn_attention_forward(a, x, &mode, &y));
+    FGT_OK(fg_tensor_zeros(dt, FG_DEVICE_CPU, 3, shape, &g));
+    FGT_OK(fg_tensor_copy_from_host(g, FG_FP64, h_g, fg_tensor_numel(g)));
+    FGT_OK(fg_backward_with(y, g));
+    fg_tensor *ps[4] = {a->qkv.weight, a->qkv.bias, a->proj.weight,
+                        a->proj.bias};
+    res[0] = fgt_host(y);
+    res[1] = fgt_host(fg_tensor_grad(x));
+    for (int i = 0; i < 4; i++) {
+        res[2 + i] = fgt_host(fg_tensor_grad(ps[i]));
+        FGT_OK(fg_tensor_zero_grad(ps[i]));
+    }
+    fg_tensor *all[] = {x, y, g};
+    fgt_free_all(all, 3);
+}
+
+/* Modes: evaluation; training (dropout); a window, softcap and ALiBi
+ * while training; key padding; a packed batch while training. */
+START_TEST(test_layer_unchanged)
+{
+    fgt_rng r = fgt_rng_for(0x9e0 + (uint64_t)_i);
+    static const float slopes[2] = {0.25f, 0.5f};
+    for (int mode = 0; mode < 5; mode++)
+        for (int t = 0; t < 2; t++) {
+            const fg_dtype dt = t ? FG_FP64 : FG_FP32;
+            enum { B = 2, T = 7, C = 16, H = 2 };
+            fg_generator gi;
+            fg_generator_init(&gi, fgt_next(&r));
+            fg_nn_attention a;
+            FGT_OK(fg_nn_attention_init(&a, C, H, 0.25, 0.02, &gi, dt,
+                                        FG_DEVICE_CPU));
+            /* non-zero biases, so their gradients' paths are exercised */
+            double hb[3 * C];
+            for (int i = 0; i < 3 * C; i++)
+                hb[i] = 0.1 * fgt_uniform(&r) + 0.01;
+            fg_no_grad_begin();
+            FGT_OK(fg_tensor_copy_from_host(a.qkv.bias, FG_FP64, hb, 3 * C));
+            FGT_OK(fg_no_grad_end());
+            if (mode == 2) {
+                a.window = 2;
+                a.softcap = 2.0;
+                a.alibi_slopes = slopes;
+            }
+            const int32_t len[B] = {T, 4}, cu[4] = {0, 5, 9, B * T};
+            const fg_nn_seqs padded = {len, NULL, 0}, pk = {NULL, cu, 3};
+            const fg_nn_seqs *seqs =
+                mode == 3 ? &padded : mode == 4 ? &pk : NULL;
+            const int training = mode == 1 || mode == 2 || mode == 4;
+            const int64_t shape[3] = {B, T, C};
+            double *h_x = host_values(&r, B * T * C, 1.0),
+                   *h_g = host_values(&r, B * T * C, 1.0), *now[6], *ref[6];
+            layer_run(&a, 0, dt, shape, h_x, h_g, seqs, training, now);
+            layer_run(&a, 1, dt, shape, h_x, h_g, seqs, training, ref);
+            static const char *const what[6] = {"y", "dx", "dW_qkv",
+                                                "db_qkv", "dW_proj",
+                                                "db_proj"};
+            const int64_t n[6] = {B * T * C, B * T * C, C * 3 * C, 3 * C,
+                                  C * C, C};
+            for (int i = 0; i < 6; i++) {
+                expect_same(what[i], now[i], ref[i], n[i]);
+                free(now[i]);
+                free(ref[i]);
+            }
+            free(h_x);
+            free(h_g);
+            fg_nn_attention_release(&a);
+        }
+}
+END_TEST
+
 FGT_MAIN_BEGIN("attention_qkv")
 FGT_LOOP(test_qkvpacked_equals_split, LOOPS)
 FGT_LOOP(test_qkvpacked_gradcheck, 2)
 FGT_TEST(test_qkvpacked_errors)
+FGT_LOOP(test_layer_unchanged, 2)
 FGT_MAIN_END()
