@@ -317,7 +317,7 @@ enum {
     OP_SOFTMAX, OP_LOG_SOFTMAX, OP_TVIEW_SOFTMAX, OP_LAYERNORM,
     OP_TVIEW_LAYERNORM, OP_EMBEDDING, OP_CROSS_ENTROPY,
     OP_TVIEW_CROSS_ENTROPY, OP_DROPOUT, OP_TVIEW_DROPOUT, OP_ATTENTION,
-    OP_ATTENTION_QKV, OP_BIAS_GELU
+    OP_ATTENTION_QKV, OP_ATTENTION_QKVPACKED, OP_BIAS_GELU
 };
 
 typedef struct opx {
@@ -404,6 +404,18 @@ static fg_status split_fn(const opx *o, fg_tensor *x, fg_tensor **out)
     return s;
 }
 
+/* The attention cases' options: causal, dropout p with its seed/offset. */
+static fg_attention_options attention_options(const opx *o)
+{
+    fg_attention_options ao;
+    fg_attention_options_init(&ao);
+    ao.causal = o->causal;
+    ao.dropout_p = o->p;
+    ao.seed = o->seed;
+    ao.offset = o->offset;
+    return ao;
+}
+
 static fg_status attention_qkv_fn(const opx *o, fg_tensor *qkv,
                                   fg_tensor **out)
 {
@@ -414,12 +426,7 @@ static fg_status attention_qkv_fn(const opx *o, fg_tensor *qkv,
     fg_status s = fg_split(qkv, -1, sizes, 3, p);
     for (int i = 0; i < 3 && s == FG_OK; i++)
         s = fg_reshape(p[i], FG_SHAPE(B, T, H, C / H), &v[i]);
-    fg_attention_options ao;
-    fg_attention_options_init(&ao);
-    ao.causal = o->causal;
-    ao.dropout_p = o->p;
-    ao.seed = o->seed;
-    ao.offset = o->offset;
+    const fg_attention_options ao = attention_options(o);
     if (s == FG_OK)
         s = fg_attention(v[0], v[1], v[2], &ao, out);
     fgt_free_all(p, 3);
@@ -493,15 +500,14 @@ static fg_status op_fn(fg_tensor *const *in, int n, fg_tensor **out, void *u)
         THEN(fg_transpose(x, 0, 1, &v_),
              fg_dropout(v_, o->p, o->seed, o->offset, out));
     case OP_ATTENTION: {
-        fg_attention_options ao;
-        fg_attention_options_init(&ao);
-        ao.causal = o->causal;
-        ao.dropout_p = o->p;
-        ao.seed = o->seed;
-        ao.offset = o->offset;
+        const fg_attention_options ao = attention_options(o);
         return fg_attention(x, in[1], in[2], &ao, out);
     }
     case OP_ATTENTION_QKV: return attention_qkv_fn(o, x, out);
+    case OP_ATTENTION_QKVPACKED: {
+        const fg_attention_options ao = attention_options(o);
+        return fg_attention_qkvpacked(x, o->a, &ao, out);
+    }
     }
     return FG_ERR_INVALID_ARGUMENT;
 }
@@ -730,6 +736,9 @@ const gph_case gph_cases[] = {
     {"attention on strided views of a fused QKV", op_fn,
      X(.op = OP_ATTENTION_QKV, .a = 2, .causal = 1), NULL, 1,
      {IN(2, 7, 48)}, GPH_DEFAULT, 8},
+    {"fg_attention_qkvpacked, causal, dropout", op_fn,
+     X(.op = OP_ATTENTION_QKVPACKED, .a = 2, .causal = 1, .p = 0.1),
+     setup_seed, 1, {IN(2, 13, 48)}, GPH_DEFAULT, 8},
 };
 
 const int gph_n_cases = (int)(sizeof gph_cases / sizeof gph_cases[0]);

@@ -369,6 +369,21 @@ FG_API fg_status fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v,
                               const fg_attention_options *opt,
                               fg_tensor **out);
 
+/* fg_attention on a fused projection: qkv is [B, N, 3 * heads * d], its
+ * last dimension the columns of Q, then K, then V (what a Linear of
+ * width 3 C writes; [B, N, 3, heads, d] in memory), and the result O a
+ * contiguous [B, N, heads * d]. The op takes strided views of qkv as
+ * fg_attention's q, k and v (no copy when qkv's last dimension is
+ * contiguous, else one copy of qkv) and computes the same O bit for bit;
+ * its backward (one node, "AttentionQKVPackedBackward") writes dQ, dK and
+ * dV into the three column ranges of one gradient shaped like qkv, where
+ * fg_split + fg_attention would make three and copy them into one. Every
+ * option of fg_attention applies (heads are equal: no GQA); with
+ * cu_seqlens, qkv is [1, total, 3 * heads * d]. */
+FG_API fg_status fg_attention_qkvpacked(fg_tensor *qkv, int64_t heads,
+                                        const fg_attention_options *opt,
+                                        fg_tensor **out);
+
 FG_END_DECLS
 
 #endif /* FLASHGRAD_AUTOGRAD_H */

@@ -36,6 +36,7 @@ static int op_family(const fg_op_def *op)
                  {"LinearBackward", FG_PROF_GEMM},
                  {"MlpBackward", FG_PROF_GEMM},
                  {"AttentionBackward", FG_PROF_ATTENTION},
+                 {"AttentionQKVPackedBackward", FG_PROF_ATTENTION},
                  {"LayerNormBackward", FG_PROF_LAYERNORM},
                  {"CrossEntropyBackward", FG_PROF_XENT}};
     for (size_t i = 0; i < sizeof known / sizeof *known; i++)

@@ -7,7 +7,9 @@
  * included), which recomputes the attention matrix block by block. The
  * node therefore holds O(B * N * H * d) bytes, never O(N^2) (an additive
  * bias, its optional fourth input, is saved as the caller's tensor: no
- * copy). */
+ * copy). fg_attention_qkvpacked runs the same on three column views of
+ * one qkv tensor, and its backward writes dq, dk, dv as the matching
+ * views of one d(qkv), so no split backward has to gather them. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,15 +126,66 @@ static fg_status bias_desc(const fg_tensor *t, const int64_t full[4],
 /* Operand the kernels accept: last dimension contiguous, else a copy. */
 static fg_status kernel_operand(fg_tensor *t, fg_arena *dom, fg_tensor **out)
 {
-    if (t->stride[3] == 1 || t->shape[3] == 1) {
+    const int last = t->nd - 1;
+    if (t->stride[last] == 1 || t->shape[last] == 1) {
         *out = fg_tensor_retain(t);
         return FG_OK;
     }
     return fg_copy_raw(t, t->dtype, dom, out);
 }
 
-static fg_status attention_backward(fg_node *n, fg_tensor *const *g,
-                                    fg_tensor **gin)
+/* Columns [j C, (j + 1) C) of a [B, N, 3 C] tensor t (last dimension
+ * contiguous) as [B, N, H, d] views, j = 0, 1, 2: the q, k and v of a
+ * fused projection, or their gradients in one d(qkv) buffer. The three
+ * are disjoint column ranges, so kernels writing them never overlap. */
+static fg_status qkv_parts(fg_tensor *t, int64_t H, fg_arena *dom,
+                           fg_tensor *parts[3])
+{
+    const int64_t C = t->shape[2] / 3, d = C / H;
+    const int64_t shape[4] = {t->shape[0], t->shape[1], H, d},
+                  stride[4] = {t->stride[0], t->stride[1], d, 1};
+    for (int j = 0; j < 3; j++) {
+        fg_status s = fg_tensor_view_new(dom, t, 4, shape, stride,
+                                         t->offset + j * C, &parts[j]);
+        if (s != FG_OK) {
+            for (int i = 0; i < j; i++)
+                fg_tensor_free(parts[i]);
+            return s;
+        }
+    }
+    return FG_OK;
+}
+
+/* The gradients the backward writes: dq, dk, dv as tensors of their own
+ * (fg_attention), or as the three column ranges of one d(qkv) shaped like
+ * the op's input (fg_attention_qkvpacked), returned in *dqkv. */
+static fg_status new_grads(fg_node *n, int packed, int zero, fg_arena *dom,
+                           fg_tensor *d[3], fg_tensor **dqkv)
+{
+    if (packed) {
+        fg_meta m;
+        fg_node_input_meta(n, 0, &m);
+        FG_TRY(fg_tensor_new(dom, m.dtype, m.device, m.nd, m.shape, dqkv));
+        fg_status s = zero ? fg_tensor_zero_storage(*dqkv) : FG_OK;
+        if (s == FG_OK)
+            s = qkv_parts(*dqkv, fg_node_saved(n, 0)->shape[2], dom, d);
+        if (s != FG_OK)
+            fg_tensor_free(*dqkv);
+        return s;
+    }
+    fg_status s = FG_OK;
+    for (int j = 0; j < 3 && s == FG_OK; j++)
+        s = fg_tensor_new_like(dom, fg_node_saved(n, j), zero, &d[j]);
+    if (s != FG_OK)
+        for (int j = 0; j < 3; j++)
+            fg_tensor_free(d[j]);
+    return s;
+}
+
+/* Both ops' backward; packed: the node's inputs are qkv [+ bias], its
+ * output and incoming gradient [B, N, H d]. */
+static fg_status attention_backward_impl(fg_node *n, fg_tensor *const *g,
+                                         fg_tensor **gin, int packed)
 {
     const attn_extra *ex = fg_node_extra(n);
     fg_attn_params pp = ex->p;
@@ -146,18 +199,20 @@ static fg_status attention_backward(fg_node *n, fg_tensor *const *g,
                     *v = fg_node_saved(n, 2), *o = fg_node_saved(n, 3),
                     *m = fg_node_saved(n, 4), *l = fg_node_saved(n, 5);
     fg_arena *dom = fg_bw_domain();
-    fg_tensor *dout, *dq = NULL, *dk = NULL, *dv = NULL, *db = NULL;
-    FG_TRY(kernel_operand(g[0], dom, &dout));
+    fg_tensor *g4 = NULL, *dout = NULL, *d[3] = {NULL}, *dqkv = NULL,
+              *db = NULL;
+    /* [B, N, H d] -> [B, N, H, d]: a view unless g's strides forbid it */
+    fg_status s = packed ? fg_reshape_raw(g[0], 4, o->shape, dom, &g4) : FG_OK;
+    if (s == FG_OK)
+        s = kernel_operand(packed ? g4 : g[0], dom, &dout);
+    fg_tensor_free(g4);
     /* Packed rows past the last offset are not written: their gradient
      * is 0. */
-    const int zero = ex->p.cu_seqlens_q != NULL;
-    fg_status s = fg_tensor_new_like(dom, q, zero, &dq);
     if (s == FG_OK)
-        s = fg_tensor_new_like(dom, k, zero, &dk);
-    if (s == FG_OK)
-        s = fg_tensor_new_like(dom, v, zero, &dv);
+        s = new_grads(n, packed, ex->p.cu_seqlens_q != NULL, dom, d, &dqkv);
     /* The bias (saved[6]) and, when it needs a gradient, dbias like it. */
     fg_attn_bias bias, dbias;
+    const int bias_in = packed ? 1 : 3;
     if (s == FG_OK && pp.bias) {
         const fg_tensor *bt = fg_node_saved(n, 6);
         const int64_t full[4] = {pp.batch, pp.heads_q, pp.seqlen_q,
@@ -165,7 +220,7 @@ static fg_status attention_backward(fg_node *n, fg_tensor *const *g,
         s = bias_desc(bt, full, &bias, "fg_attention backward");
         pp.bias = &bias;
         pp.dbias = NULL;
-        if (s == FG_OK && fg_node_needs_grad(n, 3)) {
+        if (s == FG_OK && fg_node_needs_grad(n, bias_in)) {
             s = fg_tensor_new_like(dom, bt, 0, &db);
             if (s == FG_OK)
                 s = bias_desc(db, full, &dbias, "fg_attention backward");
@@ -175,69 +230,86 @@ static fg_status attention_backward(fg_node *n, fg_tensor *const *g,
     if (s == FG_OK) {
         fg_attn_tensor tq = attn_view(q), tk = attn_view(k), tv = attn_view(v),
                        to = attn_view(o), tdo = attn_view(dout),
-                       tdq = attn_view(dq), tdk = attn_view(dk),
-                       tdv = attn_view(dv);
+                       tdq = attn_view(d[0]), tdk = attn_view(d[1]),
+                       tdv = attn_view(d[2]);
         fg_attn_stats stt = {fg_tensor_base(m), fg_tensor_base(l), m->dtype};
         s = fg_attention_backward(p, &tq, &tk, &tv, &to, &tdo, &stt, &tdq,
                                   &tdk, &tdv);
     }
     fg_tensor_free(dout);
+    if (s != FG_OK || packed) /* d[] are views of dqkv when packed */
+        for (int j = 0; j < 3; j++)
+            fg_tensor_free(d[j]);
     if (s != FG_OK) {
-        fg_tensor_free(dq);
-        fg_tensor_free(dk);
-        fg_tensor_free(dv);
+        fg_tensor_free(dqkv);
         fg_tensor_free(db);
         return s;
     }
-    gin[0] = dq;
-    gin[1] = dk;
-    gin[2] = dv;
+    if (packed) {
+        gin[0] = dqkv;
+    } else {
+        for (int j = 0; j < 3; j++)
+            gin[j] = d[j];
+    }
     if (db)
-        gin[3] = db;
+        gin[bias_in] = db;
     return FG_OK;
+}
+
+static fg_status attention_backward(fg_node *n, fg_tensor *const *g,
+                                    fg_tensor **gin)
+{
+    return attention_backward_impl(n, g, gin, 0);
+}
+
+static fg_status attention_qkv_backward(fg_node *n, fg_tensor *const *g,
+                                        fg_tensor **gin)
+{
+    return attention_backward_impl(n, g, gin, 1);
 }
 
 static const fg_op_def attention_def = {"AttentionBackward",
                                         attention_backward, NULL};
+static const fg_op_def attention_qkv_def = {"AttentionQKVPackedBackward",
+                                            attention_qkv_backward, NULL};
 
-static fg_status fg_attention_impl(fg_tensor *q, fg_tensor *k, fg_tensor *v,
-                                   const fg_attention_options *opt,
-                                   fg_tensor **out)
+/* What both ops run once q, k and v are tensors of their own or views of
+ * one qkv: shape checks against the options, the forward into a new O,
+ * and the node (def, inputs in[0..n_in): q, k, v or qkv, then the bias
+ * when there is one). qkv: the result is O viewed as [B, N, H d]. */
+static fg_status attention_run(const char *fn, const fg_op_def *def,
+                               fg_tensor *q, fg_tensor *k, fg_tensor *v,
+                               fg_tensor *const *in, int n_in,
+                               const fg_attention_options *opt, int qkv,
+                               fg_tensor **out)
 {
-    static const char fn[] = "fg_attention";
-    FG_TRY(fg_op_check_out(fn, out));
-    FG_TRY(fg_op_check(fn, q, "q"));
-    FG_TRY(fg_op_check(fn, k, "k"));
-    FG_TRY(fg_op_check(fn, v, "v"));
     if (k->dtype != q->dtype || v->dtype != q->dtype ||
         k->device != q->device || v->device != q->device)
-        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
-                       "q, k and v must share dtype and device");
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: q, k and v must share dtype and device", fn);
     if (q->nd != 4 || k->nd != 4 || v->nd != 4)
-        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
-                       "q, k, v must be 4-d [B, N, heads, head_dim]");
-    fg_attention_options o;
-    fg_attention_options_init(&o);
-    if (opt)
-        o = *opt;
-    const int packed = o.cu_seqlens_q != NULL;
-    if (packed && q->shape[0] != 1)
-        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
-                       "with cu_seqlens q, k, v are [1, total, heads, d]");
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: q, k, v must be 4-d [B, N, heads, head_dim]", fn);
+    const fg_attention_options o = *opt;
+    const int varlen = o.cu_seqlens_q != NULL;
+    if (varlen && q->shape[0] != 1)
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: with cu_seqlens q, k, v are [1, total, heads, d]",
+                        fn);
     if (!fg_same_shape(4, k->shape, 4, v->shape) ||
         k->shape[0] != q->shape[0] || k->shape[3] != q->shape[3]) {
         char a[96], b[96], c[96];
-        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
-                       "shapes q %s, k %s, v %s do not fit [B, Nq, H, d], "
-                       "[B, Nk, Hk, d], [B, Nk, Hk, d]",
-                       fg_fmt_shape(a, sizeof a, 4, q->shape),
-                       fg_fmt_shape(b, sizeof b, 4, k->shape),
-                       fg_fmt_shape(c, sizeof c, 4, v->shape));
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: shapes q %s, k %s, v %s do not fit [B, Nq, H, d], "
+                        "[B, Nk, Hk, d], [B, Nk, Hk, d]",
+                        fn, fg_fmt_shape(a, sizeof a, 4, q->shape),
+                        fg_fmt_shape(b, sizeof b, 4, k->shape),
+                        fg_fmt_shape(c, sizeof c, 4, v->shape));
     }
     fg_attn_params p;
     fg_attn_params_init(&p, q->shape[0], q->shape[1], k->shape[1],
                         q->shape[2], k->shape[2], q->shape[3]);
-    if (packed) { /* n_seq sequences; the grid follows the longest */
+    if (varlen) { /* n_seq sequences; the grid follows the longest */
         p.batch = o.n_seq;
         p.seqlen_q = longest(o.cu_seqlens_q, o.n_seq);
         p.seqlen_k = longest(o.cu_seqlens_k, o.n_seq);
@@ -267,8 +339,8 @@ static fg_status fg_attention_impl(fg_tensor *q, fg_tensor *k, fg_tensor *v,
     if (o.bias) {
         FG_TRY(fg_op_check(fn, o.bias, "bias"));
         if (o.bias->device != q->device)
-            return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
-                           "bias must be on q's device");
+            return fg_error(FG_ERR_INVALID_ARGUMENT,
+                            "%s: bias must be on q's device", fn);
         const int64_t full[4] = {p.batch, p.heads_q, p.seqlen_q, p.seqlen_k};
         FG_TRY(bias_desc(o.bias, full, &bias, fn));
         p.bias = &bias; /* the node keeps the tensor, not this struct */
@@ -276,12 +348,9 @@ static fg_status fg_attention_impl(fg_tensor *q, fg_tensor *k, fg_tensor *v,
     attn_extra ex;
     memset(&ex, 0, sizeof ex);
 
-    /* The bias is the op's fourth input (no edge without one). */
-    fg_tensor *in[4] = {q, k, v, o.bias};
-    const int n_in = o.bias ? 4 : 3;
     fg_arena *dom = fg_alloc_domain(in, n_in);
     fg_tensor *qc = NULL, *kc = NULL, *vc = NULL, *y = NULL, *m = NULL,
-              *l = NULL, *offs = NULL;
+              *l = NULL, *offs = NULL, *res = NULL;
     /* [B, H, Nq] dense, [1, H, total_q] packed: the attention's layouts */
     const int64_t sshape[3] = {q->shape[0], q->shape[2], q->shape[1]};
     const fg_dtype sdt = q->dtype == FG_FP64 ? FG_FP64 : FG_FP32;
@@ -296,7 +365,7 @@ static fg_status fg_attention_impl(fg_tensor *q, fg_tensor *k, fg_tensor *v,
     if (s == FG_OK)
         s = kernel_operand(v, dom, &vc);
     if (s == FG_OK) /* packed tail rows (past the offsets) read 0 */
-        s = fg_tensor_new_like(dom, q, packed, &y);
+        s = fg_tensor_new_like(dom, q, varlen, &y);
     if (s == FG_OK)
         s = fg_tensor_new(dom, sdt, q->device, 3, sshape, &m);
     if (s == FG_OK)
@@ -308,6 +377,14 @@ static fg_status fg_attention_impl(fg_tensor *q, fg_tensor *k, fg_tensor *v,
         /* Validates everything (sizes, head_dim, p, scale) before writing. */
         s = fg_attention_forward(&p, &tq, &tk, &tv, &to, &stt);
     }
+    if (s == FG_OK && qkv) { /* the node saves y, the caller gets res */
+        const int64_t C = y->shape[2] * y->shape[3];
+        const int64_t shape[3] = {y->shape[0], y->shape[1], C},
+                      stride[3] = {y->shape[1] * C, C, 1};
+        s = fg_tensor_view_new(dom, y, 3, shape, stride, y->offset, &res);
+    } else if (s == FG_OK) {
+        res = fg_tensor_retain(y);
+    }
     if (s == FG_OK && fg_ag_should_record(in, n_in)) {
         /* saved[6]: the offsets (packed / key padding) or the bias; the
          * attention refuses a bias with either, so never both. */
@@ -315,26 +392,93 @@ static fg_status fg_attention_impl(fg_tensor *q, fg_tensor *k, fg_tensor *v,
         ex.p = p; /* p.bias only flags a bias: saved[6] holds it */
         if (p.block_mask)
             ex.bm = *p.block_mask;
-        s = fg_ag_record(&attention_def, in, n_in, &y, 1, saved,
-                         saved[6] ? 7 : 6,
+        s = fg_ag_record(def, in, n_in, &res, 1, saved, saved[6] ? 7 : 6,
                          &ex, sizeof ex, NULL);
     }
-    fg_tensor_free(qc);
-    fg_tensor_free(kc);
-    fg_tensor_free(vc);
-    fg_tensor_free(m);
-    fg_tensor_free(l);
-    fg_tensor_free(offs);
+    fg_tensor *tmp[] = {qc, kc, vc, y, m, l, offs};
+    for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+        fg_tensor_free(tmp[i]);
     if (s != FG_OK) {
-        fg_tensor_free(y);
+        fg_tensor_free(res);
         return s;
     }
-    *out = y;
+    *out = res;
     return FG_OK;
+}
+
+static fg_status fg_attention_impl(fg_tensor *q, fg_tensor *k, fg_tensor *v,
+                                   const fg_attention_options *opt,
+                                   fg_tensor **out)
+{
+    static const char fn[] = "fg_attention";
+    FG_TRY(fg_op_check_out(fn, out));
+    FG_TRY(fg_op_check(fn, q, "q"));
+    FG_TRY(fg_op_check(fn, k, "k"));
+    FG_TRY(fg_op_check(fn, v, "v"));
+    fg_attention_options o;
+    fg_attention_options_init(&o);
+    if (opt)
+        o = *opt;
+    /* The bias is the op's fourth input (no edge without one). */
+    fg_tensor *in[4] = {q, k, v, o.bias};
+    return attention_run(fn, &attention_def, q, k, v, in, o.bias ? 4 : 3, &o,
+                         0, out);
 }
 
 fg_status fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v,
                        const fg_attention_options *opt, fg_tensor **out)
 {
     FG_PROF_RETURN(FG_PROF_ATTENTION, fg_attention_impl(q, k, v, opt, out));
+}
+
+static fg_status fg_attention_qkvpacked_impl(fg_tensor *qkv, int64_t heads,
+                                             const fg_attention_options *opt,
+                                             fg_tensor **out)
+{
+    static const char fn[] = "fg_attention_qkvpacked";
+    FG_TRY(fg_op_check_out(fn, out));
+    FG_TRY(fg_op_check(fn, qkv, "qkv"));
+    if (qkv->nd != 3) {
+        char a[96];
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: qkv must be 3-d [B, N, 3 * heads * head_dim], "
+                        "got %s",
+                        fn, fg_fmt_shape(a, sizeof a, qkv->nd, qkv->shape));
+    }
+    const int64_t cols = qkv->shape[2];
+    if (heads < 1 || cols == 0 || cols % 3 || (cols / 3) % heads)
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: qkv's last dimension (%lld) is not 3 * heads * "
+                        "head_dim for heads = %lld and a head_dim >= 1",
+                        fn, (long long)cols, (long long)heads);
+    fg_attention_options o;
+    fg_attention_options_init(&o);
+    if (opt)
+        o = *opt;
+    if (o.cu_seqlens_q && qkv->shape[0] != 1)
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: with cu_seqlens qkv is [1, total, 3 * heads * "
+                        "head_dim]",
+                        fn);
+    fg_tensor *in[2] = {qkv, o.bias}, *qkvc = NULL, *parts[3] = {NULL};
+    fg_arena *dom = fg_alloc_domain(in, o.bias ? 2 : 1);
+    /* The views need contiguous columns (the kernels' head_dim). */
+    fg_status s = kernel_operand(qkv, dom, &qkvc);
+    if (s == FG_OK)
+        s = qkv_parts(qkvc, heads, dom, parts);
+    if (s == FG_OK)
+        s = attention_run(fn, &attention_qkv_def, parts[0], parts[1], parts[2],
+                          in, o.bias ? 2 : 1, &o, 1, out);
+    for (int j = 0; j < 3; j++)
+        fg_tensor_free(parts[j]);
+    fg_tensor_free(qkvc);
+    return s;
+}
+
+fg_status fg_attention_qkvpacked(fg_tensor *qkv, int64_t heads,
+                                 const fg_attention_options *opt,
+                                 fg_tensor **out)
+{
+    FG_PROF_RETURN(FG_PROF_ATTENTION,
+                   fg_attention_qkvpacked_impl(qkv, heads, opt, out));
 }

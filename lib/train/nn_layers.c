@@ -381,23 +381,35 @@ static fg_status attention_core(const fg_nn_attention *a, fg_tensor *x,
         ao.dropout_p = a->dropout;
         NN_T(fg_generator_next(mode->rng, &ao.seed, &ao.offset));
     }
-    fg_tensor *qkv = NULL, *parts[3] = {0}, *q = NULL, *k = NULL, *v = NULL,
-              *o = NULL, *o2 = NULL;
+    fg_tensor *qkv = NULL, *qkv1 = NULL, *parts[3] = {0}, *q = NULL,
+              *k = NULL, *v = NULL, *o = NULL, *o2 = NULL;
     const int64_t sizes[3] = {C, C, C};
-    NN_T(fg_nn_linear_forward(&a->qkv, x, &qkv));
-    NN_T(fg_split(qkv, -1, sizes, 3, parts));
-    /* [B, T, C] slices of the fused projection viewed as [B, T, H, d]:
-     * strided views, passed to the kernel without copies. */
     const int64_t Bq = packed ? 1 : B, Tq = packed ? B * T : T;
-    NN_T(fg_reshape(parts[0], FG_SHAPE(Bq, Tq, H, d), &q));
-    NN_T(fg_reshape(parts[1], FG_SHAPE(Bq, Tq, H, d), &k));
-    NN_T(fg_reshape(parts[2], FG_SHAPE(Bq, Tq, H, d), &v));
-    if (kv)
+    NN_T(fg_nn_linear_forward(&a->qkv, x, &qkv));
+    /* Without a cache, one node on the fused projection: its backward
+     * writes dq, dk, dv into one d(qkv), where split's would copy three
+     * in. */
+    if (!kv && !packed) {
+        NN_T(fg_attention_qkvpacked(qkv, H, &ao, &o2));
+    } else if (!kv) { /* the batch as one row of B T tokens */
+        NN_T(fg_reshape(qkv, FG_SHAPE(1, B * T, 3 * C), &qkv1));
+        NN_T(fg_attention_qkvpacked(qkv1, H, &ao, &o));
+        NN_T(fg_reshape(o, FG_SHAPE(B, T, C), &o2));
+    } else {
+        /* [B, T, C] slices of the fused projection viewed as
+         * [B, T, H, d] (strided views, passed to the kernel without
+         * copies); the cache keeps k and v of their own. */
+        NN_T(fg_split(qkv, -1, sizes, 3, parts));
+        NN_T(fg_reshape(parts[0], FG_SHAPE(Bq, Tq, H, d), &q));
+        NN_T(fg_reshape(parts[1], FG_SHAPE(Bq, Tq, H, d), &k));
+        NN_T(fg_reshape(parts[2], FG_SHAPE(Bq, Tq, H, d), &v));
         NN_T(kv_append(kv, len, &k, &v));
-    NN_T(fg_attention(q, k, v, &ao, &o));
-    NN_T(fg_reshape(o, FG_SHAPE(B, T, C), &o2));
+        NN_T(fg_attention(q, k, v, &ao, &o));
+        NN_T(fg_reshape(o, FG_SHAPE(B, T, C), &o2));
+    }
     NN_T(fg_nn_linear_forward(&a->proj, o2, y));
-    fg_tensor *all[] = {qkv, parts[0], parts[1], parts[2], q, k, v, o, o2};
+    fg_tensor *all[] = {qkv,  qkv1, parts[0], parts[1], parts[2],
+                        q,    k,    v,        o,        o2};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         fg_tensor_free(all[i]);
     return s;
