@@ -2,12 +2,12 @@
  * in lib/ops/cuda_ops_nn.h).
  *
  * Rows of up to ln_reg_max<A>() elements (8192; 4096 in fp64) live in
- * registers (ln_elems<A>() per thread,
- * 16-byte loads where alignment allows): the forward reads x once; the
- * backward reads x and g once, writes dx and accumulates its rows'
- * dweight / dbias in registers, one partial row per block, which a second
- * kernel sums in block order (deterministic, no atomics; the block count
- * follows the GPU's SM count, so bits are reproducible on one GPU model).
+ * registers, ln_elems<A>() per thread, with 16-byte loads where alignment
+ * allows: the forward reads x once; the backward reads x and g once,
+ * writes dx and accumulates its rows' dweight / dbias in registers, one
+ * partial row per block, which a second kernel sums in block order
+ * (deterministic, no atomics; the block count follows the GPU's SM count,
+ * so bits are reproducible on one GPU model).
  * Longer rows take the general kernels: three passes, then column sums in
  * kernels of their own.
  *
@@ -16,6 +16,8 @@
  * only the store of y (load of g) differs, and every product that meets an
  * add is an explicit fma or rounded multiply, so the narrow y is bit for
  * bit the rounding of the same-dtype kernel's y. */
+#include <atomic>
+
 #include "ops_nn_common.cuh"
 
 namespace {
@@ -120,8 +122,9 @@ template <typename A> __host__ __device__ constexpr int ln_elems() { return size
 template <typename A> constexpr int64_t ln_reg_max() { return (int64_t)LN_TPR_MAX * ln_elems<A>(); }
 
 /* Thread x of a row owns elements (i * blockDim.x + x) * V + 0..V-1,
- * i < ln_elems<A>() / V; f(i, j) runs for each of its vectors inside the row, j
- * the vector's first column (i stays a compile-time index: registers). */
+ * i < ln_elems<A>() / V; f(i, j) runs for each of its vectors inside the
+ * row, j the vector's first column (i stays a compile-time index, so the
+ * arrays it indexes stay in registers). */
 template <int NV, int V, typename F>
 __device__ __forceinline__ void for_own(int64_t C, F f)
 {
@@ -506,20 +509,34 @@ fg_status ln_fwd_t(const fg_tensor *x, const fg_tensor *w, const fg_tensor *b,
     return FG_OK;
 }
 
-/* Blocks of the fused backward: one full wave of resident blocks (no tail),
- * fewer when there are fewer row groups. */
+/* Blocks of the fused backward: one full wave of resident blocks (no
+ * tail), fewer when there are fewer row groups. The wave is cached per
+ * kernel (cache), keyed by device, block size and shared memory: the
+ * occupancy query costs more host time than the launch. */
 template <typename K>
 fg_status ln_bwd_grid(K kernel, int threads, size_t smem, int64_t groups,
-                      int *grid)
+                      std::atomic<unsigned long long> &cache, int *grid)
 {
-    int dev = 0, sms = 0, per_sm = 0;
+    int dev = 0;
     FG_CUDA_TRY(cudaGetDevice(&dev));
-    FG_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
-                                       dev));
-    FG_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, kernel, threads, smem));
-    int64_t g = (int64_t)sms * (per_sm > 0 ? per_sm : 1);
-    *grid = (int)(g < groups ? g : groups);
+    /* dev < 256, threads < 2^16, smem < 2^24: 48 bits, the wave in 16 */
+    const unsigned long long key = ((unsigned long long)dev << 40) |
+                                   ((unsigned long long)threads << 24) |
+                                   (unsigned long long)smem;
+    unsigned long long c = cache.load(std::memory_order_relaxed);
+    if (!c || (c >> 16) != key) {
+        int sms = 0, per_sm = 0;
+        FG_CUDA_TRY(cudaDeviceGetAttribute(
+            &sms, cudaDevAttrMultiProcessorCount, dev));
+        FG_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, kernel, threads, smem));
+        long long wave = (long long)sms * (per_sm > 0 ? per_sm : 1);
+        c = (key << 16) | (unsigned long long)(wave < 0xffff ? wave : 0xffff);
+        if (dev < 256)
+            cache.store(c, std::memory_order_relaxed);
+    }
+    const int64_t wave = (int64_t)(c & 0xffff);
+    *grid = (int)(wave < groups ? wave : groups);
     return FG_OK;
 }
 
@@ -565,9 +582,10 @@ fg_status ln_bwd_reg_launch(const T *xp, const T *wp, int64_t ws,
     const size_t smem =
         (dw || db) && S.rpb > 1 ? 2 * sizeof(A) * (size_t)C : 0;
     auto kernel = ln_bwd_reg<T, Tg, V>;
+    static std::atomic<unsigned long long> wave_cache{0};
     int grid = 0;
     FG_TRY(ln_bwd_grid(kernel, S.tpr * S.rpb, smem, (R + S.rpb - 1) / S.rpb,
-                       &grid));
+                       wave_cache, &grid));
     return ln_with_partials<T>(grid, C, dw, db, [&](A *pw, A *pb) {
         fg_status s = FG_OK;
         kernel<<<grid, dim3((unsigned)S.tpr, (unsigned)S.rpb), smem,
