@@ -376,6 +376,27 @@ __global__ void ln_bwd_dx_rows(const T *__restrict__ x,
     }
 }
 
+/* Sums a and b over the Y row lanes (threadIdx.y) of each column
+ * (threadIdx.x, 32 of them) in lane order; lane 0 gets the totals. */
+template <int Y, typename P>
+__device__ __forceinline__ void lanes_sum(P &a, P &b)
+{
+    __shared__ P sa[Y][32], sb[Y][32];
+    sa[threadIdx.y][threadIdx.x] = a;
+    sb[threadIdx.y][threadIdx.x] = b;
+    __syncthreads();
+    if (threadIdx.y == 0) {
+        P ta = P(0), tb = P(0);
+#pragma unroll
+        for (int k = 0; k < Y; k++) {
+            ta += sa[k][threadIdx.x];
+            tb += sb[k][threadIdx.x];
+        }
+        a = ta;
+        b = tb;
+    }
+}
+
 /* dw / db partials of the general path: block (32 columns) x (LN_COL_Y row
  * lanes) sums a chunk of rows of its columns, lanes combined in order; one
  * partial per (chunk, column). */
@@ -391,7 +412,6 @@ __global__ void ln_bwd_cols(const T *__restrict__ x,
                             typename Num<T>::A *__restrict__ pb)
 {
     typedef typename Num<T>::A A;
-    __shared__ A sw[LN_COL_Y][32], sb[LN_COL_Y][32];
     const int64_t col = (int64_t)blockIdx.x * 32 + threadIdx.x;
     const int64_t r0 = (int64_t)blockIdx.y * rows_per_chunk;
     const int64_t r1 = r0 + rows_per_chunk < R ? r0 + rows_per_chunk : R;
@@ -404,41 +424,41 @@ __global__ void ln_bwd_cols(const T *__restrict__ x,
             ab += gv;
         }
     }
-    sw[threadIdx.y][threadIdx.x] = aw;
-    sb[threadIdx.y][threadIdx.x] = ab;
-    __syncthreads();
+    lanes_sum<LN_COL_Y>(aw, ab);
     if (threadIdx.y == 0 && col < C) {
-        A tw = A(0), tb = A(0);
-#pragma unroll
-        for (int k = 0; k < LN_COL_Y; k++) {
-            tw += sw[k][threadIdx.x];
-            tb += sb[k][threadIdx.x];
-        }
-        pw[(int64_t)blockIdx.y * C + col] = tw;
-        pb[(int64_t)blockIdx.y * C + col] = tb;
+        pw[(int64_t)blockIdx.y * C + col] = aw;
+        pb[(int64_t)blockIdx.y * C + col] = ab;
     }
 }
 
-/* dw, db = the n partial rows summed per column in row order (in fp64, one
- * rounding to T). Either output may be NULL. */
+/* dw, db = the n partial rows [n, C] summed per column in fp64, one
+ * rounding to T: block (32 columns) x (LN_SUM_Y lanes), lane l summing
+ * rows l, l + LN_SUM_Y, ... in order, then the lanes in order (many
+ * short chains: a column's few hundred dependent loads in one thread
+ * would take longer than the backward itself). Either output may be
+ * NULL. */
+#define LN_SUM_Y 32
+
 template <typename T, typename P>
 __global__ void ln_partials_sum(const P *__restrict__ pw,
                                 const P *__restrict__ pb, int64_t n,
                                 int64_t C, T *__restrict__ dw,
                                 T *__restrict__ db)
 {
-    for (int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; col < C;
-         col += (int64_t)gridDim.x * blockDim.x) {
-        double tw = 0.0, tb = 0.0;
-        for (int64_t k = 0; k < n; k++) {
+    const int64_t col = (int64_t)blockIdx.x * 32 + threadIdx.x;
+    double tw = 0.0, tb = 0.0;
+    if (col < C)
+        for (int64_t k = threadIdx.y; k < n; k += LN_SUM_Y) {
             tw += (double)pw[k * C + col];
             tb += (double)pb[k * C + col];
         }
-        if (dw)
-            dw[col] = Num<T>::st_d(tw);
-        if (db)
-            db[col] = Num<T>::st_d(tb);
-    }
+    lanes_sum<LN_SUM_Y>(tw, tb);
+    if (threadIdx.y != 0 || col >= C)
+        return;
+    if (dw)
+        dw[col] = Num<T>::st_d(tw);
+    if (db)
+        db[col] = Num<T>::st_d(tb);
 }
 
 /* ---- host side ------------------------------------------------------------ */
@@ -559,10 +579,10 @@ fg_status ln_with_partials(int64_t n, int64_t C, fg_tensor *dw, fg_tensor *db,
     }
     if (s == FG_OK)
         s = fill(pw, pb);
-    if (s == FG_OK && cols) {
-        ln_partials_sum<T, A><<<fg_cuda_grid(C, 256), 256, 0,
-                                fg_cuda_stream()>>>(pw, pb, n, C, dptr<T>(dw),
-                                                    dptr<T>(db));
+    if (s == FG_OK && cols) { /* (C + 31) / 32 < 2^31: the callers checked */
+        ln_partials_sum<T, A>
+            <<<(unsigned)((C + 31) / 32), dim3(32, LN_SUM_Y), 0,
+               fg_cuda_stream()>>>(pw, pb, n, C, dptr<T>(dw), dptr<T>(db));
         LN_LAUNCHED(s, "ln_partials_sum launch");
     }
     scratch_free(pw, bytes);
