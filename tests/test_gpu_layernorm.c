@@ -9,7 +9,8 @@
  * pair of fg_layernorm_cast (same dtype, fp32 -> bf16 / fp16, fp64 ->
  * fp32). Also: dw / db / dx bitwise equal over two runs (no atomics); the
  * narrow-output kernels equal the same-dtype kernel followed by fg_cast bit
- * for bit, forward and backward; and fg_nn_layernorm_forward under bf16
+ * for bit, forward and backward; a NaN stays in its row (y, dx) and
+ * reaches every dw column; and fg_nn_layernorm_forward under bf16
  * autocast returns that bf16 tensor and the chain's gradients.
  *
  * Tolerances, max-abs error relative to max |reference| (gpu_op_harness.c
@@ -284,6 +285,42 @@ START_TEST(test_ln_kernels)
 }
 END_TEST
 
+/* A NaN in x makes its row of y (and its mean, rstd, dx) NaN and leaves
+ * the other rows finite, in the register and the general kernels; every
+ * column of dw then sums a NaN. */
+START_TEST(test_ln_nan)
+{
+    const ln_shape sh[2] = {{9, 768, 0, 0, 0}, {3, 10000, 0, 0, 0}};
+    for (int k = 0; k < 2; k++) {
+        const ln_shape *s = &sh[k];
+        fgt_rng r = fgt_rng_for(2290 + (uint64_t)k);
+        ln_inputs in;
+        inputs_make(s, FG_FP32, FG_BF16, &r, &in);
+        const int64_t bad = 1;
+        in.hx[bad * s->C + 5] = NAN;
+        fg_tensor_free(in.x);
+        in.x = gph_tensor(FG_FP32, FG_DEVICE_CUDA, FG_SHAPE(s->R, s->C), in.hx,
+                          0);
+        ln_outputs o;
+        run(s, &in, FG_BF16, in.g, &o);
+        double *y = fgt_host(o.y), *dx = fgt_host(o.dx), *dw = fgt_host(o.dw);
+        for (int64_t i = 0; i < s->R * s->C; i++) {
+            ck_assert_msg(!isnan(y[i]) == (i / s->C != bad), "y[%lld]",
+                          (long long)i);
+            ck_assert_msg(!isnan(dx[i]) == (i / s->C != bad), "dx[%lld]",
+                          (long long)i);
+        }
+        for (int64_t j = 0; j < s->C; j++)
+            ck_assert_msg(isnan(dw[j]), "dw[%lld] = %g", (long long)j, dw[j]);
+        free(y);
+        free(dx);
+        free(dw);
+        outputs_free(&o);
+        inputs_free(&in);
+    }
+}
+END_TEST
+
 /* y = (fused ? fg_layernorm_cast : fg_cast(fg_layernorm)) in bf16, or
  * fg_nn_layernorm_forward under bf16 autocast (nn); sum(y * u) backward. */
 static fg_tensor *ln_chain(fg_tensor *x, fg_nn_layernorm *l, fg_tensor *u,
@@ -365,6 +402,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_ln_kernels, 0, N_SHAPES * N_PAIRS);
+    tcase_add_test(tc, test_ln_nan);
     tcase_add_test(tc, test_ln_autocast);
     suite_add_tcase(su, tc);
     return fgt_run_suite(su);
