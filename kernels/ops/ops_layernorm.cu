@@ -602,10 +602,12 @@ fg_status ln_bwd_reg_launch(const T *xp, const T *wp, int64_t ws,
     const size_t smem =
         (dw || db) && S.rpb > 1 ? 2 * sizeof(A) * (size_t)C : 0;
     auto kernel = ln_bwd_reg<T, Tg, V>;
+    /* The wave of the same-dtype kernel, so that a narrow g gives the same
+     * partial rows (and so the same dw / db bits) as that g widened. */
     static std::atomic<unsigned long long> wave_cache{0};
     int grid = 0;
-    FG_TRY(ln_bwd_grid(kernel, S.tpr * S.rpb, smem, (R + S.rpb - 1) / S.rpb,
-                       wave_cache, &grid));
+    FG_TRY(ln_bwd_grid(ln_bwd_reg<T, T, V>, S.tpr * S.rpb, smem,
+                       (R + S.rpb - 1) / S.rpb, wave_cache, &grid));
     return ln_with_partials<T>(grid, C, dw, db, [&](A *pw, A *pb) {
         fg_status s = FG_OK;
         kernel<<<grid, dim3((unsigned)S.tpr, (unsigned)S.rpb), smem,
