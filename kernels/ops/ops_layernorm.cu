@@ -213,7 +213,7 @@ ln_bwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
     typedef typename Num<T>::A A;
     constexpr int NV = ln_elems<A>() / V;
     __shared__ A sh[64];
-    extern __shared__ unsigned char ln_smem[];
+    extern __shared__ __align__(16) unsigned char ln_smem[];
     A aw[NV][V], ab[NV][V];
 #pragma unroll
     for (int i = 0; i < NV; i++)
