@@ -21,31 +21,9 @@
 #include <flashgrad/cuda.h>
 #include <flashgrad/flashgrad.h>
 
-#define CK(call)                                                            \
-    do {                                                                    \
-        cudaError_t e_ = (call);                                            \
-        if (e_ != cudaSuccess) {                                            \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,   \
-                    cudaGetErrorString(e_));                                \
-            exit(1);                                                        \
-        }                                                                   \
-    } while (0)
-#define FG(call)                                                            \
-    do {                                                                    \
-        if ((call) != FG_OK) {                                              \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__,              \
-                    fg_last_error());                                       \
-            exit(1);                                                        \
-        }                                                                   \
-    } while (0)
+#include "bench_cuda.h"
 
 #define NSETS 3
-
-static int cmp(const void *a, const void *b)
-{
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
 
 /* Fill with uniform values in [-1, 1) through a tiny device-free LCG on the
  * host, converted to the storage dtype bits (fp16/bf16 via float). */
@@ -210,8 +188,8 @@ static result run(fg_dtype dt, int B, int N, int H, int d, int causal, int reps,
         if (it >= 0)
             tb[it] = ms;
     }
-    qsort(tf, reps, sizeof(float), cmp);
-    qsort(tb, reps, sizeof(float), cmp);
+    qsort(tf, reps, sizeof(float), bench_cmp_float);
+    qsort(tb, reps, sizeof(float), bench_cmp_float);
     result r;
     r.fwd_ms = tf[reps / 2];
     r.bwd_ms = tb[reps / 2];

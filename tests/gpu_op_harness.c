@@ -688,6 +688,15 @@ const gph_case gph_cases[] = {
      NULL, 2, {IN(13, 7), IN(7)}, GPH_DEFAULT, 3},
     {"layernorm of a transposed view", op_fn, X(.op = OP_TVIEW_LAYERNORM),
      NULL, 3, {IN(7, 2, 13), IN(13), IN(13)}, GPH_DEFAULT, 3},
+    /* training widths: rows in registers (C = 771: not a multiple of the
+     * vector width; 37 rows: not a multiple of a block's) and over the
+     * register bound (C = 8200: the three-pass kernels) */
+    {"layernorm [37,771] (rows in registers)", op_fn,
+     X(.op = OP_LAYERNORM, .with_w = 1, .with_b = 1), NULL, 3,
+     {IN(37, 771), INX(1.5, 0.5, 1, 0, 771), IN(771)}, GPH_ALL, 3},
+    {"layernorm [3,8200] (over the register bound)", op_fn,
+     X(.op = OP_LAYERNORM, .with_w = 1, .with_b = 1), NULL, 3,
+     {IN(3, 8200), INX(1.5, 0.5, 1, 0, 8200), IN(8200)}, GPH_DEFAULT, 3},
     /* ---- embedding ---- */
     {"embedding [2,5] ids into [13,7]", op_fn,
      X(.op = OP_EMBEDDING, .idx_nd = 2, .idx_shape = {2, 5}, .vocab = 13),

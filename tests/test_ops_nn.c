@@ -1,5 +1,6 @@
 /* tests/test_ops_nn.c - the neural-network ops: gradcheck in fp64 (eps
- * 1e-6, |a - n| <= 1e-5 + 1e-3 |n|) of softmax, log_softmax, layernorm,
+ * 1e-6, |a - n| <= 1e-5 + 1e-3 |n|) of softmax, log_softmax, layernorm
+ * (also through fg_layernorm_cast's same-dtype path),
  * embedding, cross-entropy, dropout and attention on random shapes; their
  * forward values against naive formulas (fp64 within 1e-12); the dropout
  * mask statistics; and the attention node's memory: it saves Q, K, V, O,
@@ -87,18 +88,20 @@ static fg_status layernorm_fn(fg_tensor *const *in, int n, fg_tensor **out,
                               void *u)
 {
     const nn_ctx *c = u;
-    return fg_layernorm(in[0], c->use_w ? in[1] : NULL,
-                        c->use_b ? in[2] : NULL, 1e-5, out);
+    fg_tensor *w = c->use_w ? in[1] : NULL, *b = c->use_b ? in[2] : NULL;
+    if (c->op) /* fg_layernorm_cast's same-dtype path */
+        return fg_layernorm_cast(in[0], w, b, 1e-5, FG_FP64, out);
+    return fg_layernorm(in[0], w, b, 1e-5, out);
 }
 
 START_TEST(test_layernorm_grad)
 {
     fgt_rng r = fgt_rng_for(510 + (uint64_t)_i);
-    for (int v = 0; v < 3; v++) {
+    for (int v = 0; v < 4; v++) {
         int64_t s[FG_MAX_DIMS];
         int nd = fgt_shape(&r, 1, 3, 4, s);
         s[nd - 1] = fgt_int(&r, 2, 7);
-        nn_ctx c = {.use_w = v != 1, .use_b = v != 2};
+        nn_ctx c = {.use_w = v != 1, .use_b = v != 2, .op = v == 3};
         fg_tensor *in[3] = {fgt_rand(&r, FG_FP64, nd, s, 2, 0, 1),
                             fgt_rand(&r, FG_FP64, 1, s + nd - 1, 1, 0, 1),
                             fgt_rand(&r, FG_FP64, 1, s + nd - 1, 1, 0, 1)};
@@ -142,6 +145,122 @@ START_TEST(test_layernorm_values)
     free(hw);
     free(hb);
     free(hy);
+}
+END_TEST
+
+/* y = layernorm(x) in dtype yt (fg_layernorm_cast, or the chain it fuses:
+ * fg_layernorm then fg_cast), then sum(y * gy) backward. */
+static fg_tensor *ln_cast_run(fg_tensor *x, fg_tensor *w, fg_tensor *b,
+                              fg_tensor *gy, int fused)
+{
+    const fg_dtype yt = fg_tensor_dtype(gy);
+    fg_tensor *y = NULL, *t = NULL, *p, *l;
+    if (fused) {
+        FGT_OK(fg_layernorm_cast(x, w, b, 1e-5, yt, &y));
+    } else {
+        FGT_OK(fg_layernorm(x, w, b, 1e-5, &t));
+        FGT_OK(fg_cast(t, yt, &y));
+    }
+    ck_assert_int_eq(fg_tensor_dtype(y), yt);
+    FGT_OK(fg_mul(y, gy, &p));
+    FGT_OK(fg_sum(p, NULL, 0, 0, &l));
+    FGT_OK(fg_backward(l));
+    fg_tensor *all[] = {t, p, l};
+    fgt_free_all(all, 3);
+    return y;
+}
+
+static void same_bits(const char *what, const fg_tensor *a, const fg_tensor *b)
+{
+    const int64_t n = fg_tensor_numel(a);
+    ck_assert_int_eq(n, fg_tensor_numel(b));
+    double *ha = fgt_host(a), *hb = fgt_host(b);
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(ha[i] == hb[i], "%s[%lld]: %.17g vs %.17g", what,
+                      (long long)i, ha[i], hb[i]);
+    free(ha);
+    free(hb);
+}
+
+/* fg_layernorm_cast on the CPU (fp64 x, fp32 y): the chain's bits forward
+ * and backward, the naive formula within y's rounding, NaN rows stay NaN
+ * rows, and the dtype rule's errors leave *out alone. */
+START_TEST(test_layernorm_cast)
+{
+    fgt_rng r = fgt_rng_for(517);
+    const int64_t R = 5, C = 37;
+    fg_tensor *in[2][3], *gy = fgt_rand(&r, FG_FP32, FG_SHAPE(R, C), 1, 0.01, 0);
+    double *hx = NULL;
+    {
+        fg_tensor *t[3] = {fgt_rand(&r, FG_FP64, FG_SHAPE(R, C), 2, 0.01, 0),
+                           fgt_rand(&r, FG_FP64, FG_SHAPE(C), 1, 0.01, 0),
+                           fgt_rand(&r, FG_FP64, FG_SHAPE(C), 1, 0.01, 0)};
+        for (int f = 0; f < 2; f++)
+            for (int k = 0; k < 3; k++) { /* two copies of each */
+                FGT_OK(fg_tensor_zeros(FG_FP64, FG_DEVICE_CPU,
+                                       fg_tensor_ndim(t[k]),
+                                       fg_tensor_shape(t[k]), &in[f][k]));
+                FGT_OK(fg_tensor_copy(in[f][k], t[k]));
+                FGT_OK(fg_tensor_set_requires_grad(in[f][k], 1));
+            }
+        hx = fgt_host(t[0]);
+        fgt_free_all(t, 3);
+    }
+    fg_tensor *y = ln_cast_run(in[0][0], in[0][1], in[0][2], gy, 1);
+    fg_tensor *yc = ln_cast_run(in[1][0], in[1][1], in[1][2], gy, 0);
+    same_bits("y", y, yc);
+    const char *names[3] = {"dx", "dw", "db"};
+    for (int k = 0; k < 3; k++)
+        same_bits(names[k], fg_tensor_grad(in[0][k]), fg_tensor_grad(in[1][k]));
+    /* the naive formula, then y's rounding */
+    double *hy = fgt_host(y), *hw = fgt_host(in[0][1]), *hb = fgt_host(in[0][2]);
+    for (int64_t i = 0; i < R; i++) {
+        double m = 0, v = 0;
+        for (int64_t j = 0; j < C; j++)
+            m += hx[i * C + j] / (double)C;
+        for (int64_t j = 0; j < C; j++)
+            v += (hx[i * C + j] - m) * (hx[i * C + j] - m) / (double)C;
+        for (int64_t j = 0; j < C; j++) {
+            const double ref =
+                (hx[i * C + j] - m) / sqrt(v + 1e-5) * hw[j] + hb[j];
+            ck_assert_msg(fabs(hy[i * C + j] - ref) <=
+                              0x1p-24 * fabs(ref) + 1e-13,
+                          "y[%lld, %lld] = %.9g, naive %.9g", (long long)i,
+                          (long long)j, hy[i * C + j], ref);
+        }
+    }
+    /* NaN in row 2 -> row 2 NaN, the others finite */
+    hx[2 * C + 5] = NAN;
+    fg_tensor *xn, *yn;
+    FGT_OK(fg_tensor_zeros(FG_FP64, FG_DEVICE_CPU, FG_SHAPE(R, C), &xn));
+    FGT_OK(fg_tensor_copy_from_host(xn, FG_FP64, hx, R * C));
+    FGT_OK(fg_layernorm_cast(xn, in[0][1], in[0][2], 1e-5, FG_FP32, &yn));
+    double *hn = fgt_host(yn);
+    for (int64_t i = 0; i < R * C; i++)
+        ck_assert_msg(isnan(hn[i]) == (i / C == 2), "NaN at %lld",
+                      (long long)i);
+    /* errors: out untouched */
+    fg_tensor *x32, *sentinel = (fg_tensor *)&r, *bad = sentinel;
+    FGT_OK(fg_tensor_zeros(FG_FP32, FG_DEVICE_CPU, FG_SHAPE(R, C), &x32));
+    FGT_FAILS(fg_layernorm_cast(x32, NULL, NULL, 1e-5, FG_BF16, &bad),
+              FG_ERR_UNSUPPORTED);
+    FGT_FAILS(fg_layernorm_cast(x32, NULL, NULL, 1e-5, FG_FP64, &bad),
+              FG_ERR_INVALID_ARGUMENT);
+    FGT_FAILS(fg_layernorm_cast(xn, NULL, NULL, 1e-5, FG_BF16, &bad),
+              FG_ERR_INVALID_ARGUMENT);
+    FGT_FAILS(fg_layernorm_cast(xn, NULL, NULL, 1e-5, (fg_dtype)99, &bad),
+              FG_ERR_INVALID_ARGUMENT);
+    FGT_FAILS(fg_layernorm_cast(xn, NULL, NULL, 0.0, FG_FP32, &bad),
+              FG_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_eq(bad, sentinel);
+    fg_tensor *all[] = {in[0][0], in[0][1], in[0][2], in[1][0], in[1][1],
+                        in[1][2], gy, y, yc, xn, yn, x32};
+    fgt_free_all(all, 12);
+    free(hx);
+    free(hy);
+    free(hw);
+    free(hb);
+    free(hn);
 }
 END_TEST
 
@@ -566,6 +685,7 @@ FGT_LOOP(test_softmax_grad, LOOPS)
 FGT_TEST(test_softmax_values)
 FGT_LOOP(test_layernorm_grad, LOOPS)
 FGT_TEST(test_layernorm_values)
+FGT_TEST(test_layernorm_cast)
 FGT_LOOP(test_embedding, LOOPS)
 FGT_LOOP(test_cross_entropy, LOOPS)
 FGT_LOOP(test_dropout, LOOPS)

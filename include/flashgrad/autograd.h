@@ -275,6 +275,16 @@ FG_API fg_status fg_log_softmax(fg_tensor *x, int dim, fg_tensor **out);
  * weight and bias are [C] or NULL (1 and 0). eps > 0. */
 FG_API fg_status fg_layernorm(fg_tensor *x, fg_tensor *weight,
                               fg_tensor *bias, double eps, fg_tensor **out);
+/* fg_layernorm with the output written in out_dtype: x's dtype, fp16/bf16
+ * for an fp32 x (CUDA only: mixed precision's activations), or fp32 for
+ * an fp64 x. The math is fg_layernorm's in x's precision, rounded once
+ * into out_dtype, so the result equals fg_cast(fg_layernorm(...),
+ * out_dtype) bit for bit without the x-dtype intermediate. Backward: the
+ * incoming gradient in out_dtype, dx, dweight and dbias in x's dtype
+ * (the math in x's precision, as fg_layernorm's). */
+FG_API fg_status fg_layernorm_cast(fg_tensor *x, fg_tensor *weight,
+                                   fg_tensor *bias, double eps,
+                                   fg_dtype out_dtype, fg_tensor **out);
 /* out[i..., :] = weight[indices[i...], :]: weight [V, C], indices a
  * row-major host array of shape (nd, shape), each in [0, V); out is
  * [shape..., C]. The indices are copied. Backward: scatter-add. */

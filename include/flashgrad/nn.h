@@ -27,9 +27,12 @@
  * fg_autocast_begin(FG_BF16) ... fg_autocast_end(), Linear layers, the
  * attention and the LM head cast their inputs and parameters to bf16
  * (recorded casts: gradients flow back in fp32 to fp32 parameters) and run
- * the matrix products (fp32 accumulation) and attention in bf16; LayerNorm,
- * the residual stream, the softmax-cross-entropy and the returned logits
- * stay in the parameters' dtype. CPU tensors are never cast. */
+ * the matrix products (fp32 accumulation) and attention in bf16; LayerNorm
+ * computes in the parameters' dtype and writes its output in bf16 (what
+ * its consumers cast it to: fg_layernorm_cast, one kernel; torch.autocast
+ * returns fp32 there, the next op's cast makes the two equal); the
+ * residual stream, the softmax-cross-entropy and the returned logits stay
+ * in the parameters' dtype. CPU tensors are never cast. */
 #ifndef FLASHGRAD_NN_H
 #define FLASHGRAD_NN_H
 
@@ -113,6 +116,8 @@ typedef struct fg_nn_layernorm {
 } fg_nn_layernorm;
 FG_API fg_status fg_nn_layernorm_init(fg_nn_layernorm *l, int64_t C,
                                       fg_dtype dt, fg_device dev);
+/* y has x's dtype; inside an autocast region on CUDA, the region's dtype
+ * when fg_layernorm_cast takes that pair (fp32 x to bf16/fp16). */
 FG_API fg_status fg_nn_layernorm_forward(const fg_nn_layernorm *l,
                                          fg_tensor *x, fg_tensor **y);
 FG_API void fg_nn_layernorm_release(fg_nn_layernorm *l);

@@ -53,7 +53,7 @@
 extern "C" {
 #endif
 
-#define FG_CUDA_BACKEND_ABI 3
+#define FG_CUDA_BACKEND_ABI 4
 #define FG_CUDA_BACKEND_NAME "libflashgrad-cuda.so"
 
 /* F(ret, name, params, args, fallback): an entry point returning a value;

@@ -1,178 +1,498 @@
-/* kernels/ops/ops_layernorm.cu - layernorm forward (saves only mean and rstd)
- * and backward (dx by row kernels; dweight / dbias as deterministic
- * two-stage column sums; entry points in lib/ops/cuda_ops_nn.h). */
+/* kernels/ops/ops_layernorm.cu - layernorm forward and backward (entry points
+ * in lib/ops/cuda_ops_nn.h).
+ *
+ * Rows of up to ln_reg_max<A>() elements (8192; 4096 in fp64) live in
+ * registers, ln_elems<A>() per thread, with 16-byte loads where alignment
+ * allows: the forward reads x once; the backward reads x and g once,
+ * writes dx and accumulates its rows' dweight / dbias in registers, one
+ * partial row per block, which a second kernel sums in block order
+ * (deterministic, no atomics; the block count follows the GPU's SM count,
+ * so bits are reproducible on one GPU model).
+ * Longer rows take the general kernels: three passes, then column sums in
+ * kernels of their own.
+ *
+ * y (and so g) may be narrower than x: fp16/bf16 for fp32 x, fp32 for fp64
+ * x (fg_layernorm_cast). Every kernel is one template for both cases and
+ * only the store of y (load of g) differs, and every product that meets an
+ * add is an explicit fma or rounded multiply, so the narrow y is bit for
+ * bit the rounding of the same-dtype kernel's y. */
+#include <atomic>
+
 #include "ops_nn_common.cuh"
 
 namespace {
 
-/* ---- layernorm ---------------------------------------------------------- */
+#define LN_TPR_MAX 512   /* threads per row, at most */
+#define LN_BLOCK 256     /* threads per block when rows are short */
 
-/* Two passes for mean and variance (as the CPU: no cancellation), a third
- * to write y. The row stays in L1/L2 between passes. */
+/* ---- element helpers ------------------------------------------------------ */
+
+template <int B> struct Bytes;
+template <> struct Bytes<2> { typedef unsigned short type; };
+template <> struct Bytes<4> { typedef unsigned int type; };
+template <> struct Bytes<8> { typedef uint2 type; };
+template <> struct Bytes<16> { typedef uint4 type; };
+
+__device__ __forceinline__ float d_fma(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+__device__ __forceinline__ double d_fma(double a, double b, double c) { return __fma_rn(a, b, c); }
+
+/* A compute value to storage type S with one rounding (S may be narrower
+ * than the compute type's own storage). */
+template <typename S> __device__ __forceinline__ S to_s(float v) { return Num<S>::st(v); }
+template <typename S> __device__ __forceinline__ S to_s(double v) { return Num<S>::st_d(v); }
+
+/* V elements of S at p (aligned to V * sizeof(S) when V > 1), in A. */
+template <typename S, int V, typename A>
+__device__ __forceinline__ void load_n(const S *p, A *out)
+{
+    typedef typename Bytes<sizeof(S) * V>::type R;
+    const R raw = *reinterpret_cast<const R *>(p);
+    const S *e = reinterpret_cast<const S *>(&raw);
+#pragma unroll
+    for (int k = 0; k < V; k++)
+        out[k] = (A)Num<S>::ld(e[k]);
+}
+
+template <typename S, int V, typename A>
+__device__ __forceinline__ void store_n(S *p, const A *in)
+{
+    typedef typename Bytes<sizeof(S) * V>::type R;
+    R raw;
+    S *e = reinterpret_cast<S *>(&raw);
+#pragma unroll
+    for (int k = 0; k < V; k++)
+        e[k] = to_s<S>(in[k]);
+    *reinterpret_cast<R *>(p) = raw;
+}
+
+/* weight / bias elements j..j+V-1 (dflt when the vector is absent); a
+ * contiguous vector is 16-byte aligned whenever V > 1 (the host checks). */
 template <typename T, int V>
-__global__ void ln_fwd_kernel(const T *__restrict__ x, const T *__restrict__ w,
-                              int64_t ws, const T *__restrict__ b, int64_t bs,
-                              int64_t R, int64_t C, typename Num<T>::A eps,
-                              T *__restrict__ y,
-                              typename Num<T>::A *__restrict__ mean,
-                              typename Num<T>::A *__restrict__ rstd)
+__device__ __forceinline__ void load_par(const T *p, int64_t s, int64_t j,
+                                         typename Num<T>::A dflt,
+                                         typename Num<T>::A *out)
+{
+    if (!p) {
+#pragma unroll
+        for (int k = 0; k < V; k++)
+            out[k] = dflt;
+    } else if (s == 1) {
+        load_n<T, V>(p + j, out);
+    } else {
+#pragma unroll
+        for (int k = 0; k < V; k++)
+            out[k] = Num<T>::ld(p[(j + k) * s]);
+    }
+}
+
+/* N sums over the blockDim.x threads of one row (threadIdx.y picks the
+ * row); every thread gets them, added in a fixed order. Barriers: every
+ * thread of the block calls it. sh: 32 * N entries. */
+template <int N, typename A>
+__device__ __forceinline__ void group_sums(A (&v)[N], A *sh)
+{
+#pragma unroll
+    for (int n = 0; n < N; n++)
+        v[n] = warp_sum(v[n]);
+    const int nw = blockDim.x >> 5;
+    if (nw == 1)
+        return;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    A *part = sh + threadIdx.y * nw * N;
+    __syncthreads(); /* a previous call's readers are done */
+    if (lane == 0)
+#pragma unroll
+        for (int n = 0; n < N; n++)
+            part[w * N + n] = v[n];
+    __syncthreads();
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        A t = part[n];
+        for (int k = 1; k < nw; k++)
+            t += part[k * N + n];
+        v[n] = t;
+    }
+}
+
+/* ---- register kernels (C <= ln_reg_max<A>()) ------------------------------ */
+
+/* Elements per thread in compute type A: 16 (8 in fp64, whose backward
+ * would spill) - x and g of a row plus the thread's dw / db sums. */
+template <typename A> __host__ __device__ constexpr int ln_elems() { return sizeof(A) == 8 ? 8 : 16; }
+template <typename A> constexpr int64_t ln_reg_max() { return (int64_t)LN_TPR_MAX * ln_elems<A>(); }
+
+/* Thread x of a row owns elements (i * blockDim.x + x) * V + 0..V-1,
+ * i < ln_elems<A>() / V; f(i, j) runs for each of its vectors inside the
+ * row, j the vector's first column (i stays a compile-time index, so the
+ * arrays it indexes stay in registers). */
+template <int NV, int V, typename F>
+__device__ __forceinline__ void for_own(int64_t C, F f)
+{
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        const int64_t j = ((int64_t)i * blockDim.x + threadIdx.x) * V;
+        if (j < C)
+            f(i, j);
+    }
+}
+
+/* Mean and variance in two passes over the registers. */
+template <typename T, typename To, int V>
+__global__ void __launch_bounds__(LN_TPR_MAX)
+ln_fwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
+           const T *__restrict__ b, int64_t bs, int64_t R, int64_t C,
+           typename Num<T>::A eps, To *__restrict__ y,
+           typename Num<T>::A *__restrict__ mean,
+           typename Num<T>::A *__restrict__ rstd)
+{
+    typedef typename Num<T>::A A;
+    constexpr int NV = ln_elems<A>() / V;
+    __shared__ A sh[32];
+    const int64_t row = row_index();
+    const bool live = row < R;
+    const T *xr = x + (live ? row : 0) * C;
+    A v[NV][V], s[1] = {A(0)};
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        const int64_t j = ((int64_t)i * blockDim.x + threadIdx.x) * V;
+        if (live && j < C)
+            load_n<T, V>(xr + j, v[i]);
+        else
+#pragma unroll
+            for (int k = 0; k < V; k++)
+                v[i][k] = A(0);
+#pragma unroll
+        for (int k = 0; k < V; k++)
+            s[0] += v[i][k];
+    }
+    group_sums(s, sh);
+    const A mu = s[0] / (A)C;
+    s[0] = A(0);
+    for_own<NV, V>(C, [&](int i, int64_t) {
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            const A d = v[i][k] - mu;
+            s[0] = d_fma(d, d, s[0]);
+        }
+    });
+    group_sums(s, sh);
+    const A rs = A(1) / d_sqrt(s[0] / (A)C + eps);
+    if (!live)
+        return;
+    if (threadIdx.x == 0) {
+        mean[row] = mu;
+        rstd[row] = rs;
+    }
+    To *yr = y + row * C;
+    for_own<NV, V>(C, [&](int i, int64_t j) {
+        A wv[V], bv[V];
+        load_par<T, V>(w, ws, j, A(1), wv);
+        load_par<T, V>(b, bs, j, A(0), bv);
+#pragma unroll
+        for (int k = 0; k < V; k++)
+            v[i][k] = d_fma((v[i][k] - mu) * rs, wv[k], bv[k]);
+        store_n<To, V>(yr + j, v[i]);
+    });
+}
+
+/* dx = rstd (wg - mean(wg) - xhat mean(wg xhat)), wg = g w, for the rows
+ * blockIdx.x * blockDim.y + threadIdx.y + k * gridDim.x * blockDim.y; each
+ * thread sums g xhat and g of its columns over its rows, the block's rows
+ * are combined in a fixed order (smem: 2 C values when blockDim.y > 1) and
+ * stored as partial row blockIdx.x of pw / pb ([gridDim.x, C]; NULL when
+ * dw and db are not wanted). dx may be NULL. */
+template <typename T, typename Tg, int V>
+__global__ void __launch_bounds__(LN_TPR_MAX)
+ln_bwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
+           const typename Num<T>::A *__restrict__ mean,
+           const typename Num<T>::A *__restrict__ rstd,
+           const Tg *__restrict__ g, int64_t R, int64_t C,
+           T *__restrict__ dx, typename Num<T>::A *__restrict__ pw,
+           typename Num<T>::A *__restrict__ pb)
+{
+    typedef typename Num<T>::A A;
+    constexpr int NV = ln_elems<A>() / V;
+    __shared__ A sh[64];
+    extern __shared__ __align__(16) unsigned char ln_smem[];
+    A aw[NV][V], ab[NV][V];
+#pragma unroll
+    for (int i = 0; i < NV; i++)
+#pragma unroll
+        for (int k = 0; k < V; k++)
+            aw[i][k] = ab[i][k] = A(0);
+    const int64_t step = (int64_t)gridDim.x * blockDim.y;
+    /* base is block-uniform: every thread makes the same trips (barriers) */
+    for (int64_t base = (int64_t)blockIdx.x * blockDim.y; base < R;
+         base += step) {
+        const int64_t row = base + threadIdx.y;
+        const bool live = row < R;
+        const A mu = live ? mean[row] : A(0), rs = live ? rstd[row] : A(0);
+        const T *xr = x + (live ? row : 0) * C;
+        const Tg *gr = g + (live ? row : 0) * C;
+        A xh[NV][V], gv[NV][V], s[2] = {A(0), A(0)};
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            const int64_t j = ((int64_t)i * blockDim.x + threadIdx.x) * V;
+            if (live && j < C) {
+                A wv[V];
+                load_n<T, V>(xr + j, xh[i]);
+                load_n<Tg, V>(gr + j, gv[i]);
+                load_par<T, V>(w, ws, j, A(1), wv);
+#pragma unroll
+                for (int k = 0; k < V; k++) {
+                    xh[i][k] = (xh[i][k] - mu) * rs;
+                    const A wg = mul_rn(gv[i][k], wv[k]);
+                    s[0] += wg;
+                    s[1] = d_fma(wg, xh[i][k], s[1]);
+                }
+            } else {
+#pragma unroll
+                for (int k = 0; k < V; k++)
+                    xh[i][k] = gv[i][k] = A(0);
+            }
+        }
+        group_sums(s, sh);
+        const A m1 = s[0] / (A)C, m2 = s[1] / (A)C;
+        if (!live)
+            continue;
+        for_own<NV, V>(C, [&](int i, int64_t j) {
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                aw[i][k] = d_fma(gv[i][k], xh[i][k], aw[i][k]);
+                ab[i][k] += gv[i][k];
+            }
+            if (dx) {
+                A wv[V], d[V];
+                load_par<T, V>(w, ws, j, A(1), wv);
+#pragma unroll
+                for (int k = 0; k < V; k++) {
+                    const A wg = mul_rn(gv[i][k], wv[k]);
+                    d[k] = rs * d_fma(-xh[i][k], m2, wg - m1);
+                }
+                store_n<T, V>(dx + row * C + j, d);
+            }
+        });
+    }
+    if (!pw)
+        return;
+    /* row groups into group 0, highest first: a fixed order */
+    A *cw = reinterpret_cast<A *>(ln_smem), *cb = cw + C;
+    for (int r = (int)blockDim.y - 1; r >= 1; r--) {
+        const bool first = r == (int)blockDim.y - 1;
+        if ((int)threadIdx.y == r)
+            for_own<NV, V>(C, [&](int i, int64_t j) {
+#pragma unroll
+                for (int k = 0; k < V; k++) {
+                    cw[j + k] = first ? aw[i][k] : cw[j + k] + aw[i][k];
+                    cb[j + k] = first ? ab[i][k] : cb[j + k] + ab[i][k];
+                }
+            });
+        __syncthreads();
+    }
+    if (threadIdx.y != 0)
+        return;
+    A *pwr = pw + (int64_t)blockIdx.x * C, *pbr = pb + (int64_t)blockIdx.x * C;
+    const bool more = blockDim.y > 1;
+    for_own<NV, V>(C, [&](int i, int64_t j) {
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            pwr[j + k] = more ? cw[j + k] + aw[i][k] : aw[i][k];
+            pbr[j + k] = more ? cb[j + k] + ab[i][k] : ab[i][k];
+        }
+    });
+}
+
+/* ---- general kernels (any C; scalar loads) -------------------------------- */
+
+/* Two passes for mean and variance (no cancellation), a third to write y;
+ * the row stays in L1/L2 between passes. Launch: row_launch. */
+template <typename T, typename To>
+__global__ void ln_fwd_rows(const T *__restrict__ x, const T *__restrict__ w,
+                            int64_t ws, const T *__restrict__ b, int64_t bs,
+                            int64_t R, int64_t C, typename Num<T>::A eps,
+                            To *__restrict__ y,
+                            typename Num<T>::A *__restrict__ mean,
+                            typename Num<T>::A *__restrict__ rstd)
 {
     typedef typename Num<T>::A A;
     const int64_t row = row_index();
     if (row >= R)
         return;
     const T *xr = x + row * C;
-    T *yr = y + row * C;
-    const int64_t step = (int64_t)blockDim.x * V;
+    To *yr = y + row * C;
     A sum = A(0);
-    for (int64_t j = (int64_t)threadIdx.x * V; j < C; j += step) {
-        A v[V];
-        load_vec<T, V>(xr + j, v);
-#pragma unroll
-        for (int k = 0; k < V; k++)
-            sum += v[k];
-    }
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
+        sum += Num<T>::ld(xr[j]);
     const A mu = row_sum(sum) / (A)C;
     A sq = A(0);
-    for (int64_t j = (int64_t)threadIdx.x * V; j < C; j += step) {
-        A v[V];
-        load_vec<T, V>(xr + j, v);
-#pragma unroll
-        for (int k = 0; k < V; k++) {
-            const A d = v[k] - mu;
-            sq += d * d;
-        }
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+        const A d = Num<T>::ld(xr[j]) - mu;
+        sq = d_fma(d, d, sq);
     }
     const A rs = A(1) / d_sqrt(row_sum(sq) / (A)C + eps);
     if (threadIdx.x == 0) {
         mean[row] = mu;
         rstd[row] = rs;
     }
-    for (int64_t j = (int64_t)threadIdx.x * V; j < C; j += step) {
-        A v[V];
-        load_vec<T, V>(xr + j, v);
-#pragma unroll
-        for (int k = 0; k < V; k++) {
-            const A wv = w ? Num<T>::ld(w[(j + k) * ws]) : A(1);
-            const A bv = b ? Num<T>::ld(b[(j + k) * bs]) : A(0);
-            v[k] = (v[k] - mu) * rs * wv + bv;
-        }
-        store_vec<T, V>(yr + j, v);
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+        A wv, bv;
+        load_par<T, 1>(w, ws, j, A(1), &wv);
+        load_par<T, 1>(b, bs, j, A(0), &bv);
+        yr[j] = to_s<To>(d_fma((Num<T>::ld(xr[j]) - mu) * rs, wv, bv));
     }
 }
 
-/* dx = rstd (wg - mean(wg) - xhat mean(wg xhat)), wg = g * w. */
-template <typename T, int V>
-__global__ void ln_bwd_dx_kernel(const T *__restrict__ x,
-                                 const T *__restrict__ w, int64_t ws,
-                                 const typename Num<T>::A *__restrict__ mean,
-                                 const typename Num<T>::A *__restrict__ rstd,
-                                 const T *__restrict__ g, int64_t R,
-                                 int64_t C, T *__restrict__ dx)
+template <typename T, typename Tg>
+__global__ void ln_bwd_dx_rows(const T *__restrict__ x,
+                               const T *__restrict__ w, int64_t ws,
+                               const typename Num<T>::A *__restrict__ mean,
+                               const typename Num<T>::A *__restrict__ rstd,
+                               const Tg *__restrict__ g, int64_t R, int64_t C,
+                               T *__restrict__ dx)
 {
     typedef typename Num<T>::A A;
     const int64_t row = row_index();
     if (row >= R)
         return;
-    const T *xr = x + row * C, *gr = g + row * C;
-    T *dr = dx + row * C;
+    const T *xr = x + row * C;
+    const Tg *gr = g + row * C;
     const A mu = mean[row], rs = rstd[row];
-    const int64_t step = (int64_t)blockDim.x * V;
     A s1 = A(0), s2 = A(0);
-    for (int64_t j = (int64_t)threadIdx.x * V; j < C; j += step) {
-        A xv[V], gv[V];
-        load_vec<T, V>(xr + j, xv);
-        load_vec<T, V>(gr + j, gv);
-#pragma unroll
-        for (int k = 0; k < V; k++) {
-            const A xh = (xv[k] - mu) * rs;
-            const A wg = gv[k] * (w ? Num<T>::ld(w[(j + k) * ws]) : A(1));
-            s1 += wg;
-            s2 += wg * xh;
-        }
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+        A wv;
+        load_par<T, 1>(w, ws, j, A(1), &wv);
+        const A xh = (Num<T>::ld(xr[j]) - mu) * rs;
+        const A wg = mul_rn((A)Num<Tg>::ld(gr[j]), wv);
+        s1 += wg;
+        s2 = d_fma(wg, xh, s2);
     }
-    s1 = row_sum(s1) / (A)C;
-    s2 = row_sum(s2) / (A)C;
-    for (int64_t j = (int64_t)threadIdx.x * V; j < C; j += step) {
-        A xv[V], gv[V];
-        load_vec<T, V>(xr + j, xv);
-        load_vec<T, V>(gr + j, gv);
-#pragma unroll
-        for (int k = 0; k < V; k++) {
-            const A xh = (xv[k] - mu) * rs;
-            const A wg = gv[k] * (w ? Num<T>::ld(w[(j + k) * ws]) : A(1));
-            gv[k] = rs * (wg - s1 - xh * s2);
-        }
-        store_vec<T, V>(dr + j, gv);
+    const A m1 = row_sum(s1) / (A)C, m2 = row_sum(s2) / (A)C;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+        A wv;
+        load_par<T, 1>(w, ws, j, A(1), &wv);
+        const A xh = (Num<T>::ld(xr[j]) - mu) * rs;
+        const A wg = mul_rn((A)Num<Tg>::ld(gr[j]), wv);
+        dx[row * C + j] = Num<T>::st(rs * d_fma(-xh, m2, wg - m1));
     }
 }
 
-/* dw / db, stage 1: block (32 columns) x (LN_COL_Y row lanes) sums a chunk
- * of rows of its columns in fp64, lanes combined in order; one partial per
- * (chunk, column). Stage 2 sums the partials in chunk order. */
+/* Sums a and b over the Y row lanes (threadIdx.y) of each column
+ * (threadIdx.x, 32 of them) in lane order; lane 0 gets the totals. */
+template <int Y, typename P>
+__device__ __forceinline__ void lanes_sum(P &a, P &b)
+{
+    __shared__ P sa[Y][32], sb[Y][32];
+    sa[threadIdx.y][threadIdx.x] = a;
+    sb[threadIdx.y][threadIdx.x] = b;
+    __syncthreads();
+    if (threadIdx.y == 0) {
+        P ta = P(0), tb = P(0);
+#pragma unroll
+        for (int k = 0; k < Y; k++) {
+            ta += sa[k][threadIdx.x];
+            tb += sb[k][threadIdx.x];
+        }
+        a = ta;
+        b = tb;
+    }
+}
+
+/* dw / db partials of the general path: block (32 columns) x (LN_COL_Y row
+ * lanes) sums a chunk of rows of its columns, lanes combined in order; one
+ * partial per (chunk, column). */
 #define LN_COL_Y 8
 
-template <typename T>
-__global__ void ln_bwd_cols_kernel(const T *__restrict__ x,
-                                   const typename Num<T>::A *__restrict__ mean,
-                                   const typename Num<T>::A *__restrict__ rstd,
-                                   const T *__restrict__ g, int64_t R,
-                                   int64_t C, int64_t rows_per_chunk,
-                                   double *__restrict__ pw,
-                                   double *__restrict__ pb)
+template <typename T, typename Tg>
+__global__ void ln_bwd_cols(const T *__restrict__ x,
+                            const typename Num<T>::A *__restrict__ mean,
+                            const typename Num<T>::A *__restrict__ rstd,
+                            const Tg *__restrict__ g, int64_t R, int64_t C,
+                            int64_t rows_per_chunk,
+                            typename Num<T>::A *__restrict__ pw,
+                            typename Num<T>::A *__restrict__ pb)
 {
     typedef typename Num<T>::A A;
-    __shared__ double sw[LN_COL_Y][32], sb[LN_COL_Y][32];
     const int64_t col = (int64_t)blockIdx.x * 32 + threadIdx.x;
     const int64_t r0 = (int64_t)blockIdx.y * rows_per_chunk;
     const int64_t r1 = r0 + rows_per_chunk < R ? r0 + rows_per_chunk : R;
-    double aw = 0.0, ab = 0.0;
+    A aw = A(0), ab = A(0);
     if (col < C) {
         for (int64_t r = r0 + threadIdx.y; r < r1; r += LN_COL_Y) {
-            const A gv = Num<T>::ld(g[r * C + col]);
+            const A gv = (A)Num<Tg>::ld(g[r * C + col]);
             const A xh = (Num<T>::ld(x[r * C + col]) - mean[r]) * rstd[r];
-            aw += (double)gv * (double)xh;
-            ab += (double)gv;
+            aw = d_fma(gv, xh, aw);
+            ab += gv;
         }
     }
-    sw[threadIdx.y][threadIdx.x] = aw;
-    sb[threadIdx.y][threadIdx.x] = ab;
-    __syncthreads();
+    lanes_sum<LN_COL_Y>(aw, ab);
     if (threadIdx.y == 0 && col < C) {
-        double tw = 0.0, tb = 0.0;
-#pragma unroll
-        for (int k = 0; k < LN_COL_Y; k++) {
-            tw += sw[k][threadIdx.x];
-            tb += sb[k][threadIdx.x];
-        }
-        pw[(int64_t)blockIdx.y * C + col] = tw;
-        pb[(int64_t)blockIdx.y * C + col] = tb;
+        pw[(int64_t)blockIdx.y * C + col] = aw;
+        pb[(int64_t)blockIdx.y * C + col] = ab;
     }
 }
 
-template <typename T>
-__global__ void ln_bwd_cols_final(const double *__restrict__ pw,
-                                  const double *__restrict__ pb,
-                                  int64_t nchunks, int64_t C,
-                                  T *__restrict__ dw, T *__restrict__ db)
+/* dw, db = the n partial rows [n, C] summed per column in fp64, one
+ * rounding to T: block (32 columns) x (LN_SUM_Y lanes), lane l summing
+ * rows l, l + LN_SUM_Y, ... in order, then the lanes in order (many
+ * short chains: a column's few hundred dependent loads in one thread
+ * would take longer than the backward itself). Either output may be
+ * NULL. */
+#define LN_SUM_Y 32
+
+template <typename T, typename P>
+__global__ void ln_partials_sum(const P *__restrict__ pw,
+                                const P *__restrict__ pb, int64_t n,
+                                int64_t C, T *__restrict__ dw,
+                                T *__restrict__ db)
 {
-    for (int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; col < C;
-         col += (int64_t)gridDim.x * blockDim.x) {
-        double tw = 0.0, tb = 0.0;
-        for (int64_t k = 0; k < nchunks; k++) {
-            tw += pw[k * C + col];
-            tb += pb[k * C + col];
+    const int64_t col = (int64_t)blockIdx.x * 32 + threadIdx.x;
+    double tw = 0.0, tb = 0.0;
+    if (col < C)
+        for (int64_t k = threadIdx.y; k < n; k += LN_SUM_Y) {
+            tw += (double)pw[k * C + col];
+            tb += (double)pb[k * C + col];
         }
-        if (dw)
-            dw[col] = Num<T>::st_d(tw);
-        if (db)
-            db[col] = Num<T>::st_d(tb);
-    }
+    lanes_sum<LN_SUM_Y>(tw, tb);
+    if (threadIdx.y != 0 || col >= C)
+        return;
+    if (dw)
+        dw[col] = Num<T>::st_d(tw);
+    if (db)
+        db[col] = Num<T>::st_d(tb);
 }
 
-/* ---- layernorm ---------------------------------------------------------- */
+/* ---- host side ------------------------------------------------------------ */
 
-template <typename T>
+/* s = the status of the launch just made (the caller still frees its
+ * scratch). */
+#define LN_LAUNCHED(s, what)                                                \
+    do {                                                                    \
+        const cudaError_t e_ = cudaGetLastError();                          \
+        if (e_ != cudaSuccess)                                              \
+            (s) = fg_cuda_status(e_, what, __FILE__, __LINE__);             \
+    } while (0)
+
+/* Shape of the register kernels for rows of C: threads per row (a power of
+ * two, 32 .. LN_TPR_MAX, C <= tpr * e, e elements per thread) and rows
+ * per block. */
+struct LnShape {
+    int tpr, rpb;
+};
+
+inline LnShape ln_shape(int64_t C, int e)
+{
+    int tpr = 32;
+    while ((int64_t)tpr * e < C)
+        tpr *= 2;
+    return {tpr, tpr >= LN_BLOCK ? 1 : LN_BLOCK / tpr};
+}
+
+inline bool par_vec_ok(const void *p, int64_t s)
+{
+    return !p || s != 1 || aligned16(p);
+}
+
+template <typename T, typename To = T>
 fg_status ln_fwd_t(const fg_tensor *x, const fg_tensor *w, const fg_tensor *b,
                    double eps, fg_tensor *y, fg_tensor *mean, fg_tensor *rstd)
 {
@@ -180,47 +500,162 @@ fg_status ln_fwd_t(const fg_tensor *x, const fg_tensor *w, const fg_tensor *b,
     const int64_t C = x->shape[x->nd - 1], R = x->numel / C;
     const T *xp = dptr<T>(x), *wp = dptr<T>(w), *bp = dptr<T>(b);
     const int64_t ws = w ? w->stride[0] : 0, bs = b ? b->stride[0] : 0;
-    T *yp = dptr<T>(y);
+    To *yp = dptr<To>(y);
     A *mp = dptr<A>(mean), *rp = dptr<A>(rstd);
     cudaStream_t st = fg_cuda_stream();
-    RowLaunch L;
-    FG_TRY(row_launch(R, C, "fg_layernorm", &L));
+    if (C > ln_reg_max<A>()) {
+        RowLaunch L;
+        FG_TRY(row_launch(R, C, "fg_layernorm", &L));
+        ln_fwd_rows<T, To><<<L.grid, L.block, 0, st>>>(xp, wp, ws, bp, bs, R,
+                                                       C, (A)eps, yp, mp, rp);
+        FG_CUDA_TRY_LAUNCH();
+        return FG_OK;
+    }
+    const LnShape S = ln_shape(C, ln_elems<A>());
+    const int64_t grid = (R + S.rpb - 1) / S.rpb;
+    if (grid > 0x7fffffff)
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "fg_layernorm: too many rows (%lld)", (long long)R);
+    const dim3 block((unsigned)S.tpr, (unsigned)S.rpb);
     constexpr int VW = vec_width<T>();
-    if (C % VW == 0 && aligned16(xp) && aligned16(yp))
-        ln_fwd_kernel<T, VW><<<L.grid, L.block, 0, st>>>(xp, wp, ws, bp, bs, R,
-                                                         C, (A)eps, yp, mp, rp);
+    if (C % VW == 0 && aligned16(xp) && aligned16(yp) && par_vec_ok(wp, ws) &&
+        par_vec_ok(bp, bs))
+        ln_fwd_reg<T, To, VW><<<(unsigned)grid, block, 0, st>>>(
+            xp, wp, ws, bp, bs, R, C, (A)eps, yp, mp, rp);
     else
-        ln_fwd_kernel<T, 1><<<L.grid, L.block, 0, st>>>(xp, wp, ws, bp, bs, R,
-                                                        C, (A)eps, yp, mp, rp);
+        ln_fwd_reg<T, To, 1><<<(unsigned)grid, block, 0, st>>>(
+            xp, wp, ws, bp, bs, R, C, (A)eps, yp, mp, rp);
     FG_CUDA_TRY_LAUNCH();
     return FG_OK;
 }
 
-template <typename T>
-fg_status ln_cols_launch(const fg_tensor *x, const fg_tensor *mean,
-                         const fg_tensor *rstd, const fg_tensor *g, int64_t R,
-                         int64_t C, int64_t rpc, int64_t nchunks, double *pw,
-                         double *pb, fg_tensor *dw, fg_tensor *db)
+/* Blocks of the fused backward: one full wave of resident blocks (no
+ * tail), fewer when there are fewer row groups. The wave is cached per
+ * kernel (cache), keyed by device, block size and shared memory: the
+ * occupancy query costs more host time than the launch. */
+template <typename K>
+fg_status ln_bwd_grid(K kernel, int threads, size_t smem, int64_t groups,
+                      std::atomic<unsigned long long> &cache, int *grid)
+{
+    int dev = 0;
+    FG_CUDA_TRY(cudaGetDevice(&dev));
+    /* dev < 256, threads < 2^16, smem < 2^24: 48 bits, the wave in 16 */
+    const unsigned long long key = ((unsigned long long)dev << 40) |
+                                   ((unsigned long long)threads << 24) |
+                                   (unsigned long long)smem;
+    unsigned long long c = cache.load(std::memory_order_relaxed);
+    if (!c || (c >> 16) != key) {
+        int sms = 0, per_sm = 0;
+        FG_CUDA_TRY(cudaDeviceGetAttribute(
+            &sms, cudaDevAttrMultiProcessorCount, dev));
+        FG_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, kernel, threads, smem));
+        long long wave = (long long)sms * (per_sm > 0 ? per_sm : 1);
+        c = (key << 16) | (unsigned long long)(wave < 0xffff ? wave : 0xffff);
+        if (dev < 256)
+            cache.store(c, std::memory_order_relaxed);
+    }
+    const int64_t wave = (int64_t)(c & 0xffff);
+    *grid = (int)(wave < groups ? wave : groups);
+    return FG_OK;
+}
+
+/* Runs fill(pw, pb), the kernel writing n partial rows [n, C] of dw / db
+ * into scratch (NULL, NULL when neither is wanted), then sums them into
+ * dw / db; frees the scratch. */
+template <typename T, typename F>
+fg_status ln_with_partials(int64_t n, int64_t C, fg_tensor *dw, fg_tensor *db,
+                           F fill)
+{
+    typedef typename Num<T>::A A;
+    const bool cols = dw || db;
+    const size_t bytes = cols ? sizeof(A) * (size_t)n * (size_t)C : 0;
+    A *pw = nullptr, *pb = nullptr;
+    fg_status s = FG_OK;
+    if (cols) {
+        s = fg_cuda_mem_alloc(bytes, (void **)&pw);
+        if (s == FG_OK)
+            s = fg_cuda_mem_alloc(bytes, (void **)&pb);
+    }
+    if (s == FG_OK)
+        s = fill(pw, pb);
+    if (s == FG_OK && cols) { /* (C + 31) / 32 < 2^31: the callers checked */
+        ln_partials_sum<T, A>
+            <<<(unsigned)((C + 31) / 32), dim3(32, LN_SUM_Y), 0,
+               fg_cuda_stream()>>>(pw, pb, n, C, dptr<T>(dw), dptr<T>(db));
+        LN_LAUNCHED(s, "ln_partials_sum launch");
+    }
+    scratch_free(pw, bytes);
+    scratch_free(pb, bytes);
+    return s;
+}
+
+template <typename T, typename Tg, int V>
+fg_status ln_bwd_reg_launch(const T *xp, const T *wp, int64_t ws,
+                            const typename Num<T>::A *mp,
+                            const typename Num<T>::A *rp, const Tg *gp,
+                            int64_t R, int64_t C, T *dp, fg_tensor *dw,
+                            fg_tensor *db)
+{
+    typedef typename Num<T>::A A;
+    const LnShape S = ln_shape(C, ln_elems<A>());
+    const size_t smem =
+        (dw || db) && S.rpb > 1 ? 2 * sizeof(A) * (size_t)C : 0;
+    auto kernel = ln_bwd_reg<T, Tg, V>;
+    /* The wave of the same-dtype kernel, so that a narrow g gives the same
+     * partial rows (and so the same dw / db bits) as that g widened. */
+    static std::atomic<unsigned long long> wave_cache{0};
+    int grid = 0;
+    FG_TRY(ln_bwd_grid(ln_bwd_reg<T, T, V>, S.tpr * S.rpb, smem,
+                       (R + S.rpb - 1) / S.rpb, wave_cache, &grid));
+    return ln_with_partials<T>(grid, C, dw, db, [&](A *pw, A *pb) {
+        fg_status s = FG_OK;
+        kernel<<<grid, dim3((unsigned)S.tpr, (unsigned)S.rpb), smem,
+                 fg_cuda_stream()>>>(xp, wp, ws, mp, rp, gp, R, C, dp, pw, pb);
+        LN_LAUNCHED(s, "ln_bwd_reg launch");
+        return s;
+    });
+}
+
+/* The general backward: dx by rows, dw / db by column chunks. */
+template <typename T, typename Tg>
+fg_status ln_bwd_general(const T *xp, const T *wp, int64_t ws,
+                         const typename Num<T>::A *mp,
+                         const typename Num<T>::A *rp, const Tg *gp, int64_t R,
+                         int64_t C, T *dp, fg_tensor *dw, fg_tensor *db)
 {
     typedef typename Num<T>::A A;
     cudaStream_t st = fg_cuda_stream();
+    if (dp) {
+        RowLaunch L;
+        FG_TRY(row_launch(R, C, "layernorm backward", &L));
+        ln_bwd_dx_rows<T, Tg><<<L.grid, L.block, 0, st>>>(xp, wp, ws, mp, rp,
+                                                          gp, R, C, dp);
+        FG_CUDA_TRY_LAUNCH();
+    }
+    if (!dw && !db)
+        return FG_OK;
     const int64_t gx = (C + 31) / 32;
     if (gx > 0x7fffffff)
         return fg_error(FG_ERR_INVALID_ARGUMENT,
                         "layernorm backward: too many columns (%lld)",
                         (long long)C);
-    ln_bwd_cols_kernel<T><<<dim3((unsigned)gx, (unsigned)nchunks),
-                            dim3(32, LN_COL_Y), 0, st>>>(
-        dptr<T>(x), dptr<A>(mean), dptr<A>(rstd), dptr<T>(g), R, C, rpc, pw,
-        pb);
-    FG_CUDA_TRY_LAUNCH();
-    ln_bwd_cols_final<T><<<fg_cuda_grid(C, 256), 256, 0, st>>>(
-        pw, pb, nchunks, C, dptr<T>(dw), dptr<T>(db));
-    FG_CUDA_TRY_LAUNCH();
-    return FG_OK;
+    /* Chunks of >= 128 rows, at most 1024 of them (gridDim.y <= 65535). */
+    int64_t rpc = 128;
+    if (R > rpc * 1024)
+        rpc = (R + 1023) / 1024;
+    const int64_t nchunks = (R + rpc - 1) / rpc;
+    return ln_with_partials<T>(nchunks, C, dw, db, [&](A *pw, A *pb) {
+        fg_status s = FG_OK;
+        ln_bwd_cols<T, Tg><<<dim3((unsigned)gx, (unsigned)nchunks),
+                             dim3(32, LN_COL_Y), 0, st>>>(xp, mp, rp, gp, R, C,
+                                                          rpc, pw, pb);
+        LN_LAUNCHED(s, "ln_bwd_cols launch");
+        return s;
+    });
 }
 
-template <typename T>
+template <typename T, typename Tg = T>
 fg_status ln_bwd_t(const fg_tensor *x, const fg_tensor *w,
                    const fg_tensor *mean, const fg_tensor *rstd,
                    const fg_tensor *g, fg_tensor *dx, fg_tensor *dw,
@@ -228,42 +663,42 @@ fg_status ln_bwd_t(const fg_tensor *x, const fg_tensor *w,
 {
     typedef typename Num<T>::A A;
     const int64_t C = x->shape[x->nd - 1], R = x->numel / C;
-    cudaStream_t st = fg_cuda_stream();
-    if (dx) {
-        const T *xp = dptr<T>(x), *wp = dptr<T>(w), *gp = dptr<T>(g);
-        const int64_t ws = w ? w->stride[0] : 0;
-        T *dp = dptr<T>(dx);
-        const A *mp = dptr<A>(mean), *rp = dptr<A>(rstd);
-        RowLaunch L;
-        FG_TRY(row_launch(R, C, "layernorm backward", &L));
-        constexpr int VW = vec_width<T>();
-        if (C % VW == 0 && aligned16(xp) && aligned16(gp) && aligned16(dp))
-            ln_bwd_dx_kernel<T, VW><<<L.grid, L.block, 0, st>>>(
-                xp, wp, ws, mp, rp, gp, R, C, dp);
-        else
-            ln_bwd_dx_kernel<T, 1><<<L.grid, L.block, 0, st>>>(
-                xp, wp, ws, mp, rp, gp, R, C, dp);
-        FG_CUDA_TRY_LAUNCH();
-    }
-    if (!dw && !db)
+    const T *xp = dptr<T>(x), *wp = dptr<T>(w);
+    const Tg *gp = dptr<Tg>(g);
+    const int64_t ws = w ? w->stride[0] : 0;
+    T *dp = dptr<T>(dx);
+    const A *mp = dptr<A>(mean), *rp = dptr<A>(rstd);
+    if (!dp && !dw && !db)
         return FG_OK;
-    /* Chunks of >= 128 rows, at most 1024 of them (gridDim.y <= 65535). */
-    int64_t rpc = 128;
-    if (R > rpc * 1024)
-        rpc = (R + 1023) / 1024;
-    const int64_t nchunks = (R + rpc - 1) / rpc;
-    const size_t pbytes = sizeof(double) * (size_t)(nchunks * C);
-    double *pw = nullptr, *pb = nullptr;
-    fg_status s = fg_cuda_mem_alloc(pbytes, (void **)&pw);
-    if (s == FG_OK)
-        s = fg_cuda_mem_alloc(pbytes, (void **)&pb);
-    if (s == FG_OK)
-        s = ln_cols_launch<T>(x, mean, rstd, g, R, C, rpc, nchunks, pw, pb, dw,
-                              db);
-    scratch_free(pw, pbytes);
-    scratch_free(pb, pbytes);
-    return s;
+    if (C > ln_reg_max<A>())
+        return ln_bwd_general<T, Tg>(xp, wp, ws, mp, rp, gp, R, C, dp, dw,
+                                     db);
+    constexpr int VW = vec_width<T>();
+    if (C % VW == 0 && aligned16(xp) && aligned16(gp) &&
+        (!dp || aligned16(dp)) && par_vec_ok(wp, ws))
+        return ln_bwd_reg_launch<T, Tg, VW>(xp, wp, ws, mp, rp, gp, R, C, dp,
+                                            dw, db);
+    return ln_bwd_reg_launch<T, Tg, 1>(xp, wp, ws, mp, rp, gp, R, C, dp, dw,
+                                       db);
 }
+
+/* Calls F<T, Ty>(args...) for x's storage type T and y's Ty: equal, or
+ * fp16/bf16 for fp32, or fp32 for fp64. */
+#define LN_BY_DTYPES(xdt, ydt, fn, F, ...)                                  \
+    do {                                                                    \
+        if ((xdt) == (ydt)) {                                               \
+            NN_BY_DTYPE(xdt, fn, F, __VA_ARGS__);                           \
+        }                                                                   \
+        if ((xdt) == FG_FP32 && (ydt) == FG_BF16)                           \
+            return F<float, __nv_bfloat16>(__VA_ARGS__);                    \
+        if ((xdt) == FG_FP32 && (ydt) == FG_FP16)                           \
+            return F<float, __half>(__VA_ARGS__);                           \
+        if ((xdt) == FG_FP64 && (ydt) == FG_FP32)                           \
+            return F<double, float>(__VA_ARGS__);                           \
+        return fg_error(FG_ERR_UNSUPPORTED,                                 \
+                        "%s: %s output of %s input is not supported", fn,   \
+                        fg_dtype_name(ydt), fg_dtype_name(xdt));            \
+    } while (0)
 
 } /* namespace */
 
@@ -277,8 +712,8 @@ extern "C" fg_status fg_cuda_layernorm_forward(const fg_tensor *x,
 {
     if (x->numel == 0)
         return FG_OK;
-    NN_BY_DTYPE(x->dtype, "fg_layernorm", ln_fwd_t, x, weight, bias, eps, y,
-                mean, rstd);
+    LN_BY_DTYPES(x->dtype, y->dtype, "fg_layernorm", ln_fwd_t, x, weight,
+                 bias, eps, y, mean, rstd);
 }
 
 extern "C" fg_status fg_cuda_layernorm_backward(
@@ -297,6 +732,6 @@ extern "C" fg_status fg_cuda_layernorm_backward(
             FG_TRY(fg_cuda_memset_zero(fg_tensor_base(db), bytes));
         return FG_OK;
     }
-    NN_BY_DTYPE(x->dtype, "layernorm backward", ln_bwd_t, x, weight, mean,
-                rstd, g, dx, dw, db);
+    LN_BY_DTYPES(x->dtype, g->dtype, "layernorm backward", ln_bwd_t, x,
+                 weight, mean, rstd, g, dx, dw, db);
 }

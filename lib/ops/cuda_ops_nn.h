@@ -65,15 +65,18 @@ fg_status fg_cuda_cross_entropy_backward(const fg_tensor *x,
 /* Layernorm over the last dimension C of x: y = (x - mean) * rstd * w + b,
  * rstd = 1 / sqrt(var + eps) (biased variance, two passes). weight / bias
  * may be NULL (1 / 0) and may have any stride ([C], x's dtype). mean and
- * rstd: [rows] in the stat dtype. */
+ * rstd: [rows] in the stat dtype. y has x's dtype, or (fg_layernorm_cast)
+ * fp16/bf16 for fp32 x, fp32 for fp64 x: the same computation, y rounded
+ * once to its dtype. */
 fg_status fg_cuda_layernorm_forward(const fg_tensor *x, const fg_tensor *weight,
                                     const fg_tensor *bias, double eps,
                                     fg_tensor *y, fg_tensor *mean,
                                     fg_tensor *rstd);
 /* Gradients from the saved x, weight (may be NULL), mean, rstd and the
- * incoming g (x's shape and dtype). Any of dx, dw, db may be NULL (not
- * wanted). dw, db ([C], contiguous) are column sums over the rows in a
- * fixed order (fp64 accumulation): deterministic. */
+ * incoming g (x's shape, y's dtype). Any of dx, dw, db may be NULL (not
+ * wanted); all three have x's dtype. dw, db ([C], contiguous) are column
+ * sums over the rows in a fixed order (per-block partials in the compute
+ * type, summed in fp64): bitwise reproducible on one GPU model. */
 fg_status fg_cuda_layernorm_backward(const fg_tensor *x,
                                      const fg_tensor *weight,
                                      const fg_tensor *mean,

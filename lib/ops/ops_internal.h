@@ -42,6 +42,11 @@ fg_status fg_op_finish(const fg_op_def *op, fg_tensor *const *inputs,
  * is read-only in effect: writing it makes the copy stale. */
 fg_status fg_cast_param(fg_tensor *x, fg_dtype dt, fg_tensor **out);
 
+/* 1 if fg_layernorm_cast takes y dtype yt for x dtype xt: xt itself,
+ * fp16/bf16 for fp32, fp32 for fp64 (the device may still refuse fp16/bf16
+ * on the CPU). */
+int fg_layernorm_out_ok(fg_dtype xt, fg_dtype yt);
+
 /* x [..., K] w [K, N] + b [N] (b NULL: fg_matmul), recorded. On CUDA
  * with contiguous operands of one dtype: one cuBLASLt GEMM with the bias
  * in its epilogue (accumulated in fp32, rounded once) and one node whose

@@ -45,18 +45,87 @@ static fg_status grad_as(fg_tensor *g, fg_dtype dt, fg_arena *dom,
 
 /* ---- layernorm ---------------------------------------------------------- */
 
+/* y's dtype for an x of dtype xt: xt, or one step narrower (the only
+ * pairs the kernels take). */
+int fg_layernorm_out_ok(fg_dtype xt, fg_dtype yt)
+{
+    return yt == xt || (xt == FG_FP32 && (yt == FG_BF16 || yt == FG_FP16)) ||
+           (xt == FG_FP64 && yt == FG_FP32);
+}
+
+typedef struct ln_extra {
+    fg_dtype ydt; /* the output's dtype, so the incoming gradient's */
+} ln_extra;
+
+/* The CPU backward (x, gc contiguous; gc of dtype gt): rows in parallel
+ * for dx, columns in parallel with rows in order for dw / db. */
+static void layernorm_cpu_backward(const fg_tensor *x, const fg_tensor *w,
+                                   const fg_tensor *mean,
+                                   const fg_tensor *rstd, const fg_tensor *gc,
+                                   fg_tensor *dx, fg_tensor *dw, fg_tensor *db)
+{
+    const fg_dtype dt = x->dtype, gt = gc->dtype;
+    const size_t es = fg_dtype_size(dt), gs = fg_dtype_size(gt);
+    const int64_t C = x->shape[x->nd - 1], R = C ? x->numel / C : 0;
+    const char *xb = fg_tensor_base(x), *gb = fg_tensor_base(gc),
+               *mb = fg_tensor_base(mean), *rb = fg_tensor_base(rstd);
+    if (dx) {
+        char *dxb = fg_tensor_base(dx);
+#pragma omp parallel for if (R * C > 32768)
+        for (int64_t r = 0; r < R; r++) {
+            const char *xr = xb + (size_t)(r * C) * es,
+                       *gr = gb + (size_t)(r * C) * gs;
+            const double mu = ld(mb + (size_t)r * es, dt),
+                         rs = ld(rb + (size_t)r * es, dt);
+            double s1 = 0, s2 = 0;
+            for (int64_t j = 0; j < C; j++) {
+                double xh = (ld(xr + (size_t)j * es, dt) - mu) * rs;
+                double wg = ld(gr + (size_t)j * gs, gt) * vec(w, j, 1.0);
+                s1 += wg;
+                s2 += wg * xh;
+            }
+            s1 /= (double)C;
+            s2 /= (double)C;
+            char *dr = dxb + (size_t)(r * C) * es;
+            for (int64_t j = 0; j < C; j++) {
+                double xh = (ld(xr + (size_t)j * es, dt) - mu) * rs;
+                double wg = ld(gr + (size_t)j * gs, gt) * vec(w, j, 1.0);
+                st(dr + (size_t)j * es, dt, rs * (wg - s1 - xh * s2));
+            }
+        }
+    }
+    if (!dw && !db)
+        return;
+    char *dwb = dw ? fg_tensor_base(dw) : NULL,
+         *dbb = db ? fg_tensor_base(db) : NULL;
+#pragma omp parallel for if (R * C > 32768)
+    for (int64_t j = 0; j < C; j++) {
+        double aw = 0, ab = 0;
+        for (int64_t r = 0; r < R; r++) {
+            double gv = ld(gb + (size_t)(r * C + j) * gs, gt);
+            double xh = (ld(xb + (size_t)(r * C + j) * es, dt) -
+                         ld(mb + (size_t)r * es, dt)) *
+                        ld(rb + (size_t)r * es, dt);
+            aw += gv * xh;
+            ab += gv;
+        }
+        if (dwb)
+            st(dwb + (size_t)j * es, dt, aw);
+        if (dbb)
+            st(dbb + (size_t)j * es, dt, ab);
+    }
+}
+
 static fg_status layernorm_backward(fg_node *n, fg_tensor *const *g,
                                     fg_tensor **gin)
 {
     /* saved: x (contiguous), weight (or NULL), mean [R], rstd [R] */
     const fg_tensor *x = fg_node_saved(n, 0), *w = fg_node_saved(n, 1),
                     *mean = fg_node_saved(n, 2), *rstd = fg_node_saved(n, 3);
-    const fg_dtype dt = x->dtype;
-    const size_t es = fg_dtype_size(dt);
-    const int64_t C = x->shape[x->nd - 1], R = C ? x->numel / C : 0;
+    const ln_extra *ex = fg_node_extra(n);
     fg_arena *dom = fg_bw_domain();
     fg_tensor *gc, *dx = NULL, *dw = NULL, *db = NULL;
-    FG_TRY(grad_as(g[0], dt, dom, &gc));
+    FG_TRY(grad_as(g[0], ex->ydt, dom, &gc));
     fg_status s = FG_OK;
     if (fg_node_needs_grad(n, 0))
         s = fg_tensor_new_like(dom, x, 0, &dx);
@@ -67,74 +136,21 @@ static fg_status layernorm_backward(fg_node *n, fg_tensor *const *g,
         fg_node_input_meta(n, 2, &m);
         s = fg_tensor_new(dom, m.dtype, m.device, m.nd, m.shape, &db);
     }
+    int on_cuda = 0;
 #ifdef FG_HAVE_CUDA
-    if (s == FG_OK && x->device == FG_DEVICE_CUDA) {
+    on_cuda = x->device == FG_DEVICE_CUDA;
+    if (s == FG_OK && on_cuda)
         s = fg_cuda_layernorm_backward(x, w, mean, rstd, gc, dx, dw, db);
-        if (s == FG_OK) {
-            fg_tensor_free(gc);
-            gin[0] = dx;
-            gin[1] = dw;
-            gin[2] = db;
-            return FG_OK;
-        }
-        fg_tensor_free(db);
-    }
 #endif
+    if (s == FG_OK && !on_cuda)
+        layernorm_cpu_backward(x, w, mean, rstd, gc, dx, dw, db);
+    fg_tensor_free(gc);
     if (s != FG_OK) {
-        fg_tensor_free(gc);
         fg_tensor_free(dx);
         fg_tensor_free(dw);
+        fg_tensor_free(db);
         return s;
     }
-    const char *xb = fg_tensor_base(x), *gb = fg_tensor_base(gc),
-               *mb = fg_tensor_base(mean), *rb = fg_tensor_base(rstd);
-    if (dx) {
-        char *dxb = fg_tensor_base(dx);
-#pragma omp parallel for if (R * C > 32768)
-        for (int64_t r = 0; r < R; r++) {
-            const char *xr = xb + (size_t)(r * C) * es,
-                       *gr = gb + (size_t)(r * C) * es;
-            const double mu = ld(mb + (size_t)r * es, dt),
-                         rs = ld(rb + (size_t)r * es, dt);
-            double s1 = 0, s2 = 0;
-            for (int64_t j = 0; j < C; j++) {
-                double xh = (ld(xr + (size_t)j * es, dt) - mu) * rs;
-                double wg = ld(gr + (size_t)j * es, dt) * vec(w, j, 1.0);
-                s1 += wg;
-                s2 += wg * xh;
-            }
-            s1 /= (double)C;
-            s2 /= (double)C;
-            char *dr = dxb + (size_t)(r * C) * es;
-            for (int64_t j = 0; j < C; j++) {
-                double xh = (ld(xr + (size_t)j * es, dt) - mu) * rs;
-                double wg = ld(gr + (size_t)j * es, dt) * vec(w, j, 1.0);
-                st(dr + (size_t)j * es, dt, rs * (wg - s1 - xh * s2));
-            }
-        }
-    }
-    if (dw || db) {
-        /* Columns in parallel, rows in order: deterministic. */
-        char *dwb = dw ? fg_tensor_base(dw) : NULL,
-             *dbb = db ? fg_tensor_base(db) : NULL;
-#pragma omp parallel for if (R * C > 32768)
-        for (int64_t j = 0; j < C; j++) {
-            double aw = 0, ab = 0;
-            for (int64_t r = 0; r < R; r++) {
-                double gv = ld(gb + (size_t)(r * C + j) * es, dt);
-                double xh = (ld(xb + (size_t)(r * C + j) * es, dt) -
-                             ld(mb + (size_t)r * es, dt)) *
-                            ld(rb + (size_t)r * es, dt);
-                aw += gv * xh;
-                ab += gv;
-            }
-            if (dwb)
-                st(dwb + (size_t)j * es, dt, aw);
-            if (dbb)
-                st(dbb + (size_t)j * es, dt, ab);
-        }
-    }
-    fg_tensor_free(gc);
     gin[0] = dx;
     gin[1] = dw;
     gin[2] = db;
@@ -159,15 +175,15 @@ static fg_status check_vec(const char *fn, const fg_tensor *v,
 }
 
 /* The CPU forward: two passes per row in double; mean/rstd stored in x's
- * precision. */
+ * precision, y rounded once to its dtype. */
 static void layernorm_cpu_forward(const fg_tensor *xc, const fg_tensor *weight,
                                   const fg_tensor *bias, double eps,
                                   fg_tensor *y, fg_tensor *mean,
                                   fg_tensor *rstd)
 {
     const int64_t C = xc->shape[xc->nd - 1], R = C ? xc->numel / C : 0;
-    const fg_dtype dt = xc->dtype;
-    const size_t es = fg_dtype_size(dt);
+    const fg_dtype dt = xc->dtype, yt = y->dtype;
+    const size_t es = fg_dtype_size(dt), ys = fg_dtype_size(yt);
     const char *xb = fg_tensor_base(xc);
     char *yb = fg_tensor_base(y), *mb = fg_tensor_base(mean),
          *rb = fg_tensor_base(rstd);
@@ -185,29 +201,39 @@ static void layernorm_cpu_forward(const fg_tensor *xc, const fg_tensor *weight,
         const double rs = 1.0 / sqrt(var / (double)C + eps);
         st(mb + (size_t)r * es, dt, mu);
         st(rb + (size_t)r * es, dt, rs);
-        char *yr = yb + (size_t)(r * C) * es;
+        char *yr = yb + (size_t)(r * C) * ys;
         for (int64_t j = 0; j < C; j++)
-            st(yr + (size_t)j * es, dt,
+            st(yr + (size_t)j * ys, yt,
                (ld(xr + (size_t)j * es, dt) - mu) * rs * vec(weight, j, 1.0) +
                    vec(bias, j, 0.0));
     }
 }
 
-static fg_status fg_layernorm_impl(fg_tensor *x, fg_tensor *weight,
-                                   fg_tensor *bias,
-                                   double eps, fg_tensor **out)
+static fg_status fg_layernorm_impl(const char *fn, fg_tensor *x,
+                                   fg_tensor *weight, fg_tensor *bias,
+                                   double eps, int out_dtype, fg_tensor **out)
 {
-    static const char fn[] = "fg_layernorm";
     FG_TRY(fg_op_check_out(fn, out));
     FG_TRY(fg_op_check(fn, x, "x"));
     if (x->nd < 1)
-        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "x needs >= 1 dimension");
+        return fg_error(FG_ERR_INVALID_ARGUMENT, "%s: x needs >= 1 dimension",
+                        fn);
+    const fg_dtype ydt = out_dtype < 0 ? x->dtype : (fg_dtype)out_dtype;
+    if (!fg_layernorm_out_ok(x->dtype, ydt))
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: out_dtype %s for a %s x (it must be x's dtype, "
+                        "fp16/bf16 for fp32 x, or fp32 for fp64 x)",
+                        fn, fg_dtype_name(ydt), fg_dtype_name(x->dtype));
+    if ((ydt == FG_FP16 || ydt == FG_BF16) && x->device != FG_DEVICE_CUDA)
+        return fg_error(FG_ERR_UNSUPPORTED,
+                        "%s: %s output on %s (fp16 and bf16 only on CUDA)",
+                        fn, fg_dtype_name(ydt), fg_device_name(x->device));
     const int64_t C = x->shape[x->nd - 1];
     FG_TRY(check_vec(fn, weight, "weight", x, C));
     FG_TRY(check_vec(fn, bias, "bias", x, C));
     if (!(eps > 0) || !isfinite(eps))
-        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "eps must be > 0, got %g",
-                       eps);
+        return fg_error(FG_ERR_INVALID_ARGUMENT, "%s: eps must be > 0, got %g",
+                        fn, eps);
     int on_cuda = 0; /* the per-device dispatch point */
 #ifdef FG_HAVE_CUDA
     on_cuda = x->device == FG_DEVICE_CUDA;
@@ -225,7 +251,7 @@ static fg_status fg_layernorm_impl(fg_tensor *x, fg_tensor *weight,
     if (on_cuda)
         sdt = fg_cuda_nn_stat_dtype(x->dtype);
 #endif
-    fg_status s = fg_tensor_new_like(dom, x, 0, &y);
+    fg_status s = fg_tensor_new(dom, ydt, x->device, x->nd, x->shape, &y);
     if (s == FG_OK)
         s = fg_tensor_new(dom, sdt, x->device, 1, &R, &mean);
     if (s == FG_OK)
@@ -249,8 +275,9 @@ static fg_status fg_layernorm_impl(fg_tensor *x, fg_tensor *weight,
     s = FG_OK;
     if (fg_ag_should_record(in, 3)) {
         fg_tensor *saved[4] = {xc, weight, mean, rstd};
-        s = fg_ag_record(&layernorm_def, in, 3, &y, 1, saved, 4, NULL, 0,
-                         NULL);
+        const ln_extra ex = {ydt};
+        s = fg_ag_record(&layernorm_def, in, 3, &y, 1, saved, 4, &ex,
+                         sizeof ex, NULL);
     }
     fg_tensor_free(xc);
     fg_tensor_free(mean);
@@ -267,7 +294,16 @@ fg_status fg_layernorm(fg_tensor *x, fg_tensor *weight, fg_tensor *bias,
                        double eps, fg_tensor **out)
 {
     FG_PROF_RETURN(FG_PROF_LAYERNORM,
-                   fg_layernorm_impl(x, weight, bias, eps, out));
+                   fg_layernorm_impl("fg_layernorm", x, weight, bias, eps, -1,
+                                     out));
+}
+
+fg_status fg_layernorm_cast(fg_tensor *x, fg_tensor *weight, fg_tensor *bias,
+                            double eps, fg_dtype out_dtype, fg_tensor **out)
+{
+    FG_PROF_RETURN(FG_PROF_LAYERNORM,
+                   fg_layernorm_impl("fg_layernorm_cast", x, weight, bias, eps,
+                                     (int)out_dtype, out));
 }
 
 /* ---- embedding -------------------------------------------------------- */

@@ -142,6 +142,15 @@ fg_status fg_nn_layernorm_forward(const fg_nn_layernorm *l, fg_tensor *x,
 {
     if (!l)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL layer");
+    /* Under autocast on CUDA y comes out in the autocast dtype, which is
+     * what every consumer (a Linear, the MLP, the tied head) casts it to:
+     * one kernel each way instead of layernorm + cast and their
+     * backwards, the same bits (fg_layernorm_cast). */
+    fg_dtype ac;
+    if (x && fg_autocast_get(&ac) && fg_tensor_device(x) == FG_DEVICE_CUDA &&
+        ac != fg_tensor_dtype(x) &&
+        fg_layernorm_out_ok(fg_tensor_dtype(x), ac))
+        return fg_layernorm_cast(x, l->weight, l->bias, l->eps, ac, y);
     return fg_layernorm(x, l->weight, l->bias, l->eps, y);
 }
 
