@@ -189,6 +189,9 @@ def main():
                     help="only compare peak memory (runs --bench --mem)")
     ap.add_argument("--bench", default="./bench_attention")
     args = ap.parse_args()
+    bad = [dt for dt in args.dtypes.split(",") if dt not in TORCH_DTYPE]
+    if bad:
+        ap.error(f"--dtypes: unknown {', '.join(bad)} (known: {', '.join(TORCH_DTYPE)})")
     if args.mem:
         subprocess.run([args.bench, "--mem"], check=True)
         for n in (16384, 65536):
