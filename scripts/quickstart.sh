@@ -134,7 +134,9 @@ build() {
         ./config.status
     fi
     say "make -j$jobs"
+    local t0=$SECONDS
     make -j"$jobs"
+    say "built in $((SECONDS - t0)) s"
 }
 
 # ---- test-failure report ------------------------------------------------------
