@@ -17,7 +17,8 @@
  * For d = 256 the dK/dV accumulators do not fit in registers: two launches
  * each own half of d (and recompute S and dP); the first also does dQ.
  *
- * kMode: 0 no mask, 1 bottom-right causal (the tuned paths), 2 the variants:
+ * kMode: 0 no mask or bottom-right causal (the tuned paths; a.causal picks
+ * causal at run time), 2 the variants:
  * only the band's and the block lists' query blocks are visited, softcap and
  * ALiBi modify S^T, and dS^T takes the softcap's exact 1 - tanh^2. */
 #include "attn_common.cuh"
@@ -46,7 +47,10 @@ template <typename T, int D, int W, int BR, int DH, int kMode, bool kDropout>
 __global__ void __launch_bounds__(32 * W)
 attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
 {
-    constexpr bool kCausal = kMode == 1, kMasked = kMode == 2;
+    constexpr bool kMasked = kMode == 2;
+    /* Plain causal: a runtime flag, not an instantiation (build time; see
+     * fwd_mask). The variants' band carries their causality. */
+    const bool causal = !kMasked && a.causal;
     using Tile = BwdTile<D, W, BR, DH>;
     constexpr int Bc = Tile::kBc, Br = Tile::kBr, C = Tile::kC;
     constexpr int QT = Br / 8; /* n8 tiles over queries in S^T */
@@ -74,7 +78,7 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
     cp_async_commit();
 
     QuerySteps steps; /* the (head, query block) steps */
-    steps.init(a, kMasked, kCausal, b, hk, j0, Bc, Br);
+    steps.init(a, kMasked, causal, b, hk, j0, Bc, Br);
     const int64_t total = steps.total;
 
     /* Issue the loads of step `st` into buffer st & 1. */
@@ -159,7 +163,7 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
          * i = i0 + 8 qt + 2 t4 + (e & 1). kMasked: softcap and ALiBi on the
          * raw S^T first; the mask is the rows each of this thread's two keys
          * is seen by (the band of this warp's 16 keys decides whether). */
-        const BwdMask mk = bwd_mask<kCausal, kMasked, Bc, Br>(a, dead, i0, j0, warp, g);
+        const BwdMask mk = bwd_mask<kMasked, Bc, Br>(a, causal, dead, i0, j0, warp, g);
         const float slope = kMasked && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
         uint32_t pf[QT / 2][4], sf[QT / 2][4]; /* A fragments for dV, dK */
         uint32_t keep = 0; /* bwd_dropout_bits of the current 16 queries */
@@ -176,7 +180,7 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int qi = 8 * qt + 2 * t4 + (e & 1);
-                bwd_elem<false, kCausal, kMasked, kDropout>(
+                bwd_elem<false, kMasked, kDropout>(
                     a, mk, s[qt][e], dp[qt][e], (e & 1) ? L.y : L.x, (e & 1) ? Dq.y : Dq.x, qi,
                     e >> 1, i0 + qi, j0 + 16 * warp + g + 8 * (e >> 1), slope, scale_log2,
                     (keep >> (4 * (qt & 1) + e)) & 1u, &p[e], &ds[e]);
@@ -309,9 +313,6 @@ static fg_status launch_opts(const AttnArgs &a, cudaStream_t st)
     if (a.variant)
         return a.dropout ? launch<T, D, W, BR, DH, 2, true>(a, st)
                          : launch<T, D, W, BR, DH, 2, false>(a, st);
-    if (a.causal)
-        return a.dropout ? launch<T, D, W, BR, DH, 1, true>(a, st)
-                         : launch<T, D, W, BR, DH, 1, false>(a, st);
     return a.dropout ? launch<T, D, W, BR, DH, 0, true>(a, st)
                      : launch<T, D, W, BR, DH, 0, false>(a, st);
 }

@@ -15,9 +15,10 @@
  * d in [8, 256] takes this path; it needs 16-byte aligned rows (pointers and
  * strides multiples of 8 elements), otherwise the general kernel runs.
  *
- * kMode: 0 no mask, 1 bottom-right causal (the tuned paths), 2 the variants
- * (band of any window or alignment, block lists, softcap, ALiBi), kept in
- * their own instantiation so the first two carry none of their code. */
+ * kMode: 0 no mask or bottom-right causal (the tuned paths; a.causal picks
+ * causal at run time), 2 the variants (band of any window or alignment,
+ * block lists, softcap, ALiBi), kept in their own instantiation so the
+ * tuned one carries none of their code. */
 #include "attn_common.cuh"
 #include "attn_kernels.h"
 #include "attn_mma_tile.cuh"
@@ -44,7 +45,10 @@ template <typename T, int D, int kMode, bool kDropout>
 __global__ void __launch_bounds__(FwdTile<D>::kThreads, 1)
 attn_fwd_mma_kernel(const AttnArgs a)
 {
-    constexpr bool kCausal = kMode == 1, kMasked = kMode == 2;
+    constexpr bool kMasked = kMode == 2;
+    /* Plain causal: a runtime flag, not an instantiation (build time; see
+     * fwd_mask). The variants' band carries their causality. */
+    const bool causal = !kMasked && a.causal;
     using Tile = FwdTile<D>;
     constexpr int Br = Tile::kBr, Bc = Tile::kBc, C = Tile::kChunks;
     constexpr int NT = Bc / 8;  /* n8 tiles of S */
@@ -57,7 +61,7 @@ attn_fwd_mma_kernel(const AttnArgs a)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
     /* Causal blocks near the end do the most work: launch them first. */
-    const int mblk = kMode != 0 ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int mblk = kMasked || causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int64_t i0 = (int64_t)mblk * Br;
     const int h = blockIdx.y, b = blockIdx.z, hk = h / a.group;
     const int64_t bh = (int64_t)b * a.H + h;
@@ -65,7 +69,7 @@ attn_fwd_mma_kernel(const AttnArgs a)
 
     /* The key blocks to visit: up to the diagonal, or (kMasked) the band's
      * and the block list's, so skipped blocks cost nothing. */
-    const BlockWalk walk = fwd_key_walk(a, kMasked, kCausal, b, h, i0, rows, Bc);
+    const BlockWalk walk = fwd_key_walk(a, kMasked, causal, b, h, i0, rows, Bc);
     const int nblocks = walk.n;
 
     load_rows<T, D>(sQ, a.q, b, i0, h, Br, rows, a.d, Tile::kThreads);
@@ -144,7 +148,7 @@ attn_fwd_mma_kernel(const AttnArgs a)
          * and dropout on the P that feeds O (attn_mma_tile.cuh). */
         if (kMasked && (a.softcap > 0.f || a.alibi))
             fwd_score_mods<false>(a, s, slope, row_w, j0, t4);
-        fwd_mask<kCausal, kMasked, Bc>(a, s, walk, jb, i0, j0, warp, row_w, t4);
+        fwd_mask<kMasked, Bc>(a, causal, s, walk, jb, i0, j0, warp, row_w, t4);
         fwd_softmax(s, m_raw, l_part, o, scale_log2);
         if (kDropout) /* 256/T is applied at the end */
             fwd_dropout(a, s, j0, row_w, bh, t4);
@@ -224,8 +228,6 @@ static fg_status launch_opts(const AttnArgs &a, cudaStream_t st)
 {
     if (a.variant)
         return a.dropout ? launch<T, D, 2, true>(a, st) : launch<T, D, 2, false>(a, st);
-    if (a.causal)
-        return a.dropout ? launch<T, D, 1, true>(a, st) : launch<T, D, 1, false>(a, st);
     return a.dropout ? launch<T, D, 0, true>(a, st) : launch<T, D, 0, false>(a, st);
 }
 

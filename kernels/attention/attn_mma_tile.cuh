@@ -15,6 +15,8 @@
 #ifndef FG_KERNELS_ATTN_MMA_TILE_CUH
 #define FG_KERNELS_ATTN_MMA_TILE_CUH
 
+#include <type_traits>
+
 #include "attn_common.cuh"
 
 namespace fg {
@@ -37,16 +39,19 @@ __device__ __forceinline__ void fwd_score_mods(const AttnArgs &a, float (&s)[MT]
 
 /* -inf outside the mask, only on blocks that cross the causal diagonal,
  * the band's edges (this warp's rows), a dead block-list entry or the end
- * of the keys. */
-template <bool kCausal, bool kMasked, int Bc, int MT, int NT>
-__device__ __forceinline__ void fwd_mask(const AttnArgs &a, float (&s)[MT][NT][4],
+ * of the keys. `causal` (plain bottom-right causal, false with kMasked,
+ * whose band holds it) is a warp-uniform runtime flag rather than a
+ * template one: one instantiation fewer per kernel (build time), and its
+ * per-element test runs only on the tiles that need a mask. */
+template <bool kMasked, int Bc, int MT, int NT>
+__device__ __forceinline__ void fwd_mask(const AttnArgs &a, bool causal, float (&s)[MT][NT][4],
                                          const BlockWalk &walk, int jb, int64_t i0, int64_t j0,
                                          int warp, int64_t row_w, int t4)
 {
     const bool dead = kMasked && walk.dead(jb);
     const int64_t wr0 = i0 + warp * 16 * MT; /* this warp's first row */
     const bool need_mask =
-        j0 + Bc > a.Nk || (kCausal && j0 + Bc - 1 > i0 + a.shift) ||
+        j0 + Bc > a.Nk || (causal && j0 + Bc - 1 > i0 + a.shift) ||
         (kMasked && (dead || !inside_band(a, wr0, wr0 + 16 * MT - 1, j0, Bc)));
     if (kMasked && need_mask) { /* the keys each of this thread's rows sees */
 #pragma unroll
@@ -65,17 +70,25 @@ __device__ __forceinline__ void fwd_mask(const AttnArgs &a, float (&s)[MT][NT][4
                     }
             }
     } else if (need_mask) {
+        /* One loop per value of causal: as one loop, with a runtime causal
+         * test, ptxas spilled more at d = 128 (255 registers). */
+        auto elems = [&](auto kc) {
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++)
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++)
+                for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int64_t i = row_w + mt * 16 + (e >> 1) * 8;
-                    const int64_t j = j0 + nt * 8 + 2 * t4 + (e & 1);
-                    if (j >= a.Nk || (kCausal && j > i + a.shift))
-                        s[mt][nt][e] = -INFINITY;
-                }
+                    for (int e = 0; e < 4; e++) {
+                        const int64_t i = row_w + mt * 16 + (e >> 1) * 8;
+                        const int64_t j = j0 + nt * 8 + 2 * t4 + (e & 1);
+                        if (j >= a.Nk || (decltype(kc)::value && j > i + a.shift))
+                            s[mt][nt][e] = -INFINITY;
+                    }
+        };
+        if (causal)
+            elems(std::true_type());
+        else
+            elems(std::false_type());
     }
 }
 
@@ -138,24 +151,33 @@ __device__ __forceinline__ void fwd_dropout(const AttnArgs &a, float (&s)[MT][NT
 }
 
 /* The backward step's per-warp mask: whether any element needs one, and
- * (kMasked) the query rows [x, y] of the block that see each of this
- * thread's two keys. */
+ * then the query rows [x, y] of the block that see each of this thread's
+ * two keys (the band's, or up to Nk and, with the runtime flag causal as
+ * in fwd_mask, from the diagonal on). */
 struct BwdMask {
     bool need;
     int2 rr[2];
 };
-template <bool kCausal, bool kMasked, int Bc, int Br>
-__device__ __forceinline__ BwdMask bwd_mask(const AttnArgs &a, bool dead, int64_t i0, int64_t j0,
-                                            int warp, int g)
+template <bool kMasked, int Bc, int Br>
+__device__ __forceinline__ BwdMask bwd_mask(const AttnArgs &a, bool causal, bool dead,
+                                            int64_t i0, int64_t j0, int warp, int g)
 {
     BwdMask m;
-    m.need = j0 + Bc > a.Nk || i0 + Br > a.Nq || (kCausal && j0 + Bc - 1 > i0 + a.shift) ||
+    m.need = j0 + Bc > a.Nk || i0 + Br > a.Nq || (causal && j0 + Bc - 1 > i0 + a.shift) ||
              (kMasked && (dead || !inside_band(a, i0, i0 + Br - 1, j0 + 16 * warp, 16)));
     m.rr[0] = m.rr[1] = make_int2(0, Br - 1);
-    if (kMasked && m.need)
+    if (m.need)
 #pragma unroll
-        for (int k = 0; k < 2; k++)
-            m.rr[k] = dead ? make_int2(Br, -1) : band_rows(a, j0 + 16 * warp + g + 8 * k, i0, Br);
+        for (int k = 0; k < 2; k++) {
+            const int64_t j = j0 + 16 * warp + g + 8 * k;
+            if (kMasked) {
+                m.rr[k] = dead ? make_int2(Br, -1) : band_rows(a, j, i0, Br);
+            } else if (j >= a.Nk) {
+                m.rr[k] = make_int2(Br, -1);
+            } else if (causal) { /* i >= j - shift (past Nq, lse2 = +inf: P = 0) */
+                m.rr[k].x = (int)max((int64_t)0, min(j - a.shift - i0, (int64_t)Br));
+            }
+        }
     return m;
 }
 
@@ -164,7 +186,7 @@ __device__ __forceinline__ BwdMask bwd_mask(const AttnArgs &a, bool dead, int64_
  * thread's keys), P = exp2(logit scale log2e - lse2) with the mask, the
  * dropout factor z (from `kept`, bwd_dropout_bits), *p = P z (for dV) and
  * *ds = P (dP z - D) (times the softcap's 1 - tanh^2). */
-template <bool kPrecise, bool kCausal, bool kMasked, bool kDropout>
+template <bool kPrecise, bool kMasked, bool kDropout>
 __device__ __forceinline__ void bwd_elem(const AttnArgs &a, const BwdMask &mk, float s, float dp,
                                          float lse, float Dv, int qi, int kh, int64_t i,
                                          int64_t j, float slope, float scale_log2, bool kept,
@@ -173,12 +195,8 @@ __device__ __forceinline__ void bwd_elem(const AttnArgs &a, const BwdMask &mk, f
     const bool mods = kMasked && (a.softcap > 0.f || a.alibi);
     const float x = mods ? raw_score_mod<kPrecise>(a, s, slope, i, j) : s;
     float pe = exp2f(fmaf(x, scale_log2, -lse));
-    if (kMasked && mk.need) {
-        if (qi < mk.rr[kh].x || qi > mk.rr[kh].y)
-            pe = 0.f;
-    } else if (mk.need && (j >= a.Nk || (kCausal && j > i + a.shift))) {
-        pe = 0.f; /* rows past Nq have lse2 = +inf: P = 0 */
-    }
+    if (mk.need && (qi < mk.rr[kh].x || qi > mk.rr[kh].y))
+        pe = 0.f;
     const float z = !kDropout ? 1.f : kept ? (float)a.keep_scale : 0.f;
     *p = pe * z;
     *ds = pe * (dp * z - Dv);

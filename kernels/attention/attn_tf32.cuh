@@ -235,8 +235,10 @@ inline Prec precision(const AttnArgs &a, bool backward)
 }
 
 /* f(integral_constant<int, kMode>, integral_constant<bool, kDropout>)
- * for a's instantiation: 2 the variants, 1 plain causal, 0 no mask (the
- * sm80 kernels' kMode). */
+ * for a's instantiation: 2 the variants, 0 no mask or plain causal (the
+ * sm80 kernels' kMode; a.causal tells the two apart at run time, which
+ * saves an instantiation per kernel and only costs a test on masked
+ * tiles). */
 template <typename F> inline fg_status with_mode(const AttnArgs &a, F f)
 {
     using Drop = std::true_type;
@@ -244,9 +246,6 @@ template <typename F> inline fg_status with_mode(const AttnArgs &a, F f)
     if (a.variant)
         return a.dropout ? f(std::integral_constant<int, 2>(), Drop())
                          : f(std::integral_constant<int, 2>(), Keep());
-    if (a.causal)
-        return a.dropout ? f(std::integral_constant<int, 1>(), Drop())
-                         : f(std::integral_constant<int, 1>(), Keep());
     return a.dropout ? f(std::integral_constant<int, 0>(), Drop())
                      : f(std::integral_constant<int, 0>(), Keep());
 }

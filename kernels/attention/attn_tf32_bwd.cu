@@ -23,9 +23,9 @@
  * first also does dQ. With deterministic = 1 dQ is left to the strict dQ
  * kernel (attn_fp32_dq), which sums it in a fixed order.
  *
- * kMode: 0 no mask, 1 bottom-right causal, 2 the variants, as in
- * attn_bwd_mma.cu; the softcap's 1 - tanh^2 comes from the recomputed
- * logit with tanhf. */
+ * kMode: 0 no mask or bottom-right causal (a.causal, at run time), 2 the
+ * variants, as in attn_bwd_mma.cu; the softcap's 1 - tanh^2 comes from
+ * the recomputed logit with tanhf. */
 #include "attn_tf32.cuh"
 #include "kernels/runtime/cuda_check.h"
 
@@ -82,7 +82,10 @@ __device__ __forceinline__ void nt_products(float (&c0)[QT][4], uint32_t a0, uin
 template <int D, int BR, int DH, int kMode, bool kDropout, bool kSplit>
 __global__ void __launch_bounds__(128) bwd_kernel(const AttnArgs a, const int dslice)
 {
-    constexpr bool kCausal = kMode == 1, kMasked = kMode == 2;
+    constexpr bool kMasked = kMode == 2;
+    /* Plain causal: a runtime flag, not an instantiation (build time; see
+     * fwd_mask). The variants' band carries their causality. */
+    const bool causal = !kMasked && a.causal;
     using Tile = BwdTile<D, BR, DH>;
     constexpr int Bc = Tile::kBc, Br = BR, LD = Tile::kLd, LDS = Tile::kLdS;
     constexpr int NTH = Tile::kThreads;
@@ -111,7 +114,7 @@ __global__ void __launch_bounds__(128) bwd_kernel(const AttnArgs a, const int ds
     }
 
     QuerySteps steps; /* the (head, query block) steps */
-    steps.init(a, kMasked, kCausal, b, hk, j0, Bc, Br);
+    steps.init(a, kMasked, causal, b, hk, j0, Bc, Br);
 
     float dk[DT][4], dv[DT][4];
 #pragma unroll
@@ -165,7 +168,7 @@ __global__ void __launch_bounds__(128) bwd_kernel(const AttnArgs a, const int ds
          * key j = j0 + 16 warp + g + 8 (e >> 1), query i = i0 + 8 qt +
          * 2 t4 + (e & 1). kMasked: softcap and ALiBi on the raw S^T first;
          * the mask is the rows each of this thread's two keys is seen by. */
-        const BwdMask mk = bwd_mask<kCausal, kMasked, Bc, Br>(a, dead, i0, j0, warp, g);
+        const BwdMask mk = bwd_mask<kMasked, Bc, Br>(a, causal, dead, i0, j0, warp, g);
         const float slope = kMasked && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
         uint32_t keep = 0; /* bwd_dropout_bits of the current 16 queries */
         static_assert(QT % 2 == 0, "dropout draws 16 queries at a time");
@@ -180,7 +183,7 @@ __global__ void __launch_bounds__(128) bwd_kernel(const AttnArgs a, const int ds
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int qi = 8 * qt + 2 * t4 + (e & 1);
-                bwd_elem<true, kCausal, kMasked, kDropout>(
+                bwd_elem<true, kMasked, kDropout>(
                     a, mk, s[qt][e], dp[qt][e], (e & 1) ? L.y : L.x, (e & 1) ? Dq.y : Dq.x, qi,
                     e >> 1, i0 + qi, j0 + 16 * warp + g + 8 * (e >> 1), slope, scale_log2,
                     (keep >> (4 * (qt & 1) + e)) & 1u, &p[e], &ds[e]);

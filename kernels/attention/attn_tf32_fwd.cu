@@ -19,8 +19,8 @@
  * fp16 kernel's room, and a second block per SM (d <= 128 on an H100)
  * hides the rest.
  *
- * kMode: 0 no mask, 1 bottom-right causal, 2 the variants (band, block
- * lists, softcap, ALiBi), as in attn_fwd_mma.cu. */
+ * kMode: 0 no mask or bottom-right causal (a.causal, at run time), 2 the
+ * variants (band, block lists, softcap, ALiBi), as in attn_fwd_mma.cu. */
 #include "attn_tf32.cuh"
 #include "kernels/runtime/cuda_check.h"
 
@@ -39,7 +39,10 @@ template <int D> struct FwdTile {
 template <int D, int kMode, bool kDropout, bool kSplit>
 __global__ void __launch_bounds__(FwdTile<D>::kThreads) fwd_kernel(const AttnArgs a)
 {
-    constexpr bool kCausal = kMode == 1, kMasked = kMode == 2;
+    constexpr bool kMasked = kMode == 2;
+    /* Plain causal: a runtime flag, not an instantiation (build time; see
+     * fwd_mask). The variants' band carries their causality. */
+    const bool causal = !kMasked && a.causal;
     using Tile = FwdTile<D>;
     constexpr int Br = Tile::kBr, Bc = Tile::kBc, LD = Tile::kLd, MT = Tile::kMT;
     constexpr int NT = Bc / 8; /* n8 tiles of S, k8 steps of P V */
@@ -52,12 +55,12 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads) fwd_kernel(const AttnArg
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
     /* Causal blocks near the end do the most work: launch them first. */
-    const int mblk = kMode != 0 ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int mblk = kMasked || causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int64_t i0 = (int64_t)mblk * Br;
     const int h = blockIdx.y, b = blockIdx.z, hk = h / a.group;
     const int64_t bh = (int64_t)b * a.H + h;
     const int rows = (int)min((int64_t)Br, (int64_t)a.Nq - i0);
-    const BlockWalk walk = fwd_key_walk(a, kMasked, kCausal, b, h, i0, rows, Bc);
+    const BlockWalk walk = fwd_key_walk(a, kMasked, causal, b, h, i0, rows, Bc);
     const int nblocks = walk.n;
 
     /* cp.async groups, in order: {Q, K_0}, {V_0}, then K_{j+1} and V_{j+1}
@@ -135,7 +138,7 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads) fwd_kernel(const AttnArg
          * and dropout on the P that feeds O (attn_mma_tile.cuh). */
         if (kMasked && (a.softcap > 0.f || a.alibi))
             fwd_score_mods<true>(a, s, slope, row_w, j0, t4);
-        fwd_mask<kCausal, kMasked, Bc>(a, s, walk, jb, i0, j0, warp, row_w, t4);
+        fwd_mask<kMasked, Bc>(a, causal, s, walk, jb, i0, j0, warp, row_w, t4);
         fwd_softmax(s, m_raw, l_part, o, scale_log2);
         if (kDropout) /* 256/T is applied at the end */
             fwd_dropout(a, s, j0, row_w, bh, t4);
