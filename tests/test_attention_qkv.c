@@ -142,9 +142,10 @@ typedef struct qkv_result {
 
 /* One path forward and backward (upstream gradient h_g) from fresh
  * leaves holding h_src (and h_bias); the results as host doubles. */
-static void run_path(const qkv_case *c, fg_dtype dt, int packed,
-                     const double *h_src, const double *h_g,
-                     const double *h_bias, qkv_result *res)
+static void run_path_grads(const qkv_case *c, fg_dtype dt, int packed,
+                           int src_grad, const double *h_src,
+                           const double *h_g, const double *h_bias,
+                           qkv_result *res)
 {
     int64_t ss[3];
     src_shape(c, ss);
@@ -153,6 +154,8 @@ static void run_path(const qkv_case *c, fg_dtype dt, int packed,
               *g = NULL,
               *bias = c->bias ? leaf(dt, FG_SHAPE(c->H, c->N, c->N), h_bias)
                               : NULL;
+    if (!src_grad)
+        FGT_OK(fg_tensor_set_requires_grad(src, 0));
     FGT_OK(qkv_view(c, src, &qkv));
     fg_attention_options ao = c->ao;
     ao.bias = bias;
@@ -172,10 +175,18 @@ static void run_path(const qkv_case *c, fg_dtype dt, int packed,
     FGT_OK(fg_tensor_copy_from_host(g, FG_FP64, h_g, fg_tensor_numel(g)));
     FGT_OK(fg_backward_with(o, g));
     res->o = fgt_host(o);
-    res->g_src = fgt_host(fg_tensor_grad(src));
+    ck_assert(src_grad || fg_tensor_grad(src) == NULL);
+    res->g_src = src_grad ? fgt_host(fg_tensor_grad(src)) : NULL;
     res->g_bias = bias ? fgt_host(fg_tensor_grad(bias)) : NULL;
     fg_tensor *all[] = {src, qkv, o, g, bias};
     fgt_free_all(all, 5);
+}
+
+static void run_path(const qkv_case *c, fg_dtype dt, int packed,
+                     const double *h_src, const double *h_g,
+                     const double *h_bias, qkv_result *res)
+{
+    run_path_grads(c, dt, packed, 1, h_src, h_g, h_bias, res);
 }
 
 /* An arena whose (one) chunk was filled with NaN: what the op allocates
@@ -316,6 +327,44 @@ START_TEST(test_qkvpacked_equals_split)
 }
 END_TEST
 
+/* A bias that needs a gradient on a qkv that does not: the packed
+ * backward still runs (dbias needs dS) and must match the split path.
+ * (Its d(qkv) was once shaped from input 0's edge, which such a qkv
+ * does not have: a crash.) */
+START_TEST(test_qkvpacked_bias_grad_only)
+{
+    fgt_rng r = fgt_rng_for(0x9d0 + (uint64_t)_i);
+    int ran = 0;
+    for (int v = 0; v < N_VARIANTS; v++) {
+        qkv_case c;
+        make_case(v, 9, &r, &c);
+        if (!c.bias)
+            continue;
+        int64_t ss[3];
+        src_shape(&c, ss);
+        const int64_t n_src = ss[0] * ss[1] * ss[2],
+                      n_o = c.B * c.N * c.H * c.d, n_b = c.H * c.N * c.N;
+        double *h_src = host_values(&r, n_src, 1.5),
+               *h_g = host_values(&r, n_o, 1.0),
+               *h_bias = host_values(&r, n_b, 0.5);
+        qkv_result p, s, full;
+        run_path_grads(&c, FG_FP64, 1, 0, h_src, h_g, h_bias, &p);
+        run_path_grads(&c, FG_FP64, 0, 0, h_src, h_g, h_bias, &s);
+        run_path(&c, FG_FP64, 1, h_src, h_g, h_bias, &full);
+        expect_same("O", p.o, s.o, n_o);
+        expect_same("dbias", p.g_bias, s.g_bias, n_b);
+        expect_same("dbias vs qkv with a gradient", p.g_bias, full.g_bias,
+                    n_b);
+        free(p.o); free(p.g_bias);
+        free(s.o); free(s.g_bias);
+        free(full.o); free(full.g_src); free(full.g_bias);
+        free(h_src); free(h_g); free(h_bias);
+        ran++;
+    }
+    ck_assert_msg(ran > 0, "no variant with a bias");
+}
+END_TEST
+
 typedef struct gc_ctx {
     const qkv_case *c;
 } gc_ctx;
@@ -380,6 +429,24 @@ START_TEST(test_qkvpacked_errors)
     o.cu_seqlens_q = o.cu_seqlens_k = cu;
     o.n_seq = 1;
     FGT_FAILS(fg_attention_qkvpacked(b2, 2, &o, &out), FG_ERR_INVALID_ARGUMENT);
+    /* cu_seqlens_q without cu_seqlens_k (and the reverse, and n_seq 0):
+     * refused before either array is read (once a crash) */
+    o.cu_seqlens_k = NULL;
+    FGT_FAILS(fg_attention_qkvpacked(qkv, 2, &o, &out), FG_ERR_INVALID_ARGUMENT);
+    o.cu_seqlens_q = NULL;
+    o.cu_seqlens_k = cu;
+    FGT_FAILS(fg_attention_qkvpacked(qkv, 2, &o, &out), FG_ERR_INVALID_ARGUMENT);
+    o.cu_seqlens_q = cu;
+    o.n_seq = 0;
+    FGT_FAILS(fg_attention_qkvpacked(qkv, 2, &o, &out), FG_ERR_INVALID_ARGUMENT);
+    {
+        fg_tensor *q4 = NULL;
+        FGT_OK(fg_tensor_ones(FG_FP32, FG_DEVICE_CPU, FG_SHAPE(1, 4, 2, 8), &q4));
+        o.n_seq = 1;
+        o.cu_seqlens_k = NULL;
+        FGT_FAILS(fg_attention(q4, q4, q4, &o, &out), FG_ERR_INVALID_ARGUMENT);
+        fg_tensor_free(q4);
+    }
     fg_attention_options_init(&o);
     o.dropout_p = 1.0;
     FGT_FAILS(fg_attention_qkvpacked(qkv, 2, &o, &out), FG_ERR_INVALID_ARGUMENT);
@@ -531,6 +598,7 @@ END_TEST
 
 FGT_MAIN_BEGIN("attention_qkv")
 FGT_LOOP(test_qkvpacked_equals_split, LOOPS)
+FGT_LOOP(test_qkvpacked_bias_grad_only, 2)
 FGT_LOOP(test_qkvpacked_gradcheck, 2)
 FGT_TEST(test_qkvpacked_errors)
 FGT_LOOP(test_layer_unchanged, 2)

@@ -117,7 +117,8 @@ typedef struct fg_nn_layernorm {
 FG_API fg_status fg_nn_layernorm_init(fg_nn_layernorm *l, int64_t C,
                                       fg_dtype dt, fg_device dev);
 /* y has x's dtype; inside an autocast region on CUDA, the region's dtype
- * when fg_layernorm_cast takes that pair (fp32 x to bf16/fp16). */
+ * when fg_layernorm_cast takes that pair (fp32 x to bf16/fp16, or fp64 x
+ * to fp32). */
 FG_API fg_status fg_nn_layernorm_forward(const fg_nn_layernorm *l,
                                          fg_tensor *x, fg_tensor **y);
 FG_API void fg_nn_layernorm_release(fg_nn_layernorm *l);
@@ -144,9 +145,11 @@ FG_API fg_status fg_nn_embedding_forward_at(const fg_nn_embedding *e,
                                             fg_tensor **y);
 FG_API void fg_nn_embedding_release(fg_nn_embedding *e);
 
-/* Causal multi-head self-attention: one fused QKV projection whose three
- * parts reach fg_attention as strided views (no copies), dropout inside
- * the attention kernel, an output projection, residual dropout. */
+/* Causal multi-head self-attention: one fused QKV projection that
+ * fg_attention_qkvpacked reads in place (its backward writes d(qkv) in
+ * one tensor; the KV-cache path splits it into strided views for
+ * fg_attention), dropout inside the attention kernel, an output
+ * projection, residual dropout. */
 typedef struct fg_nn_attention {
     fg_nn_linear qkv;  /* [C, 3C] */
     fg_nn_linear proj; /* [C, C] */

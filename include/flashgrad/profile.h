@@ -2,7 +2,8 @@
  *
  * Between fg_profile_begin() and fg_profile_end(), every op that launches
  * work is timed and its time added to its family: the forward of
- * fg_matmul, fg_attention, fg_layernorm (and fg_layernorm_cast) and
+ * fg_matmul, fg_attention (and fg_attention_qkvpacked), fg_layernorm (and
+ * fg_layernorm_cast) and
  * fg_cross_entropy, the backward of their graph nodes, AdamW and gradient
  * clipping, and every other op's kernels (elementwise, casts, copies,
  * embeddings, dropout, reductions, gradient accumulation) as
@@ -30,7 +31,7 @@ FG_BEGIN_DECLS
 typedef enum fg_prof_family {
     FG_PROF_OTHER = 0,   /* elementwise, casts, copies, embeddings, ... */
     FG_PROF_GEMM,        /* fg_matmul and its backward */
-    FG_PROF_ATTENTION,   /* fg_attention and its backward */
+    FG_PROF_ATTENTION,   /* fg_attention(_qkvpacked) and its backward */
     FG_PROF_LAYERNORM,   /* fg_layernorm(_cast) and its backward */
     FG_PROF_XENT,        /* fg_cross_entropy (softmax + loss) and backward */
     FG_PROF_OPTIMIZER,   /* fg_adamw_step, fg_clip_grad_norm */

@@ -46,11 +46,6 @@ static fg_status offsets_tensor(const fg_attention_options *o, int64_t B,
     const int64_t n_used = o->seqused_k ? B : 0;
     if (!*n_cu && !n_used)
         return FG_OK;
-    if (!o->cu_seqlens_q != !o->cu_seqlens_k || (o->cu_seqlens_q && o->n_seq < 1))
-        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
-                       "cu_seqlens_q and cu_seqlens_k go together, with "
-                       "n_seq >= 1 (got %lld)",
-                       (long long)o->n_seq);
     const int64_t n = 2 * *n_cu + n_used;
     int32_t *h = malloc(sizeof(int32_t) * (size_t)n);
     if (!h)
@@ -163,9 +158,13 @@ static fg_status new_grads(fg_node *n, int packed, int zero, fg_arena *dom,
                            fg_tensor *d[3], fg_tensor **dqkv)
 {
     if (packed) {
-        fg_meta m;
-        fg_node_input_meta(n, 0, &m);
-        FG_TRY(fg_tensor_new(dom, m.dtype, m.device, m.nd, m.shape, dqkv));
+        /* d(qkv) is shaped from the saved q view: qkv may not need a
+         * gradient (a bias alone may), and then it has no edge whose
+         * metadata fg_node_input_meta could read. */
+        const fg_tensor *q = fg_node_saved(n, 0);
+        const int64_t shape[3] = {q->shape[0], q->shape[1],
+                                  3 * q->shape[2] * q->shape[3]};
+        FG_TRY(fg_tensor_new(dom, q->dtype, q->device, 3, shape, dqkv));
         fg_status s = zero ? fg_tensor_zero_storage(*dqkv) : FG_OK;
         if (s == FG_OK)
             s = qkv_parts(*dqkv, fg_node_saved(n, 0)->shape[2], dom, d);
@@ -292,6 +291,12 @@ static fg_status attention_run(const char *fn, const fg_op_def *def,
                         "%s: q, k, v must be 4-d [B, N, heads, head_dim]", fn);
     const fg_attention_options o = *opt;
     const int varlen = o.cu_seqlens_q != NULL;
+    /* Before longest() reads either array. */
+    if (!o.cu_seqlens_q != !o.cu_seqlens_k || (varlen && o.n_seq < 1))
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: cu_seqlens_q and cu_seqlens_k go together, "
+                        "with n_seq >= 1 (got %lld)",
+                        fn, (long long)o.n_seq);
     if (varlen && q->shape[0] != 1)
         return fg_error(FG_ERR_INVALID_ARGUMENT,
                         "%s: with cu_seqlens q, k, v are [1, total, heads, d]",
