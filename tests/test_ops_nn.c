@@ -250,6 +250,9 @@ START_TEST(test_layernorm_cast)
               FG_ERR_INVALID_ARGUMENT);
     FGT_FAILS(fg_layernorm_cast(xn, NULL, NULL, 1e-5, (fg_dtype)99, &bad),
               FG_ERR_INVALID_ARGUMENT);
+    /* -1 is fg_layernorm's internal "x's dtype": not a value to accept */
+    FGT_FAILS(fg_layernorm_cast(x32, NULL, NULL, 1e-5, (fg_dtype)-1, &bad),
+              FG_ERR_INVALID_ARGUMENT);
     FGT_FAILS(fg_layernorm_cast(xn, NULL, NULL, 0.0, FG_FP32, &bad),
               FG_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_eq(bad, sentinel);

@@ -5,9 +5,10 @@
  * registers, ln_elems<A>() per thread, with 16-byte loads where alignment
  * allows: the forward reads x once; the backward reads x and g once,
  * writes dx and accumulates its rows' dweight / dbias in registers, one
- * partial row per block, which a second kernel sums in block order
- * (deterministic, no atomics; the block count follows the GPU's SM count,
- * so bits are reproducible on one GPU model).
+ * partial row per block, which a second kernel sums in a fixed order
+ * (deterministic, no atomics; the block count follows the visible SM
+ * count and the kernel's occupancy, so bits are reproducible on one
+ * device configuration and build).
  * Longer rows take the general kernels: three passes, then column sums in
  * kernels of their own.
  *

@@ -76,7 +76,8 @@ fg_status fg_cuda_layernorm_forward(const fg_tensor *x, const fg_tensor *weight,
  * incoming g (x's shape, y's dtype). Any of dx, dw, db may be NULL (not
  * wanted); all three have x's dtype. dw, db ([C], contiguous) are column
  * sums over the rows in a fixed order (per-block partials in the compute
- * type, summed in fp64): bitwise reproducible on one GPU model. */
+ * type, summed in fp64): bitwise reproducible on one device configuration
+ * (visible SMs) and build. */
 fg_status fg_cuda_layernorm_backward(const fg_tensor *x,
                                      const fg_tensor *weight,
                                      const fg_tensor *mean,

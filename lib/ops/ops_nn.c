@@ -301,6 +301,14 @@ fg_status fg_layernorm(fg_tensor *x, fg_tensor *weight, fg_tensor *bias,
 fg_status fg_layernorm_cast(fg_tensor *x, fg_tensor *weight, fg_tensor *bias,
                             double eps, fg_dtype out_dtype, fg_tensor **out)
 {
+    /* A negative out_dtype means x's dtype to fg_layernorm_impl (how
+     * fg_layernorm calls it); here it is as invalid as any other value. */
+    if ((int)out_dtype < 0) {
+        FG_TRY(fg_op_check_out("fg_layernorm_cast", out));
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "fg_layernorm_cast: out_dtype %d is not a dtype",
+                        (int)out_dtype);
+    }
     FG_PROF_RETURN(FG_PROF_LAYERNORM,
                    fg_layernorm_impl("fg_layernorm_cast", x, weight, bias, eps,
                                      (int)out_dtype, out));
