@@ -175,8 +175,8 @@ fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
                                 const fg_attn_tensor *dk,
                                 const fg_attn_tensor *dv);
 fg_status fg_attn_cuda_dropout_mask(const fg_attn_problem *pb, uint8_t *mask);
-/* Copies n int32 from the device to the host on `stream` and waits for it
- * (the validation of cu_seqlens and seqused_k). */
+/* Copies n 4-byte words from the device to the host on `stream` and waits
+ * for it (the validation of cu_seqlens, seqused_k and ALiBi slopes). */
 fg_status fg_attn_cuda_read_ints(int32_t *host, const int32_t *dev, int64_t n,
                                  void *stream);
 /* Fills the lists of m (device storage, carved) from a device block map. */

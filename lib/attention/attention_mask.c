@@ -38,13 +38,17 @@ static fg_status check_slopes(const fg_attn_params *p, fg_attn_problem *pb,
     float *host = NULL;
     if (p->device == FG_DEVICE_CUDA) {
 #ifdef FG_HAVE_CUDA
-        /* A small synchronous read-back: a bad slope is refused here
-         * instead of turning rows into NaN. */
+        /* A small synchronous read-back, on the call's stream (the one
+         * the caller ordered the slopes' writes on): a bad slope is
+         * refused here instead of turning rows into NaN. The bits are
+         * copied as 4-byte words, never converted. */
         FG_TRY(fg_cuda_check_pointer(p->alibi_slopes, "alibi_slopes"));
         host = malloc(sizeof(float) * (size_t)n);
         if (!host)
             return fg_error(FG_ERR_OUT_OF_MEMORY, "%s: slopes copy", fn);
-        fg_status st = fg_cuda_memcpy_d2h(host, s, sizeof(float) * (size_t)n);
+        fg_status st = fg_attn_cuda_read_ints((int32_t *)host,
+                                              (const int32_t *)s, n,
+                                              p->cuda_stream);
         if (st != FG_OK) {
             free(host);
             return st;
