@@ -22,9 +22,11 @@ static int visible(const naive_shape *s, int64_t b, int64_t h, int64_t i,
         return 0;
     if (s->causal && j > ip)
         return 0;
-    if (s->window && s->window_left >= 0 && j < ip - s->window_left)
+    /* As differences of positions: a window up to INT64_MAX cannot
+     * overflow them. */
+    if (s->window && s->window_left >= 0 && ip - j > s->window_left)
         return 0;
-    if (s->window && s->window_right >= 0 && j > ip + s->window_right)
+    if (s->window && s->window_right >= 0 && j - ip > s->window_right)
         return 0;
     if (s->block_map) {
         const int64_t nqb = (s->Nq + 127) / 128, nkb = (s->Nk + 127) / 128;

@@ -9,6 +9,7 @@
 
 #include "lib/core/strided.h"
 #include "naive_attention.h"
+#include "flashgrad/nn.h"
 #include "test_ops_util.h"
 
 /* ---- size arithmetic ---------------------------------------------------- */
@@ -639,6 +640,182 @@ START_TEST(test_attention_strided_outputs)
 }
 END_TEST
 
+/* ---- variant parameters at the edges of their range --------------------- */
+
+/* O, dq, dk, dv (host, concatenated) of fg_attention with options o on
+ * fixed fp64 inputs; NULL when the call is refused. */
+static double *attn_run(const fg_attention_options *o, fg_status *status)
+{
+    enum { B = 1, N = 37, H = 2, D = 8, E = B * N * H * D };
+    fgt_rng r = fgt_rng_for(53);
+    const int64_t shape[4] = {B, N, H, D};
+    fg_tensor *q = fgt_rand(&r, FG_FP64, 4, shape, 1.5, 0.01, 1),
+              *k = fgt_rand(&r, FG_FP64, 4, shape, 1.5, 0.01, 1),
+              *v = fgt_rand(&r, FG_FP64, 4, shape, 1.5, 0.01, 1),
+              *g = fgt_rand(&r, FG_FP64, 4, shape, 1.0, 0.01, 0), *out = NULL;
+    double *res = NULL;
+    *status = fg_attention(q, k, v, o, &out);
+    if (*status == FG_OK) {
+        FGT_OK(fg_backward_with(out, g));
+        res = malloc(sizeof(double) * 4 * E);
+        fg_tensor *t[4] = {out, fg_tensor_grad(q), fg_tensor_grad(k),
+                           fg_tensor_grad(v)};
+        for (int i = 0; i < 4; i++) {
+            double *h = fgt_host(t[i]);
+            memcpy(res + i * E, h, sizeof(double) * E);
+            free(h);
+        }
+    }
+    fg_tensor *all[] = {q, k, v, g, out};
+    fgt_free_all(all, 5);
+    return res;
+}
+
+/* A window of INT64_MAX overflowed i' +- window into an empty band: zero
+ * output (window_right) or, causal, a right forward with zero gradients
+ * (window_left). A window of 2^62 or more is now unbounded: bit for bit
+ * the result without one. */
+START_TEST(test_huge_window)
+{
+    const int64_t n4 = 4 * 1 * 37 * 2 * 8;
+    const int64_t wins[] = {INT64_MAX, INT64_MAX - 1, (int64_t)1 << 62};
+    for (int causal = 0; causal < 2; causal++)
+        for (int side = 0; side < 2; side++)
+            for (int w = 0; w < 3; w++) {
+                fg_attention_options o;
+                fg_attention_options_init(&o);
+                o.causal = causal;
+                fg_status s;
+                double *want = attn_run(&o, &s);
+                ck_assert(want != NULL);
+                if (side)
+                    o.window_left = wins[w];
+                else
+                    o.window_right = wins[w];
+                double *got = attn_run(&o, &s);
+                ck_assert_msg(got != NULL, "window %lld: %s", (long long)wins[w],
+                              fg_last_error());
+                for (int64_t i = 0; i < n4; i++)
+                    ck_assert_msg(got[i] == want[i],
+                                  "causal %d, window_%s %lld: element %lld "
+                                  "%g, unbounded %g",
+                                  causal, side ? "left" : "right",
+                                  (long long)wins[w], (long long)i, got[i],
+                                  want[i]);
+                free(want);
+                free(got);
+            }
+    /* Just below 2^62 is still a bound, and a safe one: a window of
+     * 2^62 - 1 sees everything too. */
+    fg_attention_options o;
+    fg_attention_options_init(&o);
+    fg_status s;
+    double *want = attn_run(&o, &s);
+    o.window_left = o.window_right = ((int64_t)1 << 62) - 1;
+    double *got = attn_run(&o, &s);
+    ck_assert(got != NULL);
+    for (int64_t i = 0; i < n4; i++)
+        ck_assert_msg(fabs(got[i] - want[i]) <= 1e-12 * (1 + fabs(want[i])),
+                      "window 2^62 - 1: element %lld %g vs %g", (long long)i,
+                      got[i], want[i]);
+    free(want);
+    free(got);
+}
+END_TEST
+
+/* A softcap whose fp32 value or inverse is inf (or subnormal) made every
+ * fp32 output NaN with FG_OK; fp64 takes the same bounds. */
+START_TEST(test_softcap_range)
+{
+    static small_attn a;
+    const fg_dtype dts[] = {FG_FP32, FG_FP64};
+    const double bad[] = {1e300, (double)FLT_MAX * 2, 1e-39, 1e-300};
+    for (int i = 0; i < 2; i++) {
+        fg_attn_params p;
+        for (int j = 0; j < 4; j++) {
+            small_attn_init(&a, dts[i]);
+            fg_attn_params_init(&p, PB, PN, PN, PH, PH, PD);
+            p.softcap = bad[j];
+            FGT_FAILS(fg_attention_forward(&p, &a.tq, &a.tk, &a.tv, &a.to,
+                                           &a.st),
+                      FG_ERR_INVALID_ARGUMENT);
+            ck_assert(small_attn_untouched(&a));
+        }
+        const double good[] = {FLT_MIN, FLT_MAX};
+        for (int j = 0; j < 2; j++) {
+            small_attn_init(&a, dts[i]);
+            fg_attn_params_init(&p, PB, PN, PN, PH, PH, PD);
+            p.softcap = good[j];
+            FGT_OK(fg_attention_forward(&p, &a.tq, &a.tk, &a.tv, &a.to, &a.st));
+            const int n = PE;
+            for (int e = 0; e < n; e++) {
+                const double x = dts[i] == FG_FP32 ? ((float *)a.o)[e] : a.o[e];
+                ck_assert_msg(isfinite(x), "softcap %g: O[%d] = %g", good[j],
+                              e, x);
+            }
+        }
+    }
+}
+END_TEST
+
+/* eps below the smallest normal number of the compute type: a constant
+ * row's rstd was inf in fp32, and its gradient NaN. */
+START_TEST(test_layernorm_tiny_eps)
+{
+    fg_tensor *x32 = NULL, *x64 = NULL, *y = (fg_tensor *)0x1;
+    FGT_OK(fg_tensor_full(FG_FP32, FG_DEVICE_CPU, FG_SHAPE(3, 4), 0.5, &x32));
+    FGT_OK(fg_tensor_full(FG_FP64, FG_DEVICE_CPU, FG_SHAPE(3, 4), 0.5, &x64));
+    FGT_OK(fg_tensor_set_requires_grad(x32, 1));
+    FGT_OK(fg_tensor_set_requires_grad(x64, 1));
+    FGT_FAILS(fg_layernorm(x32, NULL, NULL, 1e-320, &y), FG_ERR_INVALID_ARGUMENT);
+    FGT_FAILS(fg_layernorm(x32, NULL, NULL, FLT_MIN / 2, &y),
+              FG_ERR_INVALID_ARGUMENT);
+    FGT_FAILS(fg_layernorm(x64, NULL, NULL, 1e-320, &y), FG_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_eq(y, (fg_tensor *)0x1);
+    fg_tensor *xs[] = {x32, x64};
+    const double eps[] = {FLT_MIN, DBL_MIN};
+    for (int i = 0; i < 2; i++) { /* the smallest accepted: all finite */
+        fg_tensor *out = NULL, *loss = NULL;
+        FGT_OK(fg_layernorm(xs[i], NULL, NULL, eps[i], &out));
+        FGT_OK(fg_sum(out, NULL, 0, 0, &loss));
+        FGT_OK(fg_backward(loss));
+        double *h = fgt_host(out), *dx = fgt_host(fg_tensor_grad(xs[i]));
+        for (int e = 0; e < 12; e++)
+            ck_assert_msg(h[e] == 0 && isfinite(dx[e]), "eps %g: y %g, dx %g",
+                          eps[i], h[e], dx[e]);
+        free(h);
+        free(dx);
+        fg_tensor_free(out);
+        fg_tensor_free(loss);
+    }
+    fg_tensor_free(x32);
+    fg_tensor_free(x64);
+}
+END_TEST
+
+/* n_head was a divisor before it was checked (C / 0). */
+START_TEST(test_nn_attention_bad_heads)
+{
+    fg_nn_attention a;
+    fg_generator gen;
+    fg_generator_init(&gen, 5);
+    FGT_OK(fg_nn_attention_init(&a, 16, 2, 0.0, 0.02, &gen, FG_FP32,
+                                FG_DEVICE_CPU));
+    fg_tensor *x = NULL, *y = (fg_tensor *)0x1;
+    FGT_OK(fg_tensor_full(FG_FP32, FG_DEVICE_CPU, FG_SHAPE(1, 3, 16), 0.25, &x));
+    const int64_t heads[] = {0, -2, 3};
+    for (int i = 0; i < 3; i++) {
+        a.n_head = heads[i];
+        FGT_FAILS(fg_nn_attention_forward(&a, x, NULL, &y),
+                  FG_ERR_INVALID_ARGUMENT);
+        ck_assert_ptr_eq(y, (fg_tensor *)0x1);
+    }
+    a.n_head = 2;
+    fg_nn_attention_release(&a);
+    fg_tensor_free(x);
+}
+END_TEST
+
 FGT_MAIN_BEGIN("reliability")
 FGT_TEST(test_empty_with_huge_extents)
 FGT_TEST(test_slice_steps)
@@ -651,4 +828,8 @@ FGT_TEST(test_workspace_freed_at_thread_exit)
 FGT_TEST(test_overlap_brute_force)
 FGT_TEST(test_overlap_limit)
 FGT_TEST(test_attention_strided_outputs)
+FGT_TEST(test_huge_window)
+FGT_TEST(test_softcap_range)
+FGT_TEST(test_layernorm_tiny_eps)
+FGT_TEST(test_nn_attention_bad_heads)
 FGT_MAIN_END()

@@ -38,8 +38,8 @@
  * visible to query i iff j < Nk and
  *
  *     causal:        j <= i'
- *     window_left:   j >= i' - window_left    (-1: unbounded)
- *     window_right:  j <= i' + window_right   (-1: unbounded)
+ *     window_left:   j >= i' - window_left    (-1 or >= 2^62: unbounded)
+ *     window_right:  j <= i' + window_right   (-1 or >= 2^62: unbounded)
  *     block mask:    key block j / 128 is listed for query block i / 128
  *
  * and the score of a visible pair is
@@ -249,7 +249,8 @@ typedef struct fg_attn_params {
                               aligns the window and ALiBi distance */
     int64_t window_left;   /* >= -1; -1 (the default) = unbounded */
     int64_t window_right;  /* >= -1; -1 (the default) = unbounded */
-    double softcap;        /* 0 = off, else finite and > 0 */
+    double softcap;        /* 0 = off, else in [FLT_MIN, FLT_MAX] (it and
+                              its inverse normal fp32 numbers) */
     const float *alibi_slopes; /* NULL = off, else fp32 slopes on the
                               operands' device, finite, [H] or [B, H] */
     int64_t alibi_stride_b; /* elements between batches of the slopes: 0 for

@@ -272,7 +272,9 @@ FG_API fg_status fg_softmax(fg_tensor *x, int dim, fg_tensor **out);
 FG_API fg_status fg_log_softmax(fg_tensor *x, int dim, fg_tensor **out);
 /* Layer normalisation over the last dimension C:
  * (x - mean) / sqrt(var + eps) * weight + bias, biased variance;
- * weight and bias are [C] or NULL (1 and 0). eps > 0. */
+ * weight and bias are [C] or NULL (1 and 0). eps at least the smallest
+ * normal number of the compute type (FLT_MIN; DBL_MIN for fp64 x), so
+ * that a constant row's 1 / sqrt(eps) is finite. */
 FG_API fg_status fg_layernorm(fg_tensor *x, fg_tensor *weight,
                               fg_tensor *bias, double eps, fg_tensor **out);
 /* fg_layernorm with the output written in out_dtype: x's dtype, fp16/bf16

@@ -1,6 +1,7 @@
 /* lib/attention/attention_mask.c - the attention variants' parameters:
  * validation of the window, causal alignment, softcap, ALiBi slopes and
  * block mask (all before anything is written), and the block-mask builder. */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -187,11 +188,27 @@ fg_status fg_attn_check_variants(const fg_attn_params *p, fg_attn_problem *pb,
         return fg_error(FG_ERR_INVALID_ARGUMENT,
                         "%s: softcap must be finite and >= 0 (0 = off), got %g",
                         fn, p->softcap);
+    /* The fp32 paths hold softcap and 1 / softcap as floats: outside
+     * [FLT_MIN, FLT_MAX] one of them is inf (or flushed to 0) and every
+     * score NaN. As for softmax_scale, fp64 accepts exactly what fp32
+     * does. */
+    if (p->softcap > 0.0 && (p->softcap > FLT_MAX || p->softcap < FLT_MIN))
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: softcap %g is outside [%g, %g] (it and its "
+                        "inverse must be normal fp32 numbers)",
+                        fn, p->softcap, (double)FLT_MIN, (double)FLT_MAX);
     pb->causal_shift = p->causal_align == FG_ATTN_ALIGN_TOP_LEFT
                            ? 0
                            : p->seqlen_k - p->seqlen_q;
-    pb->win_lo = p->window_left >= 0 ? -p->window_left : -FG_ATTN_UNBOUNDED;
-    pb->win_hi = p->window_right >= 0 ? p->window_right : FG_ATTN_UNBOUNDED;
+    /* A window of 2^62 or more bounds nothing either: as unbounded, its
+     * i' +- window arithmetic cannot overflow (INT64_MAX once wrapped to
+     * an empty band: zero output, zero gradients). */
+    pb->win_lo = p->window_left >= 0 && p->window_left < FG_ATTN_UNBOUNDED
+                     ? -p->window_left
+                     : -FG_ATTN_UNBOUNDED;
+    pb->win_hi = p->window_right >= 0 && p->window_right < FG_ATTN_UNBOUNDED
+                     ? p->window_right
+                     : FG_ATTN_UNBOUNDED;
     if (p->causal && pb->win_hi > 0)
         pb->win_hi = 0;
     pb->band = pb->win_lo > -FG_ATTN_UNBOUNDED || pb->win_hi < FG_ATTN_UNBOUNDED;

@@ -4,6 +4,7 @@
  * CUDA tensors go to kernels/ops/ops_nn.cu (lib/ops/cuda_ops_nn.h). */
 #include "config.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -234,6 +235,17 @@ static fg_status fg_layernorm_impl(const char *fn, fg_tensor *x,
     if (!(eps > 0) || !isfinite(eps))
         return fg_error(FG_ERR_INVALID_ARGUMENT, "%s: eps must be > 0, got %g",
                         fn, eps);
+    /* rstd = 1 / sqrt(var + eps) is computed and saved in x's dtype (fp32
+     * for fp32 x): a constant row has var = 0, and an eps below the
+     * smallest normal number makes its rstd inf (or 0 * inf = NaN in the
+     * backward). */
+    const double eps_min = x->dtype == FG_FP64 ? DBL_MIN : FLT_MIN;
+    if (eps < eps_min)
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: eps %g is below the smallest normal %s number "
+                        "(%g)",
+                        fn, eps, x->dtype == FG_FP64 ? "fp64" : "fp32",
+                        eps_min);
     int on_cuda = 0; /* the per-device dispatch point */
 #ifdef FG_HAVE_CUDA
     on_cuda = x->device == FG_DEVICE_CUDA;

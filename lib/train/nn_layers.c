@@ -362,6 +362,10 @@ static fg_status attention_core(const fg_nn_attention *a, fg_tensor *x,
 {
     if (!a || !x || !y || fg_tensor_ndim(x) != 3)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "x must be [B, T, C]");
+    if (a->n_head < 1 || fg_tensor_size(x, 2) % a->n_head != 0)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                       "n_head %lld must be >= 1 and divide C = %lld",
+                       (long long)a->n_head, (long long)fg_tensor_size(x, 2));
     const int64_t B = fg_tensor_size(x, 0), T = fg_tensor_size(x, 1),
                   C = fg_tensor_size(x, 2), H = a->n_head, d = C / H;
     fg_attention_options ao;

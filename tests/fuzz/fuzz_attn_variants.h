@@ -8,7 +8,9 @@
 #ifndef FG_TESTS_FUZZ_ATTN_VARIANTS_H
 #define FG_TESTS_FUZZ_ATTN_VARIANTS_H
 
+#include <float.h>
 #include <math.h>
+#include <stdint.h>
 
 #include <flashgrad/flashgrad.h>
 
@@ -130,16 +132,20 @@ static void fv_decode(fz *f, fg_attn_params *p, fz_variants *v)
     if (on & 1)
         p->causal_align = FG_ATTN_ALIGN_TOP_LEFT;
     if (on & 2) {
-        static const int64_t w[] = {-1, 0, 1, 2, 3, 7, 100, 130, -1, -2};
+        static const int64_t w[] = {-1, 0,   1,   2,         3,
+                                    7,  100, 130, INT64_MAX, -2};
         p->window_left = FZ_PICK(f, w);
         p->window_right = FZ_PICK(f, w);
         if (p->window_left < -1 || p->window_right < -1)
             v->ok = 0;
     }
     if (on & 4) {
-        static const double caps[] = {0.5, 1, 2, 5, 30, 0, -1, INFINITY, NAN};
+        static const double caps[] = {0.5, 1,        2,   5,     30,   0,
+                                      -1,  INFINITY, NAN, 1e300, 1e-39};
         p->softcap = FZ_PICK(f, caps);
-        if (!(p->softcap >= 0 && isfinite(p->softcap)))
+        /* fp32 must hold it and its inverse as normal numbers */
+        if (!(p->softcap >= 0 && isfinite(p->softcap)) ||
+            (p->softcap > 0 && (p->softcap > FLT_MAX || p->softcap < FLT_MIN)))
             v->ok = 0;
     }
     if (on & 8)
