@@ -380,8 +380,42 @@ START_TEST(test_io_errors_are_clear)
               FG_ERR_IO);
     ck_assert_msg(strstr(fg_last_error(), strerror(ENOENT)), "%s",
                   fg_last_error());
+    FGT_FAILS(fg_checkpoint_save("", m, NULL, &st, NULL),
+              FG_ERR_INVALID_ARGUMENT);
     rmdir(dir);
     remove(file);
+    fg_gpt_free(m);
+}
+END_TEST
+
+/* A FIFO: saving renamed a regular file over it (as it would over
+ * /dev/null, for root), and loading waited forever for a writer. Both
+ * are refused now, and the FIFO is left as it was. */
+START_TEST(test_special_files)
+{
+    fg_gpt *m = model(1, 32);
+    fg_train_state st;
+    init_state(&st);
+    char fifo[256];
+    tmp_path(fifo, "fifo");
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    FGT_FAILS(fg_checkpoint_save(fifo, m, NULL, &st, NULL), FG_ERR_IO);
+    ck_assert_msg(strstr(fg_last_error(), "not a regular file"), "%s",
+                  fg_last_error());
+    struct stat sb;
+    ck_assert(stat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode));
+    FGT_FAILS(fg_checkpoint_load(fifo, m, NULL, NULL), FG_ERR_IO);
+    ck_assert_msg(strstr(fg_last_error(), "not a regular file"), "%s",
+                  fg_last_error());
+    FGT_FAILS(fg_checkpoint_peek(fifo, NULL, NULL, NULL, 0), FG_ERR_IO);
+    /* a link to it is followed: the same */
+    char link[300];
+    snprintf(link, sizeof link, "%s.lnk", fifo);
+    ck_assert_int_eq(symlink(fifo, link), 0);
+    FGT_FAILS(fg_checkpoint_save(link, m, NULL, &st, NULL), FG_ERR_IO);
+    ck_assert(stat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode));
+    remove(link);
+    remove(fifo);
     fg_gpt_free(m);
 }
 END_TEST
@@ -393,4 +427,5 @@ FGT_TEST(test_bad_files_rejected)
 FGT_TEST(test_concurrent_savers)
 FGT_TEST(test_stale_temporaries_removed)
 FGT_TEST(test_io_errors_are_clear)
+FGT_TEST(test_special_files)
 FGT_MAIN_END()

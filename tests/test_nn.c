@@ -76,6 +76,11 @@ START_TEST(test_forward_shapes_and_initial_loss)
     tok[3] = 0;
     FGT_FAILS(fg_gpt_forward(m, tok, 1, 9, NULL, NULL, &lg, NULL),
               FG_ERR_INVALID_ARGUMENT);
+    /* B * T past FG_MAX_NUMEL: refused before the tokens are read (B * T
+     * overflowed, and the token check read past the array) */
+    FGT_FAILS(fg_gpt_forward(m, tok, (int64_t)1 << 61, 8, NULL, NULL, &lg,
+                             NULL),
+              FG_ERR_INVALID_ARGUMENT);
     fg_gpt_config c;
     fg_gpt_config_init(&c);
     c.vocab = 5;
@@ -83,6 +88,24 @@ START_TEST(test_forward_shapes_and_initial_loss)
     fg_gpt *bad = NULL;
     FGT_FAILS(fg_gpt_create(&c, 1, &bad), FG_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_null(bad);
+    /* variant settings attention would refuse at the first forward, and
+     * an alibi flag that is not 0 or 1, are refused at creation */
+    c.n_embd = 16;
+    c.n_head = 2;
+    c.attn_softcap = 1e-39;
+    FGT_FAILS(fg_gpt_create(&c, 1, &bad), FG_ERR_INVALID_ARGUMENT);
+    c.attn_softcap = 1e300;
+    FGT_FAILS(fg_gpt_create(&c, 1, &bad), FG_ERR_INVALID_ARGUMENT);
+    c.attn_softcap = 0;
+    c.alibi = 2;
+    FGT_FAILS(fg_gpt_create(&c, 1, &bad), FG_ERR_INVALID_ARGUMENT);
+    c.alibi = -1;
+    FGT_FAILS(fg_gpt_create(&c, 1, &bad), FG_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_null(bad);
+    c.alibi = 1;
+    c.attn_softcap = 30;
+    FGT_OK(fg_gpt_create(&c, 1, &bad));
+    fg_gpt_free(bad);
     fg_gpt_free(m);
 }
 END_TEST
@@ -311,6 +334,10 @@ START_TEST(test_lr_schedule)
     ck_assert(fabs(fg_lr_at(&s, 500) - 1e-4) < 1e-12);
     for (int i = 11; i < 110; i++)
         ck_assert(fg_lr_at(&s, i) <= fg_lr_at(&s, i - 1));
+    /* a negative step is step 0 (it was 0 / 0 = NaN without warmup) */
+    ck_assert(fg_lr_at(&s, -5) == fg_lr_at(&s, 0));
+    fg_lr_schedule flat = {1e-3, 1e-4, 0, 100};
+    ck_assert(fg_lr_at(&flat, -1) == 1e-3 && fg_lr_at(&flat, 0) == 1e-3);
 }
 END_TEST
 
@@ -336,10 +363,26 @@ START_TEST(test_clip_and_adamw)
     FGT_OK(fg_clip_grad_norm(ps, 2, 1.0, &norm));
     FGT_OK(fg_clip_grad_norm(ps, 2, 0, &norm));
     ck_assert(fabs(norm - 1.0) < 1e-5);
+    /* NaN max_norm skipped clipping silently */
+    FGT_FAILS(fg_clip_grad_norm(ps, 2, NAN, &norm), FG_ERR_INVALID_ARGUMENT);
     fg_adamw_config oc;
+    fg_adamw *opt = (fg_adamw *)0x1;
+    /* non-finite or negative settings (inf weight decay sent the weights
+     * to -inf; a negative config lr trained backwards) */
+    for (int bad = 0; bad < 5; bad++) {
+        fg_adamw_config_init(&oc);
+        switch (bad) {
+        case 0: oc.weight_decay = INFINITY; break;
+        case 1: oc.eps = INFINITY; break;
+        case 2: oc.lr = -1; break;
+        case 3: oc.lr = NAN; break;
+        default: oc.beta2 = 1; break;
+        }
+        FGT_FAILS(fg_adamw_create(ps, 2, &oc, &opt), FG_ERR_INVALID_ARGUMENT);
+        ck_assert_ptr_eq(opt, (fg_adamw *)0x1);
+    }
     fg_adamw_config_init(&oc);
     oc.weight_decay = 0.5;
-    fg_adamw *opt;
     FGT_OK(fg_adamw_create(ps, 2, &oc, &opt));
     FGT_OK(fg_adamw_step(opt, 0.1));
     /* step 1: the update is lr * sign(g) (bias-corrected); decay on w only */
@@ -517,10 +560,40 @@ START_TEST(test_sampling)
     o.temperature = 0; /* greedy too */
     FGT_OK(fg_gpt_sample(m, a, 2, 1, &o));
     ck_assert_int_eq(a[2], best);
+    /* A tiny temperature is greedy too: logits / 1e-310 overflowed to
+     * inf, and inf - inf drew arbitrary tokens. */
+    o.temperature = 1e-310;
+    for (int mode = 0; mode < 3; mode++) {
+        const fg_sample_mode modes[3] = {FG_SAMPLE_RECOMPUTE, FG_SAMPLE_CACHE,
+                                         FG_SAMPLE_CACHE_SHIFT};
+        int64_t t0[12] = {1, 2}, t1[12] = {1, 2};
+        o.mode = modes[mode];
+        FGT_OK(fg_gpt_sample(m, t1, 2, 10, &o));
+        o.temperature = 0;
+        FGT_OK(fg_gpt_sample(m, t0, 2, 10, &o));
+        o.temperature = 1e-310;
+        for (int i = 0; i < 12; i++)
+            ck_assert_msg(t0[i] == t1[i], "mode %d, token %d: %lld vs greedy "
+                          "%lld", mode, i, (long long)t1[i], (long long)t0[i]);
+    }
+    o.mode = FG_SAMPLE_CACHE;
     o.temperature = -1;
     FGT_FAILS(fg_gpt_sample(m, a, 2, 1, &o), FG_ERR_INVALID_ARGUMENT);
     o.temperature = NAN;
     FGT_FAILS(fg_gpt_sample(m, a, 2, 1, &o), FG_ERR_INVALID_ARGUMENT);
+    /* A diverged model (NaN logits): an error, not token V - 1 or 0. */
+    int n;
+    const fg_param *ps = fg_gpt_params(m, &n);
+    fg_no_grad_begin();
+    FGT_OK(fg_tensor_fill(ps[n - 1].tensor, NAN));
+    fg_no_grad_end();
+    const double temps[2] = {0.0, 1.0};
+    for (int t = 0; t < 2; t++) {
+        o.temperature = temps[t];
+        FGT_FAILS(fg_gpt_sample(m, a, 2, 1, &o), FG_ERR_STATE);
+        ck_assert_msg(strstr(fg_last_error(), "not finite"), "%s",
+                      fg_last_error());
+    }
     fg_gpt_free(m);
 }
 END_TEST

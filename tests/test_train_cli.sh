@@ -149,6 +149,19 @@ check "... nor in the CSV" awk -F, 'NR > 1 && $9 != "" { exit 1 }' run0/log.csv
 t "--peak-tflops -0.5 is refused" 2 "--peak-tflops: -1 \(auto\), 0 \(off\)" "${TEXT[@]}" --peak-tflops -0.5
 t "an existing run folder is not overwritten" 2 "already holds a run" \
     "${TEXT[@]}" --steps 2 --out-dir run1
+mkdir -p deadend && : >deadend/config
+t "a run folder without last.ckpt says so" 2 "left no last.ckpt to resume from" \
+    "${TEXT[@]}" --steps 2 --out-dir deadend
+t "--log on the run's config is refused" 2 "config and --log would both be" \
+    "${TEXT[@]}" --steps 2 --out-dir same1 --log same1/config
+check "... and the config is not written" test ! -e same1/config
+t "--ckpt on the best checkpoint is refused" 2 "--ckpt and the best checkpoint would both be" \
+    "${TEXT[@]}" --steps 2 --out-dir same2 --ckpt same2/best.ckpt
+t "--log on --ckpt is refused" 2 "--ckpt and --log would both be" \
+    "${TEXT[@]}" --steps 2 --out-dir same3 --log ck.bin --ckpt ck.bin
+t "a softcap attention cannot take fails before the run folder" 2 "attn_softcap 1e-39" \
+    "${TEXT[@]}" --steps 2 --out-dir cap --softcap 1e-39
+check "... which is never made" test ! -e cap
 
 # ---- resume ------------------------------------------------------------------
 t "resume: more steps" 0 "resumed from .* at step 10" --resume run1/last.ckpt --steps 14

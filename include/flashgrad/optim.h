@@ -93,7 +93,7 @@ typedef struct fg_lr_schedule {
     double lr, min_lr;
     int64_t warmup, total;
 } fg_lr_schedule;
-/* The learning rate for step (0-based). */
+/* The learning rate for step (0-based; a negative step counts as 0). */
 FG_API double fg_lr_at(const fg_lr_schedule *s, int64_t step);
 
 /* ---- checkpoints -------------------------------------------------------------

@@ -259,6 +259,12 @@ static fg_status write_atomically(const char *path, const unsigned char *p,
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
         return fg_error_at(FG_ERR_IO, "fg_checkpoint_save",
                            "%s: is a directory", path);
+    /* The rename below would replace a device, FIFO or socket (say
+     * /dev/null, for root) with a regular file: only regular files are
+     * replaced. */
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return fg_error_at(FG_ERR_IO, "fg_checkpoint_save",
+                           "%s: exists and is not a regular file", path);
     remove_stale_temporaries(path);
     char tmp[4096 + 16];
     const int fd = create_temporary(path, tmp, sizeof tmp);
@@ -305,6 +311,8 @@ fg_status fg_checkpoint_save(const char *path, const fg_gpt *m,
 {
     if (!path || !m || !st)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL argument");
+    if (!path[0])
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "empty path");
     int n;
     const fg_param *ps = fg_gpt_params(m, &n);
     wbuf b = {0};
@@ -414,7 +422,10 @@ typedef struct ckpt {
 static fg_status ckpt_open(const char *fn, const char *path, ckpt *c)
 {
     memset(c, 0, sizeof *c);
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Non-blocking: opening a FIFO with no writer would wait forever; the
+     * type check below then refuses it. Reads of a regular file ignore
+     * the flag. */
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return fg_error_at(FG_ERR_IO, fn, "cannot open %s: %s", path,
                            strerror(errno));

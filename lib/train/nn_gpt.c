@@ -1,6 +1,7 @@
 /* lib/train/nn_gpt.c - the GPT model: token + position embeddings, dropout,
  * n_layer pre-LN blocks, a final LayerNorm and the LM head (tied to the
  * token embedding or its own [C, V] matrix). */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +85,16 @@ fg_status fg_gpt_create(const fg_gpt_config *c, uint64_t seed, fg_gpt **out)
                        "(finite, >= 0), %lld heads (1..256)",
                        (long long)c->attn_window, c->attn_softcap,
                        (long long)c->n_head);
+    /* attention.h's bounds, here rather than at the first forward */
+    if (c->attn_softcap > 0 &&
+        (c->attn_softcap > FLT_MAX || c->attn_softcap < FLT_MIN))
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                       "bad config: attn_softcap %g is outside [%g, %g] (it "
+                       "and its inverse must be normal fp32 numbers)",
+                       c->attn_softcap, (double)FLT_MIN, (double)FLT_MAX);
+    if (c->alibi != 0 && c->alibi != 1)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                       "bad config: alibi %d (0 or 1)", c->alibi);
     if (c->dtype != FG_FP32 && c->dtype != FG_FP64)
         return FG_FAIL(FG_ERR_UNSUPPORTED, "dtype %s: fp32 or fp64 only",
                        fg_dtype_name(c->dtype));
@@ -237,7 +248,7 @@ fg_status fg_gpt_forward(const fg_gpt *m, const int64_t *tokens, int64_t B,
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL argument");
     if (loss && !targets)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "a loss needs targets");
-    if (B <= 0 || T <= 0 || T > m->cfg.ctx)
+    if (B <= 0 || T <= 0 || T > m->cfg.ctx || B > FG_MAX_NUMEL / T)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
                        "B = %lld, T = %lld (context %lld)", (long long)B,
                        (long long)T, (long long)m->cfg.ctx);

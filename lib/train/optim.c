@@ -91,9 +91,13 @@ fg_status fg_adamw_create(const fg_param *params, int n,
     if (!params || n <= 0 || !c || !out)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "bad arguments");
     if (!(c->beta1 >= 0 && c->beta1 < 1 && c->beta2 >= 0 && c->beta2 < 1 &&
-          c->eps > 0 && c->weight_decay >= 0))
+          c->eps > 0 && isfinite(c->eps) && c->weight_decay >= 0 &&
+          isfinite(c->weight_decay) && c->lr >= 0 && isfinite(c->lr)))
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
-                       "betas in [0, 1), eps > 0, weight decay >= 0");
+                       "betas in [0, 1), eps finite and > 0, weight decay and "
+                       "lr finite and >= 0 (got betas %g, %g, eps %g, weight "
+                       "decay %g, lr %g)",
+                       c->beta1, c->beta2, c->eps, c->weight_decay, c->lr);
     fg_device dev;
     FG_TRY(check_params(__func__, params, n, &dev));
     fg_adamw *o = calloc(1, sizeof *o);
@@ -226,7 +230,7 @@ static fg_status fg_adamw_step_impl(fg_adamw *o, double lr)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL optimizer");
     if (lr < 0)
         lr = o->cfg.lr;
-    if (!isfinite(lr))
+    if (!isfinite(lr)) /* NaN or inf: no step, and t stays */
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "learning rate %g", lr);
     o->t++;
     const double b1 = o->cfg.beta1, b2 = o->cfg.beta2, eps = o->cfg.eps;
@@ -326,6 +330,8 @@ static fg_status fg_clip_grad_norm_impl(const fg_param *params, int n,
 {
     if (!params || n < 0)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "bad arguments");
+    if (isnan(max_norm)) /* it would skip clipping silently */
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "max_norm is NaN");
     fg_device dev;
     FG_TRY(check_params(__func__, params, n, &dev));
 #ifdef FG_HAVE_CUDA
@@ -383,6 +389,8 @@ double fg_lr_at(const fg_lr_schedule *s, int64_t step)
 {
     if (!s)
         return 0;
+    if (step < 0) /* (0 + 1) / warmup, or lr: never 0 / 0 */
+        step = 0;
     if (step < s->warmup)
         return s->lr * (double)(step + 1) / (double)s->warmup;
     if (step >= s->total || s->total <= s->warmup)

@@ -30,12 +30,16 @@ static int64_t draw(double *lg, int64_t V, double temp, int top_k, double u,
                 best = v;
         return best;
     }
+    /* Shifted by the largest logit before dividing: logits / a tiny
+     * temperature would overflow to inf (and inf - inf = NaN). Every
+     * value is then <= 0, the largest 0. */
     double mx = -INFINITY;
-    for (int64_t v = 0; v < V; v++) {
-        lg[v] /= temp;
+    for (int64_t v = 0; v < V; v++)
         if (lg[v] > mx)
             mx = lg[v];
-    }
+    for (int64_t v = 0; v < V; v++)
+        lg[v] = (lg[v] - mx) / temp;
+    mx = 0;
     if (top_k > 0 && top_k < V) {
         /* threshold = the top_k-th largest value (partial selection). */
         memcpy(scratch, lg, (size_t)V * sizeof *scratch);
@@ -134,6 +138,22 @@ fg_status fg_gpt_sample(const fg_gpt *m, int64_t *tokens, int64_t n_prompt,
     for (int64_t i = 0; i < n_new && s == FG_OK; i++) {
         const int64_t len = n_prompt + i;
         s = next_logits(m, kv, o->mode, tokens, len, i == 0, lg);
+        /* NaN or +inf logits (a diverged model) give no distribution to
+         * draw from: an error, not an arbitrary token. -inf is a token
+         * that cannot come. */
+        int any = 0;
+        for (int64_t v = 0; v < V && s == FG_OK; v++) {
+            if (isnan(lg[v]) || lg[v] == INFINITY)
+                s = FG_FAIL(FG_ERR_STATE,
+                            "fg_gpt_sample: the logit of token %lld at "
+                            "position %lld is %g; the model's output is "
+                            "not finite",
+                            (long long)v, (long long)len, lg[v]);
+            any |= lg[v] > -INFINITY;
+        }
+        if (s == FG_OK && !any)
+            s = FG_FAIL(FG_ERR_STATE, "fg_gpt_sample: every logit at "
+                        "position %lld is -inf", (long long)len);
         if (s == FG_OK) {
             const double u =
                 (double)(fg_rng_next(&rng) >> 11) * 0x1.0p-53;

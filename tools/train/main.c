@@ -218,6 +218,12 @@ static int make_out_dir(run *r)
     snprintf(r->out, sizeof r->out, "%s", o->out_dir);
     char cfg[PATH_CAP];
     path_join(r->out, "config", cfg, sizeof cfg);
+    char last[PATH_CAP];
+    path_join(r->out, "last.ckpt", last, sizeof last);
+    if (!o->resume[0] && access(cfg, F_OK) == 0 && access(last, F_OK) != 0)
+        return complain(EXIT_USAGE, "%s already holds a run (%s) that left "
+                        "no last.ckpt to resume from: remove the folder or "
+                        "choose another --out-dir", r->out, cfg);
     if (!o->resume[0] && access(cfg, F_OK) == 0)
         return complain(EXIT_USAGE, "%s already holds a run (%s): continue "
                         "it with --resume %s/last.ckpt, or choose another "
@@ -257,6 +263,29 @@ static int write_config(run *r)
     return 0;
 }
 
+/* Two outputs on one file would overwrite each other (--log DIR/config,
+ * --ckpt DIR/best.ckpt, ...): the same path, or names of one file. */
+static int same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return !strcmp(a, b) || (stat(a, &sa) == 0 && stat(b, &sb) == 0 &&
+                             sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino);
+}
+
+static int distinct_outputs(const run *r)
+{
+    const char *path[] = {r->config, r->ckpt, r->best, r->log, r->plot,
+                          r->samples};
+    const char *what[] = {"the run's config", "--ckpt", "the best checkpoint",
+                          "--log", "--plot", "the samples"};
+    for (int i = 0; i < 6; i++)
+        for (int j = i + 1; j < 6; j++)
+            if (path[i][0] && path[j][0] && same_file(path[i], path[j]))
+                return complain(EXIT_USAGE, "%s and %s would both be %s",
+                                what[i], what[j], path[i]);
+    return 0;
+}
+
 static int open_outputs(run *r)
 {
     opts *o = &r->o;
@@ -280,6 +309,8 @@ static int open_outputs(run *r)
         path_join(r->out, "best.ckpt", r->best, sizeof r->best);
     if (r->d.text)
         path_join(r->out, "samples.txt", r->samples, sizeof r->samples);
+    if ((rc = distinct_outputs(r)))
+        return rc;
     /* Every path is tried now, not after hours of training. */
     if ((r->ckpt[0] && (rc = check_writable(r->ckpt, "--ckpt"))) ||
         (r->best[0] && (rc = check_writable(r->best, "best checkpoint"))) ||
