@@ -405,6 +405,47 @@ START_TEST(test_empty_parts)
 }
 END_TEST
 
+/* NaN in, NaN out: a part whose row is NaN (l NaN, m NaN, l < 0, or
+ * m = +inf with l > 0) made the merge drop it (a finite row) or give NaN O
+ * with m = -inf ("no key seen"). Now the row is NaN in O, m and l; the
+ * other rows are untouched by it. */
+START_TEST(test_nan_parts)
+{
+    const int64_t Nq = 3, H = 1;
+    double o0[24], o1[24], m0[3], l0[3], m1[3], l1[3], o[24], m[3], l[3];
+    for (int bad = 0; bad < 4; bad++) {
+        fgt_rng r = fgt_rng_for(7);
+        fgt_fill(o0, 24, &r, 1);
+        fgt_fill(o1, 24, &r, 1);
+        for (int i = 0; i < 3; i++) {
+            m0[i] = 0.5 * i;
+            l0[i] = 1.5;
+            m1[i] = 0.25;
+            l1[i] = 2.0;
+        }
+        switch (bad) { /* row 1 of part 1 */
+        case 0: l1[1] = NAN; break;
+        case 1: m1[1] = NAN; break;
+        case 2: l1[1] = -1; break;
+        default: m1[1] = INFINITY; break;
+        }
+        two_parts t = two(Nq, H, o0, m0, l0, o1, m1, l1, o, m, l);
+        ck_assert_msg(fg_attention_merge(&t.p, 2, t.op, t.sp, &t.out, &t.st) ==
+                          FG_OK, "%s", fg_last_error());
+        ck_assert_msg(isnan(m[1]) && isnan(l[1]), "case %d: m %g, l %g", bad,
+                      m[1], l[1]);
+        for (int c = 0; c < 8; c++)
+            ck_assert_msg(isnan(o[8 + c]), "case %d: O[1][%d] = %g", bad, c,
+                          o[8 + c]);
+        for (int row = 0; row < 3; row += 2) {
+            ck_assert(isfinite(m[row]) && l[row] > 0);
+            for (int c = 0; c < 8; c++)
+                ck_assert(isfinite(o[8 * row + c]));
+        }
+    }
+}
+END_TEST
+
 /* In place (output = part 0) gives the bits of the out-of-place merge, for
  * any thread count. */
 START_TEST(test_in_place_threads)
@@ -511,6 +552,7 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_interleaved, 0, 2);
     tcase_add_loop_test(tc, test_causal_chunks, 0, 2);
     tcase_add_test(tc, test_empty_parts);
+    tcase_add_test(tc, test_nan_parts);
     tcase_add_test(tc, test_in_place_threads);
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);

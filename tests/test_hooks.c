@@ -413,6 +413,48 @@ START_TEST(test_hook_failures)
 }
 END_TEST
 
+/* A hook that runs backward again over the graph that called it: the
+ * nested pass once freed the gradient the outer pass had handed this hook
+ * (a use after free). Refused now, in the hook; the outer pass carries
+ * the hook's failure and the graph works afterwards. */
+typedef struct reenter {
+    fg_tensor *loss;
+    fg_status nested;
+    double first; /* the hook's gradient, read after the nested call */
+} reenter;
+
+static fg_status reentering(fg_tensor *grad, fg_tensor **replace, void *user)
+{
+    (void)replace;
+    reenter *r = user;
+    r->nested = fg_backward_ex(r->loss, NULL, FG_BACKWARD_RETAIN_GRAPH);
+    r->first = ((const double *)fg_tensor_data(grad))[0];
+    return r->nested == FG_OK ? FG_OK : FG_ERR_STATE;
+}
+
+START_TEST(test_no_reentrant_backward)
+{
+    fg_tensor *x, *y, *l;
+    FGT_OK(fg_tensor_full(FG_FP64, FG_DEVICE_CPU, FG_SHAPE(3), 0.5, &x));
+    FGT_OK(fg_tensor_set_requires_grad(x, 1));
+    FGT_OK(fg_exp(x, &y));
+    FGT_OK(fg_sum(y, NULL, 0, 0, &l));
+    reenter r = {l, FG_OK, 0};
+    fg_hook *h;
+    FGT_OK(fg_tensor_register_hook(y, reentering, &r, &h));
+    FGT_FAILS(fg_backward_ex(l, NULL, FG_BACKWARD_RETAIN_GRAPH), FG_ERR_STATE);
+    ck_assert_int_eq(r.nested, FG_ERR_STATE);
+    ck_assert(r.first == 1.0); /* the hook's gradient is still alive */
+    ck_assert_ptr_null(fg_tensor_grad(x));
+    fg_hook_remove(h);
+    FGT_OK(fg_backward(l)); /* no pass left marked as running */
+    const double *g = fg_tensor_data(fg_tensor_grad(x));
+    ck_assert(fabs(g[0] - exp(0.5)) < 1e-15);
+    fg_tensor *all[] = {x, y, l};
+    fgt_free_all(all, 3);
+}
+END_TEST
+
 FGT_MAIN_BEGIN("hooks")
 FGT_TEST(test_order_and_replacement)
 FGT_TEST(test_remove_by_handle)
@@ -420,4 +462,5 @@ FGT_TEST(test_handle_outlives_owner)
 FGT_TEST(test_post_accumulate_sgd)
 FGT_TEST(test_used_twice_fires_once)
 FGT_TEST(test_hook_failures)
+FGT_TEST(test_no_reentrant_backward)
 FGT_MAIN_END()

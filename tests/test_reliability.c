@@ -793,6 +793,42 @@ START_TEST(test_layernorm_tiny_eps)
 }
 END_TEST
 
+/* A dropped NaN or inf was written as a literal 0: NaN in, 0 out. Now it
+ * is multiplied by 0 (NaN, as PyTorch's x * mask * scale), forward and
+ * backward, in fg_dropout and the fused fg_dropout_add. */
+START_TEST(test_dropout_keeps_nan)
+{
+    enum { N = 64 };
+    fg_tensor *x = NULL, *z = NULL, *y = NULL, *y2 = NULL, *l = NULL;
+    FGT_OK(fg_tensor_full(FG_FP64, FG_DEVICE_CPU, FG_SHAPE(N), NAN, &x));
+    FGT_OK(fg_tensor_set_requires_grad(x, 1));
+    FGT_OK(fg_tensor_full(FG_FP64, FG_DEVICE_CPU, FG_SHAPE(N), 1.0, &z));
+    FGT_OK(fg_dropout(x, 0.5, 3, 0, &y));
+    FGT_OK(fg_dropout_add(z, x, 0.5, 3, 0, &y2));
+    double *h = fgt_host(y), *h2 = fgt_host(y2);
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(isnan(h[i]) && isnan(h2[i]), "element %d: %g, %g", i,
+                      h[i], h2[i]);
+    free(h);
+    free(h2);
+    /* backward: an inf upstream gradient through dropped elements */
+    fg_tensor *g = NULL, *x1 = NULL, *y3 = NULL;
+    FGT_OK(fg_tensor_full(FG_FP64, FG_DEVICE_CPU, FG_SHAPE(N), 2.0, &x1));
+    FGT_OK(fg_tensor_set_requires_grad(x1, 1));
+    FGT_OK(fg_dropout(x1, 0.5, 3, 0, &y3));
+    FGT_OK(fg_tensor_full(FG_FP64, FG_DEVICE_CPU, FG_SHAPE(N), INFINITY, &g));
+    FGT_OK(fg_backward_with(y3, g));
+    double *dx = fgt_host(fg_tensor_grad(x1)), *fy = fgt_host(y3);
+    for (int i = 0; i < N; i++) /* kept: 2 * 2 = 4 and inf; dropped: 0, NaN */
+        ck_assert_msg(fy[i] == 4 ? dx[i] == INFINITY : fy[i] == 0 && isnan(dx[i]),
+                      "element %d: y %g, dx %g", i, fy[i], dx[i]);
+    free(dx);
+    free(fy);
+    fg_tensor *all[] = {x, z, y, y2, l, g, x1, y3};
+    fgt_free_all(all, 8);
+}
+END_TEST
+
 /* n_head was a divisor before it was checked (C / 0). */
 START_TEST(test_nn_attention_bad_heads)
 {
@@ -832,4 +868,5 @@ FGT_TEST(test_huge_window)
 FGT_TEST(test_softcap_range)
 FGT_TEST(test_layernorm_tiny_eps)
 FGT_TEST(test_nn_attention_bad_heads)
+FGT_TEST(test_dropout_keeps_nan)
 FGT_MAIN_END()

@@ -382,6 +382,10 @@ FG_API uint32_t fg_dropout_threshold(double p);
  * common max; logsumexp = m + log l). This is exact up to rounding. A part
  * in which a row sees no key (m_i = -inf, l_i = 0) contributes nothing; a
  * row that no part sees gets m = -inf, l = 0, O = 0, as from the forward.
+ * A part whose row is NaN (l or m NaN, l < 0, or m = +inf with l > 0, as
+ * a NaN or +inf score leaves it) makes the merged row's O, m and l NaN,
+ * as attention over all the keys would; a NaN in a part's O reaches the
+ * merged O through its weight.
  * Used by ring attention (flashgrad/dist.h), split-K decoding and any
  * attention computed in pieces.
  *

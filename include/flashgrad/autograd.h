@@ -35,7 +35,9 @@
  * update -> the node's backward -> post-hooks; for a leaf: tensor hooks ->
  * .grad += grad -> post-accumulate hooks. Within a kind, hooks fire in
  * registration order. Each registration can return a handle (fg_hook *)
- * that removes the hook. Hooks run with grad mode off.
+ * that removes the hook. Hooks run with grad mode off. Backward is not
+ * re-entrant: fg_backward* or fg_grad called from a hook (while a pass
+ * runs on that thread) returns FG_ERR_STATE.
  *
  * Errors and ownership are as everywhere in flashgrad (status.h,
  * tensor.h): ops return new references through `fg_tensor **out`, never
@@ -305,8 +307,9 @@ FG_API fg_status fg_cross_entropy(fg_tensor *logits, const int64_t *targets,
  * (word (e % 4) of Philox4x32_10({lo32(e/4), hi32(e/4), 0x44524F50,
  * lo32(offset)}, {lo32(seed), hi32(seed) ^ hi32(offset)}) >> 8) <
  * fg_dropout_threshold(p); the backward regenerates the mask, nothing
- * mask-shaped is stored. Draw (seed, offset) from an fg_generator for a
- * fresh mask per call. */
+ * mask-shaped is stored. Dropped elements are multiplied by 0, so a NaN or
+ * inf among them gives NaN, as in PyTorch. Draw (seed, offset) from an
+ * fg_generator for a fresh mask per call. */
 FG_API fg_status fg_dropout(fg_tensor *x, double p, uint64_t seed,
                             uint64_t offset, fg_tensor **out);
 /* out = x + dropout(b): a residual branch b joining the stream x, fused

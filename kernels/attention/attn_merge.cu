@@ -48,9 +48,11 @@ template <class A> __global__ void merge_kernel(const MergeArgs a)
     const long long b = bh / a.H, h = bh % a.H;
     A w[kMaxParts];
     A mx = -(A)INFINITY;
+    bool poison = false; /* a NaN part: the row is NaN (attention_merge.c) */
     for (int k = 0; k < a.n; k++) {
         const A lk = ld_dt<A>(a.parts[k].l, a.parts[k].st_dtype, r);
         const A mk = ld_dt<A>(a.parts[k].m, a.parts[k].st_dtype, r);
+        poison |= !(lk >= 0) || isnan(mk) || (lk > 0 && mk == (A)INFINITY);
         w[k] = lk > 0 ? mk : -(A)INFINITY; /* m of the parts that see keys */
         if (lk > 0 && mk > mx)
             mx = mk;
@@ -73,14 +75,15 @@ template <class A> __global__ void merge_kernel(const MergeArgs a)
                 acc += w[k] * ld_dt<A>(x.o, x.o_dtype,
                                     b * x.sb + i * x.ss + h * x.sh + c);
         }
-        st_dt<A>(y.o, y.o_dtype, b * y.sb + i * y.ss + h * y.sh + c, acc);
+        st_dt<A>(y.o, y.o_dtype, b * y.sb + i * y.ss + h * y.sh + c,
+                 poison ? (A)NAN : acc);
     }
     /* Every lane has read the row's statistics before they are replaced
      * (the output may be one of the parts). */
     __syncwarp();
     if (lane == 0) {
-        st_dt<A>(y.m, y.st_dtype, r, L > 0 ? mx : -(A)INFINITY);
-        st_dt<A>(y.l, y.st_dtype, r, L);
+        st_dt<A>(y.m, y.st_dtype, r, poison ? (A)NAN : L > 0 ? mx : -(A)INFINITY);
+        st_dt<A>(y.l, y.st_dtype, r, poison ? (A)NAN : L);
     }
 }
 

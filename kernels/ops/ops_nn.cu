@@ -67,9 +67,9 @@ __global__ void dropout_kernel(const T *__restrict__ src, T *__restrict__ dst,
         for (int k = 0; k < 4; k++) {
             const int64_t e = 4 * b + k;
             if (e < n) {
-                const double v = (words[k] >> 8) < thr
-                                     ? (double)Num<T>::ld(src[e]) * scale
-                                     : 0.0;
+                /* times 0 when dropped: NaN and inf give NaN (the CPU op) */
+                const double v = (double)Num<T>::ld(src[e]) *
+                                 ((words[k] >> 8) < thr ? scale : 0.0);
                 dst[e] = Num<T>::st_d(v);
             }
         }
@@ -77,8 +77,8 @@ __global__ void dropout_kernel(const T *__restrict__ src, T *__restrict__ dst,
 }
 
 /* fg_dropout_add: Tx the residual stream's dtype, Tv the branch's. Forward
- * (x non-NULL): y = x + round_v(keep ? v * scale : 0) with v = b; backward
- * (x NULL): y = db = round_v(keep ? round_v(g) * scale : 0) with g = b in
+ * (x non-NULL): y = x + round_v(v * (keep ? scale : 0)) with v = b; backward
+ * (x NULL): y = db = round_v(round_v(g) * (keep ? scale : 0)) with g = b in
  * Tx. Each rounding of the unfused dropout -> cast -> add chain is kept, so
  * results equal it bit for bit. Tb is b's storage type (Tv or Tx). */
 template <typename Tx, typename Tv, typename Tb, typename Ty>
@@ -104,9 +104,8 @@ __global__ void dropout_add_kernel(const Tx *__restrict__ x,
             if (e >= n)
                 continue;
             const Tv bv = Num<Tv>::st(Num<Tb>::ld(b[e])); /* exact forward */
-            const Tv v = Num<Tv>::st_d((words[k] >> 8) < thr
-                                           ? (double)Num<Tv>::ld(bv) * scale
-                                           : 0.0);
+            const Tv v = Num<Tv>::st_d((double)Num<Tv>::ld(bv) *
+                                       ((words[k] >> 8) < thr ? scale : 0.0));
             if (x)
                 y[e] = Num<Ty>::st(Num<Tx>::ld(x[e]) +
                                    (typename Num<Tx>::A)Num<Tv>::ld(v));

@@ -179,7 +179,10 @@ static inline void st(void *p, fg_dtype dt, int64_t i, double x)
 }
 
 /* Row r = (b, h, i) of every operand, arithmetic in A (float unless some
- * operand is fp64). m = max over the parts that see a key (l > 0);
+ * operand is fp64). A part whose l is NaN or negative, whose m is NaN, or
+ * whose m is +inf with l > 0 (what a NaN or +inf score leaves) makes the
+ * row NaN: O, m and l, as attention over all the keys would have.
+ * Otherwise m = max over the parts that see a key (l > 0);
  * w_k = l_k exp(m_k - m); O = sum_k (w_k / l) O_k in part order. Weights
  * live in w[] (n of them); everything of the row is read before any of it
  * is written, which makes the in-place form safe. */
@@ -189,12 +192,15 @@ static inline void st(void *p, fg_dtype dt, int64_t i, double x)
             const int64_t i = r % mp->Nq, bh = r / mp->Nq;                  \
             const int64_t b = bh / mp->H, h = bh % mp->H;                   \
             A mx = -(A)INFINITY;                                            \
+            int poison = 0;                                                 \
             for (int k = 0; k < n; k++) {                                   \
                 const fg_attn_merge_operand *x = &mp->parts[k];             \
                 const A lk = (A)ld(x->l, x->st_dtype, r);                   \
                 const A mk = (A)ld(x->m, x->st_dtype, r);                   \
                 w[k] = lk;                                                  \
                 mw[k] = mk;                                                 \
+                poison |= !(lk >= 0) || isnan(mk) ||                        \
+                          (lk > 0 && mk == (A)INFINITY);                    \
                 if (lk > 0 && mk > mx)                                      \
                     mx = mk;                                                \
             }                                                               \
@@ -218,10 +224,11 @@ static inline void st(void *p, fg_dtype dt, int64_t i, double x)
                                      b * x->sb + i * x->ss + h * x->sh + c); \
                 }                                                           \
                 st(y->o, y->o_dtype, b * y->sb + i * y->ss + h * y->sh + c, \
-                   acc);                                                    \
+                   poison ? (A)NAN : acc);                                  \
             }                                                               \
-            st(y->m, y->st_dtype, r, L > 0 ? mx : -(A)INFINITY);            \
-            st(y->l, y->st_dtype, r, L);                                    \
+            st(y->m, y->st_dtype, r,                                        \
+               poison ? (A)NAN : L > 0 ? mx : -(A)INFINITY);                \
+            st(y->l, y->st_dtype, r, poison ? (A)NAN : L);                  \
         }                                                                   \
     } while (0)
 

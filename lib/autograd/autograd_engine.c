@@ -607,9 +607,20 @@ static void cleanup(engine *e)
 
 /* ---- entry points -------------------------------------------------------- */
 
+/* Passes running on this thread. A hook that starts another one would
+ * share the nodes' grad_buf and the leaves' bookkeeping with the pass that
+ * called it (the nested pass freed the gradient the hook was handed), so
+ * backward is not re-entrant: such a call is refused. */
+static _Thread_local int tls_passes;
+
 static fg_status run(engine *e, fg_tensor *out, fg_tensor *grad,
                      const char *fn)
 {
+    if (tls_passes > 0)
+        return fg_error(FG_ERR_STATE,
+                        "%s: called while a backward pass is running on this "
+                        "thread (from a hook?); backward is not re-entrant",
+                        fn);
     if (!out)
         return fg_error(FG_ERR_INVALID_ARGUMENT, "%s: output is NULL", fn);
     if (!out->requires_grad)
@@ -630,6 +641,7 @@ static fg_status run(engine *e, fg_tensor *out, fg_tensor *grad,
                         fn);
     e->epoch = fg_ag_next_epoch();
     e->dom = fg_alloc_domain(&out, 1);
+    tls_passes++;
     fg_status s = FG_OK;
     if (out->grad_fn)
         s = collect(e, out->grad_fn);
@@ -661,6 +673,7 @@ static fg_status run(engine *e, fg_tensor *out, fg_tensor *grad,
     fg_mem_free(e->dom, e->nodes, (size_t)e->cap_nodes * sizeof *e->nodes);
     fg_mem_free(e->dom, e->scratch,
                 (size_t)e->scratch_len * sizeof *e->scratch);
+    tls_passes--;
     return s;
 }
 

@@ -73,6 +73,7 @@ static fg_status fn_failed(fg_status s)
 static fg_status eval(gc *g, double *y)
 {
     fg_tensor *out = NULL;
+    fg_clear_error(); /* a function that fails silently leaves "" */
     fg_status s = g->fn(g->inputs, g->n_inputs, &out, g->user);
     if (s != FG_OK) {
         fg_tensor_free(out);
@@ -440,9 +441,13 @@ fg_status fg_gradcheck(fg_gradcheck_fn fn, void *user,
     fg_gradcheck_options_init(&g.o);
     if (opts)
         g.o = *opts;
-    if (!(g.o.eps > 0) || !(g.o.atol >= 0) || !(g.o.rtol >= 0))
+    /* inf tolerances would pass anything, an inf eps gives NaN */
+    if (!(g.o.eps > 0) || !(g.o.atol >= 0) || !(g.o.rtol >= 0) ||
+        !isfinite(g.o.eps) || !isfinite(g.o.atol) || !isfinite(g.o.rtol))
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
-                       "eps must be > 0, atol and rtol >= 0");
+                       "eps must be finite and > 0, atol and rtol finite and "
+                       ">= 0 (got %g, %g, %g)",
+                       g.o.eps, g.o.atol, g.o.rtol);
     for (int i = 0; i < n_inputs; i++) {
         const fg_tensor *x = inputs[i];
         if (!x)
@@ -473,6 +478,7 @@ fg_status fg_gradcheck(fg_gradcheck_fn fn, void *user,
 
     FG_TRY(fg_arena_push(NULL));
     fg_tensor *y0 = NULL;
+    fg_clear_error(); /* a function that fails silently leaves "" */
     fg_status s = fn(inputs, n_inputs, &y0, user);
     if (s != FG_OK) {
         fg_tensor_free(y0);

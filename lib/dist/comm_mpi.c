@@ -580,6 +580,10 @@ static fg_status ensure_init(int *argc, char ***argv)
     int provided = 0;
     FG_MPI_TRY(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
     g_initialized_by_us = 1;
+    /* Our MPI: errors come back as statuses (an MPI error that Open MPI
+     * raises on the world communicator would otherwise abort the job);
+     * an application that initialised MPI keeps its own handler. */
+    FG_MPI_TRY(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     return FG_OK;
 }
 

@@ -27,8 +27,9 @@ static inline double rnd(double v, fg_dtype dt)
 }
 
 /* The CPU kernel (fp32/fp64, contiguous). Forward (x != NULL):
- * y = x + rnd_b(keep ? b * scale : 0); backward (x == NULL, b is the
- * incoming gradient g, y is db): db = rnd_b(keep ? rnd_b(g) * scale : 0).
+ * y = x + rnd_b(b * (keep ? scale : 0)); backward (x == NULL, b is the
+ * incoming gradient g, y is db): db = rnd_b(rnd_b(g) * (keep ? scale : 0))
+ * (times 0, so a NaN or inf in b stays NaN, as in PyTorch).
  * rnd_b rounds to the branch's dtype, as the unfused cast and dropout did.
  * The mask is fg_dropout's. */
 static void dadd_cpu(const dadd_extra *ex, const char *x, fg_dtype xt,
@@ -50,7 +51,7 @@ static void dadd_cpu(const dadd_extra *ex, const char *x, fg_dtype xt,
         for (int k = 0; k < 4 && 4 * g + k < n; k++) {
             const int64_t e = 4 * g + k;
             const double bv = rnd(ld(b + (size_t)e * bs, bt), vt);
-            const double v = rnd((w[k] >> 8) < thr ? bv * scale : 0.0, vt);
+            const double v = rnd(bv * ((w[k] >> 8) < thr ? scale : 0.0), vt);
             const double out = x ? ld(x + (size_t)e * xs, xt) + v : v;
             if (yt == FG_FP32)
                 ((float *)y)[e] = (float)out;

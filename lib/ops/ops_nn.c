@@ -438,7 +438,8 @@ static fg_status fg_embedding_impl(fg_tensor *weight, const int64_t *indices,
     if (weight->device != FG_DEVICE_CPU && !on_cuda)
         return fg_op_unsupported(fn, weight->device);
     int64_t oshape[FG_MAX_DIMS];
-    memcpy(oshape, shape, sizeof(int64_t) * (size_t)nd);
+    if (nd) /* shape may be NULL for 0-d indices */
+        memcpy(oshape, shape, sizeof(int64_t) * (size_t)nd);
     oshape[nd] = C;
     fg_arena *dom = fg_alloc_domain(&weight, 1);
     fg_tensor *y;
@@ -511,7 +512,9 @@ static void dropout_apply(const drop_extra *ex, fg_dtype dt, const char *src,
         const uint32_t w[4] = {r.x, r.y, r.z, r.w};
         for (int k = 0; k < 4 && 4 * b + k < n; k++) {
             const size_t o = (size_t)(4 * b + k) * es;
-            double v = (w[k] >> 8) < thr ? ld(src + o, dt) * scale : 0.0;
+            /* times 0, not a literal 0: NaN and inf stay NaN (PyTorch's
+             * x * mask * scale) */
+            double v = ld(src + o, dt) * ((w[k] >> 8) < thr ? scale : 0.0);
             st(dst + o, dt, v);
         }
     }

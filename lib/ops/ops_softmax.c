@@ -349,7 +349,8 @@ static fg_status fg_cross_entropy_impl(fg_tensor *logits,
             ex->classes = V;
             ex->count = count;
             ex->ignore_index = ignore_index;
-            memcpy(ex->targets, targets, sizeof(int64_t) * (size_t)R);
+            if (R) /* targets may be NULL with no rows */
+                memcpy(ex->targets, targets, sizeof(int64_t) * (size_t)R);
             fg_tensor *saved[2] = {x, lse};
             s = fg_ag_record(&ce_def, &logits, 1, &loss, 1, saved, 2, ex,
                              xb_bytes, NULL);
