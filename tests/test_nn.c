@@ -3,6 +3,7 @@
  * model (gradcheck, fp64), the LR schedule, clipping, and overfitting one
  * small batch to a loss below 0.05. */
 #include <math.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "test_ops_util.h"
@@ -526,6 +527,15 @@ START_TEST(test_text_data)
     fg_text_data_release(&d);
     remove(path);
     FGT_FAILS(fg_text_data_load("/nonexistent/file", &d), FG_ERR_IO);
+    /* a FIFO nothing writes to: refused at once (its open used to block
+     * forever), as an empty file */
+    char fifo[64];
+    snprintf(fifo, sizeof fifo, "test_nn_fifo_%ld", (long)getpid());
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    FGT_FAILS(fg_text_data_load(fifo, &d), FG_ERR_IO);
+    ck_assert_msg(strstr(fg_last_error(), "fewer than 100 bytes"), "%s",
+                  fg_last_error());
+    remove(fifo);
 }
 END_TEST
 

@@ -1,10 +1,12 @@
 /* lib/train/data_text.c - character-level text data: vocabulary, encoding,
  * train/validation split, random windows. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "flashgrad/nn.h"
 #include "lib/core/error.h"
@@ -14,7 +16,20 @@ fg_status fg_text_data_load(const char *path, fg_text_data *d)
     if (!path || !d)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL argument");
     memset(d, 0, sizeof *d);
-    FILE *f = fopen(path, "rb");
+    /* Opened without blocking, so a FIFO that nothing writes to cannot
+     * hang the open (its reads then see end of file); reads block again
+     * after, for a pipe that does have a writer (process substitution). */
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    FILE *f = NULL;
+    if (fd >= 0) {
+        const int fl = fcntl(fd, F_GETFL);
+        if (fl == -1 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == -1 ||
+            !(f = fdopen(fd, "rb"))) {
+            const int e = errno;
+            close(fd);
+            errno = e;
+        }
+    }
     if (!f)
         return FG_FAIL(FG_ERR_IO, "cannot open %s: %s", path,
                        strerror(errno));
