@@ -158,10 +158,19 @@ static void req_free(mpi_req *r)
 {
     if (!r)
         return;
+    /* After a failed wait some transfers may still be active (a peer that
+     * sent or expected other sizes): MPI may yet write into their buffers,
+     * and a cancelled send can wait forever, so those buffers are leaked
+     * rather than freed under it. */
+    int active = 0;
+    for (int i = 0; i < r->nreq; i++)
+        active |= r->reqs[i] != MPI_REQUEST_NULL;
     free(r->reqs);
-    free(r->work);
-    free(r->blocks);
-    free(r->staged);
+    if (!active) {
+        free(r->work);
+        free(r->blocks);
+        free(r->staged);
+    }
     free(r);
 }
 
