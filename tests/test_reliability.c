@@ -6,6 +6,7 @@
  * which is compared with a brute-force enumeration. */
 #include <float.h>
 #include <pthread.h>
+#include <stdint.h>
 
 #include "lib/core/strided.h"
 #include "naive_attention.h"
@@ -829,6 +830,53 @@ START_TEST(test_dropout_keeps_nan)
 }
 END_TEST
 
+/* Tensor-layer edges from a probe: an arena of SIZE_MAX - 100 bytes
+ * wrapped its chunk size to a 1-byte block (heap overflow at the first
+ * tensor); a host buffer inside the tensor's own storage was read while it
+ * was written; rand_uniform over [-1e308, 1e308) filled inf with FG_OK. */
+START_TEST(test_tensor_layer_edges)
+{
+    fg_arena *a = (fg_arena *)0x1;
+    const size_t huge[] = {SIZE_MAX - 100, SIZE_MAX, SIZE_MAX / 2 + 1};
+    for (int i = 0; i < 3; i++) {
+        FGT_FAILS(fg_arena_create(huge[i], &a), FG_ERR_OUT_OF_MEMORY);
+        ck_assert_ptr_eq(a, (fg_arena *)0x1);
+    }
+    FGT_OK(fg_arena_create(1 << 16, &a));
+    FGT_OK(fg_arena_push(a));
+    fg_tensor *t = NULL;
+    FGT_OK(fg_tensor_zeros(FG_FP64, FG_DEVICE_CPU, FG_SHAPE(4, 4), &t));
+    FGT_OK(fg_arena_pop(a));
+    fg_arena_free(a);
+
+    fg_tensor *m = NULL, *mt = NULL;
+    const double v[4] = {1, 2, 3, 4};
+    FGT_OK(fg_tensor_zeros(FG_FP64, FG_DEVICE_CPU, FG_SHAPE(2, 2), &m));
+    FGT_OK(fg_tensor_copy_from_host(m, FG_FP64, v, 4));
+    FGT_OK(fg_transpose(m, 0, 1, &mt));
+    double *own = fg_tensor_data(m);
+    FGT_FAILS(fg_tensor_copy_to_host(mt, FG_FP64, own, 4),
+              FG_ERR_INVALID_ARGUMENT);
+    FGT_FAILS(fg_tensor_copy_from_host(mt, FG_FP64, own + 1, 2 * 2),
+              FG_ERR_INVALID_ARGUMENT);
+    for (int i = 0; i < 4; i++) /* untouched */
+        ck_assert(own[i] == v[i]);
+    double h[4];
+    FGT_OK(fg_tensor_copy_to_host(mt, FG_FP64, h, 4));
+    ck_assert(h[0] == 1 && h[1] == 3 && h[2] == 2 && h[3] == 4);
+
+    fg_generator g;
+    fg_generator_init(&g, 1);
+    fg_tensor *r = (fg_tensor *)0x1;
+    FGT_FAILS(fg_tensor_rand_uniform(&g, -1e308, 1e308, FG_FP64, FG_DEVICE_CPU,
+                                     FG_SHAPE(8), &r),
+              FG_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_eq(r, (fg_tensor *)0x1);
+    fg_tensor *all[] = {m, mt};
+    fgt_free_all(all, 2);
+}
+END_TEST
+
 /* n_head was a divisor before it was checked (C / 0). */
 START_TEST(test_nn_attention_bad_heads)
 {
@@ -869,4 +917,5 @@ FGT_TEST(test_softcap_range)
 FGT_TEST(test_layernorm_tiny_eps)
 FGT_TEST(test_nn_attention_bad_heads)
 FGT_TEST(test_dropout_keeps_nan)
+FGT_TEST(test_tensor_layer_edges)
 FGT_MAIN_END()

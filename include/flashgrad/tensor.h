@@ -106,7 +106,10 @@ FG_API fg_status fg_tensor_from_host(fg_dtype dt, fg_device dev, int nd,
 /* Uniform in [lo, hi) / normal(mean, std), drawing one (seed, offset) pair
  * from g. Element e (row-major) uses Philox call e / 2 (two 64-bit words
  * per call; Box-Muller for the normal), so values do not depend on the
- * dtype's storage order or on threads. */
+ * dtype's storage order or on threads. Values are drawn in fp64 and then
+ * rounded to the dtype, which can round one up to hi itself (for [0, 1):
+ * about 1 in 10^6 values in fp32, 1 in 4000 in fp16, 1 in 500 in bf16).
+ * hi - lo must be finite. */
 FG_API fg_status fg_tensor_rand_uniform(fg_generator *g, double lo, double hi,
                                         fg_dtype dt, fg_device dev, int nd,
                                         const int64_t *shape, fg_tensor **out);
@@ -153,8 +156,13 @@ FG_API int fg_tensor_shares_storage(const fg_tensor *t, const fg_tensor *u);
 
 /* Copies all n = numel elements (row-major order, any strides) to/from a
  * host buffer of type host_dtype, converting between fp32/fp64/fp16/bf16.
- * n must equal numel. Writing into a leaf that requires grad is refused
- * with FG_ERR_STATE while grad mode is on (use fg_no_grad_begin()). */
+ * n must equal numel, and a host buffer may not overlap a CPU tensor's own
+ * storage. Writing into a leaf that requires grad is refused with
+ * FG_ERR_STATE while grad mode is on (use fg_no_grad_begin()).
+ * Conversions round to nearest even; fp64 goes to fp16/bf16 through fp32
+ * (two roundings, on the CPU and the GPU alike, as PyTorch converts), which
+ * differs from one rounding for about 1 value in 2^16 next to a tie (and
+ * takes doubles just under bf16's overflow threshold to inf). */
 FG_API fg_status fg_tensor_copy_to_host(const fg_tensor *t,
                                         fg_dtype host_dtype, void *dst,
                                         int64_t n);
@@ -178,7 +186,7 @@ FG_API fg_status fg_tensor_print(const fg_tensor *t, const char *name,
 
 /* An arena holds tensors, views, graph nodes and backward temporaries of
  * one step. initial_bytes (0: 1 MiB) is the first chunk; it grows by more
- * chunks as needed. */
+ * chunks as needed. More than SIZE_MAX / 2 bytes: FG_ERR_OUT_OF_MEMORY. */
 FG_API fg_status fg_arena_create(size_t initial_bytes, fg_arena **out);
 /* Resets (see below), then frees the arena and its chunks. NULL-safe. It
  * must not be on any thread's active stack. */
@@ -187,7 +195,10 @@ FG_API void fg_arena_free(fg_arena *a);
  * still holds become invalid and must not be used (not even freed).
  * References those objects held to heap objects (parameters, their .grad,
  * hooks) are dropped properly. Heap objects made from arena tensors (only
- * possible with fg_arena_push(NULL)) must be freed before the reset. If the
+ * possible with fg_arena_push(NULL)) must be freed before the reset, and
+ * so must objects of another arena made from this one's tensors (a view,
+ * while another arena is pushed, of a tensor allocated here): resetting
+ * or freeing this arena first leaves them pointing into it. If the
  * step needed more than one chunk, they are merged into one, so the next
  * identical step allocates nothing. */
 FG_API fg_status fg_arena_reset(fg_arena *a);

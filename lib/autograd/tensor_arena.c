@@ -7,6 +7,7 @@
  * once; if the step needed several chunks it merges them into one, so a
  * step that repeats the same allocation sequence (a training step) then
  * never calls malloc again. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,6 +88,8 @@ static int fl_slot(fg_arena *a, size_t size, int create)
 
 static fg_chunk *chunk_new(fg_arena *a, size_t cap)
 {
+    if (cap > SIZE_MAX / 2) /* CHUNK_HDR + cap would wrap */
+        return NULL;
     fg_chunk *c = heap_alloc(CHUNK_HDR + cap);
     if (!c)
         return NULL;
@@ -110,7 +113,7 @@ static void *arena_alloc(fg_arena *a, size_t bytes)
         /* Grow geometrically: the new chunk is at least what we have. */
         size_t cap = a->capacity > a->initial ? a->capacity : a->initial;
         if (cap < bytes)
-            cap = round_up(bytes, FG_ALIGN);
+            cap = bytes > SIZE_MAX / 2 ? bytes : round_up(bytes, FG_ALIGN);
         fg_chunk *n = chunk_new(a, cap);
         if (!n)
             return NULL;
@@ -180,6 +183,10 @@ fg_status fg_arena_create(size_t initial_bytes, fg_arena **out)
 {
     if (!out)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "out is NULL");
+    /* A chunk is CHUNK_HDR + the size rounded up: past this it wraps. */
+    if (initial_bytes > SIZE_MAX / 2)
+        return FG_FAIL(FG_ERR_OUT_OF_MEMORY,
+                       "an arena of %zu bytes is not possible", initial_bytes);
     fg_arena *a = heap_alloc(round_up(sizeof *a, FG_ALIGN));
     if (!a)
         return FG_FAIL(FG_ERR_OUT_OF_MEMORY, "cannot allocate an arena");

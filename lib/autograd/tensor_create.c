@@ -223,9 +223,11 @@ fg_status fg_tensor_rand_uniform(fg_generator *g, double lo, double hi,
 {
     if (!g)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "generator is NULL");
-    if (!isfinite(lo) || !isfinite(hi) || !(hi >= lo))
+    if (!isfinite(lo) || !isfinite(hi) || !(hi >= lo) || !isfinite(hi - lo))
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
-                       "need finite lo <= hi, got [%g, %g)", lo, hi);
+                       "need finite lo <= hi with a finite hi - lo, got "
+                       "[%g, %g)",
+                       lo, hi);
     rand_ctx rc = {g->seed, g->offset, lo, hi - lo, 0, dt};
     FG_TRY(fill_random(&rc, "fg_tensor_rand_uniform", dt, dev, nd, shape,
                        out));
@@ -294,6 +296,20 @@ static fg_status check_host(const fg_tensor *t, fg_dtype dt, const void *p,
         return fg_error(FG_ERR_INVALID_ARGUMENT,
                         "%s: buffer has %lld elements, tensor %lld", fn,
                         (long long)n, (long long)t->numel);
+    /* A host buffer inside the tensor's own storage would be read while it
+     * is written (a transposed view copied onto its data came out wrong):
+     * refused, as fg_tensor_copy refuses overlapping views. */
+    if (t->device == FG_DEVICE_CPU && n > 0) {
+        const uintptr_t lo = (uintptr_t)p,
+                        hi = lo + (uintptr_t)n * fg_dtype_size(dt),
+                        slo = (uintptr_t)t->storage->data,
+                        shi = slo + t->storage->nbytes;
+        if (lo < shi && slo < hi)
+            return fg_error(FG_ERR_INVALID_ARGUMENT,
+                            "%s: the host buffer overlaps the tensor's own "
+                            "storage",
+                            fn);
+    }
     return FG_OK;
 }
 
