@@ -324,6 +324,56 @@ static void test_errors(fg_comm *c)
               "properties");
 }
 
+/* The argument check: ranks whose counts, dtypes, reductions, roots or
+ * operations differ, or one rank whose arguments are refused, fail on
+ * every rank with FG_ERR_INVALID_ARGUMENT (without it: a hang on some
+ * ranks, or data never sent). Matching calls still work under it. */
+static void test_check_args(fg_comm *c)
+{
+    float a[16], b[16];
+    for (int i = 0; i < 16; i++)
+        a[i] = (float)quarter(fgd_rank, (size_t)i);
+    FGD_CHECK(fg_comm_set_check_args(NULL, 1) == FG_ERR_INVALID_ARGUMENT,
+              "NULL comm");
+    FGD_OK(fg_comm_set_check_args(c, 1));
+    const int last = fgd_size - 1, mixed = fgd_size > 1;
+    FGD_OK(fg_comm_allreduce(c, a, b, 4, FG_FP32, FG_REDUCE_SUM));
+    check_values(b, FG_FP32, 4, 0, FG_REDUCE_SUM, 0, "checked sum");
+    fg_status s = fg_comm_allreduce(c, a, b, fgd_rank == last ? 8 : 4, FG_FP32,
+                                    FG_REDUCE_SUM);
+    FGD_CHECK(mixed ? s == FG_ERR_INVALID_ARGUMENT &&
+                          strstr(fg_last_error(), "count differs")
+                    : s == FG_OK,
+              "counts: %s", fg_last_error());
+    s = fg_comm_reduce_scatter(c, a, b, 2, FG_FP32,
+                               fgd_rank == last ? FG_REDUCE_AVG : FG_REDUCE_SUM);
+    FGD_CHECK(mixed ? s == FG_ERR_INVALID_ARGUMENT &&
+                          strstr(fg_last_error(), "reduction differs")
+                    : s == FG_OK,
+              "reductions: %s", fg_last_error());
+    s = fg_comm_broadcast(c, a, 4, FG_FP32, fgd_rank == last ? 0 : last);
+    FGD_CHECK(mixed ? s == FG_ERR_INVALID_ARGUMENT &&
+                          strstr(fg_last_error(), "root differs")
+                    : s == FG_OK,
+              "roots: %s", fg_last_error());
+    /* one rank refuses its own arguments: every rank fails, that one with
+     * its own reason */
+    s = fg_comm_allgather(c, a, fgd_rank == last ? NULL : b, 2, FG_FP32);
+    FGD_CHECK(s == FG_ERR_INVALID_ARGUMENT &&
+                  strstr(fg_last_error(), fgd_rank == last ? "recv is NULL"
+                                                           : "were refused"),
+              "one rank refused: %s", fg_last_error());
+    /* an all-reduce against a broadcast */
+    s = fgd_rank == last ? fg_comm_broadcast(c, a, 4, FG_FP32, 0)
+                         : fg_comm_allreduce(c, a, b, 4, FG_FP32, FG_REDUCE_SUM);
+    FGD_CHECK(mixed ? s == FG_ERR_INVALID_ARGUMENT &&
+                          strstr(fg_last_error(), "operation differs")
+                    : s == FG_OK,
+              "operations: %s", fg_last_error());
+    FGD_OK(fg_comm_barrier(c));
+    FGD_OK(fg_comm_set_check_args(c, 0));
+}
+
 int main(int argc, char **argv)
 {
     fg_comm *c = fgd_init(&argc, &argv, 60);
@@ -336,5 +386,6 @@ int main(int argc, char **argv)
     test_allgather_bcast(c);
     test_sendrecv(c);
     test_errors(c);
+    test_check_args(c);
     return fgd_finish(c, "test_dist_comm");
 }

@@ -131,6 +131,15 @@ FG_API void *fg_comm_get_stream(const fg_comm *c);
  * always uses its own (deterministic for a fixed topology); setting it
  * there is FG_ERR_UNSUPPORTED. */
 FG_API fg_status fg_comm_set_fixed_order(fg_comm *c, int on);
+/* Argument check (MPI; off by default, FG_DIST_CHECK=1 in the environment
+ * turns it on for new communicators): each collective and barrier first
+ * compares its operation, count, dtype, reduction and root across the
+ * ranks with one small blocking all-reduce; if they differ, or a rank
+ * refused its own arguments, every rank returns FG_ERR_INVALID_ARGUMENT
+ * naming the difference (without it, mismatched ranks may wait forever or
+ * read what was never sent). One latency per operation, for which the
+ * nonblocking forms block; a debugging aid. NCCL: FG_ERR_UNSUPPORTED. */
+FG_API fg_status fg_comm_set_check_args(fg_comm *c, int on);
 
 /* ---- operations -------------------------------------------------------------
  * Reductions (SUM, AVG) on fp32 and fp64 run in the buffer's type; fp16

@@ -120,117 +120,212 @@ static fg_status check_req(fg_comm_request **req, const char *fn)
     return FG_OK;
 }
 
+/* ---- argument agreement (fg_comm_set_check_args) ------------------------------- */
+
+enum { ARGS_ALLREDUCE = 1, ARGS_BROADCAST, ARGS_ALLGATHER, ARGS_REDUCE_SCATTER,
+       ARGS_BARRIER };
+
+/* With checking on, every rank's collective first compares (refused here?,
+ * operation, count, dtype, reduction, root) with the others', so that a
+ * rank whose arguments differ, or were refused, fails every rank instead
+ * of leaving the others waiting or reading what was never sent. `local`
+ * is this rank's validation; what it returns is the call's verdict. */
+static fg_status agree(fg_comm *c, fg_status local, int kind, size_t count,
+                       fg_dtype dt, int op, int root, const char *fn)
+{
+    if (!c || !c->check_args || c->size < 2)
+        return local;
+    const int64_t cap = INT64_MAX / 2; /* its negation must exist */
+    const int64_t sig[6] = {local != FG_OK, kind,
+                            count > (size_t)cap ? cap : (int64_t)count,
+                            (int64_t)dt, op, root};
+    static const char *const what[6] = {"", "operation", "count", "dtype",
+                                        "reduction", "root"};
+    int64_t hi[6], lo[6];
+    const fg_status s = fg_mpi_args_range(c, sig, 6, hi, lo);
+    if (local != FG_OK) /* its own message stands */
+        return local;
+    if (s != FG_OK)
+        return s;
+    if (hi[0])
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: another rank's arguments were refused "
+                        "(argument check)", fn);
+    if (hi[3] != lo[3])
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: the ranks' dtype differs, from %s to %s "
+                        "(argument check)",
+                        fn, fg_dtype_name((fg_dtype)lo[3]),
+                        fg_dtype_name((fg_dtype)hi[3]));
+    for (int i = 1; i < 6; i++)
+        if (hi[i] != lo[i])
+            return fg_error(FG_ERR_INVALID_ARGUMENT,
+                            "%s: the ranks' %s differs, from %lld to %lld "
+                            "(argument check)",
+                            fn, what[i], (long long)lo[i], (long long)hi[i]);
+    return FG_OK;
+}
+
+/* The MPI-only switches: fixed-order reductions and the argument check. */
+static fg_status set_mpi_switch(fg_comm *c, int check, int on, const char *fn)
+{
+    FG_TRY(check_comm(c, fn));
+    if (c->backend != FG_COMM_MPI)
+        return fg_error(FG_ERR_UNSUPPORTED, "%s: %s", fn,
+                        check ? "the argument check runs over MPI only"
+                              : "NCCL chooses its own reduction order");
+    *(check ? &c->check_args : &c->fixed_order) = on != 0;
+    return FG_OK;
+}
+
+fg_status fg_comm_set_check_args(fg_comm *c, int on)
+{
+    return set_mpi_switch(c, 1, on, __func__);
+}
+
 /* ---- operations ---------------------------------------------------------------- */
 
+/* `pre`: what the nonblocking form found of req (FG_OK for the blocking
+ * one). Every check runs before any return, so that the argument check
+ * (agree) sees this rank's verdict. */
 static fg_status allreduce(fg_comm *c, const void *send, void *recv,
                            size_t count, fg_dtype dt, fg_reduce_op op,
-                           fg_comm_request **req, const char *fn)
+                           fg_comm_request **req, const char *fn,
+                           fg_status pre)
 {
-    size_t nb;
-    FG_TRY(check_comm(c, fn));
-    FG_TRY(check_op(op, fn));
-    FG_TRY(check_buf(c, send, count, 1, dt, "send", fn, &nb));
-    FG_TRY(check_buf(c, recv, count, 1, dt, "recv", fn, NULL));
-    if (send != recv && overlap(send, nb, recv, nb))
-        return fg_error(FG_ERR_INVALID_ARGUMENT,
-                        "%s: send and recv overlap without being equal", fn);
+    size_t nb = 0;
+    fg_status v = pre;
+    if (v == FG_OK)
+        v = check_comm(c, fn);
+    if (v == FG_OK)
+        v = check_op(op, fn);
+    if (v == FG_OK)
+        v = check_buf(c, send, count, 1, dt, "send", fn, &nb);
+    if (v == FG_OK)
+        v = check_buf(c, recv, count, 1, dt, "recv", fn, NULL);
+    if (v == FG_OK && send != recv && overlap(send, nb, recv, nb))
+        v = fg_error(FG_ERR_INVALID_ARGUMENT,
+                     "%s: send and recv overlap without being equal", fn);
+    FG_TRY(agree(c, v, ARGS_ALLREDUCE, count, dt, op, -1, fn));
     return c->vt->allreduce(c, send, recv, count, dt, op, req);
 }
 
 fg_status fg_comm_allreduce(fg_comm *c, const void *send, void *recv,
                             size_t count, fg_dtype dt, fg_reduce_op op)
 {
-    return allreduce(c, send, recv, count, dt, op, NULL, __func__);
+    return allreduce(c, send, recv, count, dt, op, NULL, __func__, FG_OK);
 }
 
 fg_status fg_comm_iallreduce(fg_comm *c, const void *send, void *recv,
                              size_t count, fg_dtype dt, fg_reduce_op op,
                              fg_comm_request **req)
 {
-    FG_TRY(check_req(req, __func__));
-    return allreduce(c, send, recv, count, dt, op, req, __func__);
+    return allreduce(c, send, recv, count, dt, op, req, __func__,
+                     check_req(req, __func__));
 }
 
 static fg_status broadcast(fg_comm *c, void *buf, size_t count, fg_dtype dt,
-                           int root, fg_comm_request **req, const char *fn)
+                           int root, fg_comm_request **req, const char *fn,
+                           fg_status pre)
 {
-    FG_TRY(check_comm(c, fn));
-    FG_TRY(check_rank(c, root, 0, "root", fn));
-    FG_TRY(check_buf(c, buf, count, 1, dt, "buf", fn, NULL));
+    fg_status v = pre;
+    if (v == FG_OK)
+        v = check_comm(c, fn);
+    if (v == FG_OK)
+        v = check_rank(c, root, 0, "root", fn);
+    if (v == FG_OK)
+        v = check_buf(c, buf, count, 1, dt, "buf", fn, NULL);
+    FG_TRY(agree(c, v, ARGS_BROADCAST, count, dt, 0, root, fn));
     return c->vt->broadcast(c, buf, count, dt, root, req);
 }
 
 fg_status fg_comm_broadcast(fg_comm *c, void *buf, size_t count, fg_dtype dt,
                             int root)
 {
-    return broadcast(c, buf, count, dt, root, NULL, __func__);
+    return broadcast(c, buf, count, dt, root, NULL, __func__, FG_OK);
 }
 
 fg_status fg_comm_ibroadcast(fg_comm *c, void *buf, size_t count, fg_dtype dt,
                              int root, fg_comm_request **req)
 {
-    FG_TRY(check_req(req, __func__));
-    return broadcast(c, buf, count, dt, root, req, __func__);
+    return broadcast(c, buf, count, dt, root, req, __func__,
+                     check_req(req, __func__));
 }
 
 static fg_status allgather(fg_comm *c, const void *send, void *recv,
                            size_t count, fg_dtype dt, fg_comm_request **req,
-                           const char *fn)
+                           const char *fn, fg_status pre)
 {
-    size_t ns, nr;
-    FG_TRY(check_comm(c, fn));
-    FG_TRY(check_buf(c, send, count, 1, dt, "send", fn, &ns));
-    FG_TRY(check_buf(c, recv, count, (size_t)c->size, dt, "recv", fn, &nr));
-    const char *own = (const char *)recv + (size_t)c->rank * ns;
-    if (send != own && overlap(send, ns, recv, nr))
-        return fg_error(FG_ERR_INVALID_ARGUMENT,
-                        "%s: send overlaps recv without being recv + rank * "
-                        "count (the in-place form)", fn);
+    size_t ns = 0, nr = 0;
+    fg_status v = pre;
+    if (v == FG_OK)
+        v = check_comm(c, fn);
+    if (v == FG_OK)
+        v = check_buf(c, send, count, 1, dt, "send", fn, &ns);
+    if (v == FG_OK)
+        v = check_buf(c, recv, count, (size_t)c->size, dt, "recv", fn, &nr);
+    if (v == FG_OK) {
+        const char *own = (const char *)recv + (size_t)c->rank * ns;
+        if (send != own && overlap(send, ns, recv, nr))
+            v = fg_error(FG_ERR_INVALID_ARGUMENT,
+                         "%s: send overlaps recv without being recv + rank * "
+                         "count (the in-place form)", fn);
+    }
+    FG_TRY(agree(c, v, ARGS_ALLGATHER, count, dt, 0, -1, fn));
     return c->vt->allgather(c, send, recv, count, dt, req);
 }
 
 fg_status fg_comm_allgather(fg_comm *c, const void *send, void *recv,
                             size_t count, fg_dtype dt)
 {
-    return allgather(c, send, recv, count, dt, NULL, __func__);
+    return allgather(c, send, recv, count, dt, NULL, __func__, FG_OK);
 }
 
 fg_status fg_comm_iallgather(fg_comm *c, const void *send, void *recv,
                              size_t count, fg_dtype dt, fg_comm_request **req)
 {
-    FG_TRY(check_req(req, __func__));
-    return allgather(c, send, recv, count, dt, req, __func__);
+    return allgather(c, send, recv, count, dt, req, __func__,
+                     check_req(req, __func__));
 }
 
 static fg_status reduce_scatter(fg_comm *c, const void *send, void *recv,
                                 size_t count, fg_dtype dt, fg_reduce_op op,
-                                fg_comm_request **req, const char *fn)
+                                fg_comm_request **req, const char *fn,
+                                fg_status pre)
 {
-    size_t ns, nr;
-    FG_TRY(check_comm(c, fn));
-    FG_TRY(check_op(op, fn));
-    FG_TRY(check_buf(c, send, count, (size_t)c->size, dt, "send", fn, &ns));
-    FG_TRY(check_buf(c, recv, count, 1, dt, "recv", fn, &nr));
-    const char *own = (const char *)send + (size_t)c->rank * nr;
-    if ((const char *)recv != own && overlap(send, ns, recv, nr))
-        return fg_error(FG_ERR_INVALID_ARGUMENT,
-                        "%s: recv overlaps send without being send + rank * "
-                        "count (the in-place form)", fn);
+    size_t ns = 0, nr = 0;
+    fg_status v = pre;
+    if (v == FG_OK)
+        v = check_comm(c, fn);
+    if (v == FG_OK)
+        v = check_op(op, fn);
+    if (v == FG_OK)
+        v = check_buf(c, send, count, (size_t)c->size, dt, "send", fn, &ns);
+    if (v == FG_OK)
+        v = check_buf(c, recv, count, 1, dt, "recv", fn, &nr);
+    if (v == FG_OK) {
+        const char *own = (const char *)send + (size_t)c->rank * nr;
+        if ((const char *)recv != own && overlap(send, ns, recv, nr))
+            v = fg_error(FG_ERR_INVALID_ARGUMENT,
+                         "%s: recv overlaps send without being send + rank * "
+                         "count (the in-place form)", fn);
+    }
+    FG_TRY(agree(c, v, ARGS_REDUCE_SCATTER, count, dt, op, -1, fn));
     return c->vt->reduce_scatter(c, send, recv, count, dt, op, req);
 }
 
 fg_status fg_comm_reduce_scatter(fg_comm *c, const void *send, void *recv,
                                  size_t count, fg_dtype dt, fg_reduce_op op)
 {
-    return reduce_scatter(c, send, recv, count, dt, op, NULL, __func__);
+    return reduce_scatter(c, send, recv, count, dt, op, NULL, __func__, FG_OK);
 }
 
 fg_status fg_comm_ireduce_scatter(fg_comm *c, const void *send, void *recv,
                                   size_t count, fg_dtype dt, fg_reduce_op op,
                                   fg_comm_request **req)
 {
-    FG_TRY(check_req(req, __func__));
-    return reduce_scatter(c, send, recv, count, dt, op, req, __func__);
+    return reduce_scatter(c, send, recv, count, dt, op, req, __func__,
+                          check_req(req, __func__));
 }
 
 static fg_status sendrecv(fg_comm *c, const void *send, size_t send_count,
@@ -274,6 +369,7 @@ fg_status fg_comm_isendrecv(fg_comm *c, const void *send, size_t send_count,
 fg_status fg_comm_barrier(fg_comm *c)
 {
     FG_TRY(check_comm(c, __func__));
+    FG_TRY(agree(c, FG_OK, ARGS_BARRIER, 0, FG_FP32, 0, -1, __func__));
     return c->vt->barrier(c);
 }
 
@@ -314,12 +410,7 @@ void *fg_comm_get_stream(const fg_comm *c)
 
 fg_status fg_comm_set_fixed_order(fg_comm *c, int on)
 {
-    FG_TRY(check_comm(c, __func__));
-    if (c->backend != FG_COMM_MPI)
-        return FG_FAIL(FG_ERR_UNSUPPORTED,
-                       "NCCL chooses its own reduction order");
-    c->fixed_order = on != 0;
-    return FG_OK;
+    return set_mpi_switch(c, 0, on, __func__);
 }
 
 void fg_comm_free(fg_comm *c)

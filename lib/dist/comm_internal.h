@@ -8,6 +8,7 @@
 #define FG_LIB_DIST_COMM_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "flashgrad/dist.h"
 #include "lib/core/error.h"
@@ -61,6 +62,7 @@ struct fg_comm {
     int cuda_device;   /* NCCL; -1 for MPI */
     int fixed_order;   /* MPI: rank-order reductions */
     void *impl;        /* backend state */
+    int check_args;    /* MPI: compare collective arguments across ranks */
 };
 
 /* New communicator with the common fields set (calloc'd; NULL on OOM). */
@@ -71,6 +73,10 @@ fg_comm *fg_comm_alloc(const fg_comm_vtable *vt, fg_comm_backend b,
 fg_status fg_mpi_comm_create(int *argc, char ***argv, const void *mpi_comm,
                              fg_comm **out);
 fg_status fg_mpi_finalize(void);
+/* The element-wise maximum and minimum of sig[0..n) (n <= 8) over the
+ * ranks, by one blocking all-reduce. */
+fg_status fg_mpi_args_range(fg_comm *c, const int64_t *sig, int n,
+                            int64_t *hi, int64_t *lo);
 
 /* ---- NCCL (kernels/dist/comm_nccl.cu or nccl_stub.c) -------------------- */
 #define FG_NCCL_ID_BYTES 128 /* sizeof(ncclUniqueId) */

@@ -639,6 +639,10 @@ fg_status fg_mpi_comm_create(int *argc, char ***argv, const void *mpi_comm,
     }
     c->impl = im;
     c->fixed_order = 1;
+    /* FG_DIST_CHECK=1: every collective compares its arguments across the
+     * ranks first (fg_comm_set_check_args), like a debug mode. */
+    const char *chk = getenv("FG_DIST_CHECK");
+    c->check_args = chk && chk[0] && strcmp(chk, "0") != 0;
     const MPI_Comm base = mpi_comm ? *(const MPI_Comm *)mpi_comm
                                    : MPI_COMM_WORLD;
     int rc = MPI_Comm_dup(base, &im->comm);
@@ -654,6 +658,25 @@ fg_status fg_mpi_comm_create(int *argc, char ***argv, const void *mpi_comm,
         return s;
     }
     *out = c;
+    return FG_OK;
+}
+
+fg_status fg_mpi_args_range(fg_comm *c, const int64_t *sig, int n,
+                            int64_t *hi, int64_t *lo)
+{
+    if (n < 1 || n > 8)
+        return FG_FAIL(FG_ERR_INTERNAL, "fg_mpi_args_range: n = %d", n);
+    const mpi_impl *im = c->impl;
+    int64_t in[16], out[16]; /* the values, then their negations: one MAX */
+    for (int i = 0; i < n; i++) {
+        in[i] = sig[i];
+        in[n + i] = -sig[i];
+    }
+    FG_MPI_TRY(MPI_Allreduce(in, out, 2 * n, MPI_INT64_T, MPI_MAX, im->comm));
+    for (int i = 0; i < n; i++) {
+        hi[i] = out[i];
+        lo[i] = -out[n + i];
+    }
     return FG_OK;
 }
 

@@ -11,3 +11,10 @@ fg_status fg_mpi_comm_create(int *argc, char ***argv, const void *mpi_comm,
 }
 
 fg_status fg_mpi_finalize(void) { return FG_OK; }
+
+fg_status fg_mpi_args_range(fg_comm *c, const int64_t *sig, int n,
+                            int64_t *hi, int64_t *lo)
+{
+    (void)c; (void)sig; (void)n; (void)hi; (void)lo;
+    return FG_NO_MPI("fg_comm_set_check_args");
+}
