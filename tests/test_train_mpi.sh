@@ -5,7 +5,10 @@
 #    --accum 2 (bitwise equal parameters, doc/distributed.md);
 #  - ZeRO-1: 10 steps, then --resume to 20, logs what a straight 20-step
 #    run logs;
-#  - only rank 0 prints and writes a run folder.
+#  - only rank 0 prints and writes a run folder;
+#  - a setup step that fails on rank 0 only (its run folder) stops every
+#    rank with an error, and FG_DIST_CHECK set on one rank only is agreed
+#    on: neither hangs (both once did, until the timeout).
 # Skipped (77) when configure found no MPI.
 set -u
 mpirun=${FG_MPIRUN-}
@@ -51,8 +54,21 @@ check "ZeRO-1, 20 steps" run "${np2[@]}" "$train" --steps 20 "${args[@]}" --zero
 check "ZeRO-1, 10 steps" run "${np2[@]}" "$train" --steps 10 "${args[@]}" --zero1 1 --out-dir z10
 check "ZeRO-1, resumed to 20" run "${np2[@]}" "$train" --resume z10/last.ckpt --steps 20
 check "ZeRO-1 resume = straight run" cmp -s <(cols z10) <(cols z20)
+# rank 0's run folder already holds a run: every rank exits, not 124
+"${np2[@]}" "$train" --steps 2 "${args[@]}" --out-dir dp >setup.out 2>&1
+rc=$?
+check "a rank-0-only setup error ends every rank" test $rc -ne 0 -a $rc -ne 124
+check "... rank 0 says why" grep -q "already holds a run" setup.out
+check "... rank 1 says it stops" grep -q "rank 1: stopping, 1 other rank" setup.out
+timeout 120 "$mpirun" --oversubscribe --allow-run-as-root \
+    -np 1 env FG_DIST_CHECK=1 "$train" --steps 4 "${args[@]}" --out-dir chk : \
+    -np 1 "$train" --steps 4 "${args[@]}" --out-dir chk >chk.out 2>&1
+rc=$?
+check "FG_DIST_CHECK on one rank: agreed, trains" test $rc -eq 0 -o $rc -eq 3
 if [[ $fail -ne 0 ]]; then
-    for f in "$work"/out.* quiet.out; do echo "== $f"; tail -n 20 "$f"; done
+    for f in "$work"/out.* quiet.out setup.out chk.out; do
+        echo "== $f"; tail -n 20 "$f"
+    done
     for d in dp one z10 z20; do echo "== $d/log.csv"; cat "$d/log.csv"; done
 fi
 exit $fail

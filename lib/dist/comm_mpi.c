@@ -640,7 +640,8 @@ fg_status fg_mpi_comm_create(int *argc, char ***argv, const void *mpi_comm,
     c->impl = im;
     c->fixed_order = 1;
     /* FG_DIST_CHECK=1: every collective compares its arguments across the
-     * ranks first (fg_comm_set_check_args), like a debug mode. */
+     * ranks first (fg_comm_set_check_args), like a debug mode; agreed on
+     * below, so that one rank's environment cannot make the mismatch. */
     const char *chk = getenv("FG_DIST_CHECK");
     c->check_args = chk && chk[0] && strcmp(chk, "0") != 0;
     const MPI_Comm base = mpi_comm ? *(const MPI_Comm *)mpi_comm
@@ -653,6 +654,12 @@ fg_status fg_mpi_comm_create(int *argc, char ***argv, const void *mpi_comm,
     }
     g_live++;
     fg_status s = setup(c, im->comm);
+    if (s == FG_OK) {
+        rc = MPI_Allreduce(MPI_IN_PLACE, &c->check_args, 1, MPI_INT, MPI_MAX,
+                           im->comm);
+        if (rc != MPI_SUCCESS)
+            s = mpi_fail(rc, "MPI_Allreduce", __FILE__, __LINE__);
+    }
     if (s != FG_OK) {
         fg_comm_free(c);
         return s;

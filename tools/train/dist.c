@@ -73,6 +73,26 @@ int dist_create(run *r, const fg_adamw_config *oc)
     return 0;
 }
 
+/* Setup's verdict, agreed by every rank: a step that failed on some ranks
+ * only (rank 0's run folder, a data file one host lacks) would otherwise
+ * leave the others waiting in the next collective forever. */
+int dist_agree(run *r, int rc)
+{
+    if (!r->host || r->world < 2)
+        return rc;
+    double failed = rc != 0;
+    if (fg_comm_allreduce(r->host, &failed, &failed, 1, FG_FP64,
+                          FG_REDUCE_SUM) != FG_OK)
+        return rc ? rc : lib_error(EXIT_FAIL);
+    if (rc)
+        return rc;
+    if (failed > 0)
+        return complain(EXIT_FAIL, "rank %d: stopping, %g other rank(s) "
+                        "failed to set up (their messages say why)",
+                        r->rank, failed);
+    return 0;
+}
+
 /* Every rank stops at the same step: a signal any rank caught counts for
  * all (mpirun forwards them, but not at the same instant). */
 int dist_signal(run *r, int sig)

@@ -375,18 +375,23 @@ static int setup(run *r, int argc, char **argv)
         strcpy(o->data, abs); /* kept absolute: --resume from elsewhere */
     fg_set_num_threads((int)o->threads);
     fg_set_deterministic((int)o->deterministic);
-    if ((rc = dist_init(r)) || (rc = pick_device(r)))
+    if ((rc = dist_init(r)))
         return rc;
+    /* Under mpirun every step below runs to its verdict on every rank, and
+     * the ranks agree on it before the next collective (dist_agree). */
+    rc = pick_device(r);
     const int cuda = r->dev == FG_DEVICE_CUDA;
     r->bf16 = !strcmp(o->dtype, "bf16") || (!strcmp(o->dtype, "auto") && cuda);
-    if (r->bf16 && !cuda)
-        return complain(EXIT_USAGE, "--dtype bf16 needs --device cuda");
-    if (r->bf16 && fg_autocast_begin(FG_BF16) != FG_OK) /* the whole run */
-        return lib_error(EXIT_FAIL);
-    if ((rc = data_open(&r->d, o)) || (o->resume[0] &&
-                                       (rc = check_resumed_data(r))))
-        return rc;
-    if ((rc = build_model(r)) || (rc = open_outputs(r)))
+    if (!rc && r->bf16 && !cuda)
+        rc = complain(EXIT_USAGE, "--dtype bf16 needs --device cuda");
+    if (!rc && r->bf16 && fg_autocast_begin(FG_BF16) != FG_OK) /* the whole run */
+        rc = lib_error(EXIT_FAIL);
+    if (!rc)
+        rc = data_open(&r->d, o);
+    if (!rc && o->resume[0])
+        rc = check_resumed_data(r);
+    if ((rc = dist_agree(r, rc)) || (rc = dist_agree(r, build_model(r))) ||
+        (rc = dist_agree(r, open_outputs(r))))
         return rc;
     print_header(r);
     return 0;

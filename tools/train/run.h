@@ -66,6 +66,8 @@ int dist_init(run *r);
 int dist_create(run *r, const fg_adamw_config *oc);
 /* The signal every rank acts on at this step (0: none). */
 int dist_signal(run *r, int sig);
+/* rc, or EXIT_FAIL where another rank's rc was not 0 (collective). */
+int dist_agree(run *r, int rc);
 void dist_free(run *r);
 
 /* ---- report.c: progress, CSV, plot ------------------------------------------ */
