@@ -185,27 +185,31 @@ fg_status fg_comm_set_check_args(fg_comm *c, int on)
 
 /* ---- operations ---------------------------------------------------------------- */
 
-/* `pre`: what the nonblocking form found of req (FG_OK for the blocking
- * one). Every check runs before any return, so that the argument check
- * (agree) sees this rank's verdict. */
+/* Each operation's checks are a function of their own, whose verdict
+ * goes through agree() before the backend runs; `pre` is what the
+ * nonblocking form found of req (FG_OK for the blocking one). */
+static fg_status allreduce_args(fg_comm *c, const void *send, void *recv,
+                                size_t count, fg_dtype dt, fg_reduce_op op,
+                                const char *fn)
+{
+    size_t nb;
+    FG_TRY(check_comm(c, fn));
+    FG_TRY(check_op(op, fn));
+    FG_TRY(check_buf(c, send, count, 1, dt, "send", fn, &nb));
+    FG_TRY(check_buf(c, recv, count, 1, dt, "recv", fn, NULL));
+    if (send != recv && overlap(send, nb, recv, nb))
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: send and recv overlap without being equal", fn);
+    return FG_OK;
+}
+
 static fg_status allreduce(fg_comm *c, const void *send, void *recv,
                            size_t count, fg_dtype dt, fg_reduce_op op,
                            fg_comm_request **req, const char *fn,
                            fg_status pre)
 {
-    size_t nb = 0;
-    fg_status v = pre;
-    if (v == FG_OK)
-        v = check_comm(c, fn);
-    if (v == FG_OK)
-        v = check_op(op, fn);
-    if (v == FG_OK)
-        v = check_buf(c, send, count, 1, dt, "send", fn, &nb);
-    if (v == FG_OK)
-        v = check_buf(c, recv, count, 1, dt, "recv", fn, NULL);
-    if (v == FG_OK && send != recv && overlap(send, nb, recv, nb))
-        v = fg_error(FG_ERR_INVALID_ARGUMENT,
-                     "%s: send and recv overlap without being equal", fn);
+    const fg_status v =
+        pre ? pre : allreduce_args(c, send, recv, count, dt, op, fn);
     FG_TRY(agree(c, v, ARGS_ALLREDUCE, count, dt, op, -1, fn));
     return c->vt->allreduce(c, send, recv, count, dt, op, req);
 }
@@ -224,17 +228,19 @@ fg_status fg_comm_iallreduce(fg_comm *c, const void *send, void *recv,
                      check_req(req, __func__));
 }
 
+static fg_status broadcast_args(fg_comm *c, void *buf, size_t count,
+                                fg_dtype dt, int root, const char *fn)
+{
+    FG_TRY(check_comm(c, fn));
+    FG_TRY(check_rank(c, root, 0, "root", fn));
+    return check_buf(c, buf, count, 1, dt, "buf", fn, NULL);
+}
+
 static fg_status broadcast(fg_comm *c, void *buf, size_t count, fg_dtype dt,
                            int root, fg_comm_request **req, const char *fn,
                            fg_status pre)
 {
-    fg_status v = pre;
-    if (v == FG_OK)
-        v = check_comm(c, fn);
-    if (v == FG_OK)
-        v = check_rank(c, root, 0, "root", fn);
-    if (v == FG_OK)
-        v = check_buf(c, buf, count, 1, dt, "buf", fn, NULL);
+    const fg_status v = pre ? pre : broadcast_args(c, buf, count, dt, root, fn);
     FG_TRY(agree(c, v, ARGS_BROADCAST, count, dt, 0, root, fn));
     return c->vt->broadcast(c, buf, count, dt, root, req);
 }
@@ -252,25 +258,27 @@ fg_status fg_comm_ibroadcast(fg_comm *c, void *buf, size_t count, fg_dtype dt,
                      check_req(req, __func__));
 }
 
+static fg_status allgather_args(fg_comm *c, const void *send, void *recv,
+                                size_t count, fg_dtype dt, const char *fn)
+{
+    size_t ns, nr;
+    FG_TRY(check_comm(c, fn));
+    FG_TRY(check_buf(c, send, count, 1, dt, "send", fn, &ns));
+    FG_TRY(check_buf(c, recv, count, (size_t)c->size, dt, "recv", fn, &nr));
+    const char *own = (const char *)recv + (size_t)c->rank * ns;
+    if (send != own && overlap(send, ns, recv, nr))
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: send overlaps recv without being recv + rank * "
+                        "count (the in-place form)", fn);
+    return FG_OK;
+}
+
 static fg_status allgather(fg_comm *c, const void *send, void *recv,
                            size_t count, fg_dtype dt, fg_comm_request **req,
                            const char *fn, fg_status pre)
 {
-    size_t ns = 0, nr = 0;
-    fg_status v = pre;
-    if (v == FG_OK)
-        v = check_comm(c, fn);
-    if (v == FG_OK)
-        v = check_buf(c, send, count, 1, dt, "send", fn, &ns);
-    if (v == FG_OK)
-        v = check_buf(c, recv, count, (size_t)c->size, dt, "recv", fn, &nr);
-    if (v == FG_OK) {
-        const char *own = (const char *)recv + (size_t)c->rank * ns;
-        if (send != own && overlap(send, ns, recv, nr))
-            v = fg_error(FG_ERR_INVALID_ARGUMENT,
-                         "%s: send overlaps recv without being recv + rank * "
-                         "count (the in-place form)", fn);
-    }
+    const fg_status v =
+        pre ? pre : allgather_args(c, send, recv, count, dt, fn);
     FG_TRY(agree(c, v, ARGS_ALLGATHER, count, dt, 0, -1, fn));
     return c->vt->allgather(c, send, recv, count, dt, req);
 }
@@ -288,28 +296,30 @@ fg_status fg_comm_iallgather(fg_comm *c, const void *send, void *recv,
                      check_req(req, __func__));
 }
 
+static fg_status reduce_scatter_args(fg_comm *c, const void *send, void *recv,
+                                     size_t count, fg_dtype dt,
+                                     fg_reduce_op op, const char *fn)
+{
+    size_t ns, nr;
+    FG_TRY(check_comm(c, fn));
+    FG_TRY(check_op(op, fn));
+    FG_TRY(check_buf(c, send, count, (size_t)c->size, dt, "send", fn, &ns));
+    FG_TRY(check_buf(c, recv, count, 1, dt, "recv", fn, &nr));
+    const char *own = (const char *)send + (size_t)c->rank * nr;
+    if ((const char *)recv != own && overlap(send, ns, recv, nr))
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: recv overlaps send without being send + rank * "
+                        "count (the in-place form)", fn);
+    return FG_OK;
+}
+
 static fg_status reduce_scatter(fg_comm *c, const void *send, void *recv,
                                 size_t count, fg_dtype dt, fg_reduce_op op,
                                 fg_comm_request **req, const char *fn,
                                 fg_status pre)
 {
-    size_t ns = 0, nr = 0;
-    fg_status v = pre;
-    if (v == FG_OK)
-        v = check_comm(c, fn);
-    if (v == FG_OK)
-        v = check_op(op, fn);
-    if (v == FG_OK)
-        v = check_buf(c, send, count, (size_t)c->size, dt, "send", fn, &ns);
-    if (v == FG_OK)
-        v = check_buf(c, recv, count, 1, dt, "recv", fn, &nr);
-    if (v == FG_OK) {
-        const char *own = (const char *)send + (size_t)c->rank * nr;
-        if ((const char *)recv != own && overlap(send, ns, recv, nr))
-            v = fg_error(FG_ERR_INVALID_ARGUMENT,
-                         "%s: recv overlaps send without being send + rank * "
-                         "count (the in-place form)", fn);
-    }
+    const fg_status v =
+        pre ? pre : reduce_scatter_args(c, send, recv, count, dt, op, fn);
     FG_TRY(agree(c, v, ARGS_REDUCE_SCATTER, count, dt, op, -1, fn));
     return c->vt->reduce_scatter(c, send, recv, count, dt, op, req);
 }

@@ -255,16 +255,16 @@ static int write_all(int fd, const unsigned char *p, size_t n)
 static fg_status write_atomically(const char *path, const unsigned char *p,
                                   size_t n)
 {
+    /* Only a regular file is replaced: the rename below would put one in
+     * place of a directory's name, or of a device, FIFO or socket (say
+     * /dev/null, for root). */
     struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-        return fg_error_at(FG_ERR_IO, "fg_checkpoint_save",
-                           "%s: is a directory", path);
-    /* The rename below would replace a device, FIFO or socket (say
-     * /dev/null, for root) with a regular file: only regular files are
-     * replaced. */
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
         return fg_error_at(FG_ERR_IO, "fg_checkpoint_save",
-                           "%s: exists and is not a regular file", path);
+                           S_ISDIR(sb.st_mode)
+                               ? "%s: is a directory"
+                               : "%s: exists and is not a regular file",
+                           path);
     remove_stale_temporaries(path);
     char tmp[4096 + 16];
     const int fd = create_temporary(path, tmp, sizeof tmp);

@@ -39,7 +39,6 @@ static int64_t draw(double *lg, int64_t V, double temp, int top_k, double u,
             mx = lg[v];
     for (int64_t v = 0; v < V; v++)
         lg[v] = (lg[v] - mx) / temp;
-    mx = 0;
     if (top_k > 0 && top_k < V) {
         /* threshold = the top_k-th largest value (partial selection). */
         memcpy(scratch, lg, (size_t)V * sizeof *scratch);
@@ -59,7 +58,7 @@ static int64_t draw(double *lg, int64_t V, double temp, int top_k, double u,
     }
     double sum = 0;
     for (int64_t v = 0; v < V; v++)
-        sum += (lg[v] = exp(lg[v] - mx));
+        sum += (lg[v] = exp(lg[v])); /* already shifted: at most 1 */
     double acc = 0, target = u * sum;
     int64_t last = 0;
     for (int64_t v = 0; v < V; v++) {
