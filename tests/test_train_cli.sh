@@ -69,6 +69,19 @@ t "--bogus with a value too" 2 "unknown option --bogus" --bogus 3
 t "--steps without a value" 2 "--steps needs a value" --steps
 t "a stray argument" 2 "unexpected argument 'foo'" foo
 t "text options in sort mode" 2 "--samples applies to text mode only" --samples 3
+# Several GPU processes without MPI: the options go together, and a
+# machine that cannot join GPU ranks says so before training anything.
+t "--world-size without --rendezvous" 2 "--rendezvous and --world-size go together" --world-size 2
+t "--rendezvous without --world-size" 2 "--rendezvous and --world-size go together" --rendezvous rz.id
+t "--rank without the others" 2 "--rank goes with --rendezvous" --rank 1
+t "--rank past --world-size" 2 "--rank 2 is not below --world-size 2" \
+    --rendezvous rz.id --world-size 2 --rank 2
+t "--rendezvous on the CPU" 2 "--rendezvous joins GPU processes" \
+    --rendezvous rz.id --world-size 2 --device cpu
+check "... and leaves no file" test ! -e rz.id
+t "--rendezvous with --world-size 1 is one process" 0 "trained 4 steps" \
+    "${TEXT[@]}" --steps 4 --rendezvous rz.id --world-size 1 --device cpu \
+    --ckpt none --out-dir rz1
 t "--version" 0 "^flashgrad-train \(flashgrad [0-9]+\.[0-9]+\.[0-9]+\)$" --version
 t "--help: exit codes" 0 "^  143|130  stopped by SIGINT" --help
 check "--help: defaults and modes" grep -Eq -- "--steps N .*\[sort 800, text 2000\]" out

@@ -1,10 +1,12 @@
-/* tools/train/dist.c - flashgrad-train under mpirun: data parallelism
- * (flashgrad/dist.h). Started by mpirun with N > 1 processes, the trainer
- * joins them with MPI (CPU) or NCCL over MPI (--device cuda; one GPU per
- * process, by its rank on the host), every rank trains on its own rows of
- * an N times larger batch and the gradients are averaged: the run equals
- * one process with --accum N times larger (doc/distributed.md). Rank 0
- * prints, logs, samples and writes checkpoints; the others stay silent. */
+/* tools/train/dist.c - flashgrad-train on several processes: data
+ * parallelism (flashgrad/dist.h). Started by mpirun with N > 1 processes,
+ * the trainer joins them with MPI (CPU) or NCCL over MPI (--device cuda;
+ * one GPU per process, by its rank on the host); started N times with
+ * --rendezvous FILE --rank R --world-size N, with NCCL through the file
+ * (one host, no MPI). Every rank trains on its own rows of an N times
+ * larger batch and the gradients are averaged: the run equals one process
+ * with --accum N times larger (doc/distributed.md). Rank 0 prints, logs,
+ * samples and writes checkpoints; the others stay silent. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,9 +22,48 @@ static int launched_by_mpi(void)
            getenv("PMIX_RANK");
 }
 
+/* Only rank 0 speaks; errors (stderr) come from every rank. */
+static int silence_others(const run *r)
+{
+    if (r->rank > 0 && !freopen("/dev/null", "w", stdout))
+        return complain(EXIT_FAIL, "rank %d: cannot silence stdout", r->rank);
+    return 0;
+}
+
+/* --rendezvous: NCCL among the processes of this host, through a file. */
+static int init_rendezvous(run *r)
+{
+    const opts *o = &r->o;
+    if (launched_by_mpi())
+        return complain(EXIT_USAGE, "--rendezvous is for processes started "
+                        "without mpirun (under mpirun the ranks join by "
+                        "MPI)");
+    r->rank = (int)o->rank;
+    r->world = (int)o->world_size;
+    if (r->world == 1)
+        return 0;
+    if (!strcmp(o->device, "cpu") || !fg_cuda_available())
+        return complain(EXIT_USAGE, "--rendezvous joins GPU processes "
+                        "(NCCL); on the CPU start the ranks with mpirun");
+    if (!fg_comm_backend_available(FG_COMM_NCCL))
+        return complain(EXIT_USAGE, "--rendezvous: this flashgrad was built "
+                        "without NCCL (configure --with-nccl)");
+    int rc = silence_others(r);
+    if (rc)
+        return rc;
+    /* Generous: the other processes may still be loading CUDA. */
+    if (fg_comm_init_nccl_file(o->rendezvous, r->rank, r->world, -1, 300.0,
+                               &r->comm) != FG_OK)
+        return complain(EXIT_FAIL, "rank %d: --rendezvous %s: %s", r->rank,
+                        o->rendezvous, fg_last_error());
+    return 0;
+}
+
 int dist_init(run *r)
 {
     r->world = 1;
+    if (r->o.world_size)
+        return init_rendezvous(r);
     if (!launched_by_mpi())
         return 0;
     if (!fg_comm_backend_available(FG_COMM_MPI))
@@ -37,9 +78,9 @@ int dist_init(run *r)
         r->host = NULL;
         return 0;
     }
-    /* Only rank 0 speaks; errors (stderr) come from every rank. */
-    if (r->rank > 0 && !freopen("/dev/null", "w", stdout))
-        return complain(EXIT_FAIL, "rank %d: cannot silence stdout", r->rank);
+    int rc = silence_others(r);
+    if (rc)
+        return rc;
     /* NCCL picks this rank's GPU before anything touches CUDA. */
     const char *dev = r->o.device;
     const int cuda = !strcmp(dev, "cuda") ||
@@ -53,6 +94,25 @@ int dist_init(run *r)
         return complain(EXIT_USAGE, "--device cuda under mpirun: %s",
                         fg_last_error());
     return 0;
+}
+
+/* Sums n small host values over the ranks: through MPI where the ranks
+ * have it, else through NCCL with a device copy (--rendezvous). */
+static fg_status sum_over_ranks(run *r, double *v, int n)
+{
+    if (r->host)
+        return fg_comm_allreduce(r->host, v, v, n, FG_FP64, FG_REDUCE_SUM);
+    fg_tensor *t = NULL;
+    const int64_t shape[1] = {n};
+    fg_status st = fg_tensor_from_host(FG_FP64, FG_DEVICE_CUDA, 1, shape, v,
+                                       &t);
+    if (st == FG_OK)
+        st = fg_comm_allreduce(r->comm, fg_tensor_data(t), fg_tensor_data(t),
+                               n, FG_FP64, FG_REDUCE_SUM);
+    if (st == FG_OK)
+        st = fg_tensor_copy_to_host(t, FG_FP64, v, n);
+    fg_tensor_free(t);
+    return st;
 }
 
 int dist_create(run *r, const fg_adamw_config *oc)
@@ -78,11 +138,10 @@ int dist_create(run *r, const fg_adamw_config *oc)
  * leave the others waiting in the next collective forever. */
 int dist_agree(run *r, int rc)
 {
-    if (!r->host || r->world < 2)
+    if (!r->comm || r->world < 2)
         return rc;
     double failed = rc != 0;
-    if (fg_comm_allreduce(r->host, &failed, &failed, 1, FG_FP64,
-                          FG_REDUCE_SUM) != FG_OK)
+    if (sum_over_ranks(r, &failed, 1) != FG_OK)
         return rc ? rc : lib_error(EXIT_FAIL);
     if (rc)
         return rc;
@@ -100,7 +159,7 @@ int dist_signal(run *r, int sig)
     if (!r->dp)
         return sig;
     double f[2] = {sig == SIGINT, sig != 0 && sig != SIGINT};
-    if (fg_comm_allreduce(r->host, f, f, 2, FG_FP64, FG_REDUCE_SUM) != FG_OK)
+    if (sum_over_ranks(r, f, 2) != FG_OK)
         return sig ? sig : SIGTERM; /* the ranks cannot agree: stop */
     return f[0] > 0 ? SIGINT : f[1] > 0 ? SIGTERM : 0;
 }

@@ -172,6 +172,18 @@ static const spec SPECS[] = {
          .help = "with --resume: train on a text other than the\n"
                  "checkpoint's (its characters must be in the\n"
                  "vocabulary)"),
+    STR("--rendezvous", rendezvous, CMD, "FILE",
+        .help = "data parallel on the GPUs of one host without MPI:\n"
+                "start one process per GPU with the same FILE (a\n"
+                "fresh path; rank 0 writes NCCL's id there), its\n"
+                "--rank and --world-size",
+        .dflt = ""),
+    INT("--rank", rank, 0, 1 << 20, CMD,
+        .help = "with --rendezvous: this process's rank (its GPU is\n"
+                "the rank modulo the GPU count)"),
+    INT("--world-size", world_size, 1, 1 << 20, CMD,
+        .help = "with --rendezvous: the number of processes",
+        .dflt = ""),
     {.name = "--help", .kind = K_HELP, .scope = CMD,
      .help = "this text"},
     {.name = "--version", .kind = K_VERSION, .scope = CMD,
@@ -524,6 +536,13 @@ int opts_finish(opts *o, const opt_given *given)
         return bad(NULL, "--peak-tflops: -1 (auto), 0 (off) or a peak");
     if (o->allow_new_data && !o->resume[0])
         return bad(NULL, "--allow-new-data goes with --resume");
+    if (!o->rendezvous[0] != !o->world_size)
+        return bad(NULL, "--rendezvous and --world-size go together");
+    if (o->rank && !o->world_size)
+        return bad(NULL, "--rank goes with --rendezvous and --world-size");
+    if (o->world_size && o->rank >= o->world_size)
+        return bad(NULL, "--rank %lld is not below --world-size %lld",
+                   (long long)o->rank, (long long)o->world_size);
     return 0;
 }
 

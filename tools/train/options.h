@@ -46,6 +46,9 @@ typedef struct opts {
     char resume[PATH_CAP];
     int64_t allow_new_data;
     int64_t profile_steps; /* 0: no profile */
+    /* several GPU processes without MPI (dist.c): "" = not used */
+    char rendezvous[PATH_CAP];
+    int64_t rank, world_size; /* world_size 0: not given */
 } opts;
 
 /* Which options a command line gave (index into the option table). */

@@ -40,9 +40,9 @@ typedef struct run {
     double t0;            /* this process's start of training */
     double flops_per_token;
     double peak_flops;    /* one device's, for the MFU (0: none) */
-    /* under mpirun (dist.c); one process: world 1, the rest NULL */
+    /* several processes (dist.c); one process: world 1, the rest NULL */
     int rank, world;
-    fg_comm *host;        /* MPI: the ranks */
+    fg_comm *host;        /* MPI: the ranks (NULL under --rendezvous) */
     fg_comm *comm;        /* the gradients': host (CPU) or NCCL (GPU) */
     fg_dp *dp;            /* owns the optimizer; r->opt stays NULL */
 } run;
@@ -58,9 +58,9 @@ int ckpt_read_run(run *r, const char *path);
  * EXIT_FAIL (printed). */
 int ckpt_save(run *r, const char *path, const char *why);
 
-/* ---- dist.c: data parallel under mpirun ------------------------------------- */
-/* Joins the other ranks when mpirun started several (before anything
- * touches CUDA: NCCL picks the GPU); silences stdout except on rank 0. */
+/* ---- dist.c: data parallel (mpirun or --rendezvous) ------------------------- */
+/* Joins the other ranks (mpirun, --rendezvous) before anything touches
+ * CUDA (NCCL picks the GPU); silences stdout except on rank 0. */
 int dist_init(run *r);
 /* The data-parallel state over r->m's parameters (replaces r->opt). */
 int dist_create(run *r, const fg_adamw_config *oc);
