@@ -272,8 +272,13 @@ int main(int argc, char **argv)
     prob_make(&one, &c, n, &gen);
     fg_tensor *src[4] = {gq, gk, gv, gdo};
     const int slot[4] = {0, 1, 2, 4};
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++) {
         gather_rows(&c, src[i], ring.t[slot[i]]);
+        if (!c.check) { /* only --check needs the whole sequence again */
+            fg_tensor_free(src[i]);
+            src[i] = NULL;
+        }
+    }
     fg_attn_params rp, op;
     fg_attn_params_init(&rp, c.B, n, n, c.H, c.H, c.d);
     rp.device = FG_DEVICE_CUDA;

@@ -104,8 +104,11 @@ __global__ void dropout_add_kernel(const Tx *__restrict__ x,
             if (e >= n)
                 continue;
             const Tv bv = Num<Tv>::st(Num<Tb>::ld(b[e])); /* exact forward */
-            const Tv v = Num<Tv>::st_d((double)Num<Tv>::ld(bv) *
-                                       ((words[k] >> 8) < thr ? scale : 0.0));
+            /* __dmul_rn: never contracted with the add below into an FMA
+             * (fp64 has no rounding between them), which the unfused
+             * chain cannot do either */
+            const Tv v = Num<Tv>::st_d(__dmul_rn(
+                (double)Num<Tv>::ld(bv), (words[k] >> 8) < thr ? scale : 0.0));
             if (x)
                 y[e] = Num<Ty>::st(Num<Tx>::ld(x[e]) +
                                    (typename Num<Tx>::A)Num<Tv>::ld(v));
