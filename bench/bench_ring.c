@@ -17,7 +17,9 @@
  * figure divides the whole sequence's FLOPs by W and by the slowest rank's
  * median time; the single-GPU figure is attention over n = N / W tokens.
  * Each round times --reps ring steps and --reps single-GPU steps (CUDA
- * events on the context stream); the best round's median is printed. */
+ * events on the context stream); the best round's median is printed.
+ * A rank that fails exits and leaves the others waiting: stop them. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +49,15 @@ static int usage(void)
     return 2;
 }
 
+/* A whole number, all of v; 0 where it is not one. */
+static int whole(const char *v, long long *out)
+{
+    char *end;
+    errno = 0;
+    *out = strtoll(v, &end, 10);
+    return errno == 0 && end != v && *end == '\0';
+}
+
 static int parse(cfg *c, int argc, char **argv)
 {
     *c = (cfg){.rank = -1, .world = 0, .causal = 1, .rounds = 3, .reps = 5,
@@ -61,26 +72,31 @@ static int parse(cfg *c, int argc, char **argv)
         if (!v)
             return usage();
         i++;
+        long long n = 0;
+        const int num = whole(v, &n);
+        if (strcmp(a, "--rendezvous") && strcmp(a, "--layout") &&
+            strcmp(a, "--dtype") && (!num || n < 0 || n > (1ll << 30)))
+            return usage();
         if (!strcmp(a, "--rendezvous"))
             c->rdv = v;
         else if (!strcmp(a, "--rank"))
-            c->rank = atoi(v);
+            c->rank = (int)n;
         else if (!strcmp(a, "--world-size"))
-            c->world = atoi(v);
+            c->world = (int)n;
         else if (!strcmp(a, "--N"))
-            c->N = atoll(v);
+            c->N = (int64_t)n;
         else if (!strcmp(a, "--B"))
-            c->B = atoll(v);
+            c->B = (int64_t)n;
         else if (!strcmp(a, "--H"))
-            c->H = atoll(v);
+            c->H = (int64_t)n;
         else if (!strcmp(a, "--d"))
-            c->d = atoll(v);
+            c->d = (int64_t)n;
         else if (!strcmp(a, "--causal"))
-            c->causal = atoi(v);
+            c->causal = (int)n;
         else if (!strcmp(a, "--rounds"))
-            c->rounds = atoi(v);
+            c->rounds = (int)n;
         else if (!strcmp(a, "--reps"))
-            c->reps = atoi(v);
+            c->reps = (int)n;
         else if (!strcmp(a, "--layout") && !strcmp(v, "zigzag"))
             c->layout = FG_RING_ZIGZAG;
         else if (!strcmp(a, "--layout") && !strcmp(v, "contiguous"))
@@ -287,6 +303,10 @@ int main(int argc, char **argv)
 
     float *rf = malloc(sizeof(float) * c.reps), *rb = malloc(sizeof(float) * c.reps),
           *of = malloc(sizeof(float) * c.reps), *ob = malloc(sizeof(float) * c.reps);
+    if (!rf || !rb || !of || !ob) {
+        fprintf(stderr, "bench_ring: out of host memory\n");
+        return 1;
+    }
     double best[4] = {INFINITY, INFINITY, INFINITY, INFINITY};
     for (int w = 0; w < 2; w++) { /* warm-up */
         float a, b;

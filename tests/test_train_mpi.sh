@@ -8,7 +8,8 @@
 #  - only rank 0 prints and writes a run folder;
 #  - a setup step that fails on rank 0 only (its run folder) stops every
 #    rank with an error, and FG_DIST_CHECK set on one rank only is agreed
-#    on: neither hangs (both once did, until the timeout).
+#    on: neither hangs (both once did, until the timeout);
+#  - ranks given other settings (--steps) all refuse to start.
 # Skipped (77) when configure found no MPI.
 set -u
 mpirun=${FG_MPIRUN-}
@@ -65,8 +66,16 @@ timeout 120 "$mpirun" --oversubscribe --allow-run-as-root \
     -np 1 "$train" --steps 4 "${args[@]}" --out-dir chk >chk.out 2>&1
 rc=$?
 check "FG_DIST_CHECK on one rank: agreed, trains" test $rc -eq 0 -o $rc -eq 3
+# ranks with other settings (here --steps) would issue other collectives
+timeout 120 "$mpirun" --oversubscribe --allow-run-as-root \
+    -np 1 "$train" --steps 4 "${args[@]}" --out-dir diff : \
+    -np 1 "$train" --steps 5 "${args[@]}" --out-dir diff >diff.out 2>&1
+rc=$?
+check "other settings on rank 1: every rank stops" test $rc -ne 0 -a $rc -ne 124
+check "... rank 1 says why" grep -q "rank 1: its settings differ from rank 0's" diff.out
+check "... nothing trained" test ! -e diff/log.csv
 if [[ $fail -ne 0 ]]; then
-    for f in "$work"/out.* quiet.out setup.out chk.out; do
+    for f in "$work"/out.* quiet.out setup.out chk.out diff.out; do
         echo "== $f"; tail -n 20 "$f"
     done
     for d in dp one z10 z20; do echo "== $d/log.csv"; cat "$d/log.csv"; done

@@ -8,6 +8,7 @@
  * with --accum N times larger (doc/distributed.md). Rank 0 prints, logs,
  * samples and writes checkpoints; the others stay silent. */
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,8 @@ static int silence_others(const run *r)
         return complain(EXIT_FAIL, "rank %d: cannot silence stdout", r->rank);
     return 0;
 }
+
+enum { AGREE_MAX = 4 }; /* values per sum_over_ranks */
 
 /* --rendezvous: NCCL among the processes of this host, through a file. */
 static int init_rendezvous(run *r)
@@ -56,6 +59,10 @@ static int init_rendezvous(run *r)
                                &r->comm) != FG_OK)
         return complain(EXIT_FAIL, "rank %d: --rendezvous %s: %s", r->rank,
                         o->rendezvous, fg_last_error());
+    const int64_t shape[1] = {AGREE_MAX};
+    if (fg_tensor_zeros(FG_FP64, FG_DEVICE_CUDA, 1, shape, &r->agree_buf) !=
+        FG_OK)
+        return lib_error(EXIT_FAIL);
     return 0;
 }
 
@@ -96,23 +103,70 @@ int dist_init(run *r)
     return 0;
 }
 
-/* Sums n small host values over the ranks: through MPI where the ranks
- * have it, else through NCCL with a device copy (--rendezvous). */
+/* Sums n <= AGREE_MAX small host values over the ranks: through MPI where
+ * the ranks have it, else through NCCL in r->agree_buf (--rendezvous). */
 static fg_status sum_over_ranks(run *r, double *v, int n)
 {
     if (r->host)
         return fg_comm_allreduce(r->host, v, v, n, FG_FP64, FG_REDUCE_SUM);
-    fg_tensor *t = NULL;
-    const int64_t shape[1] = {n};
-    fg_status st = fg_tensor_from_host(FG_FP64, FG_DEVICE_CUDA, 1, shape, v,
-                                       &t);
+    double pad[AGREE_MAX] = {0};
+    memcpy(pad, v, sizeof(double) * (size_t)n);
+    fg_tensor *t = r->agree_buf;
+    fg_status st = fg_tensor_copy_from_host(t, FG_FP64, pad, AGREE_MAX);
+    /* The all-reduce runs even where the copy failed: the peers wait in it. */
+    const fg_status ar = fg_comm_allreduce(r->comm, fg_tensor_data(t),
+                                           fg_tensor_data(t), (size_t)n,
+                                           FG_FP64, FG_REDUCE_SUM);
     if (st == FG_OK)
-        st = fg_comm_allreduce(r->comm, fg_tensor_data(t), fg_tensor_data(t),
-                               n, FG_FP64, FG_REDUCE_SUM);
+        st = ar;
     if (st == FG_OK)
-        st = fg_tensor_copy_to_host(t, FG_FP64, v, n);
-    fg_tensor_free(t);
+        st = fg_tensor_copy_to_host(t, FG_FP64, pad, AGREE_MAX);
+    memcpy(v, pad, sizeof(double) * (size_t)n);
     return st;
+}
+
+/* FNV-1a of what must be equal on every rank. */
+static uint64_t settings_hash(const run *r)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return 0;
+    opts_write(&r->o, f, 0);
+    fprintf(f, "--resume %s\nranks %d\n", r->o.resume, r->world);
+    fclose(f);
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; text && i < len; i++) {
+        h ^= (unsigned char)text[i];
+        h *= 1099511628211ull;
+    }
+    free(text);
+    return h;
+}
+
+/* Under mpirun every rank gets the same command line; under --rendezvous
+ * each has its own, and ranks with other steps, shapes or checkpoint
+ * settings would issue other collectives and hang (or sum garbage). Rank
+ * 0's hash, 60 bits in three exact 20-bit parts, reaches every rank. */
+int dist_check_settings(run *r)
+{
+    if (!r->comm || r->world < 2)
+        return 0;
+    const uint64_t h = settings_hash(r) & ((1ull << 60) - 1);
+    double v[3];
+    for (int i = 0; i < 3; i++)
+        v[i] = r->rank == 0 ? (double)((h >> (20 * i)) & 0xFFFFF) : 0.0;
+    if (sum_over_ranks(r, v, 3) != FG_OK)
+        return lib_error(EXIT_FAIL);
+    uint64_t h0 = 0;
+    for (int i = 0; i < 3; i++)
+        h0 |= (uint64_t)v[i] << (20 * i);
+    const int rc = h0 == h ? 0
+                 : complain(EXIT_USAGE, "rank %d: its settings differ from "
+                            "rank 0's (every rank needs the same options, "
+                            "--rank aside)", r->rank);
+    return dist_agree(r, rc);
 }
 
 int dist_create(run *r, const fg_adamw_config *oc)
@@ -166,6 +220,8 @@ int dist_signal(run *r, int sig)
 
 void dist_free(run *r)
 {
+    fg_tensor_free(r->agree_buf);
+    r->agree_buf = NULL;
     fg_dp_free(r->dp);
     r->dp = NULL;
     if (r->comm != r->host)

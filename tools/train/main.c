@@ -375,7 +375,7 @@ static int setup(run *r, int argc, char **argv)
         strcpy(o->data, abs); /* kept absolute: --resume from elsewhere */
     fg_set_num_threads((int)o->threads);
     fg_set_deterministic((int)o->deterministic);
-    if ((rc = dist_init(r)))
+    if ((rc = dist_init(r)) || (rc = dist_check_settings(r)))
         return rc;
     /* Under mpirun every step below runs to its verdict on every rank, and
      * the ranks agree on it before the next collective (dist_agree). */

@@ -106,8 +106,8 @@ static const spec SPECS[] = {
     INT("--deterministic", deterministic, 0, 1, BOTH,
         .help = "bitwise-reproducible CUDA steps (the CPU always is)"),
     INT("--zero1", zero1, 0, 1, BOTH,
-        .help = "under mpirun: shard the AdamW moments across the\n"
-                "ranks (ZeRO-1)"),
+        .help = "with several ranks (mpirun, --rendezvous): shard\n"
+                "the AdamW moments across them (ZeRO-1)"),
     GROUP("Progress and evaluation"),
     INT("--print-interval", print_interval, 1, BIG, BOTH,
         .help = "steps between progress lines (loss, speed, MFU, ETA)"),

@@ -44,6 +44,9 @@ typedef struct run {
     int rank, world;
     fg_comm *host;        /* MPI: the ranks (NULL under --rendezvous) */
     fg_comm *comm;        /* the gradients': host (CPU) or NCCL (GPU) */
+    fg_tensor *agree_buf; /* --rendezvous: device scratch of the small
+                             all-reduces (allocated once: a rank whose
+                             allocation failed would skip a collective) */
     fg_dp *dp;            /* owns the optimizer; r->opt stays NULL */
 } run;
 
@@ -68,6 +71,9 @@ int dist_create(run *r, const fg_adamw_config *oc);
 int dist_signal(run *r, int sig);
 /* rc, or EXIT_FAIL where another rank's rc was not 0 (collective). */
 int dist_agree(run *r, int rc);
+/* EXIT_USAGE on every rank where some rank's settings (the options kept in
+ * checkpoints, --resume, the rank count) differ from rank 0's. */
+int dist_check_settings(run *r);
 void dist_free(run *r);
 
 /* ---- report.c: progress, CSV, plot ------------------------------------------ */
