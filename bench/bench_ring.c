@@ -63,6 +63,14 @@ static int parse(cfg *c, int argc, char **argv)
     *c = (cfg){.rank = -1, .world = 0, .causal = 1, .rounds = 3, .reps = 5,
                .N = 131072, .B = 1, .H = 16, .d = 128,
                .layout = FG_RING_ZIGZAG, .dt = FG_BF16};
+    /* the numeric options: whole numbers in [0, 2^30] */
+    const struct { const char *name; int *i; int64_t *l; } nums[] = {
+        {"--rank", &c->rank, NULL},     {"--world-size", &c->world, NULL},
+        {"--causal", &c->causal, NULL}, {"--rounds", &c->rounds, NULL},
+        {"--reps", &c->reps, NULL},     {"--N", NULL, &c->N},
+        {"--B", NULL, &c->B},           {"--H", NULL, &c->H},
+        {"--d", NULL, &c->d}};
+    const int nnums = (int)(sizeof nums / sizeof *nums);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--check")) {
@@ -72,31 +80,8 @@ static int parse(cfg *c, int argc, char **argv)
         if (!v)
             return usage();
         i++;
-        long long n = 0;
-        const int num = whole(v, &n);
-        if (strcmp(a, "--rendezvous") && strcmp(a, "--layout") &&
-            strcmp(a, "--dtype") && (!num || n < 0 || n > (1ll << 30)))
-            return usage();
         if (!strcmp(a, "--rendezvous"))
             c->rdv = v;
-        else if (!strcmp(a, "--rank"))
-            c->rank = (int)n;
-        else if (!strcmp(a, "--world-size"))
-            c->world = (int)n;
-        else if (!strcmp(a, "--N"))
-            c->N = (int64_t)n;
-        else if (!strcmp(a, "--B"))
-            c->B = (int64_t)n;
-        else if (!strcmp(a, "--H"))
-            c->H = (int64_t)n;
-        else if (!strcmp(a, "--d"))
-            c->d = (int64_t)n;
-        else if (!strcmp(a, "--causal"))
-            c->causal = (int)n;
-        else if (!strcmp(a, "--rounds"))
-            c->rounds = (int)n;
-        else if (!strcmp(a, "--reps"))
-            c->reps = (int)n;
         else if (!strcmp(a, "--layout") && !strcmp(v, "zigzag"))
             c->layout = FG_RING_ZIGZAG;
         else if (!strcmp(a, "--layout") && !strcmp(v, "contiguous"))
@@ -105,8 +90,18 @@ static int parse(cfg *c, int argc, char **argv)
             c->dt = FG_BF16;
         else if (!strcmp(a, "--dtype") && !strcmp(v, "fp16"))
             c->dt = FG_FP16;
-        else
-            return usage();
+        else {
+            int k = 0;
+            while (k < nnums && strcmp(a, nums[k].name))
+                k++;
+            long long n;
+            if (k == nnums || !whole(v, &n) || n < 0 || n > (1ll << 30))
+                return usage();
+            if (nums[k].i)
+                *nums[k].i = (int)n;
+            else
+                *nums[k].l = (int64_t)n;
+        }
     }
     if (!c->rdv || c->world < 1 || c->rank < 0 || c->rank >= c->world ||
         c->N <= 0 || c->N % (2 * c->world) || c->B <= 0 || c->H <= 0 ||
