@@ -190,11 +190,28 @@ static void test_checkpoint(fg_comm *c, int zero1)
     fg_generator g;
     fg_generator_init(&g, 9);
     fg_train_state st = {0};
+    /* Flags: step 0 carries rank r's bit r + 1 (rank 0: none), step 1
+     * none; every rank sees the OR of the others' after step 0, 0 after
+     * step 1 (the step clears what it sent). */
+    FGD_CHECK(fg_dp_flags(da) == 0, "flags before the first step: 0x%x",
+              fg_dp_flags(da));
     for (int s = 0; s < 2; s++) {
         batch(100 + s, rows, x, y);
+        if (s == 0 && fgd_rank > 0)
+            FGD_OK(fg_dp_set_flags(da, 1u << (fgd_rank % 8)));
         FGD_OK(fg_dp_train_step(da, a, xr, yr, B, T, 1, 1.0, -1, &g, NULL,
                                 NULL));
+        unsigned want = 0;
+        for (int r = 1; s == 0 && r < fgd_size; r++)
+            want |= 1u << (r % 8);
+        FGD_CHECK(fg_dp_flags(da) == want, "flags after step %d: 0x%x, want "
+                  "0x%x", s, fg_dp_flags(da), want);
     }
+    FGD_CHECK(fg_dp_set_flags(da, 1u << 8) == FG_ERR_INVALID_ARGUMENT,
+              "flag bit 8");
+    FGD_CHECK(fg_dp_set_flags(NULL, 1) == FG_ERR_INVALID_ARGUMENT,
+              "NULL dp flags");
+    FGD_CHECK(fg_dp_flags(NULL) == 0, "NULL dp flags read");
     st.step = 2;
     st.rng = g;
     FGD_OK(fg_dp_checkpoint_save(da, path, a, &st, "dist test"));

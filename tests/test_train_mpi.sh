@@ -9,7 +9,8 @@
 #  - a setup step that fails on rank 0 only (its run folder) stops every
 #    rank with an error, and FG_DIST_CHECK set on one rank only is agreed
 #    on: neither hangs (both once did, until the timeout);
-#  - ranks given other settings (--steps) all refuse to start.
+#  - ranks given other settings (--steps) all refuse to start;
+#  - SIGTERM to one rank stops both, with rank 0's checkpoint.
 # Skipped (77) when configure found no MPI.
 set -u
 mpirun=${FG_MPIRUN-}
@@ -74,8 +75,29 @@ rc=$?
 check "other settings on rank 1: every rank stops" test $rc -ne 0 -a $rc -ne 124
 check "... rank 1 says why" grep -q "rank 1: its settings differ from rank 0's" diff.out
 check "... nothing trained" test ! -e diff/log.csv
+# SIGTERM to rank 1 alone: it travels in the next step's reduction and
+# both ranks stop at one step, rank 0 writing the checkpoint.
+timeout 120 "$mpirun" --oversubscribe --allow-run-as-root -np 1 "$train" \
+    --steps 1000000 "${args[@]}" --eval-interval 100000 --ckpt-interval 0 \
+    --out-dir sig : -np 1 env FG_SIG_RANK=1 "$train" --steps 1000000 \
+    "${args[@]}" --eval-interval 100000 --ckpt-interval 0 \
+    --out-dir sig >sig.out 2>&1 &
+mpid=$!
+for ((i = 0; i < 400; i++)); do # the first progress row
+    [[ -f sig/log.csv && $(wc -l <sig/log.csv) -ge 2 ]] && break
+    sleep 0.05
+done
+r1=$(for p in $(pgrep -f "flashgrad-train --steps 1000000"); do
+    grep -qz '^FG_SIG_RANK=1$' /proc/$p/environ 2>/dev/null && echo $p
+done | head -n 1)
+[[ -n $r1 ]] && kill -TERM "$r1"
+wait $mpid
+rc=$?
+check "SIGTERM to rank 1: both ranks stop (not the timeout)" test -n "$r1" -a $rc -ne 124 -a $rc -ne 0
+check "... rank 0 saves the checkpoint" grep -q "^checkpoint (SIGTERM).*last.ckpt" sig.out
+check "... which exists" test -s sig/last.ckpt
 if [[ $fail -ne 0 ]]; then
-    for f in "$work"/out.* quiet.out setup.out chk.out diff.out; do
+    for f in "$work"/out.* quiet.out setup.out chk.out diff.out sig.out; do
         echo "== $f"; tail -n 20 "$f"
     done
     for d in dp one z10 z20; do echo "== $d/log.csv"; cat "$d/log.csv"; done

@@ -278,6 +278,14 @@ FG_API fg_status fg_dp_train_step(fg_dp *dp, const fg_gpt *m,
                                   double clip, double lr, fg_generator *rng,
                                   fg_arena *arena, fg_step_stats *stats);
 
+/* Flags (bits 0-7) this rank hands to the next fg_dp_train_step, which
+ * reduces them with its loss (no collective or host synchronisation of
+ * their own) and then clears them; fg_dp_flags returns the OR over every
+ * rank from the last step (0 before the first). A way for every rank to
+ * agree, at the same step, on what one saw, e.g. a signal asking to stop. */
+FG_API fg_status fg_dp_set_flags(fg_dp *dp, unsigned flags);
+FG_API unsigned fg_dp_flags(const fg_dp *dp);
+
 /* Checkpoints of a data-parallel run (format of optim.h). Save is
  * collective: with ZeRO-1 the moments are gathered to rank 0, which writes
  * the file; the others only take part. Load: every rank reads the file

@@ -52,6 +52,8 @@ typedef struct dp_seg {
     int64_t poff, flat, len; /* offset in the parameter, in the buffer */
 } dp_seg;
 
+enum { DP_NFLAGS = 8 }; /* fg_dp_set_flags: bits 0-7 */
+
 struct fg_dp {
     fg_comm *comm;
     fg_dp_config cfg;
@@ -77,6 +79,8 @@ struct fg_dp {
     fg_param *segp; /* 1-D views: parameter slice, .grad = buffer slice */
     int64_t shard_elements;
     int64_t opt_steps; /* AdamW steps taken (ZeRO-1 ranks may own nothing) */
+    /* fg_dp_set_flags for the next step, and the last step's OR */
+    unsigned flags_in, flags_out;
     /* stats */
     int64_t steps, started_in_backward;
 };
@@ -562,6 +566,24 @@ fg_status fg_dp_train_step(fg_dp *dp, const fg_gpt *m, const int64_t *x,
     fg_status f = fg_dp_finish_backward(dp);
     if (s == FG_OK)
         s = f;
+    /* The loss and the flags reduce before the optimizer: this wait for
+     * the host value then overlaps nothing that is queued, and the step
+     * and zeroing below run on the GPU while the caller prepares the next
+     * batch (after them, it would drain the stream every step). A flag's
+     * mean over the ranks is > 0 where any rank set it. */
+    double v[1 + DP_NFLAGS];
+    v[0] = total / accum;
+    for (int i = 0; i < DP_NFLAGS; i++)
+        v[1 + i] = (dp->flags_in >> i) & 1u;
+    dp->flags_in = 0;
+    if (s == FG_OK)
+        s = fg_comm_allreduce_host_f64(dp->comm, v, 1 + DP_NFLAGS,
+                                       FG_REDUCE_AVG);
+    if (s == FG_OK) {
+        dp->flags_out = 0;
+        for (int i = 0; i < DP_NFLAGS; i++)
+            dp->flags_out |= (v[1 + i] > 0) ? 1u << i : 0u;
+    }
     if (s == FG_OK)
         s = fg_dp_clip_grad_norm(dp, clip, &norm);
     if (s == FG_OK)
@@ -569,15 +591,25 @@ fg_status fg_dp_train_step(fg_dp *dp, const fg_gpt *m, const int64_t *x,
     fg_status z = fg_dp_zero_grad(dp);
     if (s == FG_OK)
         s = z;
-    double loss = total / accum;
-    if (s == FG_OK)
-        s = fg_comm_allreduce_host_f64(dp->comm, &loss, 1, FG_REDUCE_AVG);
     if (s == FG_OK && stats) {
-        stats->loss = loss;
+        stats->loss = v[0];
         stats->grad_norm = norm;
     }
     return s;
 }
+
+fg_status fg_dp_set_flags(fg_dp *dp, unsigned flags)
+{
+    if (!dp)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL dp");
+    if (flags >> DP_NFLAGS)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "flags 0x%x: only bits 0-%d "
+                       "exist", flags, DP_NFLAGS - 1);
+    dp->flags_in = flags;
+    return FG_OK;
+}
+
+unsigned fg_dp_flags(const fg_dp *dp) { return dp ? dp->flags_out : 0; }
 
 /* ---- checkpoints ---------------------------------------------------------------------- */
 

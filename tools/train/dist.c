@@ -207,15 +207,20 @@ int dist_agree(run *r, int rc)
 }
 
 /* Every rank stops at the same step: a signal any rank caught counts for
- * all (mpirun forwards them, but not at the same instant). */
+ * all (mpirun forwards them, but not at the same instant). It travels in
+ * the next step's own reduction (fg_dp_set_flags), so a signal caught
+ * during step s stops every rank after step s + 1, without a collective
+ * per step of its own (which would drain each GPU's stream every step). */
 int dist_signal(run *r, int sig)
 {
     if (!r->dp)
         return sig;
-    double f[2] = {sig == SIGINT, sig != 0 && sig != SIGINT};
-    if (sum_over_ranks(r, f, 2) != FG_OK)
-        return sig ? sig : SIGTERM; /* the ranks cannot agree: stop */
-    return f[0] > 0 ? SIGINT : f[1] > 0 ? SIGTERM : 0;
+    const unsigned seen = fg_dp_flags(r->dp);
+    const unsigned mine = (sig == SIGINT ? 1u : 0u) |
+                          (sig != 0 && sig != SIGINT ? 2u : 0u);
+    if (fg_dp_set_flags(r->dp, mine) != FG_OK)
+        return sig ? sig : SIGTERM;
+    return seen & 1u ? SIGINT : seen & 2u ? SIGTERM : 0;
 }
 
 void dist_free(run *r)
