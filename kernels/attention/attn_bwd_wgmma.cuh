@@ -138,6 +138,9 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     using Tile = BwdWgTile<D>;
     constexpr bool kSpec = BwdSpec<D, kDropout>::value;
     constexpr bool kEarlyDQ = BwdSpec<D, kDropout>::kEarlyDQ;
+    /* Modes 2, 3 and 4 have one instantiation for both dropout settings
+     * (half the kernels to build): there it is a run-time flag. */
+    const bool drop = kDropout && (kMode < 2 || a.dropout);
     constexpr int Bc = Tile::kBc, Br = Tile::kBr, DH = Tile::kDH, DQ = Tile::kDQ;
     constexpr uint32_t qtile = Br * D * 2;   /* bytes of one Q or dO tile */
     extern __shared__ unsigned char smem[];
@@ -479,7 +482,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
          * the dropout decisions (L.15-16) as bits of `keep`. */
         auto probs = [&](float (&x)[Br / 2], uint32_t &keep) {
             keep = 0;
-            if (kDropout) /* element e: bit e (bwd_dropout_bits per 16 queries) */
+            if (drop) /* element e: bit e (bwd_dropout_bits per 16 queries) */
 #pragma unroll
                 for (int qb = 0; qb < Br / 16; qb++)
                     keep |= bwd_dropout_bits(a, bh, i0 + 16 * qb, j0 + key_base + 16 * warp, g,
@@ -491,7 +494,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             }
         };
         auto zf = [&](uint32_t keep, int e) {
-            return !kDropout ? 1.f : ((keep >> e) & 1) ? ks : 0.f;
+            return !drop ? 1.f : ((keep >> e) & 1) ? ks : 0.f;
         };
         /* Two packed 16-bit pairs of score tile qt into a [key][query] panel
          * (dS^T for dQ, or P^T Z). */
@@ -555,7 +558,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             if (st + 1 < total && threadIdx.x == 0)
                 issue(st + 1);
             if (wg == 1) { /* dS^T = P^T (dP^T Z - D_i) (Alg4 L.19-21) */
-                const uint32_t keep = kDropout ? keep_x[tid] : 0;
+                const uint32_t keep = drop ? keep_x[tid] : 0;
 #pragma unroll
                 for (int qt = 0; qt < Br / 8; qt++) {
                     float ds[4];
@@ -775,24 +778,26 @@ fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 }
 
 /* Explicit instantiations of launch<> for one kMode: both dtypes, every
- * padded head dim and both dropout settings. X is empty in the mode's
- * translation unit, extern everywhere else. */
+ * padded head dim and both dropout settings (modes 0 and 1) or the dropout
+ * kernel alone, which takes the setting at run time (modes 2, 3 and 4:
+ * FG_BWD_WGMMA_MODE_RT). X is empty in the mode's translation unit, extern
+ * everywhere else. */
 #define FG_BWD_WGMMA_ARGS const AttnArgs &, const BwdMaps &, cudaStream_t
+#define FG_BWD_WGMMA_ONE(X, T, D, M, DR)                                                \
+    X template fg_status launch<T, D, M, DR>(FG_BWD_WGMMA_ARGS);
 #define FG_BWD_WGMMA_LAUNCH(X, T, D, M)                                                 \
-    X template fg_status launch<T, D, M, false>(FG_BWD_WGMMA_ARGS);                     \
-    X template fg_status launch<T, D, M, true>(FG_BWD_WGMMA_ARGS);
-#define FG_BWD_WGMMA_MODE(X, M)                                                         \
-    FG_BWD_WGMMA_LAUNCH(X, __half, 64, M)                                               \
-    FG_BWD_WGMMA_LAUNCH(X, __half, 128, M)                                              \
-    FG_BWD_WGMMA_LAUNCH(X, __half, 256, M)                                              \
-    FG_BWD_WGMMA_LAUNCH(X, __nv_bfloat16, 64, M)                                        \
-    FG_BWD_WGMMA_LAUNCH(X, __nv_bfloat16, 128, M)                                       \
-    FG_BWD_WGMMA_LAUNCH(X, __nv_bfloat16, 256, M)
+    FG_BWD_WGMMA_ONE(X, T, D, M, false) FG_BWD_WGMMA_ONE(X, T, D, M, true)
+#define FG_BWD_WGMMA_LAUNCH_RT(X, T, D, M) FG_BWD_WGMMA_ONE(X, T, D, M, true)
+#define FG_BWD_WGMMA_DIMS(L, X, M)                                                      \
+    L(X, __half, 64, M) L(X, __half, 128, M) L(X, __half, 256, M)                       \
+    L(X, __nv_bfloat16, 64, M) L(X, __nv_bfloat16, 128, M) L(X, __nv_bfloat16, 256, M)
+#define FG_BWD_WGMMA_MODE(X, M) FG_BWD_WGMMA_DIMS(FG_BWD_WGMMA_LAUNCH, X, M)
+#define FG_BWD_WGMMA_MODE_RT(X, M) FG_BWD_WGMMA_DIMS(FG_BWD_WGMMA_LAUNCH_RT, X, M)
 FG_BWD_WGMMA_MODE(extern, 0)
 FG_BWD_WGMMA_MODE(extern, 1)
-FG_BWD_WGMMA_MODE(extern, 2)
-FG_BWD_WGMMA_MODE(extern, 3)
-FG_BWD_WGMMA_MODE(extern, 4)
+FG_BWD_WGMMA_MODE_RT(extern, 2)
+FG_BWD_WGMMA_MODE_RT(extern, 3)
+FG_BWD_WGMMA_MODE_RT(extern, 4)
 
 } /* namespace fg */
 

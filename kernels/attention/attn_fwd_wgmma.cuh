@@ -94,6 +94,9 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     const AttnArgs &a = kRagged ? seq : args;
     using Tile = FwdWgTile<D, WG>;
     constexpr bool kSpec = FwdSpec<WG, kDropout>::value;
+    /* Modes 2 and 3 have one instantiation for both dropout settings (half
+     * the kernels to build): there it is a run-time flag. */
+    const bool drop = kDropout && (kMode < 2 || a.dropout);
     constexpr bool kCausal = kMode == 1, kMasked = kMode >= 2;
     constexpr int Br = Tile::kBr, Bc = Tile::kBc;
     constexpr int SR = Bc / 2; /* S registers per thread */
@@ -347,7 +350,7 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             l_part[r] = l_part[r] * alpha[r] + sum;
         }
 
-        if (kDropout) { /* zero dropped P; 256/T is applied at the end */
+        if (drop) { /* zero dropped P; 256/T is applied at the end */
             /* one call per 16 elements: rows row_w + {0, 8}, 32 keys */
 #pragma unroll
             for (int c = 0; c < Bc / 32; c++)
@@ -443,23 +446,25 @@ template <int D> struct FwdWG {
 };
 
 /* Explicit instantiations of launch<> for one kMode: both dtypes, every
- * padded head dim (with its warpgroup count) and both dropout settings.
- * X is empty in the mode's translation unit, extern everywhere else. */
+ * padded head dim (with its warpgroup count) and both dropout settings
+ * (modes 0 and 1) or the dropout kernel alone, which takes the setting at
+ * run time (modes 2 and 3: FG_FWD_WGMMA_MODE_RT). X is empty in the mode's
+ * translation unit, extern everywhere else. */
 #define FG_FWD_WGMMA_ARGS const AttnArgs &, const FwdMaps &, cudaStream_t
+#define FG_FWD_WGMMA_ONE(X, T, D, M, DR)                                                \
+    X template fg_status launch<T, D, FwdWG<D>::value, M, DR>(FG_FWD_WGMMA_ARGS);
 #define FG_FWD_WGMMA_LAUNCH(X, T, D, M)                                                 \
-    X template fg_status launch<T, D, FwdWG<D>::value, M, false>(FG_FWD_WGMMA_ARGS);    \
-    X template fg_status launch<T, D, FwdWG<D>::value, M, true>(FG_FWD_WGMMA_ARGS);
-#define FG_FWD_WGMMA_MODE(X, M)                                                         \
-    FG_FWD_WGMMA_LAUNCH(X, __half, 64, M)                                               \
-    FG_FWD_WGMMA_LAUNCH(X, __half, 128, M)                                              \
-    FG_FWD_WGMMA_LAUNCH(X, __half, 256, M)                                              \
-    FG_FWD_WGMMA_LAUNCH(X, __nv_bfloat16, 64, M)                                        \
-    FG_FWD_WGMMA_LAUNCH(X, __nv_bfloat16, 128, M)                                       \
-    FG_FWD_WGMMA_LAUNCH(X, __nv_bfloat16, 256, M)
+    FG_FWD_WGMMA_ONE(X, T, D, M, false) FG_FWD_WGMMA_ONE(X, T, D, M, true)
+#define FG_FWD_WGMMA_LAUNCH_RT(X, T, D, M) FG_FWD_WGMMA_ONE(X, T, D, M, true)
+#define FG_FWD_WGMMA_DIMS(L, X, M)                                                      \
+    L(X, __half, 64, M) L(X, __half, 128, M) L(X, __half, 256, M)                       \
+    L(X, __nv_bfloat16, 64, M) L(X, __nv_bfloat16, 128, M) L(X, __nv_bfloat16, 256, M)
+#define FG_FWD_WGMMA_MODE(X, M) FG_FWD_WGMMA_DIMS(FG_FWD_WGMMA_LAUNCH, X, M)
+#define FG_FWD_WGMMA_MODE_RT(X, M) FG_FWD_WGMMA_DIMS(FG_FWD_WGMMA_LAUNCH_RT, X, M)
 FG_FWD_WGMMA_MODE(extern, 0)
 FG_FWD_WGMMA_MODE(extern, 1)
-FG_FWD_WGMMA_MODE(extern, 2)
-FG_FWD_WGMMA_MODE(extern, 3)
+FG_FWD_WGMMA_MODE_RT(extern, 2)
+FG_FWD_WGMMA_MODE_RT(extern, 3)
 
 } /* namespace fg */
 

@@ -13,11 +13,9 @@ template <typename T, int D, int WG>
 static fg_status launch_opts(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
 {
     if (a.cu_q || a.seqused_k)
-        return a.dropout ? launch<T, D, WG, 3, true>(a, m, st)
-                         : launch<T, D, WG, 3, false>(a, m, st);
+        return launch<T, D, WG, 3, true>(a, m, st); /* dropout at run time */
     if (a.variant)
-        return a.dropout ? launch<T, D, WG, 2, true>(a, m, st)
-                         : launch<T, D, WG, 2, false>(a, m, st);
+        return launch<T, D, WG, 2, true>(a, m, st); /* dropout at run time */
     if (a.causal)
         return a.dropout ? launch<T, D, WG, 1, true>(a, m, st)
                          : launch<T, D, WG, 1, false>(a, m, st);

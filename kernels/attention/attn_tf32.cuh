@@ -238,16 +238,17 @@ inline Prec precision(const AttnArgs &a, bool backward)
  * for a's instantiation: 2 the variants, 0 no mask or plain causal (the
  * sm80 kernels' kMode; a.causal tells the two apart at run time, which
  * saves an instantiation per kernel and only costs a test on masked
- * tiles). */
+ * tiles). Dropout is a run-time flag too (a.dropout): the kDropout = true
+ * kernels serve both settings, which halves this opt-in path's build; the
+ * backward then takes keep bits of all ones and keep_scale 1 (p = 0), so
+ * its P z and dP z round as without dropout, and uses no more registers
+ * (ptxas, sm_90: doc/performance.md, session 12). */
 template <typename F> inline fg_status with_mode(const AttnArgs &a, F f)
 {
     using Drop = std::true_type;
-    using Keep = std::false_type;
     if (a.variant)
-        return a.dropout ? f(std::integral_constant<int, 2>(), Drop())
-                         : f(std::integral_constant<int, 2>(), Keep());
-    return a.dropout ? f(std::integral_constant<int, 0>(), Drop())
-                     : f(std::integral_constant<int, 0>(), Keep());
+        return f(std::integral_constant<int, 2>(), Drop());
+    return f(std::integral_constant<int, 0>(), Drop());
 }
 
 } /* namespace tf32 */

@@ -176,8 +176,9 @@ __global__ void __launch_bounds__(128) bwd_kernel(const AttnArgs a, const int ds
         for (int qt = 0; qt < QT; qt++) {
             float p[4], ds[4];
             /* Alg4 L.15: the keep bits of 16 queries, drawn at even qt */
-            if (kDropout && !(qt & 1))
-                keep = bwd_dropout_bits(a, bh, i0 + 8 * qt, j0 + 16 * warp, g, t4);
+            if (kDropout && !(qt & 1)) /* without dropout: all kept, z = 1 */
+                keep = a.dropout ? bwd_dropout_bits(a, bh, i0 + 8 * qt, j0 + 16 * warp, g, t4)
+                                 : ~0u;
             const float2 L = *reinterpret_cast<const float2 *>(lse2_s + 8 * qt + 2 * t4);
             const float2 Dq = *reinterpret_cast<const float2 *>(D_s + 8 * qt + 2 * t4);
 #pragma unroll

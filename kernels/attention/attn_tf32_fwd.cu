@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads) fwd_kernel(const AttnArg
             fwd_score_mods<true>(a, s, slope, row_w, j0, t4);
         fwd_mask<kMasked, Bc>(a, causal, s, walk, jb, i0, j0, warp, row_w, t4);
         fwd_softmax(s, m_raw, l_part, o, scale_log2);
-        if (kDropout) /* 256/T is applied at the end */
+        if (kDropout && a.dropout) /* 256/T is applied at the end */
             fwd_dropout(a, s, j0, row_w, bh, t4);
 
         cp_async_wait<1>(); /* V_j landed */
