@@ -103,6 +103,15 @@ template <int D, bool kDropout> struct BwdSpec {
  * the variants with an additive bias and dbias,
  * each its own instantiation: the bias in mode 2 cost every variant half
  * its speed (softcap 30 + causal, N = 8k: 135 -> 59 TFLOP/s, H100). */
+/* Where one kernel serves both dropout settings (dropout a run-time flag,
+ * a.dropout): half the kernels to build. Only where the dropout kernel
+ * does not spill more than the one without (ptxas -v, sm_90a): modes 2,
+ * 3 and 4 at d = 256, and modes 2 and 4 at d = 64 (at d = 128 the
+ * dropout kernels spill 300-1000 bytes, the others 0-220). */
+template <int D, int kMode> struct BwdDropRT {
+    static constexpr bool value = kMode >= 2 && D != 128 && !(kMode == 3 && D == 64);
+};
+
 template <typename T, int D, int kMode, bool kDropout>
 __global__ void __launch_bounds__(BwdSpec<D, kDropout>::kThreads, 1)
 attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
@@ -138,9 +147,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     using Tile = BwdWgTile<D>;
     constexpr bool kSpec = BwdSpec<D, kDropout>::value;
     constexpr bool kEarlyDQ = BwdSpec<D, kDropout>::kEarlyDQ;
-    /* Modes 2, 3 and 4 have one instantiation for both dropout settings
-     * (half the kernels to build): there it is a run-time flag. */
-    const bool drop = kDropout && (kMode < 2 || a.dropout);
+    const bool drop = kDropout && (!BwdDropRT<D, kMode>::value || a.dropout);
     constexpr int Bc = Tile::kBc, Br = Tile::kBr, DH = Tile::kDH, DQ = Tile::kDQ;
     constexpr uint32_t qtile = Br * D * 2;   /* bytes of one Q or dO tile */
     extern __shared__ unsigned char smem[];
@@ -767,37 +774,37 @@ template <typename T, int D, int kMode, bool kDropout>
 fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
     using Tile = BwdWgTile<D>;
-    auto kern = attn_bwd_wgmma_kernel<T, D, kMode, kDropout>;
+    /* BwdDropRT: the dropout kernel, told by a.dropout */
+    constexpr bool kDr = kDropout || BwdDropRT<D, kMode>::value;
+    auto kern = attn_bwd_wgmma_kernel<T, D, kMode, kDr>;
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)Tile::kSmem));
     dim3 grid((unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc), (unsigned)a.Hk,
               (unsigned)a.B);
-    kern<<<grid, BwdSpec<D, kDropout>::kThreads, Tile::kSmem, st>>>(a, m.q, m.k, m.v, m.o);
+    kern<<<grid, BwdSpec<D, kDr>::kThreads, Tile::kSmem, st>>>(a, m.q, m.k, m.v, m.o);
     FG_CUDA_TRY_LAUNCH();
     return FG_OK;
 }
 
 /* Explicit instantiations of launch<> for one kMode: both dtypes, every
- * padded head dim and both dropout settings (modes 0 and 1) or the dropout
- * kernel alone, which takes the setting at run time (modes 2, 3 and 4:
- * FG_BWD_WGMMA_MODE_RT). X is empty in the mode's translation unit, extern
- * everywhere else. */
+ * padded head dim and both dropout settings. X is empty in the mode's
+ * translation unit, extern everywhere else. */
 #define FG_BWD_WGMMA_ARGS const AttnArgs &, const BwdMaps &, cudaStream_t
-#define FG_BWD_WGMMA_ONE(X, T, D, M, DR)                                                \
-    X template fg_status launch<T, D, M, DR>(FG_BWD_WGMMA_ARGS);
 #define FG_BWD_WGMMA_LAUNCH(X, T, D, M)                                                 \
-    FG_BWD_WGMMA_ONE(X, T, D, M, false) FG_BWD_WGMMA_ONE(X, T, D, M, true)
-#define FG_BWD_WGMMA_LAUNCH_RT(X, T, D, M) FG_BWD_WGMMA_ONE(X, T, D, M, true)
-#define FG_BWD_WGMMA_DIMS(L, X, M)                                                      \
-    L(X, __half, 64, M) L(X, __half, 128, M) L(X, __half, 256, M)                       \
-    L(X, __nv_bfloat16, 64, M) L(X, __nv_bfloat16, 128, M) L(X, __nv_bfloat16, 256, M)
-#define FG_BWD_WGMMA_MODE(X, M) FG_BWD_WGMMA_DIMS(FG_BWD_WGMMA_LAUNCH, X, M)
-#define FG_BWD_WGMMA_MODE_RT(X, M) FG_BWD_WGMMA_DIMS(FG_BWD_WGMMA_LAUNCH_RT, X, M)
+    X template fg_status launch<T, D, M, false>(FG_BWD_WGMMA_ARGS);                     \
+    X template fg_status launch<T, D, M, true>(FG_BWD_WGMMA_ARGS);
+#define FG_BWD_WGMMA_MODE(X, M)                                                         \
+    FG_BWD_WGMMA_LAUNCH(X, __half, 64, M)                                               \
+    FG_BWD_WGMMA_LAUNCH(X, __half, 128, M)                                              \
+    FG_BWD_WGMMA_LAUNCH(X, __half, 256, M)                                              \
+    FG_BWD_WGMMA_LAUNCH(X, __nv_bfloat16, 64, M)                                        \
+    FG_BWD_WGMMA_LAUNCH(X, __nv_bfloat16, 128, M)                                       \
+    FG_BWD_WGMMA_LAUNCH(X, __nv_bfloat16, 256, M)
 FG_BWD_WGMMA_MODE(extern, 0)
 FG_BWD_WGMMA_MODE(extern, 1)
-FG_BWD_WGMMA_MODE_RT(extern, 2)
-FG_BWD_WGMMA_MODE_RT(extern, 3)
-FG_BWD_WGMMA_MODE_RT(extern, 4)
+FG_BWD_WGMMA_MODE(extern, 2)
+FG_BWD_WGMMA_MODE(extern, 3)
+FG_BWD_WGMMA_MODE(extern, 4)
 
 } /* namespace fg */
 

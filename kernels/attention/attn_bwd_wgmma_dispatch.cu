@@ -10,11 +10,14 @@ template <typename T, int D>
 static fg_status launch_opts(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
     if (a.cu_q || a.seqused_k)
-        return launch<T, D, 3, true>(a, m, st); /* dropout at run time */
+        return a.dropout ? launch<T, D, 3, true>(a, m, st)
+                         : launch<T, D, 3, false>(a, m, st);
     if (a.bias)
-        return launch<T, D, 4, true>(a, m, st); /* dropout at run time */
+        return a.dropout ? launch<T, D, 4, true>(a, m, st)
+                         : launch<T, D, 4, false>(a, m, st);
     if (a.variant)
-        return launch<T, D, 2, true>(a, m, st); /* dropout at run time */
+        return a.dropout ? launch<T, D, 2, true>(a, m, st)
+                         : launch<T, D, 2, false>(a, m, st);
     if (a.causal)
         return a.dropout ? launch<T, D, 1, true>(a, m, st)
                          : launch<T, D, 1, false>(a, m, st);

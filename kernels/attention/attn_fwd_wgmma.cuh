@@ -64,6 +64,14 @@ template <int WG, bool kDropout> struct FwdSpec {
  * variants of a packed or key-padded batch, kept in their own
  * instantiations so the plain and causal kernels stay as they were (and
  * mode 2 too: the per-sequence arguments cost registers). */
+/* Where one kernel serves both dropout settings (dropout a run-time flag,
+ * a.dropout): half the kernels to build. Only where the dropout kernel
+ * does not spill more than the one without (ptxas -v, sm_90a): the
+ * variants (mode 2), and the packed batches (3) but at d = 128. */
+template <int D, int kMode> struct FwdDropRT {
+    static constexpr bool value = kMode == 2 || (kMode == 3 && D != 128);
+};
+
 template <typename T, int D, int WG, int kMode, bool kDropout>
 __global__ void __launch_bounds__(FwdSpec<WG, kDropout>::kThreads, FwdWgTile<D, WG>::kMinBlocks)
 attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
@@ -94,9 +102,7 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     const AttnArgs &a = kRagged ? seq : args;
     using Tile = FwdWgTile<D, WG>;
     constexpr bool kSpec = FwdSpec<WG, kDropout>::value;
-    /* Modes 2 and 3 have one instantiation for both dropout settings (half
-     * the kernels to build): there it is a run-time flag. */
-    const bool drop = kDropout && (kMode < 2 || a.dropout);
+    const bool drop = kDropout && (!FwdDropRT<D, kMode>::value || a.dropout);
     constexpr bool kCausal = kMode == 1, kMasked = kMode >= 2;
     constexpr int Br = Tile::kBr, Bc = Tile::kBc;
     constexpr int SR = Bc / 2; /* S registers per thread */
@@ -429,12 +435,14 @@ template <typename T, int D, int WG, int kMode, bool kDropout>
 fg_status launch(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
 {
     using Tile = FwdWgTile<D, WG>;
-    auto kern = attn_fwd_wgmma_kernel<T, D, WG, kMode, kDropout>;
+    /* FwdDropRT: the dropout kernel, told by a.dropout */
+    constexpr bool kDr = kDropout || FwdDropRT<D, kMode>::value;
+    auto kern = attn_fwd_wgmma_kernel<T, D, WG, kMode, kDr>;
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)Tile::kSmem));
     dim3 grid((unsigned)((a.Nq + Tile::kBr - 1) / Tile::kBr), (unsigned)a.H,
               (unsigned)a.B);
-    kern<<<grid, FwdSpec<WG, kDropout>::kThreads, Tile::kSmem, st>>>(a, m.q, m.k, m.v);
+    kern<<<grid, FwdSpec<WG, kDr>::kThreads, Tile::kSmem, st>>>(a, m.q, m.k, m.v);
     FG_CUDA_TRY_LAUNCH();
     return FG_OK;
 }
@@ -446,25 +454,23 @@ template <int D> struct FwdWG {
 };
 
 /* Explicit instantiations of launch<> for one kMode: both dtypes, every
- * padded head dim (with its warpgroup count) and both dropout settings
- * (modes 0 and 1) or the dropout kernel alone, which takes the setting at
- * run time (modes 2 and 3: FG_FWD_WGMMA_MODE_RT). X is empty in the mode's
- * translation unit, extern everywhere else. */
+ * padded head dim (with its warpgroup count) and both dropout settings.
+ * X is empty in the mode's translation unit, extern everywhere else. */
 #define FG_FWD_WGMMA_ARGS const AttnArgs &, const FwdMaps &, cudaStream_t
-#define FG_FWD_WGMMA_ONE(X, T, D, M, DR)                                                \
-    X template fg_status launch<T, D, FwdWG<D>::value, M, DR>(FG_FWD_WGMMA_ARGS);
 #define FG_FWD_WGMMA_LAUNCH(X, T, D, M)                                                 \
-    FG_FWD_WGMMA_ONE(X, T, D, M, false) FG_FWD_WGMMA_ONE(X, T, D, M, true)
-#define FG_FWD_WGMMA_LAUNCH_RT(X, T, D, M) FG_FWD_WGMMA_ONE(X, T, D, M, true)
-#define FG_FWD_WGMMA_DIMS(L, X, M)                                                      \
-    L(X, __half, 64, M) L(X, __half, 128, M) L(X, __half, 256, M)                       \
-    L(X, __nv_bfloat16, 64, M) L(X, __nv_bfloat16, 128, M) L(X, __nv_bfloat16, 256, M)
-#define FG_FWD_WGMMA_MODE(X, M) FG_FWD_WGMMA_DIMS(FG_FWD_WGMMA_LAUNCH, X, M)
-#define FG_FWD_WGMMA_MODE_RT(X, M) FG_FWD_WGMMA_DIMS(FG_FWD_WGMMA_LAUNCH_RT, X, M)
+    X template fg_status launch<T, D, FwdWG<D>::value, M, false>(FG_FWD_WGMMA_ARGS);    \
+    X template fg_status launch<T, D, FwdWG<D>::value, M, true>(FG_FWD_WGMMA_ARGS);
+#define FG_FWD_WGMMA_MODE(X, M)                                                         \
+    FG_FWD_WGMMA_LAUNCH(X, __half, 64, M)                                               \
+    FG_FWD_WGMMA_LAUNCH(X, __half, 128, M)                                              \
+    FG_FWD_WGMMA_LAUNCH(X, __half, 256, M)                                              \
+    FG_FWD_WGMMA_LAUNCH(X, __nv_bfloat16, 64, M)                                        \
+    FG_FWD_WGMMA_LAUNCH(X, __nv_bfloat16, 128, M)                                       \
+    FG_FWD_WGMMA_LAUNCH(X, __nv_bfloat16, 256, M)
 FG_FWD_WGMMA_MODE(extern, 0)
 FG_FWD_WGMMA_MODE(extern, 1)
-FG_FWD_WGMMA_MODE_RT(extern, 2)
-FG_FWD_WGMMA_MODE_RT(extern, 3)
+FG_FWD_WGMMA_MODE(extern, 2)
+FG_FWD_WGMMA_MODE(extern, 3)
 
 } /* namespace fg */
 

@@ -13,9 +13,11 @@ template <typename T, int D, int WG>
 static fg_status launch_opts(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
 {
     if (a.cu_q || a.seqused_k)
-        return launch<T, D, WG, 3, true>(a, m, st); /* dropout at run time */
+        return a.dropout ? launch<T, D, WG, 3, true>(a, m, st)
+                         : launch<T, D, WG, 3, false>(a, m, st);
     if (a.variant)
-        return launch<T, D, WG, 2, true>(a, m, st); /* dropout at run time */
+        return a.dropout ? launch<T, D, WG, 2, true>(a, m, st)
+                         : launch<T, D, WG, 2, false>(a, m, st);
     if (a.causal)
         return a.dropout ? launch<T, D, WG, 1, true>(a, m, st)
                          : launch<T, D, WG, 1, false>(a, m, st);
