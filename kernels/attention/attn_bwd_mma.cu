@@ -43,10 +43,21 @@ template <int D, int W, int BR, int DH> struct BwdTile {
                                     2 * 2 * kBr * sizeof(float);
 };
 
+/* Where one kernel serves both dropout settings (dropout a run-time flag,
+ * a.dropout; without it the keep bits are all ones and keep_scale 1, so
+ * P z and dP z round as without dropout): half the kernels to build, only
+ * where the merged kernel spills no more than the one without dropout
+ * (ptxas -v, sm_80 and sm_90, session 13): not at d = 128 (4-12 bytes
+ * against none). */
+template <int D, int kMode> struct BwdMmaDropRT {
+    static constexpr bool value = D != 128;
+};
+
 template <typename T, int D, int W, int BR, int DH, int kMode, bool kDropout>
 __global__ void __launch_bounds__(32 * W)
 attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
 {
+    const bool drop = kDropout && (!BwdMmaDropRT<D, kMode>::value || a.dropout);
     constexpr bool kMasked = kMode == 2;
     /* Plain causal: a runtime flag, not an instantiation (build time; see
      * fwd_mask). The variants' band carries their causality. */
@@ -172,8 +183,8 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
         for (int qt = 0; qt < QT; qt++) {
             float p[4], ds[4];
             /* Alg4 L.15: the keep bits of 16 queries, drawn at even qt */
-            if (kDropout && !(qt & 1))
-                keep = bwd_dropout_bits(a, bh, i0 + 8 * qt, j0 + 16 * warp, g, t4);
+            if (kDropout && !(qt & 1)) /* without dropout: all kept, z = 1 */
+                keep = drop ? bwd_dropout_bits(a, bh, i0 + 8 * qt, j0 + 16 * warp, g, t4) : ~0u;
             /* lse2 and D of this thread's two queries in one load each */
             const float2 L = *reinterpret_cast<const float2 *>(lse2 + 8 * qt + 2 * t4);
             const float2 Dq = *reinterpret_cast<const float2 *>(Dv + 8 * qt + 2 * t4);
@@ -294,7 +305,8 @@ template <typename T, int D, int W, int BR, int DH, int kMode, bool kDropout>
 static fg_status launch(const AttnArgs &a, cudaStream_t st)
 {
     using Tile = BwdTile<D, W, BR, DH>;
-    auto kern = attn_bwd_mma_kernel<T, D, W, BR, DH, kMode, kDropout>;
+    constexpr bool kDr = kDropout || BwdMmaDropRT<D, kMode>::value;
+    auto kern = attn_bwd_mma_kernel<T, D, W, BR, DH, kMode, kDr>;
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)Tile::kSmem));
     dim3 grid((unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc), (unsigned)a.Hk,

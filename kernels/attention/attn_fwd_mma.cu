@@ -41,11 +41,20 @@ template <int D> struct FwdTile {
         (size_t)(kBr * D + 4 * kBc * D) * 2;      /* Q + 2x(K, V) */
 };
 
+/* Where one kernel serves both dropout settings (dropout a run-time flag,
+ * a.dropout): half the kernels to build, only where the merged kernel
+ * spills no more than the one without dropout (ptxas -v, sm_80 and sm_90,
+ * session 13): not the d = 128 variants (sm_80: 48 bytes against 4). */
+template <int D, int kMode> struct FwdMmaDropRT {
+    static constexpr bool value = !(D == 128 && kMode == 2);
+};
+
 template <typename T, int D, int kMode, bool kDropout>
 __global__ void __launch_bounds__(FwdTile<D>::kThreads, 1)
 attn_fwd_mma_kernel(const AttnArgs a)
 {
     constexpr bool kMasked = kMode == 2;
+    const bool drop = kDropout && (!FwdMmaDropRT<D, kMode>::value || a.dropout);
     /* Plain causal: a runtime flag, not an instantiation (build time; see
      * fwd_mask). The variants' band carries their causality. */
     const bool causal = !kMasked && a.causal;
@@ -150,7 +159,7 @@ attn_fwd_mma_kernel(const AttnArgs a)
             fwd_score_mods<false>(a, s, slope, row_w, j0, t4);
         fwd_mask<kMasked, Bc>(a, causal, s, walk, jb, i0, j0, warp, row_w, t4);
         fwd_softmax(s, m_raw, l_part, o, scale_log2);
-        if (kDropout) /* 256/T is applied at the end */
+        if (drop) /* 256/T is applied at the end */
             fwd_dropout(a, s, j0, row_w, bh, t4);
 
         /* O += P V_j (Alg1 L.12); P goes from accumulators to A fragments,
@@ -213,7 +222,8 @@ template <typename T, int D, int kMode, bool kDropout>
 static fg_status launch(const AttnArgs &a, cudaStream_t st)
 {
     using Tile = FwdTile<D>;
-    auto kern = attn_fwd_mma_kernel<T, D, kMode, kDropout>;
+    constexpr bool kDr = kDropout || FwdMmaDropRT<D, kMode>::value;
+    auto kern = attn_fwd_mma_kernel<T, D, kMode, kDr>;
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)Tile::kSmem));
     dim3 grid((unsigned)((a.Nq + Tile::kBr - 1) / Tile::kBr), (unsigned)a.H,
