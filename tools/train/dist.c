@@ -187,9 +187,10 @@ int dist_create(run *r, const fg_adamw_config *oc)
     return 0;
 }
 
-/* Setup's verdict, agreed by every rank: a step that failed on some ranks
- * only (rank 0's run folder, a data file one host lacks) would otherwise
- * leave the others waiting in the next collective forever. */
+/* A verdict agreed by every rank: a step that failed on some ranks only
+ * (rank 0's run folder, a data file one host lacks, rank 0's samples)
+ * would otherwise leave the others waiting in the next collective
+ * forever. */
 int dist_agree(run *r, int rc)
 {
     if (!r->comm || r->world < 2)
@@ -201,8 +202,22 @@ int dist_agree(run *r, int rc)
         return rc;
     if (failed > 0)
         return complain(EXIT_FAIL, "rank %d: stopping, %g other rank(s) "
-                        "failed to set up (their messages say why)",
+                        "failed (their messages say why)",
                         r->rank, failed);
+    return 0;
+}
+
+int dist_follow_rank0(run *r, int *v, int n)
+{
+    if (!r->dp || r->world < 2)
+        return 0;
+    double x[AGREE_MAX];
+    for (int i = 0; i < n && i < AGREE_MAX; i++)
+        x[i] = r->rank == 0 ? (double)v[i] : 0.0;
+    if (n > AGREE_MAX || sum_over_ranks(r, x, n) != FG_OK)
+        return lib_error(EXIT_FAIL);
+    for (int i = 0; i < n; i++)
+        v[i] = x[i] != 0.0;
     return 0;
 }
 

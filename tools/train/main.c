@@ -414,7 +414,13 @@ static int evaluate(run *r, double *val, double *acc, int *stop)
         snprintf(extra, sizeof extra, " | held-out acc %5.1f%%", 100 * *acc);
         *stop = o->target_acc > 0 && *acc >= o->target_acc;
     }
-    const int best = *val < r->st.best_val;
+    /* The ranks hold the same parameters, so their numbers agree; rank 0's
+     * verdict makes sure (best.ckpt is a collective save). */
+    int verdict[2] = {*val < r->st.best_val, *stop};
+    if ((rc = dist_follow_rank0(r, verdict, 2)))
+        return rc;
+    const int best = verdict[0];
+    *stop = verdict[1];
     printf("eval at step %lld | val loss %.4f%s%s\n", (long long)r->st.step,
            *val, extra, best && r->best[0] ? " | best so far: best.ckpt" : "");
     if (best) {
@@ -524,8 +530,11 @@ static int train(run *r)
             report_row(r, &iv, val, acc);
             memset(&iv, 0, sizeof iv);
         }
+        /* Rank 0 samples; every rank learns its outcome, or one that
+         * failed there would leave the others in the next step's
+         * collectives (no mpirun kills them under --rendezvous). */
         if (r->d.text && o->sample_interval && s % o->sample_interval == 0 &&
-            !last && r->rank == 0 && (rc = write_samples(r)))
+            !last && (rc = dist_agree(r, r->rank == 0 ? write_samples(r) : 0)))
             return rc;
         if (o->ckpt_interval && s % o->ckpt_interval == 0 && !last && !stop &&
             (rc = ckpt_save(r, r->ckpt, "periodic")))
@@ -552,8 +561,14 @@ static int train(run *r)
     printf("trained %lld steps in %s (%.1f s)\n",
            (long long)(r->st.step - start), hms(wall, w), wall);
     rc = finish(r);
-    if (rc != EXIT_OK && rc != EXIT_ACCURACY)
+    /* The final checkpoint below is collective: a rank whose final
+     * numbers or samples failed stops every rank here. */
+    const int bad = rc != EXIT_OK && rc != EXIT_ACCURACY;
+    const int agreed = dist_agree(r, bad ? rc : 0);
+    if (bad)
         return rc;
+    if (agreed)
+        return agreed;
     const int saved = ckpt_save(r, r->ckpt, "final");
     if (r->csv)
         fclose(r->csv);

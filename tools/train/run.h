@@ -71,6 +71,10 @@ int dist_create(run *r, const fg_adamw_config *oc);
 int dist_signal(run *r, int sig);
 /* rc, or EXIT_FAIL where another rank's rc was not 0 (collective). */
 int dist_agree(run *r, int rc);
+/* Rank 0's flags (n <= 4 values 0/1) on every rank (collective; 0 or
+ * EXIT_FAIL). Decisions that lead to collectives (a best.ckpt save, a
+ * stop) are rank 0's, so no rank waits in one the others skip. */
+int dist_follow_rank0(run *r, int *v, int n);
 /* EXIT_USAGE on every rank where some rank's settings (the options kept in
  * checkpoints, --resume, the rank count) differ from rank 0's. */
 int dist_check_settings(run *r);
