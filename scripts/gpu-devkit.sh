@@ -14,7 +14,12 @@
 #                 the module beside it, for bench/compare_variants.py
 #                 through ctypes (--lib BUILDDIR/libflashgrad-bench.so).
 #
-# DIR defaults to .devkit (keep it out of git: .git/info/exclude).
+#   DIR/data      tinyshakespeare.txt, where ../shared/data has it (the
+#                 trainer phases of scripts/gpu-phases.sh read it)
+#
+# DIR defaults to .devkit (keep it out of git: .git/info/exclude). On the
+# GPU machine, bash DIR/src/scripts/gpu-phases.sh build suites ... runs a
+# whole device call's work (its header lists the phases).
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$src/.devkit}
@@ -36,6 +41,11 @@ cp /usr/include/check.h /usr/include/check_stdint.h "$out/check/include/"
 for a in libcheck_pic.a libsubunit.a; do
     cp "$(gcc -print-file-name=$a)" "$out/check/lib/"
 done
+corpus=$src/../shared/data/tinyshakespeare.txt
+if [ -f "$corpus" ]; then
+    mkdir -p "$out/data"
+    cp "$corpus" "$out/data/"
+fi
 cat >"$out/build.sh" <<'EOF'
 #!/bin/bash
 # Configure and build flashgrad with CUDA and statically linked Check.

@@ -1,0 +1,207 @@
+#!/bin/bash
+# scripts/gpu-phases.sh PHASE... - one device call's work on a GPU machine,
+# run from a kit made by scripts/gpu-devkit.sh (KIT = the kit folder):
+#
+#   bash KIT/src/scripts/gpu-phases.sh build suites san:initcheck
+#
+# The machine gives itself back when idle, so a call builds, checks and
+# measures in one go; each phase prints a few lines, longer output goes
+# to $OUT (the device tool brings back only a few files) or /tmp/fg-out.
+#
+# Phases, run in the order given:
+#   build        configure + make KIT/src in /tmp/fg-b (FG_ARCH, default 90;
+#                with NCCL when the machine has it, e.g. PyTorch's)
+#   buildref     the same for KIT/ref, a second tree to compare with (copy
+#                another kit's src there), in /tmp/fg-ref
+#   suites       every GPU suite at once (make -j check), one line each
+#   san:TOOL     compute-sanitizer TOOL over every suite (gpu-sanitize.sh)
+#   variants     bench/compare_variants.py --quick, build then ref, twice
+#   torch        bench/compare_torch.py --quick (FG_TORCH_ARGS), likewise
+#   dpspeed      flashgrad-train data parallel over --rendezvous, 1, 2, 4
+#                and 8 GPUs as there are: the baby GPT and a GPT-2-small
+#                shape, tokens/s (doc/distributed.md)
+#   dpeq         W GPUs against one GPU with --accum W, dropout 0
+#   rings        bench/bench_ring at 128k (--check), 512k and 1M tokens
+# The text corpus is KIT/data/tinyshakespeare.txt (gpu-devkit.sh copies it
+# when it finds ../shared/data/tinyshakespeare.txt).
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 # NVLink multicast stays off (the device notes)
+K=$(cd "$(dirname "$0")/../.." && pwd)
+B=/tmp/fg-b
+R=/tmp/fg-ref
+W=/tmp/fg-out
+OUT=${OUT:-$W}
+mkdir -p "$W" "$OUT"
+ARCH=${FG_ARCH:-90}
+NG=$(nvidia-smi -L 2>/dev/null | wc -l)
+log() { echo "== $(date +%T) $*"; }
+gpus() { local n; for n in "$@"; do [ "$n" -gt "$NG" ] || echo "$n"; done; } # the counts this host has
+
+# NCCL: the toolkit's, else the one PyTorch's wheels carry.
+nccl=/usr/local/cuda
+if [ ! -f "$nccl/include/nccl.h" ]; then
+    nccl=$(python3 -c "import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])" 2>/dev/null)
+    if [ -n "$nccl" ] && [ ! -f "$nccl/lib/libnccl.so" ]; then
+        ln -sf "$(find "$nccl/lib" -name 'libnccl.so.*' | head -n 1)" "$nccl/lib/libnccl.so"
+    fi
+fi
+export LD_LIBRARY_PATH=${nccl:+$nccl/lib:}${LD_LIBRARY_PATH:-}
+
+# bld SRC BUILDDIR JOBS (a subshell: its cd stays inside)
+bld() (
+    src=$1 bd=$2 jobs=$3
+    if [ -x "$bd/tools/train/flashgrad-train" ]; then echo "$bd: kept"; exit 0; fi
+    mkdir -p "$bd" && cd "$bd" || exit 1
+    export LIBRARY_PATH="$K/check/lib"
+    if ! "$src/configure" --enable-silent-rules --enable-static-check --with-cuda \
+        --with-cuda-arch="$ARCH" --without-blas ${nccl:+--with-nccl=$nccl} \
+        CHECK_CFLAGS="-I$K/check/include -pthread" \
+        CHECK_LIBS="$K/check/lib/libcheck_pic.a $K/check/lib/libsubunit.a -pthread -lrt -lm" \
+        >configure.log 2>&1; then
+        tail -n 30 configure.log
+        exit 1
+    fi
+    if ! make -j"$jobs" >make.log 2>&1 || ! make -j"$jobs" check TESTS= >>make.log 2>&1; then
+        grep -v '^  [A-Z]' make.log | head -n 40
+        exit 1
+    fi
+    ln -sf .libs/libflashgrad.so libflashgrad-bench.so
+    echo "$bd: built, module $(stat -c %s .libs/libflashgrad-cuda.so) bytes"
+)
+build() { log "build $K/src -> $B (arch $ARCH)"; bld "$K/src" "$B" "$(nproc)"; }
+buildref() { log "build $K/ref -> $R (arch $ARCH)"; bld "$K/ref" "$R" "$(nproc)"; }
+
+suites() {
+    log "GPU suites of $B"
+    local s list=
+    for s in "$B"/tests/test_gpu_*; do
+        case $s in *.o | *.log | *.trs) continue ;; esac
+        [ -x "$s" ] && list="$list tests/$(basename "$s")"
+    done
+    (cd "$B" && timeout "${FG_SUITE_TIMEOUT:-540}" make -j12 check TESTS="$list" \
+        >"$W/suites.log" 2>&1)
+    echo "make check: exit $?"
+    for s in $list; do
+        printf '%-28s %s %s\n' "$s" "$(sed -n 's/^:test-result: //p' "$B/$s.trs" 2>/dev/null | head -n 1)" \
+            "$(grep -Eo 'Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' "$B/$s.log" | tail -n 1)"
+    done
+}
+
+san() { # TOOL
+    log "compute-sanitizer $1 over every suite"
+    FG_SANITIZE_LOGS=$W/san FG_SANITIZE_JOBS=${FG_SANITIZE_JOBS:-12} \
+        FG_SANITIZE_TIMEOUT=${FG_SANITIZE_TIMEOUT:-480} \
+        bash "$K/src/scripts/gpu-sanitize.sh" "$B" "$1" >"$W/san-$1.txt" 2>&1
+    echo "exit $?"
+    sed -n '/^suite /,$p' "$W/san-$1.txt"
+}
+
+# bench NAME SCRIPT ARGS...: the script on the build, then on ref if built,
+# twice, interleaved; the tables go to $OUT/NAME.txt.
+bench() {
+    local name=$1 script=$2 round tree
+    shift 2
+    : >"$OUT/$name.txt"
+    for round in 1 2; do
+        for tree in "$B" "$R"; do
+            [ -e "$tree/libflashgrad-bench.so" ] || continue
+            echo "== $tree, round $round" >>"$OUT/$name.txt"
+            (cd "$K/src" && timeout 300 python3 "bench/$script" \
+                --lib "$tree/libflashgrad-bench.so" "$@" 2>&1 |
+                grep -v '^{' >>"$OUT/$name.txt")
+        done
+    done
+    echo "$name: $OUT/$name.txt"
+}
+variants() { log variants; bench variants compare_variants.py --quick --rounds 2; }
+torch() {
+    log "compare_torch ${FG_TORCH_ARGS:---quick}"
+    # shellcheck disable=SC2086
+    bench torch compare_torch.py ${FG_TORCH_ARGS:---quick}
+}
+
+T=$B/tools/train/flashgrad-train
+D=$K/data/tinyshakespeare.txt
+BABY="--data $D --device cuda --layers 6 --heads 6 --width 384 --ctx 256 --lr 1e-3
+  --min-lr 1e-4 --warmup 100 --beta2 0.99 --eval-interval 100000 --ckpt none --samples 0"
+G2="--data $D --device cuda --layers 12 --heads 12 --width 768 --ctx 1024
+  --eval-interval 100000 --ckpt none --samples 0"
+# dp RANKS NAME ARGS...: one process (RANKS = 1) or RANKS over --rendezvous;
+# rank 0's output in $W/NAME.log, its run folder $W/NAME.
+dp() {
+    local n=$1 name=$2 r
+    shift 2
+    rm -rf "${W:?}/${name:?}" "$W/rz.$name"
+    if [ "$n" = 1 ]; then
+        "$T" "$@" --out-dir "$W/$name" >"$W/$name.log" 2>&1
+    else
+        for ((r = 0; r < n; r++)); do
+            "$T" "$@" --rendezvous "$W/rz.$name" --rank $r --world-size "$n" \
+                --out-dir "$W/$name" >"$W/$name.r$r.log" 2>&1 &
+        done
+        wait
+        cp "$W/$name.r0.log" "$W/$name.log"
+        grep -h -i -m 2 'error\|fail\|refus' "$W/$name".r*.log | head -n 4
+    fi
+    echo "$name: $(grep '^step' "$W/$name.log" | tail -n 1)"
+}
+dpspeed() {
+    log "data parallel, weak scaling"
+    local n
+    # shellcheck disable=SC2086
+    for n in $(gpus 1 2 4 8); do
+        dp $n baby$n $BABY --dropout 0.2 --batch 64 --steps 300 --print-interval 50
+    done
+    # shellcheck disable=SC2086
+    for n in $(gpus 1 2 4 8); do
+        dp $n g2s$n $G2 --dropout 0.1 --batch 16 --steps 40 --print-interval 20
+    done
+}
+dpeq() {
+    log "data parallel equivalence: W GPUs against one GPU with --accum W"
+    local n
+    for n in $(gpus 2 4 8); do
+        # shellcheck disable=SC2086
+        dp 1 eq1x$n $BABY --dropout 0 --batch 16 --accum $n --steps 60 --print-interval 10
+        # shellcheck disable=SC2086
+        dp $n eq${n}x1 $BABY --dropout 0 --batch 16 --steps 60 --print-interval 10
+        python3 - "$W/eq1x$n/log.csv" "$W/eq${n}x1/log.csv" <<'PY'
+import csv, sys
+a, b = ({int(r["step"]): float(r["loss"]) for r in csv.DictReader(open(p)) if r.get("loss")}
+        for p in sys.argv[1:3])
+d = [abs(a[s] - b[s]) for s in sorted(set(a) & set(b))]
+print(f"  {len(d)} logged losses, largest difference {max(d):.3g}, bitwise {all(x == 0 for x in d)}")
+PY
+    done
+}
+ring() { # RANKS ARGS...
+    local n=$1 r
+    shift
+    rm -f "$W/rr"
+    for ((r = 0; r < n; r++)); do
+        "$B/bench/bench_ring" --rendezvous "$W/rr" --rank $r --world-size "$n" "$@" &
+    done
+    wait
+}
+rings() {
+    log "ring attention"
+    local n
+    for n in $(gpus 2 4 8); do
+        ring "$n" --N 131072 --check --rounds 2 --reps 3
+        ring "$n" --N 524288 --rounds 1 --reps 3
+        ring "$n" --N 1048576 --rounds 1 --reps 2
+    done
+}
+
+for ph in "$@"; do # every phase known before any runs
+    case $ph in
+    san:?* | build | buildref | suites | variants | torch | dpspeed | dpeq | rings) ;;
+    *) echo "gpu-phases.sh: unknown phase '$ph'" >&2; exit 2 ;;
+    esac
+done
+for ph in "$@"; do
+    case $ph in
+    san:*) san "${ph#san:}" ;;
+    *) $ph ;;
+    esac 2>&1 | tee -a "$OUT/log"
+done
