@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench/bench_attention.c - time flashgrad's CUDA attention forward and
  * backward. TFLOP/s use the FlashAttention convention: forward 4*B*H*N^2*d
  * (halved when causal), backward 2.5x forward. CUDA-event timing after

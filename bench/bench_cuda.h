@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench/bench_cuda.h - what the CUDA benchmarks share: exit with a message
  * on a failing CUDA call (CK) or flashgrad call (FG), and the float
  * comparison their medians sort with. */

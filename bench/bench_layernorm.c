@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench/bench_layernorm.c - time flashgrad's CUDA layernorm (fg_layernorm,
  * fg_layernorm_cast) forward and backward on GPT shapes, as training calls
  * it: through the op (allocation from the caching allocator, autograd

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench/bench_ring.c - ring attention (fg_ring_attention_forward/backward)
  * over the GPUs of one host, one process per GPU, against single-GPU
  * attention at the per-rank length on the same GPUs, interleaved.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* bench/bench_sample.c - generation speed of fg_gpt_sample with and without
  * the KV cache, on a GPT of a given shape (random weights: the speed does
  * not depend on them). Checks that the cached sampler gives the

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """bench/compare_layernorm.py - PyTorch's layernorm on bench_layernorm's
 shapes and modes, for a side-by-side run on the same GPU:
 

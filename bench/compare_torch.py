@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """bench/compare_torch.py - flashgrad's attention against PyTorch SDPA's
 backends (flash = FlashAttention-2, cuDNN, memory-efficient, math) on the
 same GPU, in one process.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """bench/compare_variants.py - flashgrad's attention variants against
 FlexAttention (torch.compile) in one process on one GPU, and an additive
 bias that needs a gradient against PyTorch SDPA's memory-efficient kernel

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """bench/fg_ctypes.py - flashgrad's attention API through ctypes, and the
 timing method the Python benchmarks share (compare_torch.py,
 compare_variants.py): the library is called in the same process as

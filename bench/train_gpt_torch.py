@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """bench/train_gpt_torch.py - a PyTorch twin of flashgrad's GPT and of one
 flashgrad-train step, for side-by-side timing (and loss) on the same GPU.
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* examples/attention_demo.c - run flashgrad's attention forward + backward on
  * the CPU (fp64 and fp32, causal, with dropout) and check it against a naive
  * computation that materialises the full N x N attention matrix.

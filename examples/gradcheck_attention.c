@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* examples/gradcheck_attention.c - check flashgrad's gradients of the
  * attention op and of a pre-LN transformer block against finite
  * differences, with fg_gradcheck (fp64; torch.autograd.gradcheck's

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # scripts/check-layers.sh - checks that no source file includes a header of a
 # higher layer (doc/design.md, section 1). Run by `make check`; also by hand:
 #   bash scripts/check-layers.sh [SRCDIR]

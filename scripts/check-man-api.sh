@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # scripts/check-man-api.sh - the section-3 man pages (man/*.3) document the
 # public API and stay in step with it. Run by `make check`; by hand:
 #   bash scripts/check-man-api.sh [SRCDIR]

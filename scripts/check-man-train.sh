@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # scripts/check-man-train.sh - man/flashgrad-train.1 documents exactly the
 # options `flashgrad-train --help` prints: an option of --help missing from
 # the page, or one on the page that --help no longer has, fails. Run by

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # scripts/ci-mpi.sh - the distributed tests on CPU, for CI (Debian, as root
 # or with sudo, no GPU needed):
 #   1. installs Open MPI (libopenmpi-dev openmpi-bin) and the build

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # scripts/ci-package-check.sh [BUILD_DIR] - the packaging half of
 # `make distcheck`, in about a minute instead of several: run it in a
 # configured and built tree (default: build/, as quickstart.sh makes it;
@@ -13,7 +14,8 @@
 #  3. a program built with pkg-config against the installed tree runs, and
 #     sees the module when it is installed and "not installed" when it is
 #     not (a CPU-only package of a CUDA build);
-#  4. `make uninstall` leaves no file behind.
+#  4. `make uninstall` leaves no file behind;
+#  5. every tracked source and script has its SPDX notice.
 # Prints "N passed, N failed"; exits non-zero on any failure.
 set -uo pipefail
 
@@ -41,6 +43,12 @@ if [[ -d $tmp/dist ]] && git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
         while read -r f; do [[ -e $tmp/dist/$f ]] || echo "$f"; done)
     [[ -z $missing ]] && ok "make distdir ships every tracked file" ||
         bad "not in the tarball (add to EXTRA_DIST or a _SOURCES): $missing"
+    # Every tracked source and script carries the license notice.
+    if nolicense=$(bash "$src/scripts/license-notice.sh" --check 2>&1); then
+        ok "every source and script file has an SPDX notice"
+    else
+        bad "files without an SPDX notice (bash scripts/license-notice.sh adds it): $nolicense"
+    fi
 fi
 
 # 2. Install.

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # scripts/gpu-bundle.sh [OUTDIR] - build the test, benchmark and example
 # programs into a small self-contained folder that runs on any GPU machine
 # without a build: static libflashgrad, Check and subunit linked statically,

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # scripts/gpu-devkit.sh [DIR] - pack what a GPU machine without Check,
 # Autotools or network needs to configure and build flashgrad from source
 # there (faster than building the CUDA code on a small machine):

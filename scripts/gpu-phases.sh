@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # scripts/gpu-phases.sh PHASE... - one device call's work on a GPU machine,
 # run from a kit made by scripts/gpu-devkit.sh (KIT = the kit folder):
 #

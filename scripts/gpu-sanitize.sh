@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # scripts/gpu-sanitize.sh BUILDDIR [TOOL...] - run every GPU suite of a
 # built tree (BUILDDIR/tests/test_gpu_*) under compute-sanitizer, one run
 # per (suite, tool), and print one summary table. TOOLs default to

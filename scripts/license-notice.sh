@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # scripts/license-notice.sh - gives every tracked source and script file a
 # one-line SPDX notice (the license is in LICENSE):
 #   bash scripts/license-notice.sh           add it where it is missing

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # scripts/quickstart.sh - one command from a fresh checkout to a result.
 #
 #   scripts/quickstart.sh run [ARGS...]   build, then run the main job

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/attn_harness.h - run one attention case through the public API
  * (any layout/dtype) and through the naive fp64 reference, and report the
  * errors. Inputs are drawn fresh from the test seed; outputs are poisoned

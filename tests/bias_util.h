@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/bias_util.h - host buffers for the attention bias and its gradient
  * in any broadcast pattern, dtype and layout, and the independent fp64
  * reference of dbias: the naive dS = dL/d(logit), [B, H, Nq, Nk], summed

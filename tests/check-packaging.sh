@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # tests/check-packaging.sh - what a distribution package relies on, checked
 # in the build folder (make check):
 #  - libflashgrad.so needs no CUDA or NCCL library (ldd) and exports only fg_

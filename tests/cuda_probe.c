@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/cuda_probe.c - what a program linked against the installed library
  * sees of CUDA: fg_cuda_available() and its reason, and what creating a
  * CUDA tensor returns. Prints key=value lines for tests/check-packaging.sh. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/dist_util.h - shared pieces of the MPI test programs (run under
  * mpirun by tests/mpi-run.sh; plain C, no Check: Check forks, MPI ranks must
  * not). Every rank checks its own results; fgd_finish() combines the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/gpu_op_harness.c - GPU-vs-CPU op checks (see gpu_op_harness.h) and
  * the table of op cases shared by test_gpu_ops and test_gpu_gradcheck.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/gpu_op_harness.h - runs one autograd op (or a short composite) on
  * the GPU and on the CPU and compares forward outputs and every input's
  * gradient; shared by the GPU op suite and the GPU gradcheck suite.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/kvcache_check.h - the KV-cache checks shared by the CPU suite
  * (test_kvcache.c) and the GPU one (test_gpu_kvcache.c): cached logits
  * against the full forward, and sampling with and without the cache. The

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/lowp.c - see lowp.h. */
 #include <math.h>
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/lowp.h - host fp16/bf16 conversions (round to nearest even) and a
  * naive attention computed "in" fp16/bf16 the way a framework's math path
  * does: fp32 dot products, every intermediate matrix (S, P, O, dP, dS and

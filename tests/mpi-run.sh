@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # tests/mpi-run.sh NP - runs the MPI test programs on NP ranks of this
 # machine (make check runs it through tests/mpi-np2.sh and mpi-np4.sh).
 # Skipped (exit 77) when configure found no MPI. Ranks are oversubscribed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/naive_attention.c - see naive_attention.h. */
 #include <math.h>
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/naive_attention.h - the textbook attention in fp64 with S and P
  * materialised: the reference the tiled implementations are tested against.
  * All arrays are contiguous BSHD ([B, N, H, d]); stats are [B, H, Nq]. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/ref_dropout.h - the attention dropout mask rebuilt from its
  * documentation alone, as the tests' reference: Philox4x32-10 written from
  * the Random123 specification (Salmon et al., SC'11; checked against the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_attention_bias.c - the additive attention bias and its
  * gradient on the CPU against the naive fp64 reference (which adds the
  * bias pair by pair and returns dS = dL/d(logit); the broadcast sums of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_attention_cpu.c - the tiled CPU attention against the naive
  * fp64 reference: forward (O, m, l) and backward (dQ, dK, dV) over a grid of
  * shapes, layouts, GQA, causal alignment, block sizes and dtypes.

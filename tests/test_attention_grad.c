@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_attention_grad.c - finite-difference gradcheck of the fp64
  * backward, plain and with every variant (window, top-left causal,
  * softcap, ALiBi, block-sparse, combined with dropout): for loss =

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_attention_merge.c - fg_attention_merge on the CPU: attention
  * over Nk keys equals the merge of the attentions over 2+ disjoint key sets
  * (contiguous cuts, interleaved strided sets, causal chunk pairs), forward

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_attention_qkv.c - fg_attention_qkvpacked (issue 22): its
  * output and d(qkv) equal fg_split + fg_reshape + fg_attention bit for bit
  * in fp32 and fp64 (plain, causal with dropout, a window with softcap and

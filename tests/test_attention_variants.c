@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_attention_variants.c - the attention variants on the CPU
  * (sliding window, top-left causal, softcap, ALiBi, block-sparse, and their
  * combinations with dropout and GQA) against the naive fp64 reference,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_attention_varlen.c - packed variable-length batches
  * (cu_seqlens_q/k) and key padding (seqused_k) on the CPU against the
  * naive fp64 reference run on each sequence alone (tests/naive_attention.c),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_autograd.c - the tape: gradients of small graphs against
  * hand-derived values, accumulation, retain_grad, no_grad, fg_grad,
  * multi-output nodes, graph freeing, and every misuse as a status with a

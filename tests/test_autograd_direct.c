@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_autograd_direct.c - the per-parameter work of a training step
  * on the CPU: a cast's backward adding straight into the parameter's .grad
  * (bit-identical to the cast + accumulation it replaces, which a no-op

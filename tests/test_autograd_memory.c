@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_autograd_memory.c - the memory plan: a toy GPT training step
  * (embeddings, a transformer block, tied LM head, cross-entropy, backward,
  * SGD) run inside an arena reset at the start of every step makes no host

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_checkpoint.c - checkpoints: round trip of parameters,
  * optimizer moments and training state; a run resumed from a checkpoint
  * continues bit for bit like the uninterrupted run (dropout on); truncated,

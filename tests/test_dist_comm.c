@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_dist_comm.c - the MPI communicator under mpirun: all-reduce
  * (sum, avg; fp32, fp64, fp16, bf16; in place or not; fixed-order and MPI's
  * own), reduce-scatter, all-gather, broadcast, sendrecv around the ring,

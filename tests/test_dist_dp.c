@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_dist_dp.c - data parallelism under mpirun: N ranks with B rows
  * each against one process training on the same N * B rows.
  *

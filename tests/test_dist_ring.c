@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_dist_ring.c - ring attention under mpirun against
  * single-process attention over the whole sequence (every rank computes
  * the reference from the same global Q, K, V, dO and compares its rows):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_dropout.c - attention dropout: keep rate, determinism, offsets,
  * p = 0, the mask against the documented mapping (tests/ref_dropout.h),
  * and forward/backward against the naive reference with the reference's

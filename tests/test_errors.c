@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_errors.c - the error model: every bad argument gives the right
  * status and a message, and leaves every output byte untouched. */
 #include <check.h>

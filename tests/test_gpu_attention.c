@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_gpu_attention.c - the CUDA attention kernels against the CPU
  * fp64 reference (itself checked against the naive computation in
  * test_attention_cpu). Exits 77 (skip) without a GPU; CUDA is touched only

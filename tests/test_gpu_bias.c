@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_gpu_bias.c - the attention bias and its gradient on the CUDA
  * kernels (general, and for fp16/bf16 on Hopper the sm90 wgmma kernels)
  * against the CPU fp64 oracle (itself checked against the

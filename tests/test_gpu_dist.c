@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_gpu_dist.c - the distributed pieces on GPUs, without MPI (the
  * GPU machine has none). Exits 77 without a GPU.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_gpu_fp32.c - the fp32 CUDA attention kernels against the CPU
  * fp64 oracle: strict fp32 on the SIMT kernels (attn_fp32_*.cu, the
  * default; FG_ATTN_KERNEL=simt forces it), near-fp32 on tensor cores (the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_gpu_gradcheck.c - fg_gradcheck in fp64 on the GPU (inputs and
  * outputs are CUDA tensors; torch's tolerances |a - n| <= 1e-5 + 1e-3 |n|,
  * eps 1e-6):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_gpu_kvcache.c - the GPT's KV cache on the GPU, for every
  * attention variant: cached logits equal the full forward's (fp64 to
  * 1e-10, fp32 to 1e-4, bf16 autocast to 3e-2 of the largest logit), and in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_gpu_layernorm.c - the CUDA layernorm kernels (issue 22) on
  * training shapes, through their entry points so that every output can be
  * poisoned (NaN) first: forward (y, mean, rstd) and backward (dx, dw, db)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_gpu_ops.c - every autograd op on the GPU against the CPU op
  * (fp64 reference) on fresh random inputs, forward and backward: the case
  * table of gpu_op_harness.c (broadcasting, odd shapes, strided views

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_gpu_qkv.c - fg_attention_qkvpacked on the GPU (issue 22), in
  * bf16 and fp32, on shapes that take the tensor-core kernels (d = 64 and
  * 128) with the variants the GPT uses: against fg_split + fg_reshape +

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_gpu_step.c - the per-parameter work of a GPU training step
  * (issue 22): fg_cuda_zero_many zeroes exactly its ranges (odd sizes and
  * offsets, more than one launch's worth) and fg_zero_grad every gradient;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_gpu_train.c - the GPT training step on the GPU: it equals the
  * CPU step (fp32, dropout off) within 1e-4 on every parameter after the
  * AdamW update; once warm it allocates no device (or host) memory; bf16

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_gpu_varlen.c - packed variable-length batches and key padding
  * on CUDA against the CPU fp64 oracle (itself checked against the naive
  * reference in test_attention_varlen), in fp64, fp32, fp16 and bf16, with

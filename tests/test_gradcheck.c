@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_gradcheck.c - the gradcheck API itself: it passes correct
  * gradients, catches a wrong one (and reports the right element), catches
  * a backward that is not reentrant, works in fast mode, restores its inputs

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_gradcheck_block.c - gradcheck of a composite: a full pre-LN
  * transformer block (layernorm, fused QKV projection split into strided
  * views, causal FlashAttention, output projection, residuals, GELU MLP,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_hooks.c - autograd hooks: firing order (tensor hooks ->
  * pre-hooks -> retain_grad update -> node -> post-hooks; leaves: tensor
  * hooks -> .grad update -> post-accumulate hooks), replacement of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_kvcache.c - the GPT's KV cache on the CPU: cached logits equal
  * the full forward's (fp64 to 1e-12, fp32 to 1e-5) for every attention
  * variant, sampling with the cache gives the recomputing sampler's tokens

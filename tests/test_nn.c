@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_nn.c - nn layers, the GPT model, AdamW, clipping, schedule:
  * shapes and initialisation, the loss at init, gradients of the whole
  * model (gradcheck, fp64), the LR schedule, clipping, and overfitting one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_ops.c - gradcheck (fp64, eps 1e-6, |a - n| <= 1e-5 + 1e-3 |n|)
  * of the elementwise, matmul, reduction and shape ops on random shapes from
  * the run's seed: odd extents, size-1 dimensions, 0-d scalars, broadcasting,

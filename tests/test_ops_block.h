@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_ops_block.h - a pre-LN transformer block (GPT-2 style) built
  * from flashgrad ops, for the composite gradcheck and the memory-plan test:
  *

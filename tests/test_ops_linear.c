@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_ops_linear.c - fg_mlp (the MLP's body as one node,
  * lib/ops/ops_linear.c) on the CPU: forward and every gradient equal the
  * unfused ops' (fg_linear, fg_gelu, fg_linear) bit for bit in fp32 and

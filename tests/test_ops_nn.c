@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_ops_nn.c - the neural-network ops: gradcheck in fp64 (eps
  * 1e-6, |a - n| <= 1e-5 + 1e-3 |n|) of softmax, log_softmax, layernorm
  * (also through fg_layernorm_cast's same-dtype path),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_ops_util.h - helpers for the tensor/autograd suites: random
  * tensors from the run's seed (test_util.h), host copies, and a gradcheck
  * assertion that prints the report on failure. */

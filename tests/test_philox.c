@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_philox.c - the host Philox4x32-10 against published known-answer
  * vectors (Random123's kat_vectors for philox4x32_10, which cuRAND's
  * generator reproduces), and the dropout word mapping of attention.h: the

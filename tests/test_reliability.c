@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_reliability.c - regressions for the defects of issue 25: size
  * and stride arithmetic that overflowed (huge extents of empty tensors,
  * slice steps, concat/split sums, batch * heads), contiguity of empty

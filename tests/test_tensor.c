@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_tensor.c - tensors: creation, accessors, views sharing storage,
  * host copies with dtype conversion (fp16/bf16 exhaustively), item, print,
  * the generator, arenas, and argument errors. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_threads.c - thread safety and thread-count independence:
  * four threads running, concurrently and each on its own data, attention
  * (forward and backward through the raw API, 4 OpenMP threads inside each

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_train.c - the built-in task end to end, CI-sized: a seeded
  * run on the sorting task reaches >= 99% exact-match accuracy on held-out
  * sequences; the data split really holds examples out; a training step

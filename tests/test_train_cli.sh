@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # tests/test_train_cli.sh - flashgrad-train's command line, end to end, on
 # tiny models in a temporary folder (about 20 s on 2 cores): options, the
 # run folder, checkpoints (periodic, best, SIGINT/SIGTERM), resume, data

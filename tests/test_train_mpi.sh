@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # tests/test_train_mpi.sh - flashgrad-train under mpirun -np 2 (CPU):
 #  - two ranks with --batch 8 log the same losses, validation losses and
 #    gradient norms (to the printed digits) as one process with --batch 8

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/test_util.h - shared helpers for the Check suites: seeded random
  * inputs (a fresh seed each run, printed, overridable with FG_TEST_SEED),
  * NaN poisoning, error metrics, and GPU detection that keeps CUDA out of the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/varlen_harness.h - packed variable-length cases for the CPU and
  * GPU suites: inputs drawn fresh from the test seed, packed into the
  * case's layout and dtype (outputs NaN-poisoned), the naive fp64 reference

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* flashgrad/attention.h - the low-level FlashAttention API.
  *
  * Computes, for every batch b and query head h,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* flashgrad/autograd.h - reverse-mode automatic differentiation: the tape,
  * backward, gradient hooks, and the differentiable ops.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* flashgrad/cuda.h - the CUDA context: stream, memory, TF32, device copies.
  *
  * Tensors created with FG_DEVICE_CUDA live in device memory; every op of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* flashgrad/dist.h - distributed training: a communicator with two
  * backends, data parallelism (bucketed gradient all-reduce overlapping the
  * backward, optional ZeRO-1) and ring attention (sequence parallelism).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* flashgrad/export.h - symbol visibility and C/C++ linkage macros.
  *
  * The library is built with -fvisibility=hidden; only declarations marked

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* flashgrad/flashgrad.h - umbrella header.
  *
  * flashgrad is a C library for training with FlashAttention: attention

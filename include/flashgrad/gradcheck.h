@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* flashgrad/gradcheck.h - finite-difference check of the autograd
  * gradients of any function built from flashgrad ops (like
  * torch.autograd.gradcheck).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* flashgrad/nn.h - neural-network layers, a GPT model, toy data sets and
  * sampling, built on the differentiable ops of autograd.h.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* flashgrad/optim.h - training machinery: AdamW, gradient clipping, the
  * learning-rate schedule, and checkpoints.
  *

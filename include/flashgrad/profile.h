@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* flashgrad/profile.h - an opt-in time breakdown by kernel family.
  *
  * Between fg_profile_begin() and fg_profile_end(), every op that launches

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* flashgrad/status.h - the error model.
  *
  * Every public function that can fail returns an fg_status. On failure it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* flashgrad/tensor.h - n-dimensional tensors, the activation arena, and the
  * counter-based random generator.
  *

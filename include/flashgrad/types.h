@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* flashgrad/types.h - element types and devices shared by every layer. */
 #ifndef FLASHGRAD_TYPES_H
 #define FLASHGRAD_TYPES_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_bias.cu - the gradient of the additive attention
  * bias (attention.h). The backward's main kernel (general, or sm90 wgmma)
  * forms dS = P (dP - D) for every visible pair anyway; how it reaches dbias

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_bwd.cu - FlashAttention backward, general CUDA kernels.
  *
  *  1. attn_bwd_preprocess: D = rowsum(dO * O) per query row (FA2).

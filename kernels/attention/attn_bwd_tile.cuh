@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_bwd_tile.cuh - the backward's per-tile pieces shared
  * by the general backward kernels (attn_bwd.cu) and the deterministic dbias
  * pass (attn_bias.cu): row statistics, the recomputation of P and dP, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_bwd_wgmma.cuh - fp16/bf16 FlashAttention backward for Hopper
  * (sm_90a) on warpgroup MMA (wgmma).
  *

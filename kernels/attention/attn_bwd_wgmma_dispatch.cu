@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_bwd_wgmma_dispatch.cu - the sm_90a wgmma backward's
  * dispatch: the kernel instantiation a call takes (kMode, dropout, padded
  * head dim), tile sizes and TMA maps. The kernels are built in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_bwd_wgmma_mode0.cu - the sm_90a wgmma backward's
  * kMode 0 kernels (no mask), every dtype, head dim and dropout setting
  * (attn_bwd_wgmma.cuh). */

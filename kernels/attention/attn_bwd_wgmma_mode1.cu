@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_bwd_wgmma_mode1.cu - the sm_90a wgmma backward's
  * kMode 1 kernels (bottom-right causal), every dtype, head dim and dropout
  * setting (attn_bwd_wgmma.cuh). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_bwd_wgmma_mode3.cu - the sm_90a wgmma backward's
  * kMode 3 kernels (the variants of a packed or key-padded batch), every dtype,
  * head dim and dropout setting (attn_bwd_wgmma.cuh). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_common.cuh - device pieces shared by the forward and backward
  * kernels: strided tile loads/stores, the causal mask, and dropout (cuRAND's
  * Philox4x32-10 with the counter/key mapping of lib/core/dropout_map.h, the same

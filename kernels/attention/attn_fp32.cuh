@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_fp32.cuh - the pieces shared by the fp32 attention
  * kernels (attn_fp32_fwd.cu, attn_fp32_bwd.cu): tile shapes, tile loads,
  * the register-blocked SIMT products and the dropout draw of the row

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_fp32_bwd.cu - strict fp32 FlashAttention backward:
  * register-blocked SIMT FMA (attn_fp32.cuh), Algorithm 4 of Dao et al. in
  * FlashAttention-2's form (D = rowsum(dO * O) precomputed by attn_bwd.cu's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_fp32_fwd.cu - strict fp32 FlashAttention forward:
  * register-blocked SIMT FMA (attn_fp32.cuh).
  *

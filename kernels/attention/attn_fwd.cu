@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_fwd.cu - FlashAttention forward, general CUDA kernel.
  *
  * One thread block per (query block of Br rows, query head, batch). K/V

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_fwd_mma.cu - fast fp16/bf16 FlashAttention forward on tensor
  * cores (mma.sync m16n8k16, sm_80+), FlashAttention-2 style.
  *

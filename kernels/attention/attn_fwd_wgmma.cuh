@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_fwd_wgmma.cuh - fp16/bf16 FlashAttention forward for Hopper
  * (sm_90a) on warpgroup MMA (wgmma).
  *

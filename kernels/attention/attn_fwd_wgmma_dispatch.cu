@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_fwd_wgmma_dispatch.cu - the sm_90a wgmma forward's
  * dispatch: the kernel instantiation a call takes (kMode, dropout, padded
  * head dim), whether the sm_90a image is the one loaded, tile sizes and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_kernels.h - launchers of the CUDA attention kernels, called
  * by attn_launch.cu once the public API has validated the problem. */
 #ifndef FG_KERNELS_ATTN_KERNELS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_launch.cu - host side of the CUDA attention: turns a
  * validated fg_attn_problem into kernel arguments, allocates the backward's
  * O(B*H*N*d) workspace stream-ordered (cudaMallocAsync, so repeated calls

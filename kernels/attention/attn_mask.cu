@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_mask.cu - the block-mask builder on the GPU: the
  * kv and q block lists (attention.h, fg_attn_block_mask) from a dense
  * boolean block map already on the device. One thread per list; the lists

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_merge.cu - fg_attention_merge on CUDA: one warp per
  * query row reads every part's (m, l), forms the weights and streams the d
  * columns of the parts' O. Operands may each be fp32, fp64, fp16 or bf16

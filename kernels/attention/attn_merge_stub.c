@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_merge_stub.c - fg_attention_merge on CUDA in a
  * build without CUDA: FG_ERR_UNSUPPORTED, not a link error. */
 #include "lib/attention/attention_merge.h"

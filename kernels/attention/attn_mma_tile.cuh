@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_mma_tile.cuh - the per-tile steps shared by the
  * mma.sync kernels, fp16/bf16 (attn_fwd_mma.cu, attn_bwd_mma.cu) and TF32
  * (attn_tf32_fwd.cu, attn_tf32_bwd.cu): they work on accumulators in the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_stub.c - the CUDA attention entry points of a
  * build without CUDA: each reports FG_ERR_UNSUPPORTED, so callers get a
  * status, not a link error. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_tf32.cuh - the pieces shared by the TF32 attention
  * kernels (attn_tf32_fwd.cu, attn_tf32_bwd.cu): fp32 tiles in shared
  * memory, their rounding to TF32, the m16n8k8 fragment loads, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_tf32_bwd.cu - fp32 FlashAttention backward on TF32
  * tensor cores (mma.sync m16n8k8, sm_80+): TF32 (the opt-in of
  * fg_cuda_set_attention_allow_tf32) or, with kSplit, strict fp32 by the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_traits.cuh - dtype dispatch, tile shapes and the kernel
  * argument block shared by the CUDA attention kernels (forward and
  * backward). One place decides the tile sizes and the accumulator type of

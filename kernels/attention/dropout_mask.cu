@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/dropout_mask.cu - the dropout keep-mask drawn on the GPU with
  * cuRAND's own Philox4x32-10, using the counter/word/byte mapping shared with the
  * CPU (lib/core/dropout_map.h). Used by tests to check that both devices draw the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/mma_sm80.cuh - thin wrappers over the sm_80+ warp-level tensor-core
  * instructions used by the fast fp16/bf16 kernels and the TF32 fp32 ones:
  * cp.async (16-byte, zero-filling), ldmatrix (plain and transposed),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/tma_map.cu - tensor maps for the Hopper TMA loads (tma_map.h).
  * The encoder is a driver entry point, fetched through the runtime so the
  * library does not link libcuda. */

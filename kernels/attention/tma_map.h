@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/tma_map.h - host side of the Hopper TMA loads: a 4-D tensor map
  * (d, S, heads, batch) over a strided attention operand whose boxes are one
  * 64-element panel of `box_rows` rows with the 128-byte swizzle, i.e. the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/attention/wgmma_sm90.cuh - Hopper (sm_90a) warpgroup MMA building blocks for
  * the fast attention kernels: shared-memory matrix descriptors, the
  * fence / commit / wait protocol and the m64nNk16 wrappers (generated into

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/backend/backend.h - the seam between libflashgrad.so and its CUDA
  * backend module, libflashgrad-cuda.so (doc/design.md, section 8.1).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/backend/loader.c - library side of the CUDA backend seam
  * (backend.h): finds and loads libflashgrad-cuda.so on the first CUDA call,
  * and defines every CUDA entry point as a trampoline into its table.

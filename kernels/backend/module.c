@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/backend/module.c - module side of the CUDA backend seam
  * (backend.h): libflashgrad-cuda.so's one exported function, and the core
  * functions the kernels call, defined here as calls through the table the

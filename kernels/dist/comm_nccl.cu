@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/dist/comm_nccl.cu - the NCCL backend of the communicator (CUDA
  * buffers). Host code only; compiled by nvcc with the other CUDA files so
  * it moves with them. The bootstraps that need no CUDA (unique id over MPI

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/dist/dist_cuda.cu - the two device helpers of ring attention
  * (lib/dist/ring.c): a strided [B, S, H, d] copy (packing K/V for the ring,
  * writing dK/dV/dQ and the statistics back into the caller's layout) and a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/dist/dist_cuda_stub.c - the ring attention kernels of a build
  * without CUDA: FG_ERR_UNSUPPORTED. */
 #include "lib/dist/dist_internal.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/dist/nccl_stub.c - the NCCL backend of a build without NCCL: the
  * constructors report FG_ERR_UNSUPPORTED ("built without NCCL"). */
 #include "lib/dist/comm_internal.h"

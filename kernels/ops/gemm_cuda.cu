@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/ops/gemm_cuda.cu - every matrix product of the CUDA ops, through
  * cuBLAS (cublasGemmEx / cublasGemmStridedBatchedEx). No GEMM kernel is
  * written here: the only kernels are a batched strided 2-D copy (packing

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/ops/gemm_lt.cu - GEMMs with a cuBLASLt epilogue (fg_linear's
  * bias, the MLP's GELU, their gradients): the bias add, the GELU and its
  * derivative, and the bias gradients' column sums happen in the GEMM's

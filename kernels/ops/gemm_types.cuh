@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/ops/gemm_types.cuh - the storage and compute types of a flashgrad
  * GEMM in cuBLAS's terms, shared by gemm_cuda.cu (cuBLAS) and gemm_lt.cu
  * (cuBLASLt) so both products compute alike: fp64 in fp64, fp32 in fp32

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/ops/ops_ew.cu - the CUDA kernels behind strided copy and fill and
  * the elementwise ops (binary with broadcasting, unary). Every launch goes
  * to the context stream; zero-size tensors launch nothing. The sum

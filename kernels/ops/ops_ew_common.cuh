@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/ops/ops_ew_common.cuh - what the elementwise and reduction kernel
  * files share: the dtype load/store helpers (fp64 computes in fp64; fp32,
  * fp16 and bf16 in fp32, rounded to nearest even when stored) and the

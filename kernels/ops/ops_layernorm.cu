@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/ops/ops_layernorm.cu - layernorm forward and backward (entry points
  * in lib/ops/cuda_ops_nn.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/ops/ops_nn.cu - embedding (gather forward; backward as a
  * deterministic scatter-add: a host-built CSR of the positions per used
  * row, one block per row summing in position order, no atomics) and

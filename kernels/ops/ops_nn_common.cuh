@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/ops/ops_nn_common.cuh - what the nn-op kernel files share: element
  * types (storage T, accumulator A), 16-byte vector loads, warp/block row
  * reductions (xor butterflies, so every lane ends with the bit-identical

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/ops/ops_reduce.cu - the deterministic sum reduction behind
  * fg_sum / fg_mean and the gradients of broadcast dimensions: no float
  * atomics; when a few outputs each sum many elements the range is split

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/ops/ops_softmax.cu - softmax / log_softmax (forward, backward; the
  * last dim by row kernels: a warp per row up to 2048 elements, else a
  * block; other dims by a strided kernel) and the fused

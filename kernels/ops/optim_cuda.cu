@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/ops/optim_cuda.cu - the optimizer on the GPU: one AdamW launch over
  * all parameters, and the global gradient norm with clipping.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/runtime/cuda_alloc.cu - the caching device allocator and the copies of
  * lib/cuda_backend.h.
  *

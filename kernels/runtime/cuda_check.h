@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/runtime/cuda_check.h - turning CUDA errors into fg_status (never exit()). */
 #ifndef FG_KERNELS_CUDA_CHECK_H
 #define FG_KERNELS_CUDA_CHECK_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/runtime/cuda_context.cu - the process-wide CUDA context: the stream all
  * work goes to, the cuBLAS handle (with a workspace from the caching
  * allocator, so cuBLAS allocates nothing per call), the TF32 opt-in, and the

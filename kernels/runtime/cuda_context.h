@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/runtime/cuda_context.h - the process-wide CUDA context every kernel
  * launch and library call goes through (C++/CUDA side): the stream, the
  * cuBLAS handle and the TF32 opt-ins (GEMMs, attention). Defined in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/runtime/cuda_profile.cu - the CUDA events of the profiler
  * (kernels/runtime/profile.c): a pool grown on demand and kept until the
  * region ends. */

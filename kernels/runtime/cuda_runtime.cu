@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/runtime/cuda_runtime.cu - CUDA device queries and pointer checks used by
  * the public API's validation. */
 #include <cuda_runtime.h>

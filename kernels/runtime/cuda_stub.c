@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/runtime/cuda_stub.c - the CUDA runtime entry points of a build
  * without CUDA (the attention ones are in kernels/attention/attn_stub.c):
  * each reports FG_ERR_UNSUPPORTED, so callers get a status, not a link error. */

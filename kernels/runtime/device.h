@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/runtime/device.h - the C interface of the CUDA runtime layer:
  * device memory (a caching allocator), copies and pointer checks. Declared
  * here so the layers above (attention, tensors, ops) need no CUDA header;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/runtime/dtype_access.cuh - device load/store of one element of a
  * buffer whose dtype is known only at run time (fp32, fp64, fp16, bf16),
  * converted to and from the arithmetic type A. For kernels that mix

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/runtime/profile.c - the profiler's regions and scopes
  * (flashgrad/profile.h). CPU: each outermost scope adds its wall-clock
  * time to its family. CUDA: each records an event before and after; the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kernels/runtime/profile.h - the timing scopes behind flashgrad/profile.h,
  * placed around the ops' work by the layers above (attention, autograd,
  * ops, train). */

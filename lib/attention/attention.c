@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/attention/attention.c - the public attention API: argument validation (all of it
  * before any output is touched) and dispatch to the CPU or CUDA backend. */
 #include <float.h>

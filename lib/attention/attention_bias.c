@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/attention/attention_bias.c - validation of the additive score bias
  * (fg_attn_params.bias) and of its gradient (fg_attn_params.dbias): dtype,
  * pointers, strides, extent, the broadcast pattern and aliasing, all before

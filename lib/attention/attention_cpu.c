@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/attention/attention_cpu.c - CPU backend of the attention API: the tiled
  * FlashAttention algorithm (attention_cpu_impl.h) for fp32 and fp64, and the
  * host side of the dropout RNG mapping (dropout_map.h + philox.h). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/attention/attention_cpu_impl.h - the tiled FlashAttention forward and backward on
  * the CPU, instantiated by attention_cpu.c for T = float and T = double.
  *

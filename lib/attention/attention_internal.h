@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/attention/attention_internal.h - the validated attention problem handed from the
  * public API (attention.c) to the device backends (attention_cpu.c and the
  * CUDA kernels). Backends may assume everything here has been checked. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/attention/attention_mask.c - the attention variants' parameters:
  * validation of the window, causal alignment, softcap, ALiBi slopes and
  * block mask (all before anything is written), and the block-mask builder. */

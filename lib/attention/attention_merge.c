@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/attention/attention_merge.c - fg_attention_merge (attention.h):
  * combining partial attention results over disjoint key sets by their
  * log-sum-exp. Validation for both devices, and the CPU loop (fp32/fp64);

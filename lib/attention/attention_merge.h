@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/attention/attention_merge.h - the validated problem of
  * fg_attention_merge (attention.h), handed from the public entry point
  * (attention_merge.c) to the CPU loop there or to the CUDA kernel

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/attention/attention_varlen.c - packed variable-length batches and key
  * padding: validation of cu_seqlens_q/k, total_q/k and seqused_k (before
  * anything is written) and the per-sequence view of attention_varlen.h. */

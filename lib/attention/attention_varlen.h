@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/attention/attention_varlen.h - packed variable-length batches and key
  * padding (fg_attn_params.cu_seqlens_q/k, seqused_k): validation, and the
  * per-sequence view the CPU backend runs each sequence through. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/autograd/autograd.c - grad mode, recording nodes on the tape, node lifetime,
  * and the autograd state of tensors (requires_grad, .grad, retain_grad). */
 #include <stdatomic.h>

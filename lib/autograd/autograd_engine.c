@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/autograd/autograd_engine.c - the backward pass.
  *
  * 1. Collect the nodes reachable from the output's grad_fn (depth-first),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/autograd/autograd_hooks.c - registering, removing and firing hooks.
  *
  * A hook record is shared by its owner's list and the caller's handle (and,

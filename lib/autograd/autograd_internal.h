@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/autograd/autograd_internal.h - graph nodes, hooks and the recording helpers
  * the ops use. */
 #ifndef FG_LIB_AUTOGRAD_INTERNAL_H

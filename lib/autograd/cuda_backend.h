@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/autograd/cuda_backend.h - what the tensor layer needs from the CUDA
  * backend beyond device memory (kernels/runtime/device.h, included here):
  * strided copy, fill and accumulate. The tensor layer declares them and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/autograd/gradcheck.c - finite-difference gradient check (see gradcheck.h).
  *
  * Jacobians are held densely on the host in double: one n_out x numel

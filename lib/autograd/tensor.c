@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/autograd/tensor.c - the tensor core: reference-counted objects, storages,
  * handles and views, accessors, strided copy/fill and dtype conversion. */
 #include <stdatomic.h>

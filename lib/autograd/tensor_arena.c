@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/autograd/tensor_arena.c - where tensor memory comes from: the heap or an arena.
  *
  * An arena is a bump allocator over chunks with exact-size free lists: a

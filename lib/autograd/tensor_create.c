@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/autograd/tensor_create.c - public creation functions, the random generator,
  * host copies, fill, item and printing. */
 #include <math.h>

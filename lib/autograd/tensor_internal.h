@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/autograd/tensor_internal.h - the tensor object model shared by the tensor,
  * autograd and op files: reference-counted objects that live on the heap or
  * in an arena, storages, tensor handles, and allocation helpers. */

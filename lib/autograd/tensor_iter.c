@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/autograd/tensor_iter.c - strided multi-operand iteration (see tensor_iter.h). */
 #include <string.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/autograd/tensor_iter.h - strided iteration over up to six operands of a
  * common (broadcast) shape: the loop nest behind elementwise ops, copies and
  * reductions. Dimensions are coalesced where every operand allows it, and

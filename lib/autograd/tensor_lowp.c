@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/autograd/tensor_lowp.c - a parameter's low-precision copy for autocast
  * (tensor_internal.h says when it is valid). The copy lives on the heap
  * with the parameter and goes with it. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/core/blas.c - GEMM through CBLAS when available, else a loop. */
 #include <limits.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/core/blas.h - one GEMM entry point for every matrix product of the CPU
  * ops: CBLAS when configure found one (FG_HAVE_CBLAS), a plain OpenMP loop
  * otherwise or when the operands' strides cannot be expressed to BLAS. */

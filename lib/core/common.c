@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/core/common.c - dtype/device names, version. */
 #include "flashgrad/types.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/core/dropout_map.h - the (seed, offset, b, h, i, j) -> Philox counter,
  * word and byte mapping of attention dropout, shared verbatim by the CPU
  * code and the CUDA kernels so both draw the same mask (documented in

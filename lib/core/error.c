@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/core/error.c - thread-local last-error storage. */
 #include <stdarg.h>
 #include <stdio.h>

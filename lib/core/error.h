@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/core/error.h - internal helpers for the error model (see status.h). */
 #ifndef FG_LIB_ERROR_H
 #define FG_LIB_ERROR_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/core/philox.h - Philox4x32-10 (Salmon et al., SC'11), bit-identical to
  * cuRAND's device generator (curand_philox4x32_x.h). The CUDA kernels call
  * cuRAND's own curand_Philox4x32_10(); this host version lets the CPU path

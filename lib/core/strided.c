@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/core/strided.c - see strided.h. */
 #include <stdlib.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/core/strided.h - memory-overlap analysis of strided views, used to reject
  * outputs that alias inputs or each other before anything is written. */
 #ifndef FG_LIB_STRIDED_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/dist/comm.c - the communicator API of dist.h: argument validation
  * (all of it before a backend is reached), dispatch to the MPI or NCCL
  * backend, and the NCCL bootstraps that need no CUDA themselves (unique id

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/dist/comm_internal.h - the communicator object shared by the generic
  * layer (comm.c: validation, dispatch, NCCL bootstrap), the MPI backend
  * (comm_mpi.c) and the NCCL backend (kernels/dist/comm_nccl.cu). Each

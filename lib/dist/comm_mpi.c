@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/dist/comm_mpi.c - the MPI backend of the communicator (CPU buffers).
  *
  * Plain operations are MPI's nonblocking collectives (MPI_Iallreduce, ...);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/dist/comm_mpi_stub.c - the MPI backend of a build without MPI: the
  * constructors report FG_ERR_UNSUPPORTED ("built without MPI"), so callers
  * get a status, not a link error. */

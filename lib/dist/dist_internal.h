@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/dist/dist_internal.h - small helpers of the data-parallel and ring
  * attention code: copies on the communicator's device, and the CUDA
  * kernels ring attention needs (kernels/dist/dist_cuda.cu; without CUDA

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/dist/dp.c - data parallelism (dist.h): the flat gradient buffer and
  * its buckets, the post-accumulate hooks that start each bucket's
  * reduction during the backward, ZeRO-1 (AdamW over this rank's slices of

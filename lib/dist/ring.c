@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/dist/ring.c - ring attention (dist.h): sequence parallelism over the
  * ranks of a communicator.
  *

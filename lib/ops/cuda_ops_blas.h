@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/ops/cuda_ops_blas.h - the CUDA matrix products (kernels/ops/gemm_cuda.cu,
  * cuBLAS) and the optimizer kernels (kernels/ops/optim_cuda.cu): multi-tensor
  * AdamW and the global gradient norm with clipping.

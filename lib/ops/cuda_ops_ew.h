@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/ops/cuda_ops_ew.h - CUDA elementwise ops and the sum reduction
  * (kernels/ops/ops_ew.cu). The strided copy and fill they sit next to are
  * declared in cuda_backend.h. Only in builds with FG_HAVE_CUDA; the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/ops/cuda_ops_nn.h - CUDA entry points of the nn ops (kernels/ops/ops_nn.cu):
  * softmax / log_softmax, softmax-cross-entropy, layernorm, embedding and
  * dropout. Conventions of lib/autograd/cuda_backend.h: the caller allocates every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/ops/ops_attention.c - FlashAttention as a recorded op.
  *
  * The forward calls fg_attention_forward() on the tensors' own strides (a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/ops/ops_common.c - argument checks, the dispatch fallback and recording
  * shared by every op. */
 #include "config.h"

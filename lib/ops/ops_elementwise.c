@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/ops/ops_elementwise.c - broadcasting binary ops (add, sub, mul, div),
  * unary ops (scale, add_scalar, exp, log, tanh, relu, gelu) and cast, with
  * their backward functions. */

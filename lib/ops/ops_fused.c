@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/ops/ops_fused.c - fused ops that replace chains of small kernels in
  * the GPT step: fg_dropout_add (a branch's dropout, its cast into the
  * residual stream's dtype and the residual add; one kernel forward, one

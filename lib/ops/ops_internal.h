@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/ops/ops_internal.h - what the op files share: argument checks, the
  * per-device dispatch point, recording, and raw (unrecorded) kernels that
  * backward functions reuse. */

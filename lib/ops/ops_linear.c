@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/ops/ops_linear.c - the Linear layer's op (fg_linear) and the MLP's
  * body (fg_mlp), each one node whose bias adds, GELU, GELU derivative and
  * bias gradients run in cuBLASLt epilogues on CUDA (kernels/ops/gemm_lt.cu).

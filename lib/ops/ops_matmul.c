@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/ops/ops_matmul.c - batched matrix products with transposes and
  * broadcast batch dimensions, forward and backward, on fg_gemm.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/ops/ops_nn.c - layer normalisation, embedding lookup and dropout. Rows
  * are processed in parallel; sums over rows (weight gradients) run in a
  * fixed order in double, so results do not depend on the thread count.

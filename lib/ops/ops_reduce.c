@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/ops/ops_reduce.c - sum and mean over dimensions, and the reduction of a
  * broadcast gradient back to an input's shape. Sums run in double per row,
  * in a fixed order (deterministic, and accurate in fp32). On CUDA the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/ops/ops_shape.c - reshape, permute, transpose, slice, narrow, split
  * (views on the input's storage), concat and contiguous (copies), detach. */
 #include "config.h"

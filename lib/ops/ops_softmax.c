@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/ops/ops_softmax.c - softmax and log-softmax along any dimension, and the
  * fused softmax + cross-entropy loss with integer targets. Row statistics
  * are computed in double on the CPU; CUDA tensors go to kernels/ops/ops_nn.cu

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/train/checkpoint.c - one-file checkpoints (format in optim.h):
  *
  *   "FGCKPT01" | u32 version | u32 0 | u64 body_len | body | u64 FNV-1a

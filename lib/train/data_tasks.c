@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/train/data_tasks.c - the built-in algorithmic task (sorting digits) and
  * its exact-match evaluation. */
 #include <stdlib.h>

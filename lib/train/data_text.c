@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/train/data_text.c - character-level text data: vocabulary, encoding,
  * train/validation split, random windows. */
 #include <errno.h>

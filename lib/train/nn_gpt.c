@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/train/nn_gpt.c - the GPT model: token + position embeddings, dropout,
  * n_layer pre-LN blocks, a final LayerNorm and the LM head (tied to the
  * token embedding or its own [C, V] matrix). */

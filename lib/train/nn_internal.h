@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/train/nn_internal.h - what the nn files share: the autocast casts
  * (definitions in nn_layers.c), the GPT's parts and the pieces of the
  * KV-cached forward (nn_kvcache.c). */

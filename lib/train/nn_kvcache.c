@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/train/nn_kvcache.c - incremental decoding: the GPT's forward on new
  * tokens against the cached keys and values of the earlier ones (nn.h). */
 #include <stdlib.h>

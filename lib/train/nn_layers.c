@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/train/nn_layers.c - Linear, LayerNorm, embeddings, causal self-attention,
  * MLP and the pre-LN block (nn.h). Forward functions only chain recorded
  * ops; every intermediate handle is dropped as soon as it is consumed, the

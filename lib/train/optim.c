@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/train/optim.c - AdamW, global-norm gradient clipping, LR schedule.
  * Parameters on the GPU go to the multi-tensor kernels of
  * kernels/ops/optim_cuda.cu (one launch per update), which follow the CPU loop

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/train/optim_step.c - one training step: micro-batches with gradient
  * accumulation inside an arena (fg_gpt_accumulate, also used by the
  * data-parallel step of lib/dist), clipping, AdamW, zeroing. */

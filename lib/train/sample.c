@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/train/sample.c - autoregressive sampling with temperature and top-k,
  * recomputing the context or with a KV cache. */
 #include <math.h>

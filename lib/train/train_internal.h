@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* lib/train/train_internal.h - the training step's micro-batch loop, shared
  * by fg_gpt_train_step (optim_step.c) and the data-parallel step above it
  * (lib/dist/dp.c). */

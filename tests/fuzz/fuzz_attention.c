@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/fuzz/fuzz_attention.c - libFuzzer target for the attention API's
  * argument validation, with an fp64 reference check on every accepted call.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/fuzz/fuzz_attn_variants.h - the attention variants for
  * fuzz_attention.c: the bytes draw the causal alignment, window_left/right,
  * softcap, ALiBi slopes ([H] or [B, H]) and a block mask (built with

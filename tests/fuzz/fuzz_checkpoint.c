@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/fuzz/fuzz_checkpoint.c - libFuzzer target for the checkpoint loader
  * (fg_checkpoint_peek and fg_checkpoint_load in optim.h), through the
  * public API only: the bytes become an in-memory file.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/fuzz/fuzz_tensor.c - libFuzzer target for tensor creation, views
  * (slice, narrow, reshape, permute, transpose, split, detach), concat and
  * contiguous.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/fuzz/fuzz_text_data.c - libFuzzer target for the character-level
  * text loader (fg_text_data_load, fg_text_data_batch in nn.h).
  *

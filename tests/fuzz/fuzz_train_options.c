@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/fuzz/fuzz_train_options.c - libFuzzer target for flashgrad-train's
  * option parser (tools/train/options.c): opts_parse_args + opts_finish on
  * a command line, or opts_apply on checkpoint lines.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/fuzz/fuzz_util.h - helpers of the libFuzzer targets: a reader that
  * decodes the input bytes (zeros once they run out), an oracle check that
  * aborts (libFuzzer then keeps the input), and a path that names a buffer

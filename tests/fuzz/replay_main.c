@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tests/fuzz/replay_main.c - runs a fuzz target over its committed corpus
  * without libFuzzer, so every build's `make check` replays the seeds and
  * any crash input added to tests/fuzz/corpus/NAME (gcc builds included;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tools/train/data.c - the trainer's data: the sort task or a text file,
  * checked before step 1. */
 #include <errno.h>

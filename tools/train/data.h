@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tools/train/data.h - what the trainer learns from: the built-in sort task
  * or a text file, with the checks that keep a bad input from reaching
  * step 1, and the text's fingerprint kept in checkpoints. */

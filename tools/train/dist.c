@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tools/train/dist.c - flashgrad-train on several processes: data
  * parallelism (flashgrad/dist.h). Started by mpirun with N > 1 processes,
  * the trainer joins them with MPI (CPU) or NCCL over MPI (--device cuda;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tools/train/evaluate.c - validation loss and text samples. */
 #include <errno.h>
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tools/train/main.c - flashgrad-train: trains a small GPT with flashgrad.
  *
  *   flashgrad-train                      built-in task: sort digits

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tools/train/options.c - flashgrad-train's option table and everything
  * derived from it: strict parsing, --help, the config print and the
  * settings kept in checkpoints. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tools/train/options.h - flashgrad-train's settings: one table gives the
  * parser, the help text, the config print and the lines kept in
  * checkpoints, so the four cannot drift apart. */

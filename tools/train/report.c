@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tools/train/report.c - what a run shows: the progress line (loss,
  * speed, MFU, ETA), the CSV log, and the loss curve drawn by gnuplot. */
 #include <ctype.h>

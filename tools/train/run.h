@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tools/train/run.h - one training run: settings, data, model, optimizer,
  * outputs; shared by the trainer's files. */
 #ifndef FG_TRAIN_RUN_H

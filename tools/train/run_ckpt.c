@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tools/train/run_ckpt.c - the trainer's checkpoints: the library's file
  * plus, in its meta text, every run setting, the time trained so far, and
  * for text the vocabulary and a fingerprint of the text, so that --resume

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tools/train/signals.c - SIGINT/SIGTERM: checkpoint, then die of it. */
 #include <signal.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tools/train/signals.h - SIGINT and SIGTERM stop the run cleanly: the
  * handler only records the signal; the loop saves a checkpoint at the next
  * step boundary, then signals_exit() dies of the same signal, so the shell

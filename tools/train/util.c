@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tools/train/util.c - messages, clocks, paths. */
 #include <errno.h>
 #include <limits.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tools/train/util.h - small helpers shared by the trainer's files:
  * messages, clocks, paths. */
 #ifndef FG_TRAIN_UTIL_H
