@@ -126,6 +126,14 @@ static fg_status sum_over_ranks(run *r, double *v, int n)
     return st;
 }
 
+/* Rank 0's n <= AGREE_MAX values in v on every rank: the others add 0. */
+static fg_status from_rank0(run *r, double *v, int n)
+{
+    if (r->rank != 0)
+        memset(v, 0, sizeof(double) * (size_t)n);
+    return sum_over_ranks(r, v, n);
+}
+
 /* FNV-1a of what must be equal on every rank. */
 static uint64_t settings_hash(const run *r)
 {
@@ -157,8 +165,8 @@ int dist_check_settings(run *r)
     const uint64_t h = settings_hash(r) & ((1ull << 60) - 1);
     double v[3];
     for (int i = 0; i < 3; i++)
-        v[i] = r->rank == 0 ? (double)((h >> (20 * i)) & 0xFFFFF) : 0.0;
-    if (sum_over_ranks(r, v, 3) != FG_OK)
+        v[i] = (double)((h >> (20 * i)) & 0xFFFFF);
+    if (from_rank0(r, v, 3) != FG_OK)
         return lib_error(EXIT_FAIL);
     uint64_t h0 = 0;
     for (int i = 0; i < 3; i++)
@@ -210,12 +218,12 @@ int dist_agree(run *r, int rc)
 
 int dist_follow_rank0(run *r, int *v, int n)
 {
-    if (!r->dp || r->world < 2)
+    if (!r->comm || r->world < 2)
         return 0;
     double x[AGREE_MAX];
-    for (int i = 0; i < n && i < AGREE_MAX; i++)
-        x[i] = r->rank == 0 ? (double)v[i] : 0.0;
-    if (n > AGREE_MAX || sum_over_ranks(r, x, n) != FG_OK)
+    for (int i = 0; i < n; i++)
+        x[i] = v[i];
+    if (from_rank0(r, x, n) != FG_OK)
         return lib_error(EXIT_FAIL);
     for (int i = 0; i < n; i++)
         v[i] = x[i] != 0.0;

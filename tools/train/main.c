@@ -564,12 +564,10 @@ static int train(run *r)
     rc = finish(r);
     /* The final checkpoint below is collective: a rank whose final
      * numbers or samples failed stops every rank here. */
-    const int bad = rc != EXIT_OK && rc != EXIT_ACCURACY;
-    const int agreed = dist_agree(r, bad ? rc : 0);
-    if (bad)
-        return rc;
+    const int agreed =
+        dist_agree(r, rc != EXIT_OK && rc != EXIT_ACCURACY ? rc : 0);
     if (agreed)
-        return agreed;
+        return agreed; /* this rank's own failure, or EXIT_FAIL */
     const int saved = ckpt_save(r, r->ckpt, "final");
     if (r->csv)
         fclose(r->csv);
