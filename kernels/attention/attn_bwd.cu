@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_bwd.cu - FlashAttention backward, general CUDA kernels.
  *
- *  1. attn_bwd_preprocess: D = rowsum(dO * O) per query row (FA2).
+ *  1. attn_bwd_preprocess: D = rowsum(dO * O) per query row (FA2;
+ *     attn_bwd_rows.cuh, with the other per-row passes).
  *  2. attn_bwd_kernel: one thread block per (K/V block j, K/V head, batch).
  *     K_j, V_j and the dK_j, dV_j accumulators stay on chip while every
  *     query block of every query head of the group streams past; S and P are
@@ -15,86 +16,12 @@
  * Nothing of size Nq x Nk exists anywhere. */
 #include <type_traits>
 
+#include "attn_bwd_rows.cuh"
 #include "attn_bwd_tile.cuh"
 #include "attn_kernels.h"
 #include "kernels/runtime/cuda_check.h"
 
 namespace fg {
-
-template <typename T>
-__global__ void attn_bwd_preprocess(const AttnArgs a)
-{
-    typedef typename AccOf<T>::type A;
-    const int lane = threadIdx.x & 31;
-    const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (row >= stat_rows(a))
-        return;
-    int64_t b, h, i;
-    bool owned;
-    stat_coords(a, row, &b, &h, &i, &owned);
-    const T *o = elem<T>(a.o, b, i, h), *g = elem<T>(a.dout, b, i, h);
-    A acc = 0;
-    for (int x = lane; owned && x < a.d; x += 32)
-        acc += to_acc(o[x]) * to_acc(g[x]);
-    for (int s = 16; s > 0; s >>= 1)
-        acc += __shfl_xor_sync(0xffffffffu, acc, s);
-    if (lane == 0)
-        ((A *)a.D)[row] = acc;
-}
-
-/* lse2 = m log2(e) + log2(l) (+inf for empty rows) and D, into the padded
- * [B*H][nq_pad] arrays the wgmma backward bulk-copies per query block (a
- * packed batch too: row i of sequence b, whose stats are packed row
- * cu_q[b] + i of head h). */
-__global__ void attn_bwd_pad_stats(const AttnArgs a)
-{
-    const int64_t n = (int64_t)a.B * a.H * a.nq_pad;
-    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
-         idx += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t bh = idx / a.nq_pad, i = idx % a.nq_pad;
-        int64_t row = bh * a.Nq + i, nq = a.Nq;
-        if (a.cu_q) {
-            const int64_t b = bh / a.H, h = bh % a.H;
-            nq = a.cu_q[b + 1] - a.cu_q[b];
-            row = h * a.total_q + a.cu_q[b] + i;
-        }
-        float lse = INFINITY, dd = 0.f;
-        if (i < nq) {
-            lse = stat_lse2(a, row);
-            dd = ((const float *)a.D)[row];
-        }
-        ((float *)a.lse2p)[idx] = lse;
-        ((float *)a.Dp)[idx] = dd;
-    }
-}
-
-template <typename T>
-__global__ void attn_bwd_write_dq(const AttnArgs a)
-{
-    typedef typename AccOf<T>::type A;
-    const int64_t n = stat_rows(a) * a.d;
-    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
-         idx += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t x = idx % a.d, row = idx / a.d;
-        int64_t b, h, i;
-        bool owned;
-        stat_coords(a, row, &b, &h, &i, &owned);
-        if (!owned) /* packed rows past cu_q[B] are left alone */
-            continue;
-        /* The wgmma backward's tiled layout: [B*H][nq_pad] rows, a packed
-         * row as row i - cu_q[b] of its sequence b. */
-        int64_t src = idx;
-        if (a.dq_tile_d) {
-            int64_t sb = b, si = i;
-            if (a.cu_q) {
-                sb = packed_seq(a.cu_q, a.B, i);
-                si = i - a.cu_q[sb];
-            }
-            src = dq_tiled_index(sb * a.H + h, a.nq_pad, a.dq_tile_d, si, (int)x);
-        }
-        elem<T>(a.dq, b, i, h)[x] = from_acc<T>(((const A *)a.dq_acc)[src]);
-    }
-}
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
@@ -319,11 +246,7 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
                         "memory than this GPU has",
                         a.d);
     a.Br = a.Bc = t;
-    const int64_t nrows = stat_rows(a); /* 0 for an empty packed batch */
-    if (nrows > 0) {
-        attn_bwd_preprocess<T><<<(unsigned)((nrows * 32 + 255) / 256), 256, 0, st>>>(a);
-        FG_CUDA_TRY_LAUNCH();
-    }
+    FG_TRY(launch_bwd_preprocess<T>(a, st)); /* nothing for an empty packed batch */
     bool fp32 = false; /* the fp32 kernels ran, deterministic dQ included */
     if (std::is_same<T, float>::value) { /* tensor cores (TF32, 3xTF32), else SIMT */
         FG_TRY(attn_tf32_bwd(a, smem_limit, st, &fp32));
@@ -358,13 +281,7 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
     }
     if (a.deterministic)
         return launch_bwd_dq<T>(a, smem_limit, st);
-    const int64_t n = nrows * a.d;
-    if (n == 0)
-        return FG_OK;
-    const unsigned blocks = (unsigned)min((n + 255) / 256, (int64_t)65535);
-    attn_bwd_write_dq<T><<<blocks, 256, 0, st>>>(a);
-    FG_CUDA_TRY_LAUNCH();
-    return FG_OK;
+    return launch_bwd_write_dq<T>(a, st);
 }
 
 fg_status attn_bwd_dispatch(fg_dtype dt, const AttnArgs &a, size_t smem_limit,

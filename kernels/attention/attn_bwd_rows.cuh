@@ -1,0 +1,239 @@
+/* SPDX-License-Identifier: MIT */
+/* kernels/attention/attn_bwd_rows.cuh - the per-row passes around every
+ * backward kernel (attn_bwd.cu launches them):
+ *  - attn_bwd_preprocess: D = rowsum(dO * O) per query row (FA2);
+ *  - attn_bwd_pad_stats: lse2 and D into the wgmma backward's padded rows;
+ *  - attn_bwd_write_dq(_tiled): the fp32 dQ accumulator converted to dQ's
+ *    dtype and strides.
+ * They move O(B H N d) bytes once, so they should run at memory speed: no
+ * 64-bit division per element (the per-element form of write_dq spent
+ * 318 us on 33M elements of an H200, 5x its memory time) and 16-byte
+ * accesses where the operands allow. */
+#ifndef FG_KERNELS_ATTN_BWD_ROWS_CUH
+#define FG_KERNELS_ATTN_BWD_ROWS_CUH
+
+#include "attn_common.cuh"
+#include "kernels/runtime/cuda_check.h"
+
+namespace fg {
+
+/* Two floats -> two 16-bit values in one word (lo in the low half). */
+template <typename T> __device__ __forceinline__ uint32_t rows_pack2(float lo, float hi)
+{
+    if constexpr (AccOf<T>::is_bf16) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&v);
+    } else {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+}
+
+/* 16-byte accesses of a 2-byte operand: the base and every stride a
+ * multiple of 8 elements (rows then start 16-byte aligned). */
+__host__ __forceinline__ bool vec16_ok(const Operand &t, size_t esize)
+{
+    return esize == 2 && ((uintptr_t)t.ptr & 15) == 0 && t.sb % 8 == 0 && t.ss % 8 == 0 &&
+           t.sh % 8 == 0;
+}
+
+/* kVec (fp16/bf16, vec16_ok O and dO, d % 8 == 0): 8 lanes per row, 16
+ * bytes of O and dO per lane and step; else a warp per row, one element
+ * per lane and step. */
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(256) attn_bwd_preprocess(const AttnArgs a)
+{
+    typedef typename AccOf<T>::type A;
+    constexpr int L = kVec ? 8 : 32, R = 32 / L; /* lanes per row, rows per warp */
+    const int lane = threadIdx.x % L;
+    const int64_t rows = stat_rows(a);
+    /* the loop runs per warp (its shuffles need every lane) */
+    for (int64_t wr = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; wr * R < rows;
+         wr += ((int64_t)gridDim.x * blockDim.x) >> 5) {
+        const int64_t row = wr * R + (threadIdx.x & 31) / L;
+        int64_t b = 0, h = 0, i = 0;
+        bool owned = false;
+        if (row < rows)
+            stat_coords(a, row, &b, &h, &i, &owned);
+        const T *o = elem<T>(a.o, b, i, h), *g = elem<T>(a.dout, b, i, h);
+        A acc = 0;
+        if constexpr (kVec) {
+            for (int x = lane; owned && x < a.d / 8; x += L) {
+                const uint4 ov = reinterpret_cast<const uint4 *>(o)[x];
+                const uint4 gv = reinterpret_cast<const uint4 *>(g)[x];
+                const T *oe = reinterpret_cast<const T *>(&ov), *ge = reinterpret_cast<const T *>(&gv);
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    acc += to_acc(oe[e]) * to_acc(ge[e]);
+            }
+        } else {
+            for (int x = lane; owned && x < a.d; x += L)
+                acc += to_acc(o[x]) * to_acc(g[x]);
+        }
+#pragma unroll
+        for (int s = L / 2; s > 0; s >>= 1)
+            acc += __shfl_xor_sync(0xffffffffu, acc, s, L);
+        if (lane == 0 && row < rows)
+            ((A *)a.D)[row] = acc;
+    }
+}
+
+/* lse2 = m log2(e) + log2(l) (+inf for empty rows) and D, into the padded
+ * [B*H][nq_pad] arrays the wgmma backward bulk-copies per query block (a
+ * packed batch too: row i of sequence b, whose stats are packed row
+ * cu_q[b] + i of head h). */
+__global__ void attn_bwd_pad_stats(const AttnArgs a)
+{
+    const int64_t n = (int64_t)a.B * a.H * a.nq_pad;
+    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t bh = idx / a.nq_pad, i = idx % a.nq_pad;
+        int64_t row = bh * a.Nq + i, nq = a.Nq;
+        if (a.cu_q) {
+            const int64_t b = bh / a.H, h = bh % a.H;
+            nq = a.cu_q[b + 1] - a.cu_q[b];
+            row = h * a.total_q + a.cu_q[b] + i;
+        }
+        float lse = INFINITY, dd = 0.f;
+        if (i < nq) {
+            lse = stat_lse2(a, row);
+            dd = ((const float *)a.D)[row];
+        }
+        ((float *)a.lse2p)[idx] = lse;
+        ((float *)a.Dp)[idx] = dd;
+    }
+}
+
+/* dQ from the accumulator, a warp per row (its coordinates once), lanes
+ * over the columns: row-major [rows][d] or the wgmma backward's tiles
+ * (dq_tiled_index; a packed row as row i - cu_q[b] of its sequence b). */
+template <typename T>
+__global__ void __launch_bounds__(256) attn_bwd_write_dq(const AttnArgs a)
+{
+    typedef typename AccOf<T>::type A;
+    const int lane = threadIdx.x & 31;
+    const int64_t rows = stat_rows(a);
+    for (int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; row < rows;
+         row += ((int64_t)gridDim.x * blockDim.x) >> 5) {
+        int64_t b, h, i;
+        bool owned;
+        stat_coords(a, row, &b, &h, &i, &owned);
+        if (!owned) /* packed rows past cu_q[B] are left alone */
+            continue;
+        T *dst = elem<T>(a.dq, b, i, h);
+        const A *src = (const A *)a.dq_acc + row * a.d;
+        if (a.dq_tile_d) {
+            int64_t sb = b, si = i;
+            if (a.cu_q) {
+                sb = packed_seq(a.cu_q, a.B, i);
+                si = i - a.cu_q[sb];
+            }
+            for (int x = lane; x < a.d; x += 32)
+                dst[x] = from_acc<T>(((const A *)a.dq_acc)[dq_tiled_index(
+                    sb * a.H + h, a.nq_pad, a.dq_tile_d, si, x)]);
+        } else {
+            for (int x = lane; x < a.d; x += 32)
+                dst[x] = from_acc<T>(src[x]);
+        }
+    }
+}
+
+/* The wgmma backward's dQ of a dense batch (fp16/bf16): block (tile t,
+ * head h, batch b) converts the 64 x Dp floats of tile t. A work item is
+ * rows ir and ir + 8 (ir & 8 = 0) by 8 columns c0 .. c0 + 7: in the tile
+ * (dq_tiled_index) those are four consecutive float4, float4 k holding
+ * columns c0 + 2k, c0 + 2k + 1 of row ir (x, y) and of row ir + 8 (z, w).
+ * kVec (vec16_ok dQ): each row's 8 values leave as one 16-byte store. */
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(256) attn_bwd_write_dq_tiled(const AttnArgs a)
+{
+    const int Dp = a.dq_tile_d, DQ = Dp / 2, chunks = Dp / 8;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int64_t i0 = (int64_t)blockIdx.x * 64;
+    const float *tile = (const float *)a.dq_acc + (((int64_t)b * a.H + h) * a.nq_pad + i0) * Dp;
+    for (int w = threadIdx.x; w < 32 * chunks; w += blockDim.x) {
+        const int pr = w / chunks, c0 = (w % chunks) * 8;
+        const int ir = (pr >> 3) * 16 + (pr & 7);
+        const int run = (c0 / DQ) * 4 + (ir >> 4), cc = c0 % DQ;
+        const float4 *src =
+            reinterpret_cast<const float4 *>(tile + run * DQ * 16) + (cc >> 3) * 32 + (ir & 7) * 4;
+        float4 f[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            f[k] = src[k];
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int64_t i = i0 + ir + 8 * half;
+            if (i >= a.Nq)
+                continue;
+            T *dst = elem<T>(a.dq, b, i, h) + c0;
+            uint32_t p[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                p[k] = half ? rows_pack2<T>(f[k].z, f[k].w) : rows_pack2<T>(f[k].x, f[k].y);
+            if (kVec && c0 + 8 <= a.d) {
+                *reinterpret_cast<uint4 *>(dst) = make_uint4(p[0], p[1], p[2], p[3]);
+            } else {
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    if (c0 + 2 * k < a.d)
+                        dst[2 * k] = from_acc<T>(half ? f[k].z : f[k].x);
+                    if (c0 + 2 * k + 1 < a.d)
+                        dst[2 * k + 1] = from_acc<T>(half ? f[k].w : f[k].y);
+                }
+            }
+        }
+    }
+}
+
+/* Grid of a grid-stride pass of n work items, 256 threads a block. */
+__host__ __forceinline__ unsigned rows_grid(int64_t n)
+{
+    const int64_t blocks = (n + 255) / 256;
+    return (unsigned)(blocks < (1 << 20) ? blocks : (1 << 20));
+}
+
+template <typename T>
+fg_status launch_bwd_preprocess(const AttnArgs &a, cudaStream_t st)
+{
+    const int64_t rows = stat_rows(a);
+    if (rows <= 0)
+        return FG_OK;
+    bool vec = false;
+    if constexpr (sizeof(T) == 2) {
+        vec = a.d % 8 == 0 && vec16_ok(a.o, sizeof(T)) && vec16_ok(a.dout, sizeof(T));
+        if (vec)
+            attn_bwd_preprocess<T, true><<<rows_grid(rows * 8), 256, 0, st>>>(a);
+    }
+    if (!vec)
+        attn_bwd_preprocess<T, false><<<rows_grid(rows * 32), 256, 0, st>>>(a);
+    FG_CUDA_TRY_LAUNCH();
+    return FG_OK;
+}
+
+template <typename T>
+fg_status launch_bwd_write_dq(const AttnArgs &a, cudaStream_t st)
+{
+    const int64_t rows = stat_rows(a);
+    if (rows <= 0 || a.d <= 0)
+        return FG_OK;
+    bool tiled = false;
+    if constexpr (sizeof(T) == 2) {
+        tiled = a.dq_tile_d && !a.cu_q && a.H <= 65535 && a.B <= 65535;
+        if (tiled) {
+            dim3 grid((unsigned)(a.nq_pad / 64), (unsigned)a.H, (unsigned)a.B);
+            if (vec16_ok(a.dq, sizeof(T)))
+                attn_bwd_write_dq_tiled<T, true><<<grid, 256, 0, st>>>(a);
+            else
+                attn_bwd_write_dq_tiled<T, false><<<grid, 256, 0, st>>>(a);
+        }
+    }
+    if (!tiled)
+        attn_bwd_write_dq<T><<<rows_grid(rows * 32), 256, 0, st>>>(a);
+    FG_CUDA_TRY_LAUNCH();
+    return FG_OK;
+}
+
+} /* namespace fg */
+
+#endif
