@@ -600,8 +600,16 @@ struct QuerySteps {
             *i0 = 0;
             return true;
         }
-        *gh = (int)(st / walk.n);
-        const int k = (int)(st % walk.n);
+        /* 32-bit where it fits: a 64-bit division is a called routine
+         * on the step's path */
+        int k;
+        if (st <= 0x7fffffff) {
+            *gh = (int)((uint32_t)st / (uint32_t)walk.n);
+            k = (int)((uint32_t)st - (uint32_t)*gh * (uint32_t)walk.n);
+        } else {
+            *gh = (int)(st / walk.n);
+            k = (int)(st % walk.n);
+        }
         *i0 = walk.start(k);
         return walk.dead(k);
     }
