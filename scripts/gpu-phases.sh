@@ -16,7 +16,11 @@
 #                another kit's src there), in /tmp/fg-ref
 #   suites       every GPU suite at once (make -j check), one line each
 #   san:TOOL     compute-sanitizer TOOL over every suite (gpu-sanitize.sh)
+#   sweep        all four tools over every suite in one parallel run
+#                (doc/reliability.md; about 8 minutes on 16 cores)
 #   variants     bench/compare_variants.py --quick, build then ref, twice
+#   modes        bench/compare_modes.py (variant kernels against the plain
+#                ones on equal work), likewise
 #   torch        bench/compare_torch.py --quick (FG_TORCH_ARGS), likewise
 #   dpspeed      flashgrad-train data parallel over --rendezvous, 1, 2, 4
 #                and 8 GPUs as there are: the baby GPT and a GPT-2-small
@@ -66,7 +70,10 @@ bld() (
         grep -v '^  [A-Z]' make.log | head -n 40
         exit 1
     fi
+    # The library looks for its CUDA module beside the path it was loaded
+    # from (or FG_CUDA_BACKEND): the benchmarks load the link.
     ln -sf .libs/libflashgrad.so libflashgrad-bench.so
+    ln -sf .libs/libflashgrad-cuda.so libflashgrad-cuda.so
     echo "$bd: built, module $(stat -c %s .libs/libflashgrad-cuda.so) bytes"
 )
 build() { log "build $K/src -> $B (arch $ARCH)"; bld "$K/src" "$B" "$(nproc)"; }
@@ -114,7 +121,17 @@ bench() {
     done
     echo "$name: $OUT/$name.txt"
 }
+sweep() {
+    log "compute-sanitizer: memcheck, synccheck, initcheck, racecheck over every suite"
+    FG_SANITIZE_LOGS=$W/san FG_SANITIZE_JOBS=${FG_SANITIZE_JOBS:-14} \
+        FG_SANITIZE_TIMEOUT=${FG_SANITIZE_TIMEOUT:-450} \
+        bash "$K/src/scripts/gpu-sanitize.sh" "$B" racecheck memcheck initcheck synccheck \
+        >"$W/sweep.txt" 2>&1
+    echo "exit $?"
+    sed -n '/^suite /,$p' "$W/sweep.txt"
+}
 variants() { log variants; bench variants compare_variants.py --quick --rounds 2; }
+modes() { log modes; bench modes compare_modes.py --rounds 2; }
 torch() {
     log "compare_torch ${FG_TORCH_ARGS:---quick}"
     # shellcheck disable=SC2086
@@ -196,7 +213,7 @@ rings() {
 
 for ph in "$@"; do # every phase known before any runs
     case $ph in
-    san:?* | build | buildref | suites | variants | torch | dpspeed | dpeq | rings) ;;
+    san:?* | build | buildref | suites | sweep | variants | modes | torch | dpspeed | dpeq | rings) ;;
     *) echo "gpu-phases.sh: unknown phase '$ph'" >&2; exit 2 ;;
     esac
 done

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""bench/compare_modes.py - flashgrad's variant kernels against its plain
+ones on the same work, no PyTorch attention involved: what a variant
+costs beyond the pairs it skips.
+
+The fast kernels have plain instantiations (no mask, bottom-right causal)
+and variant ones (windows, ALiBi, softcap, block masks). A window as wide
+as the sequence masks nothing but runs the variant kernel, so "dense
+through the variant kernel" against "dense" is the variant kernel's own
+overhead; windows of growing width show what a call costs beyond its
+kept pairs (fixed per-call passes, per-block prologues). Method as in
+bench/compare_torch.py (fg_ctypes.best_times): standard-normal inputs,
+CUDA events around forward and backward, the best of the per-round
+medians; TFLOP/s over kept pairs (forward 4 B H d kept, backward 2.5x).
+
+    python3 bench/compare_modes.py --lib BUILD/libflashgrad-bench.so \\
+        [--N 8192] [--d 128] [--rounds 3] [--reps 10]
+"""
+import argparse
+
+import torch
+
+from fg_ctypes import Flashgrad, best_times, buffers
+
+
+def kept_pairs(N, causal, window_left):
+    """Kept (query, key) pairs of one head: causal with an optional left
+    window, or all N^2."""
+    if not causal:
+        return float(N * N)
+    i = torch.arange(N, dtype=torch.float64)
+    lo = torch.clamp(i - (window_left if window_left is not None else N), min=0)
+    return float((i - lo + 1).sum())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", default=".libs/libflashgrad.so")
+    ap.add_argument("--N", type=int, default=8192)
+    ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=10)
+    args = ap.parse_args()
+    fg = Flashgrad(args.lib)
+    torch.manual_seed(0)
+    N, d = args.N, args.d
+    H, B = 2048 // d, max(1, 16384 // N)
+    (q, k, v, g), (o, dq, dk, dv), m, l = buffers(B, N, H, d)
+    slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / H) for h in range(H)], device="cuda")
+    # name, causal, window_left, window_right, alibi
+    cells = [("dense", 0, None, None, 0), ("dense, variant kernel", 0, N, N, 0),
+             ("causal", 1, None, None, 0), ("causal, variant kernel", 1, N, None, 0),
+             ("ALiBi + causal", 1, None, None, 1)]
+    cells += [(f"window {w}", 1, w, None, 0) for w in (512, 1024, 2048, 4096) if w < N]
+    print(f"{torch.cuda.get_device_name()}; bf16, B={B}, N={N}, H={H}, d={d}; "
+          "TFLOP/s over kept pairs, fwd / bwd", flush=True)
+    for name, causal, wl, wr, alibi in cells:
+        p = fg.params(B, N, H, d)
+        p.causal = causal
+        if wl is not None:
+            p.window_left = wl
+        if wr is not None:
+            p.window_right = wr
+        if alibi:
+            p.alibi_slopes = slopes.data_ptr()
+        kept = kept_pairs(N, causal, wl if wr is None else None)
+        fl = 4.0 * B * H * d * kept
+
+        def fwd(p=p):
+            fg.fwd(p, q, k, v, o, m, l)
+
+        def bwd(p=p):
+            fg.bwd(p, q, k, v, o, g, m, l, dq, dk, dv)
+
+        fwd()
+        bwd()
+        torch.cuda.synchronize()
+        t = best_times({"fg": (fwd, bwd)}, args.rounds, args.reps)["fg"]
+        print(f"{name:>24} | {fl / t[0] / 1e9:6.1f} / {2.5 * fl / t[1] / 1e9:6.1f} | "
+              f"{t[0]:7.3f} / {t[1]:7.3f} ms", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
