@@ -63,6 +63,8 @@ t "--steps 1.5e2 is refused" 2 "--steps: '1.5e2' is not a whole number" --steps 
 t "--steps=12x is refused" 2 "--steps: '12x' is not a whole number" --steps=12x
 t "--lr -1 is refused" 2 "--lr: -1 is out of range" --lr -1
 t "--dropout 1 is refused" 2 "--dropout: 1 is out of range \[0, 1\)" --dropout 1
+t "--bucket-mb -1 is refused" 2 "--bucket-mb: -1 is out of range" --bucket-mb -1
+t "--bucket-mb 2000 is refused" 2 "--bucket-mb: 2000 is out of range" --bucket-mb 2000
 t "--seed overflow is refused" 2 "--seed: .* is out of range" --seed 99999999999999999999
 t "--device gpu is refused" 2 "--device: 'gpu' is not one of cpu\|cuda\|auto" --device gpu
 t "--bogus is an unknown option" 2 "unknown option --bogus" --bogus

@@ -4,6 +4,7 @@
 #  - two ranks with --batch 8 log the same losses, validation losses and
 #    gradient norms (to the printed digits) as one process with --batch 8
 #    --accum 2 (bitwise equal parameters, doc/distributed.md);
+#  - buckets of one parameter each (--bucket-mb 0.001) log the same;
 #  - ZeRO-1: 10 steps, then --resume to 20, logs what a straight 20-step
 #    run logs;
 #  - only rank 0 prints and writes a run folder;
@@ -52,6 +53,10 @@ check "one run folder, rank 0's" test "$(ls -d "$work"/*/ | wc -l)" -eq 2
 "${np2[@]}" "$train" --steps 4 "${args[@]}" --print-interval 2 --out-dir quiet \
     --ckpt none --log none >quiet.out 2>&1
 check "only rank 0 prints" test "$(grep -c '^step ' quiet.out)" -eq 2
+# buckets of about 1 KiB (a parameter or a few each): other collectives,
+# the same sums
+check "2 ranks, --bucket-mb 0.001" run "${np2[@]}" "$train" --steps 20 "${args[@]}" --bucket-mb 0.001 --out-dir bk
+check "... logs what the default buckets log" cmp -s <(cols dp) <(cols bk)
 
 check "ZeRO-1, 20 steps" run "${np2[@]}" "$train" --steps 20 "${args[@]}" --zero1 1 --out-dir z20
 check "ZeRO-1, 10 steps" run "${np2[@]}" "$train" --steps 10 "${args[@]}" --zero1 1 --out-dir z10

@@ -186,6 +186,10 @@ int dist_create(run *r, const fg_adamw_config *oc)
     fg_dp_config_init(&dc);
     dc.adamw = *oc;
     dc.zero1 = (int)r->o.zero1;
+    if (r->o.bucket_mb > 0) { /* 0 bytes would mean the library's default */
+        const double bytes = r->o.bucket_mb * 1048576.0;
+        dc.bucket_bytes = bytes < 1.0 ? 1 : (size_t)bytes;
+    }
     if (fg_comm_device(r->comm) != r->dev)
         return complain(EXIT_USAGE, "the ranks communicate %s buffers but "
                         "the model is on %s (--device)",

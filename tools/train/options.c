@@ -109,6 +109,9 @@ static const spec SPECS[] = {
     INT("--zero1", zero1, 0, 1, BOTH,
         .help = "with several ranks (mpirun, --rendezvous): shard\n"
                 "the AdamW moments across them (ZeRO-1)"),
+    REAL("--bucket-mb", bucket_mb, 0, 1024, 0, 0, BOTH,
+         .help = "with several ranks: MiB of gradients per all-reduce\n"
+                 "bucket (0: the library's default, 4)"),
     GROUP("Progress and evaluation"),
     INT("--print-interval", print_interval, 1, BIG, BOTH,
         .help = "steps between progress lines (loss, speed, MFU, ETA)"),

@@ -34,6 +34,7 @@ typedef struct opts {
     /* machine */
     char device[8], dtype[8];
     int64_t threads, deterministic, zero1;
+    double bucket_mb; /* data parallel: all-reduce bucket MiB (0: the library's) */
     /* progress and evaluation */
     int64_t print_interval, eval_interval, eval_batches, eval_examples,
         final_examples;
