@@ -24,7 +24,8 @@
 #   torch        bench/compare_torch.py --quick (FG_TORCH_ARGS), likewise
 #   dpspeed      flashgrad-train data parallel over --rendezvous, 1, 2, 4
 #                and 8 GPUs as there are: the baby GPT and a GPT-2-small
-#                shape, tokens/s (doc/distributed.md)
+#                shape, tokens/s (doc/distributed.md); FG_DP_ARGS adds
+#                trainer options (e.g. "--bucket-mb 1")
 #   dpeq         W GPUs against one GPU with --accum W, dropout 0
 #   rings        bench/bench_ring at 128k (--check), 512k and 1M tokens
 # The text corpus is KIT/data/tinyshakespeare.txt (gpu-devkit.sh copies it
@@ -168,11 +169,11 @@ dpspeed() {
     local n
     # shellcheck disable=SC2086
     for n in $(gpus 1 2 4 8); do
-        dp $n baby$n $BABY --dropout 0.2 --batch 64 --steps 300 --print-interval 50
+        dp $n baby$n $BABY --dropout 0.2 --batch 64 --steps 300 --print-interval 50 ${FG_DP_ARGS:-}
     done
     # shellcheck disable=SC2086
     for n in $(gpus 1 2 4 8); do
-        dp $n g2s$n $G2 --dropout 0.1 --batch 16 --steps 40 --print-interval 20
+        dp $n g2s$n $G2 --dropout 0.1 --batch 16 --steps 40 --print-interval 20 ${FG_DP_ARGS:-}
     done
 }
 dpeq() {
