@@ -17,18 +17,6 @@
 
 namespace fg {
 
-/* Two floats -> two 16-bit values in one word (lo in the low half). */
-template <typename T> __device__ __forceinline__ uint32_t rows_pack2(float lo, float hi)
-{
-    if constexpr (AccOf<T>::is_bf16) {
-        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-        return *reinterpret_cast<uint32_t *>(&v);
-    } else {
-        __half2 v = __floats2half2_rn(lo, hi);
-        return *reinterpret_cast<uint32_t *>(&v);
-    }
-}
-
 /* 16-byte accesses of a 2-byte operand: the base and every stride a
  * multiple of 8 elements (rows then start 16-byte aligned). */
 __host__ __forceinline__ bool vec16_ok(const Operand &t, size_t esize)
@@ -170,7 +158,7 @@ __global__ void __launch_bounds__(256) attn_bwd_write_dq_tiled(const AttnArgs a)
             uint32_t p[4];
 #pragma unroll
             for (int k = 0; k < 4; k++)
-                p[k] = half ? rows_pack2<T>(f[k].z, f[k].w) : rows_pack2<T>(f[k].x, f[k].y);
+                p[k] = half ? pack2<T>(f[k].z, f[k].w) : pack2<T>(f[k].x, f[k].y);
             if (kVec && c0 + 8 <= a.d) {
                 *reinterpret_cast<uint4 *>(dst) = make_uint4(p[0], p[1], p[2], p[3]);
             } else {

@@ -107,19 +107,6 @@ __device__ __forceinline__ uint32_t to_tf32(float x)
     return r;
 }
 
-/* Two floats -> one register of two 16-bit values (lo in the low half). */
-template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi)
-{
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi)
-{
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-
 /* Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile whose
  * rows hold `chunks` chunks (a power of two >= 4; with 4 chunks per row an
  * 8-row ldmatrix phase still has 2-way conflicts). */
