@@ -27,6 +27,10 @@ if [ -z "${FG_CUDA_BACKEND:-}" ] && [ -f "$bdir/.libs/libflashgrad-cuda.so" ]; t
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sed 's/^/GPU: /'
 compute-sanitizer --version | tail -n 1
+# NVTX on: the library marks what cuBLAS's kernels write (fg_cuda_mark_written),
+# which initcheck does not see by itself.
+export FG_SAN_NVTX=
+compute-sanitizer --help 2>/dev/null | grep -q -- '--nvtx' && FG_SAN_NVTX='--nvtx yes'
 
 # One (suite, tool) run; prints its table row.
 run_one() {
@@ -42,8 +46,9 @@ run_one() {
     [ "$tool" = racecheck ] && mode=fast
     local api=()
     [ "$name" = test_gpu_dist ] && api=(--report-api-errors no)
+    # shellcheck disable=SC2086 # FG_SAN_NVTX: two words or none
     timeout "$FG_SAN_LIMIT" env CK_FORK=no FG_SANITIZE=$mode NCCL_NVLS_ENABLE=0 \
-        compute-sanitizer --tool "$tool" --error-exitcode 1 \
+        compute-sanitizer --tool "$tool" --error-exitcode 1 $FG_SAN_NVTX \
         "${api[@]}" --print-limit 20 "$t" >"$log" 2>&1
     rc=$?
     # racecheck reports hazards as warnings (exit 0): count them too.

@@ -217,6 +217,7 @@ fg_status cublas_gemm(fg_dtype dt, int64_t M, int64_t N, int64_t K,
         FG_CUBLAS_TRY(cublasGemmEx(h, opa, opb, (int)N, (int)M, (int)K, pa, B,
                                    ty, (int)ldb, A, ty, (int)lda, pb, C, ty,
                                    (int)ldc, ct, CUBLAS_GEMM_DEFAULT));
+        fg_cuda_mark_written(C, (size_t)((M - 1) * ldc + N) * es);
         return FG_OK;
     }
     /* batchCount is an int: very long batches go in slices. */
@@ -228,6 +229,8 @@ fg_status cublas_gemm(fg_dtype dt, int64_t M, int64_t N, int64_t K,
             (long long)sB, (const char *)A + (size_t)(b0 * sA) * es, ty,
             (int)lda, (long long)sA, pb, (char *)C + (size_t)(b0 * sC) * es,
             ty, (int)ldc, (long long)sC, (int)nb, ct, CUBLAS_GEMM_DEFAULT));
+        fg_cuda_mark_written((char *)C + (size_t)(b0 * sC) * es,
+                             (size_t)((nb - 1) * sC + (M - 1) * ldc + N) * es);
     }
     return FG_OK;
 }

@@ -254,9 +254,19 @@ extern "C" fg_status fg_cuda_gemm_lt(const fg_cuda_lt_gemm *g, int *done)
     const int f64 = g->dt == FG_FP64;
     const void *alpha = f64 ? (const void *)&ad : (const void *)&af;
     const void *beta = f64 ? (const void *)&bd : (const void *)&bf;
+    /* What the call writes (see fg_cuda_mark_written), C and aux marked
+     * before it: a second cuBLASLt kernel of the same call may read them
+     * back (the bias-gradient epilogue sums the C that the GEMM kernel
+     * wrote), and beta = 0 means their old contents are never read. */
+    const size_t es = f64 ? 8 : g->dt == FG_FP32 ? 4 : 2;
+    fg_cuda_mark_written(g->C, (size_t)(g->M * g->N) * es);
+    if (g->epilogue == FG_LT_GELU_AUX_BIAS)
+        fg_cuda_mark_written(g->aux, (size_t)(g->M * g->N) * es);
     FG_CUBLAS_TRY(cublasLtMatmul(h, lc.op, alpha, g->B, lc.a, g->A, lc.b,
                                  beta, g->C, lc.c, g->C, lc.c, &e.algo, lc.ws,
                                  kWorkspace, fg_cuda_stream()));
+    if (g->epilogue == FG_LT_DGELU_BGRAD || g->epilogue == FG_LT_BGRAD_B)
+        fg_cuda_mark_written(g->bias, (size_t)g->N * es);
     *done = 1;
     return FG_OK;
 }

@@ -7,6 +7,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExtMemCudaRt.h>
 
 #include "device.h"
 #include "cuda_check.h"
@@ -31,6 +32,24 @@ cudaStream_t fg_cuda_stream(void) { return g_stream; }
 int fg_cuda_tf32_allowed(void) { return g_tf32; }
 
 int fg_cuda_attention_tf32_allowed(void) { return g_attn_tf32; }
+
+void fg_cuda_mark_written(const void *p, size_t bytes)
+{
+    if (!p || !bytes)
+        return;
+    static const nvtxDomainHandle_t dom = nvtxDomainCreateA("flashgrad");
+    nvtxMemVirtualRangeDesc_t range = {};
+    range.size = bytes;
+    range.ptr = p;
+    nvtxMemMarkInitializedBatch_t batch = {};
+    batch.extCompatID = NVTX_EXT_COMPATID_MEM;
+    batch.structSize = sizeof batch;
+    batch.regionType = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
+    batch.regionDescCount = 1;
+    batch.regionDescElementSize = sizeof range;
+    batch.regionDescElements = &range;
+    nvtxMemCudaMarkInitialized(dom, g_stream, 0, &batch);
+}
 
 fg_status fg_cublas_status(cublasStatus_t s, const char *what,
                            const char *file, int line)

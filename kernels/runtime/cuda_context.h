@@ -22,6 +22,14 @@ int fg_cuda_tf32_allowed(void);
 /* 1 when the user allowed TF32 tensor cores for fp32 attention
  * (fg_cuda_set_attention_allow_tf32). */
 int fg_cuda_attention_tf32_allowed(void);
+/* Tells compute-sanitizer that [p, p + bytes) holds written data from
+ * this point of the context stream on (NVTX's memory API; a no-op unless
+ * a tool is attached). For outputs of cuBLAS/cuBLASLt kernels
+ * whose stores initcheck does not see (Hopper's nvjet GEMMs: every
+ * element of their C reported uninitialized although each one is written,
+ * scripts/initcheck-gemm-probe.cu), so that initcheck stays meaningful
+ * for the rest of the library. Never for memory our own kernels write. */
+void fg_cuda_mark_written(const void *p, size_t bytes);
 /* cuBLAS status -> fg_status with file/line (never exits). */
 fg_status fg_cublas_status(cublasStatus_t s, const char *what,
                            const char *file, int line);
