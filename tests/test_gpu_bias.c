@@ -5,7 +5,8 @@
  * naive reference in test_attention_bias): every broadcast pattern, fp64,
  * fp32, fp16 and bf16 operands, fp32 or operand-dtype bias and dbias,
  * strided bias layouts, with the variants (causal, window, ALiBi, softcap,
- * dropout, GQA, block-sparse, BHSD); the three ways dbias is produced
+ * dropout, GQA, block-sparse, BHSD), a bias the wgmma forward reads by
+ * TMA and the same without; the three ways dbias is produced
  * (direct stores, atomics into dbias or into a scratch, the deterministic
  * pass), a bitwise rerun with deterministic = 1, and a -inf row. Exits 77
  * without a GPU.
@@ -500,6 +501,38 @@ START_TEST(test_larger)
 }
 END_TEST
 
+/* A 16-bit bias the wgmma forward reads by TMA (keys contiguous, rows of
+ * a multiple of 8 elements, batch and head dense or broadcast): every head
+ * dim, both dtypes, partial query tiles and key panels, with the variants;
+ * the same cases with FG_ATTN_BIAS_TMA=0 take the per-element loads. */
+START_TEST(test_bias_tma)
+{
+    static const int pats[4] = {0, FGT_BC_B, FGT_BC_H, FGT_BC_B | FGT_BC_H};
+    bgcase c;
+    memset(&c, 0, sizeof c);
+    c.B = 2; c.H = 4; c.Hk = _i % 2 ? 2 : 4;
+    c.d = _i % 3 == 0 ? 64 : _i % 3 == 1 ? 128 : 256;
+    c.Nq = 200 + 56 * (_i % 2);
+    c.Nk = _i == 7 ? 392 : 136 + 128 * (_i % 3);
+    c.bcast = pats[_i % 4];
+    c.causal = _i % 2;
+    c.window = _i == 2 || _i == 5;
+    c.alibi = _i % 3 == 2;
+    c.softcap = _i == 3 || _i == 6;
+    c.p = _i == 4 ? 0.1 : 0;
+    c.sparse = _i == 7;
+    c.layout = FGT_BL_DENSE;
+    c.dlayout = _i % 3;
+    c.dbias_f32 = _i % 2;
+    g_fast = 1;
+    const fg_dtype dt = _i % 2 ? FG_FP16 : FG_BF16;
+    check_case(&c, dt, 1100 + (uint64_t)_i);
+    setenv("FG_ATTN_BIAS_TMA", "0", 1);
+    check_case(&c, dt, 1200 + (uint64_t)_i);
+    unsetenv("FG_ATTN_BIAS_TMA");
+}
+END_TEST
+
 /* The autograd op on CUDA (fp32, bias [H, Nq, Nk] requiring grad) gives
  * the CPU op's O and gradients of q and bias within 2e-5 relative. */
 static void op_grads(fg_device dev, const double *h[5], const int64_t *sh[5],
@@ -588,6 +621,7 @@ int main(void)
     tcase_add_loop_test(tc, test_patterns, 0, fast ? 4 : 16);
     tcase_add_loop_test(tc, test_deterministic_bitwise, 0, fast ? 1 : 5);
     tcase_add_loop_test(tc, test_minus_inf_row, 0, fast ? 1 : 2);
+    tcase_add_loop_test(tc, test_bias_tma, 0, fast ? 2 : 8);
     if (!fast)
         tcase_add_loop_test(tc, test_larger, 0, 3);
     tcase_add_test(tc, test_autograd_op);

@@ -47,6 +47,11 @@ template <int D, int WG> struct FwdWgTile {
     static constexpr int kMinBlocks = WG == 1 ? 2 : 1;
     static constexpr size_t kSmem =
         (size_t)(kBr * D + 4 * kBc * D) * 2 + 128 + 1024; /* Q, 2x(K, V), barriers, align */
+    /* A 16-bit bias by TMA (FwdMaps::bias_tma): two [kBr][kBc] stages of
+     * 64-column panels, 1024-aligned after the barriers. At d = 128 and
+     * 256 this brings a block to 231552 of the 232448 bytes it may have. */
+    static constexpr size_t kBiasStage = (size_t)kBr * kBc * 2;
+    static constexpr size_t kBiasSmem = 1024 + 2 * kBiasStage;
 };
 
 /* Warp specialisation (two-warpgroup blocks, dropout included): a producer
@@ -78,7 +83,8 @@ __global__ void __launch_bounds__(FwdSpec<WG, kDropout>::kThreads, FwdWgTile<D, 
 attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                       const __grid_constant__ CUtensorMap tmQ,
                       const __grid_constant__ CUtensorMap tmK,
-                      const __grid_constant__ CUtensorMap tmV)
+                      const __grid_constant__ CUtensorMap tmV,
+                      const __grid_constant__ CUtensorMap tmB, const int bias_tma)
 {
 #ifdef FG_WGMMA_ENABLED
     /* kMode 3 runs sequence b of a packed or key-padded batch as a problem
@@ -137,6 +143,25 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     const uint32_t barQ = sQ + Br * D * 2 + 2 * kv_stride;
     const uint32_t barK = barQ + 8, barV = barQ + 24; /* + 8 * stage */
     const uint32_t freeK = barQ + 40, freeV = barQ + 56;
+    /* The bias by TMA (kMode 2, a 16-bit bias whose rows TMA can read,
+     * FwdMaps::bias_tma): tile j of bias rows i0.. and keys j0.. arrives
+     * beside K_j in stage j & 1 (barB), 64-column panels with the 128-byte
+     * swizzle; the consumers release it with K_j (freeK), after adding it.
+     * Per element loads from global memory, issued once S_j had landed,
+     * left the tensor cores idle for most of each step (H100/H200: 87-93
+     * TFLOP/s with a [B, H, N, N] bias, N = 2k, against 350+ without). */
+    const bool btma = kMasked && !kRagged && bias_tma;
+    const uint32_t barB = barQ + 72;  /* + 8 * stage */
+    const uint32_t sB0 = barQ + 1024; /* + stage * kBiasStage */
+    auto tma_bias = [&](int jb) {
+        const uint32_t st = (uint32_t)(jb & 1), bar = barB + 8 * st;
+        mbar_expect_tx(bar, (uint32_t)Tile::kBiasStage);
+        const int hb = a.bias_s[1] ? h : 0, bb = a.bias_s[0] ? b : 0;
+#pragma unroll
+        for (int p = 0; p < Bc / 64; p++)
+            tma_load_4d(sB0 + st * (uint32_t)Tile::kBiasStage + p * Br * 128, &tmB, bar,
+                        (int)walk.start(jb) + p * 64, (int)i0, hb, bb);
+    };
     auto tma_tile = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int rows_box,
                         int64_t row0, int head) {
         mbar_expect_tx(bar, (uint32_t)rows_box * D * 2);
@@ -150,6 +175,9 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         if (kSpec)
             for (int i = 5; i < 9; i++)
                 mbar_init(barQ + 8 * i, 8);
+        if (btma)
+            for (int i = 9; i < 11; i++)
+                mbar_init(barQ + 8 * i, 1);
         mbar_init_fence();
     }
     __syncthreads();
@@ -164,6 +192,8 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                         mbar_wait(freeK + 8 * st, par);
                     tma_tile(sK0 + st * kv_stride, &tmK, barK + 8 * st, Bc,
                              k_row0 + walk.start(jb), hk);
+                    if (btma)
+                        tma_bias(jb);
                     if (jb >= 2)
                         mbar_wait(freeV + 8 * st, par);
                     tma_tile(sV0 + st * kv_stride, &tmV, barV + 8 * st, Bc,
@@ -196,6 +226,8 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         tma_tile(sQ, &tmQ, barQ, Br, q_row0 + i0, h);
         if (nblocks > 0)
             tma_tile(sK0, &tmK, barK, Bc, k_row0 + walk.start(0), hk);
+        if (btma && nblocks > 0)
+            tma_bias(0);
     }
 
     float o[OR];
@@ -240,9 +272,12 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         const int64_t j0 = walk.start(jb);
         const uint32_t sK = sK0 + (jb & 1) * kv_stride;
         if (!kSpec && threadIdx.x == 0) { /* both buffers were released by the last barrier */
-            if (jb + 1 < nblocks)
+            if (jb + 1 < nblocks) {
                 tma_tile(sK0 + ((jb + 1) & 1) * kv_stride, &tmK, barK + 8 * ((jb + 1) & 1), Bc,
                          k_row0 + walk.start(jb + 1), hk);
+                if (btma)
+                    tma_bias(jb + 1);
+            }
             tma_tile(sV0 + (jb & 1) * kv_stride, &tmV, barV + 8 * (jb & 1), Bc, k_row0 + j0,
                      hk);
         }
@@ -272,7 +307,7 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             wg_wait<0>();
         wg_fence_regs(s);
         gemm_done();
-        if (kSpec && lane == 0)
+        if (kSpec && lane == 0 && !btma)
             mbar_arrive(freeK + 8 * (jb & 1)); /* K_j read */
 
         /* Score modifiers, then the mask (only on blocks that cross the
@@ -291,7 +326,26 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 s[i] = v * inv_scale;
             }
         }
-        if (kMasked && a.bias) { /* + bias / scale (raw units: the scale is in exp2) */
+        if (btma) { /* + bias / scale from the stage: element (R, c) of a
+                     * panel at row R, 16-byte chunk (c % 64 / 8) ^ (R % 8)
+                     * (the swizzle; R % 8 = g here), so the eight rows a
+                     * warp reads hit eight distinct chunks */
+            mbar_wait(barB + 8 * (jb & 1), (jb >> 1) & 1);
+            const unsigned char *sb = smem + (sB0 - smem_u32(smem)) +
+                                      (jb & 1) * Tile::kBiasStage +
+                                      (wg * 64 + warp * 16 + g) * 128 + 4 * t4;
+#pragma unroll
+            for (int n = 0; n < Bc / 8; n++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const float2 bv = unpack2<T>(*reinterpret_cast<const uint32_t *>(
+                        sb + (n >> 3) * Br * 128 + r * 8 * 128 + (((n & 7) ^ g) << 4)));
+                    s[4 * n + 2 * r] = fmaf(bv.x, inv_scale, s[4 * n + 2 * r]);
+                    s[4 * n + 2 * r + 1] = fmaf(bv.y, inv_scale, s[4 * n + 2 * r + 1]);
+                }
+            if (kSpec && lane == 0)
+                mbar_arrive(freeK + 8 * (jb & 1)); /* K_j and bias_j read */
+        } else if (kMasked && a.bias) { /* + bias / scale (raw units: the scale is in exp2) */
             const int64_t c0 = j0 + 2 * t4;
             const int64_t base = bias_row0 + c0 * bias_s3;
             const int cols = (int)min((int64_t)a.Nk - c0, (int64_t)Bc);
@@ -430,6 +484,8 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 
 struct FwdMaps {
     CUtensorMap q, k, v;
+    CUtensorMap bias; /* valid when bias_tma (make_bias_tmap) */
+    int bias_tma;
 };
 
 template <typename T, int D, int WG, int kMode, bool kDropout>
@@ -439,11 +495,13 @@ fg_status launch(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
     /* FwdDropRT: the dropout kernel, told by a.dropout */
     constexpr bool kDr = kDropout || FwdDropRT<D, kMode>::value;
     auto kern = attn_fwd_wgmma_kernel<T, D, WG, kMode, kDr>;
+    const int btma = kMode == 2 && m.bias_tma;
+    const size_t smem = Tile::kSmem + (btma ? Tile::kBiasSmem : 0);
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)Tile::kSmem));
+                                     (int)smem));
     dim3 grid((unsigned)((a.Nq + Tile::kBr - 1) / Tile::kBr), (unsigned)a.H,
               (unsigned)a.B);
-    kern<<<grid, FwdSpec<WG, kDr>::kThreads, Tile::kSmem, st>>>(a, m.q, m.k, m.v);
+    kern<<<grid, FwdSpec<WG, kDr>::kThreads, smem, st>>>(a, m.q, m.k, m.v, m.bias, btma);
     FG_CUDA_TRY_LAUNCH();
     return FG_OK;
 }

@@ -100,10 +100,15 @@ bool attn_fwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st,
     size_t smem;
     fwd_tile(a.d, &br, &bc, &smem);
     FwdMaps m;
+    memset(&m, 0, sizeof m);
     if (!make_operand_tmap(&m.q, a, a.q, false, br) ||
         !make_operand_tmap(&m.k, a, a.k, true, bc) ||
         !make_operand_tmap(&m.v, a, a.v, true, bc))
         return false;
+    /* FG_ATTN_BIAS_TMA=0: the per-element bias loads (tests, comparisons) */
+    const char *bt = getenv("FG_ATTN_BIAS_TMA");
+    m.bias_tma = a.variant && a.bias && !(bt && strcmp(bt, "0") == 0) &&
+                 make_bias_tmap(&m.bias, a, br);
     *status = dt == FG_BF16 ? launch_dim<__nv_bfloat16>(a, m, st) : launch_dim<__half>(a, m, st);
     return true;
 }

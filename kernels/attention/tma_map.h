@@ -25,6 +25,15 @@ bool make_panel_tmap(CUtensorMap *map, const Operand &t, int d, int64_t S,
 bool make_operand_tmap(CUtensorMap *map, const AttnArgs &a, const Operand &t, bool keys,
                        int box_rows);
 
+/* A 16-bit additive bias (a.bias, a.bias_s) as a map of (key, query,
+ * head, batch) with [box_rows] x 64 boxes (the wgmma forward's bias
+ * stages): only where TMA can read it as is, i.e. keys contiguous
+ * (s[3] = 1), rows not broadcast, the pointer and every non-zero stride
+ * 16-byte multiples, no packed batch; a broadcast head or batch (stride 0)
+ * becomes an extent of 1 read at coordinate 0. False otherwise: the
+ * kernel then reads the bias from global memory per element. */
+bool make_bias_tmap(CUtensorMap *map, const AttnArgs &a, int box_rows);
+
 } /* namespace fg */
 
 #endif /* FG_KERNELS_TMA_MAP_H */
