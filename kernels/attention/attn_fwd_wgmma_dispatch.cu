@@ -108,7 +108,7 @@ bool attn_fwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st,
     /* FG_ATTN_BIAS_TMA=0: the per-element bias loads (tests, comparisons) */
     const char *bt = getenv("FG_ATTN_BIAS_TMA");
     m.bias_tma = a.variant && a.bias && !(bt && strcmp(bt, "0") == 0) &&
-                 make_bias_tmap(&m.bias, a, br);
+                 make_bias_tmap(&m.bias, a, a.bias, a.bias_s, a.bias_f32, br);
     *status = dt == FG_BF16 ? launch_dim<__nv_bfloat16>(a, m, st) : launch_dim<__half>(a, m, st);
     return true;
 }

@@ -62,18 +62,17 @@ bool make_operand_tmap(CUtensorMap *map, const AttnArgs &a, const Operand &t, bo
     return make_panel_tmap(map, p, a.d, rows, heads, 1, box_rows);
 }
 
-bool make_bias_tmap(CUtensorMap *map, const AttnArgs &a, int box_rows)
+bool make_bias_tmap(CUtensorMap *map, const AttnArgs &a, const void *ptr, const int64_t *s,
+                    int f32, int box_rows)
 {
-    const int64_t *s = a.bias_s;
-    if (!a.bias || a.bias_f32 || a.cu_q || a.seqused_k || s[3] != 1 || s[2] <= 0 ||
-        s[2] % 8 || s[1] % 8 || s[0] % 8 || s[1] < 0 || s[0] < 0 ||
-        (uintptr_t)a.bias % 16)
+    if (!ptr || f32 || a.cu_q || a.seqused_k || s[3] != 1 || s[2] <= 0 || s[2] % 8 ||
+        s[1] % 8 || s[0] % 8 || s[1] < 0 || s[0] < 0 || (uintptr_t)ptr % 16)
         return false;
     /* A broadcast dimension has extent 1; its stride only has to be one
      * the encoder accepts. */
     const int64_t fill = s[2] * a.Nq;
     Operand t = {};
-    t.ptr = const_cast<void *>(a.bias);
+    t.ptr = const_cast<void *>(ptr);
     t.ss = s[2];
     t.sh = s[1] ? s[1] : fill;
     t.sb = s[0] ? s[0] : fill;

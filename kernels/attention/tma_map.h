@@ -25,14 +25,16 @@ bool make_panel_tmap(CUtensorMap *map, const Operand &t, int d, int64_t S,
 bool make_operand_tmap(CUtensorMap *map, const AttnArgs &a, const Operand &t, bool keys,
                        int box_rows);
 
-/* A 16-bit additive bias (a.bias, a.bias_s) as a map of (key, query,
- * head, batch) with [box_rows] x 64 boxes (the wgmma forward's bias
+/* A 16-bit additive bias or its gradient (ptr with element strides s[4],
+ * as a.bias / a.dbias; f32 = 1 for an fp32 one) as a map of (key, query,
+ * head, batch) with [box_rows] x 64 boxes (the wgmma kernels' bias
  * stages): only where TMA can read it as is, i.e. keys contiguous
  * (s[3] = 1), rows not broadcast, the pointer and every non-zero stride
  * 16-byte multiples, no packed batch; a broadcast head or batch (stride 0)
  * becomes an extent of 1 read at coordinate 0. False otherwise: the
- * kernel then reads the bias from global memory per element. */
-bool make_bias_tmap(CUtensorMap *map, const AttnArgs &a, int box_rows);
+ * kernels then read (write) it per element. */
+bool make_bias_tmap(CUtensorMap *map, const AttnArgs &a, const void *ptr, const int64_t *s,
+                    int f32, int box_rows);
 
 } /* namespace fg */
 
