@@ -504,7 +504,8 @@ END_TEST
 /* A 16-bit bias the wgmma forward reads by TMA (keys contiguous, rows of
  * a multiple of 8 elements, batch and head dense or broadcast): every head
  * dim, both dtypes, partial query tiles and key panels, with the variants;
- * the same cases with FG_ATTN_BIAS_TMA=0 take the per-element loads. */
+ * at d = 128 also the backward's kMode 5 (bias and dbias by TMA); the same
+ * cases with FG_ATTN_BIAS_TMA=0 take the per-element loads. */
 START_TEST(test_bias_tma)
 {
     static const int pats[4] = {0, FGT_BC_B, FGT_BC_H, FGT_BC_B | FGT_BC_H};
@@ -514,16 +515,20 @@ START_TEST(test_bias_tma)
     c.d = _i % 3 == 0 ? 64 : _i % 3 == 1 ? 128 : 256;
     c.Nq = 200 + 56 * (_i % 2);
     c.Nk = _i == 7 ? 392 : 136 + 128 * (_i % 3);
-    c.bcast = pats[_i % 4];
+    /* d = 128 (i = 1, 4): nothing broadcast and a dense 16-bit dbias, so
+     * the backward's kMode 5 moves both by TMA (softcap at i = 1, dropout
+     * at i = 4); the rest take kMode 4 */
+    const int tma_bwd = _i == 1 || _i == 4;
+    c.bcast = tma_bwd ? 0 : pats[_i % 4];
     c.causal = _i % 2;
     c.window = _i == 2 || _i == 5;
     c.alibi = _i % 3 == 2;
-    c.softcap = _i == 3 || _i == 6;
+    c.softcap = _i == 1 || _i == 3 || _i == 6;
     c.p = _i == 4 ? 0.1 : 0;
     c.sparse = _i == 7;
     c.layout = FGT_BL_DENSE;
-    c.dlayout = _i % 3;
-    c.dbias_f32 = _i % 2;
+    c.dlayout = tma_bwd ? FGT_BL_DENSE : _i % 3;
+    c.dbias_f32 = tma_bwd ? 0 : _i % 2;
     g_fast = 1;
     const fg_dtype dt = _i % 2 ? FG_FP16 : FG_BF16;
     check_case(&c, dt, 1100 + (uint64_t)_i);

@@ -258,7 +258,7 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
         if (a.deterministic)
             return FG_OK;
     } else if (sizeof(T) == 2 && a.lse2p && mma_path_ok(a, true) && wgmma_usable() &&
-               attn_bwd_wgmma_smem(a.d) <= smem_limit &&
+               attn_bwd_wgmma_smem(a) <= smem_limit &&
                attn_bwd_wgmma_maps_size() <= sizeof maps && attn_bwd_wgmma_maps(a, maps)) {
         const int64_t n = (int64_t)a.B * a.H * a.nq_pad;
         attn_bwd_pad_stats<<<(unsigned)min((n + 255) / 256, (int64_t)65535), 256, 0, st>>>(a);

@@ -27,9 +27,9 @@
  *
  * The kernel template and its launch<> live here; each kMode is
  * instantiated in a translation unit of its own (attn_bwd_wgmma_mode<k>.cu,
- * k = 0..4, built for sm_90a only) so the kernels compile in parallel,
- * and attn_bwd_wgmma_dispatch.cu calls them through the extern
- * declarations at the end. */
+ * k = 0..5, mode 5 at d = 128 alone, built for sm_90a only) so the kernels
+ * compile in parallel, and attn_bwd_wgmma_dispatch.cu calls them through
+ * the extern declarations at the end. */
 #ifndef FG_KERNELS_ATTN_BWD_WGMMA_CUH
 #define FG_KERNELS_ATTN_BWD_WGMMA_CUH
 
@@ -101,7 +101,8 @@ template <int D, bool kDropout> struct BwdSpec {
 
 /* kMode: 0 no mask, 1 bottom-right causal (the tuned path), 2 the variants
  * (attn_fwd_wgmma.cuh), 3 the variants of a packed or key-padded batch, 4
- * the variants with an additive bias and dbias,
+ * the variants with an additive bias and dbias, 5 the same with the bias
+ * and dbias by TMA (BwdBiasTile),
  * each its own instantiation: the bias in mode 2 cost every variant half
  * its speed (softcap 30 + causal, N = 8k: 135 -> 59 TFLOP/s, H100). */
 /* Where one kernel serves both dropout settings (dropout a run-time flag,
@@ -109,6 +110,24 @@ template <int D, bool kDropout> struct BwdSpec {
  * does not spill more than the one without (ptxas -v, sm_90a): modes 2,
  * 3 and 4 at d = 256, and modes 2 and 4 at d = 64 (at d = 128 the
  * dropout kernels spill 300-1000 bytes, the others 0-220). */
+/* kMode 5 (the bias by TMA; d = 128 only): two stages of the bias tile
+ * [Br queries][Bc keys] (64-key panels, 128-byte swizzle) between the dQ
+ * staging and lse2/D. The producer loads the bias beside Q_i; after dS
+ * each warp writes dS over its 16 key columns (stmatrix) and each
+ * warpgroup stores its panel into a dense 16-bit dbias by TMA
+ * (BwdMaps::bias_flags bit 1; without it there is no dbias). 231488 of the
+ * 232448 bytes a block may have. Both decisions are compile-time: as
+ * run-time branches beside mode 4's per-element path, ptxas spilled
+ * 150-1800 bytes (sm_90a); this way none without dropout, 412 with (mode
+ * 4: 0 and 500). Other bias and dbias layouts (fp32, strided keys,
+ * broadcast rows or keys, a broadcast dbias summed by atomics), other head
+ * dims and the split-d kernel take mode 4. */
+template <int D, int kMode> struct BwdBiasTile {
+    static constexpr bool value = kMode == 5 && !BwdWgTile<D>::kSplitD;
+    static constexpr size_t kStage = (size_t)BwdWgTile<D>::kBr * BwdWgTile<D>::kBc * 2;
+    static constexpr size_t kBytes = value ? 2 * kStage : 0;
+};
+
 template <int D, int kMode> struct BwdDropRT {
     static constexpr bool value = kMode >= 2 && D != 128 && !(kMode == 3 && D == 64);
 };
@@ -119,7 +138,9 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                       const __grid_constant__ CUtensorMap tmQ,
                       const __grid_constant__ CUtensorMap tmK,
                       const __grid_constant__ CUtensorMap tmV,
-                      const __grid_constant__ CUtensorMap tmO)
+                      const __grid_constant__ CUtensorMap tmO,
+                      const __grid_constant__ CUtensorMap tmB,
+                      const __grid_constant__ CUtensorMap tmDB, const int bias_flags)
 {
 #ifdef FG_WGMMA_ENABLED
     /* kMode 3 runs the key blocks of sequence b of a packed or key-padded
@@ -159,7 +180,12 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     const uint32_t sdS0 = sQ0 + 4 * qtile;   /* dS^T [Bc][Br], one 64-wide panel, x kDSBufs */
     const uint32_t sP = sdS0 + Tile::kDSBufs * Bc * Br * 2; /* split d only: P^T Z [Bc][Br] */
     const uint32_t sStage = sP + Tile::kPBytes; /* d <= 128: dQ_i [Br][D] floats */
-    float *lse2_s = (float *)(smem + (sStage - base) + Tile::kStageBytes); /* [2][Br] */
+    using BiasTile = BwdBiasTile<D, kMode>;
+    const uint32_t sBias = sStage + Tile::kStageBytes; /* BiasTile: [2][Br][Bc] */
+    /* BiasTile: the bias by TMA (btma), and dS into the stage (dbtma),
+     * stored to dbias by TMA when there is one (bias_flags bit 1) */
+    constexpr bool btma = BiasTile::value, dbtma = BiasTile::value;
+    float *lse2_s = (float *)(smem + (sStage - base) + Tile::kStageBytes + BiasTile::kBytes); /* [2][Br] */
     float *D_s = lse2_s + 2 * Br;                                  /* [2][Br] */
     /* split d only, after the mbarriers: P^T [Br/2][128] and the dropout
      * bits [128], thread-major */
@@ -207,7 +233,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 
     /* The (head, query block) steps (QuerySteps, attn_common.cuh). */
     constexpr bool kCausal = kMode == 1, kMasked = kMode >= 2;
-    constexpr bool kBias = kMode == 4;
+    constexpr bool kBias = kMode == 4 || kMode == 5;
     QuerySteps steps;
     steps.init(a, kMasked, kCausal, b, hk, j0, Bc, Br);
     const int64_t total = steps.total;
@@ -224,9 +250,16 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         const int h = hk * a.group + gh;
         const uint32_t buf = sQ0 + (uint32_t)(st & 1) * 2 * qtile;
         const uint32_t bar = bar_q + 8 * (uint32_t)(st & 1);
-        mbar_expect_tx(bar, 2 * qtile + 2 * Br * 4);
+        mbar_expect_tx(bar, 2 * qtile + 2 * Br * 4 + (btma ? (uint32_t)BiasTile::kStage : 0));
         tma_tile(buf, &tmQ, bar, Br, q_row0 + i0, h);
         tma_tile(buf + qtile, &tmO, bar, Br, q_row0 + i0, h);
+        if (btma) { /* bias rows i0.., keys j0..: Bc / 64 panels */
+            const int hb = a.bias_s[1] ? h : 0, bb = a.bias_s[0] ? b : 0;
+#pragma unroll
+            for (int p = 0; p < Bc / 64; p++)
+                tma_load_4d(sBias + (uint32_t)(st & 1) * (uint32_t)BiasTile::kStage + p * Br * 128,
+                            &tmB, bar, (int)(j0 + 64 * p), (int)i0, hb, bb);
+        }
         const int64_t row = ((int64_t)b * a.H + h) * a.nq_pad + i0;
         bulk_load(smem_u32(lse2_s + (st & 1) * Br), (const float *)a.lse2p + row, Br * 4, bar);
         bulk_load(smem_u32(D_s + (st & 1) * Br), (const float *)a.Dp + row, Br * 4, bar);
@@ -394,8 +427,18 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                                         : 0;
         const int rows_left = kBias ? (int)min((int64_t)a.Nq - i_t, (int64_t)Br) : 0;
         const int keys_left = kBias ? (int)min((int64_t)a.Nk - j_t, (int64_t)Bc) : 0;
+        /* btma: this warpgroup's bias panel (its keys are panel wg) of the
+         * step's stage; element (query q, key column c of the panel) at row
+         * q, chunk (c / 8) ^ (q % 8). This thread's element e: q = 8 (e >> 2)
+         * + 2 t4 + (e & 1), c = 16 warp + 8 ((e >> 1) & 1) + g. */
+        const uint32_t sBw = sBias + (uint32_t)(st & 1) * (uint32_t)BiasTile::kStage + wg * Br * 128;
         auto bias_of = [&](int e) {
             if constexpr (kBias) {
+                if (btma) {
+                    const int q = 8 * (e >> 2) + 2 * t4 + (e & 1), ch = 2 * warp + ((e >> 1) & 1);
+                    return to_acc(*reinterpret_cast<const T *>(
+                        smem + (sBw - base) + q * 128 + ((ch ^ (q & 7)) << 4) + 2 * g));
+                }
                 const int r = 8 * (e >> 2) + (e & 1), c = 8 * ((e >> 1) & 1);
                 if (r >= rows_left || c >= keys_left)
                     return 0.f;
@@ -403,6 +446,15 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 return bias_f32 ? ((const float *)bias_p)[off] : to_acc(((const T *)bias_p)[off]);
             }
             return 0.f;
+        };
+        /* Lane L's row address for ldmatrix/stmatrix (.trans) of matrices
+         * 4u .. 4u + 3 of the panel: matrix m = 4u + L / 8 holds queries
+         * 8 (m / 2) .., key columns 16 warp + 8 (m % 2) ..; lane L gives row
+         * L % 8. Its transposed fragment is elements 2m, 2m + 1 of the
+         * accumulator layout (e = 4n + 2rr + (0, 1)). */
+        auto bias_mat = [&](int u) {
+            const int m = 4 * u + (lane >> 3), rho = lane & 7;
+            return sBw + (uint32_t)((8 * (m >> 1) + rho) * 128 + (((2 * warp + (m & 1)) ^ rho) << 4));
         };
         auto mask = [&](float (&x)[Br / 2]) {
             if constexpr (kMasked) {
@@ -418,9 +470,24 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                     }
                 }
                 if constexpr (kBias) { /* + bias in raw units (the scale is in exp2) */
+                    if (btma) { /* four transposed 8 x 8 loads per 32 elements */
 #pragma unroll
-                    for (int e = 0; e < Br / 2; e++)
-                        x[e] = fmaf(bias_of(e), inv_scale, x[e]);
+                        for (int u = 0; u < Br / 16; u++) {
+                            uint32_t r4[4];
+                            ldmatrix_x4_trans(r4, bias_mat(u));
+#pragma unroll
+                            for (int j = 0; j < 4; j++) {
+                                const int e = 2 * (4 * u + j); /* matrix 4u + j: n = 2u + j / 2, rr = j % 2 */
+                                const float2 v = unpack2<T>(r4[j]);
+                                x[e] = fmaf(v.x, inv_scale, x[e]);
+                                x[e + 1] = fmaf(v.y, inv_scale, x[e + 1]);
+                            }
+                        }
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < Br / 2; e++)
+                            x[e] = fmaf(bias_of(e), inv_scale, x[e]);
+                    }
                 }
                 if (!need_mask)
                     return;
@@ -666,16 +733,26 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
              * on the same work (H200, ncu). */
             auto ds_tile = [&](auto cap_c) {
                 constexpr bool kCap = decltype(cap_c)::value;
+                uint32_t dbm[4]; /* dbtma: dl of matrices 4u .. 4u + 3, packed */
 #pragma unroll
                 for (int qt = 0; qt < Br / 8; qt++) {
-                    float ds[4];
+                    float ds[4], dls[4];
                     const float2 Dq = *reinterpret_cast<const float2 *>(Dv + 8 * qt + 2 * t4);
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int x = 4 * qt + e;
                         const float dl = s[x] * (dp[x] * zf(keep, x) - ((e & 1) ? Dq.y : Dq.x));
-                        put_dbias(s[x], x, dl);
+                        if (dbtma) /* as put_dbias: p = 0 gives 0 (not -0) */
+                            dls[e] = s[x] == 0.f ? 0.f : dl;
+                        else
+                            put_dbias(s[x], x, dl);
                         ds[e] = kCap ? dl * cap_grad(s[x], x) : dl;
+                    }
+                    if (dbtma) { /* over the bias just read (this warp's columns) */
+                        dbm[(qt & 1) * 2] = pack2<T>(dls[0], dls[1]);
+                        dbm[(qt & 1) * 2 + 1] = pack2<T>(dls[2], dls[3]);
+                        if (qt & 1)
+                            stmatrix_x4_trans(bias_mat(qt >> 1), dbm);
                     }
                     const int kk = qt >> 1, half = (qt & 1) * 2;
                     sf[kk][half] = pack2<T>(ds[0], ds[1]);
@@ -688,6 +765,14 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 ds_tile(std::true_type{});
             else
                 ds_tile(std::false_type{});
+            if (dbtma) { /* the warpgroup's dS panel -> dbias rows i0.., keys j0 + 64 wg.. */
+                fence_proxy_async();
+                named_sync(3 + wg, 128);
+                if (threadIdx.x % 128 == 0 && !dead && (bias_flags & 2)) {
+                    tma_store_4d(&tmDB, sBw, (int)(j0 + key_base), (int)i0, h, b);
+                    bulk_commit();
+                }
+            }
 
             /* dK += dS^T Q_i (Alg4 L.23). */
             wg_fence();
@@ -720,6 +805,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 }
                 wg_wait<0>();
                 keep_frags();
+                if (dbtma && threadIdx.x % 128 == 0)
+                    bulk_wait_read<0>(); /* the dbias store has read the stage */
                 /* every product of the step has read Q_i, dO_i, lse2, D */
                 mbar_arrive(free_q + 8 * (uint32_t)(st & 1));
             }
@@ -779,6 +866,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 
 struct BwdMaps {
     CUtensorMap q, k, v, o;
+    CUtensorMap bias, dbias; /* kMode 5: bias_flags 1 (no dbias) or 3 (dbias too) */
+    int bias_flags;
 };
 
 template <typename T, int D, int kMode, bool kDropout>
@@ -788,11 +877,13 @@ fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
     /* BwdDropRT: the dropout kernel, told by a.dropout */
     constexpr bool kDr = kDropout || BwdDropRT<D, kMode>::value;
     auto kern = attn_bwd_wgmma_kernel<T, D, kMode, kDr>;
+    const size_t smem = Tile::kSmem + BwdBiasTile<D, kMode>::kBytes;
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)Tile::kSmem));
+                                     (int)smem));
     dim3 grid((unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc), (unsigned)a.Hk,
               (unsigned)a.B);
-    kern<<<grid, BwdSpec<D, kDr>::kThreads, Tile::kSmem, st>>>(a, m.q, m.k, m.v, m.o);
+    kern<<<grid, BwdSpec<D, kDr>::kThreads, smem, st>>>(a, m.q, m.k, m.v, m.o, m.bias, m.dbias,
+                                                         kMode == 5 ? m.bias_flags : 0);
     FG_CUDA_TRY_LAUNCH();
     return FG_OK;
 }
@@ -816,6 +907,9 @@ FG_BWD_WGMMA_MODE(extern, 1)
 FG_BWD_WGMMA_MODE(extern, 2)
 FG_BWD_WGMMA_MODE(extern, 3)
 FG_BWD_WGMMA_MODE(extern, 4)
+/* kMode 5: d = 128 only (BwdBiasTile) */
+FG_BWD_WGMMA_LAUNCH(extern, __half, 128, 5)
+FG_BWD_WGMMA_LAUNCH(extern, __nv_bfloat16, 128, 5)
 
 } /* namespace fg */
 

@@ -5,6 +5,9 @@
  * attn_bwd_wgmma_mode<k>.cu. */
 #include "attn_bwd_wgmma.cuh"
 
+#include <stdlib.h>
+#include <string.h>
+
 namespace fg {
 
 template <typename T, int D>
@@ -13,6 +16,10 @@ static fg_status launch_opts(const AttnArgs &a, const BwdMaps &m, cudaStream_t s
     if (a.cu_q || a.seqused_k)
         return a.dropout ? launch<T, D, 3, true>(a, m, st)
                          : launch<T, D, 3, false>(a, m, st);
+    if constexpr (D == 128) /* BwdBiasTile: the bias (and dbias) by TMA */
+        if (a.bias && (m.bias_flags & 1))
+            return a.dropout ? launch<T, D, 5, true>(a, m, st)
+                             : launch<T, D, 5, false>(a, m, st);
     if (a.bias)
         return a.dropout ? launch<T, D, 4, true>(a, m, st)
                          : launch<T, D, 4, false>(a, m, st);
@@ -38,10 +45,13 @@ static fg_status launch_dim(const AttnArgs &a, const BwdMaps &m, cudaStream_t st
 
 int attn_bwd_wgmma_dpad(int d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
 
-size_t attn_bwd_wgmma_smem(int d)
+size_t attn_bwd_wgmma_smem(const AttnArgs &a)
 {
-    return d <= 64 ? BwdWgTile<64>::kSmem : d <= 128 ? BwdWgTile<128>::kSmem
-                                                        : BwdWgTile<256>::kSmem;
+    if (a.d <= 64)
+        return BwdWgTile<64>::kSmem;
+    if (a.d <= 128) /* kMode 5's bias stages at most */
+        return BwdWgTile<128>::kSmem + (a.bias ? BwdBiasTile<128, 5>::kBytes : 0);
+    return BwdWgTile<256>::kSmem;
 }
 
 static int bwd_keys(int d)
@@ -53,10 +63,26 @@ static int bwd_keys(int d)
 bool attn_bwd_wgmma_maps(const AttnArgs &a, void *maps)
 {
     BwdMaps *m = (BwdMaps *)maps;
+    memset(m, 0, sizeof *m);
     const int bc = bwd_keys(a.d), br = 64;
-    return make_operand_tmap(&m->q, a, a.q, false, br) &&
-           make_operand_tmap(&m->o, a, a.dout, false, br) &&
-           make_operand_tmap(&m->k, a, a.k, true, bc) && make_operand_tmap(&m->v, a, a.v, true, bc);
+    if (!make_operand_tmap(&m->q, a, a.q, false, br) ||
+        !make_operand_tmap(&m->o, a, a.dout, false, br) ||
+        !make_operand_tmap(&m->k, a, a.k, true, bc) || !make_operand_tmap(&m->v, a, a.v, true, bc))
+        return false;
+    /* kMode 5 (BwdBiasTile: d in (64, 128]) where TMA can read the bias and
+     * either there is no dbias (bias_flags 1) or TMA can store it, nothing
+     * broadcast (3); otherwise kMode 4's per-element path (0).
+     * FG_ATTN_BIAS_TMA=0 forces mode 4 (tests, comparisons). */
+    const char *bt = getenv("FG_ATTN_BIAS_TMA");
+    if (a.bias && a.d > 64 && a.d <= 128 && !(bt && strcmp(bt, "0") == 0) &&
+        make_bias_tmap(&m->bias, a, a.bias, a.bias_s, a.bias_f32, br)) {
+        if (a.dbias_mode == kDbiasNone)
+            m->bias_flags = 1;
+        else if (a.dbias_mode == kDbiasStore &&
+                 make_bias_tmap(&m->dbias, a, a.dbias, a.dbias_s, a.dbias_f32, br))
+            m->bias_flags = 3;
+    }
+    return true;
 }
 
 size_t attn_bwd_wgmma_maps_size() { return sizeof(BwdMaps); }

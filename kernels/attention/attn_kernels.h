@@ -72,7 +72,9 @@ bool attn_bwd_wgmma_maps(const AttnArgs &a, void *maps);
 size_t attn_bwd_wgmma_maps_size();
 fg_status attn_bwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, const void *maps,
                                   cudaStream_t st);
-size_t attn_bwd_wgmma_smem(int d);
+/* Dynamic shared memory of the call's kernel (a bias adds the stages of
+ * BwdBiasTile at d <= 128). */
+size_t attn_bwd_wgmma_smem(const AttnArgs &a);
 /* The head dim the wgmma backward computes with (64, 128 or 256); its dQ
  * accumulator is [B*H][nq_pad][dpad] floats in the tiled layout
  * (AttnArgs::dq_tile_d). */

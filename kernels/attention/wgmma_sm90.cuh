@@ -156,7 +156,29 @@ template <int N> __device__ __forceinline__ void bulk_wait_read()
 }
 /* Until all of this thread's bulk groups have completed. */
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+/* One box of shared memory into a 4-D tensor map (the inverse of
+ * tma_load_4d; rows and columns outside the tensor are not written),
+ * completion tracked by this thread's bulk groups. */
+__device__ __forceinline__ void tma_store_4d(const void *tmap, uint32_t src, int c0, int c1,
+                                             int c2, int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group"
+                 " [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(tmap),
+                 "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
+                 : "memory");
+}
+/* Four 8 x 8 16-bit matrices from registers to shared memory, transposed:
+ * the inverse of ldmatrix_x4_trans (lane L gives row L % 8 of matrix
+ * L / 8's address). */
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t r[4])
+{
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr),
+                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
 #else
+__device__ __forceinline__ void tma_store_4d(const void *, uint32_t, int, int, int, int) {}
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t, const uint32_t *) {}
 __device__ __forceinline__ void bulk_reduce_add_f32(float *, uint32_t, uint32_t) {}
 __device__ __forceinline__ void bulk_commit() {}
 template <int N> __device__ __forceinline__ void bulk_wait_read() {}
