@@ -504,8 +504,8 @@ END_TEST
 /* A 16-bit bias the wgmma forward reads by TMA (keys contiguous, rows of
  * a multiple of 8 elements, batch and head dense or broadcast): every head
  * dim, both dtypes, partial query tiles and key panels, with the variants;
- * at d = 128 also the backward's kMode 5 (bias and dbias by TMA); the same
- * cases with FG_ATTN_BIAS_TMA=0 take the per-element loads. */
+ * with FG_ATTN_BIAS_TMA=1 at d = 128 also the backward's kMode 5 (bias and
+ * dbias by TMA), with FG_ATTN_BIAS_TMA=0 the per-element loads throughout. */
 START_TEST(test_bias_tma)
 {
     static const int pats[4] = {0, FGT_BC_B, FGT_BC_H, FGT_BC_B | FGT_BC_H};
@@ -531,8 +531,10 @@ START_TEST(test_bias_tma)
     c.dbias_f32 = tma_bwd ? 0 : _i % 2;
     g_fast = 1;
     const fg_dtype dt = _i % 2 ? FG_FP16 : FG_BF16;
-    check_case(&c, dt, 1100 + (uint64_t)_i);
-    setenv("FG_ATTN_BIAS_TMA", "0", 1);
+    check_case(&c, dt, 1100 + (uint64_t)_i); /* the default: forward by TMA */
+    setenv("FG_ATTN_BIAS_TMA", "1", 1);      /* and the backward's kMode 5 */
+    check_case(&c, dt, 1300 + (uint64_t)_i);
+    setenv("FG_ATTN_BIAS_TMA", "0", 1);      /* neither */
     check_case(&c, dt, 1200 + (uint64_t)_i);
     unsetenv("FG_ATTN_BIAS_TMA");
 }
