@@ -22,6 +22,9 @@
 #   modes        bench/compare_modes.py (variant kernels against the plain
 #                ones on equal work), likewise
 #   torch        bench/compare_torch.py --quick (FG_TORCH_ARGS), likewise
+#   bias         compare_variants.py --bias-only: the default, then the
+#                backward's kMode 5 (FG_ATTN_BIAS_TMA=1), then the
+#                per-element path (=0), twice, interleaved
 #   dpspeed      flashgrad-train data parallel over --rendezvous, 1, 2, 4
 #                and 8 GPUs as there are: the baby GPT and a GPT-2-small
 #                shape, tokens/s (doc/distributed.md); FG_DP_ARGS adds
@@ -132,6 +135,19 @@ sweep() {
     sed -n '/^suite /,$p' "$W/sweep.txt"
 }
 variants() { log variants; bench variants compare_variants.py --quick --rounds 2; }
+bias() {
+    log "bias cells: default, FG_ATTN_BIAS_TMA=1, =0"
+    local round v
+    : >"$OUT/bias.txt"
+    for round in 1 2; do
+        for v in "" 1 0; do
+            (cd "$K/src" && FG_ATTN_BIAS_TMA=$v timeout 200 python3 bench/compare_variants.py \
+                --lib "$B/libflashgrad-bench.so" --bias-only --rounds 2 2>&1 |
+                grep 'bias \[' | sed "s/^/round $round, FG_ATTN_BIAS_TMA=${v:-unset}: /" >>"$OUT/bias.txt")
+        done
+    done
+    cat "$OUT/bias.txt"
+}
 modes() { log modes; bench modes compare_modes.py --rounds 2; }
 torch() {
     log "compare_torch ${FG_TORCH_ARGS:---quick}"
@@ -214,7 +230,7 @@ rings() {
 
 for ph in "$@"; do # every phase known before any runs
     case $ph in
-    san:?* | build | buildref | suites | sweep | variants | modes | torch | dpspeed | dpeq | rings) ;;
+    san:?* | build | buildref | suites | sweep | variants | bias | modes | torch | dpspeed | dpeq | rings) ;;
     *) echo "gpu-phases.sh: unknown phase '$ph'" >&2; exit 2 ;;
     esac
 done
