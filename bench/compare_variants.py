@@ -18,7 +18,10 @@ causal mask kept = N(N+1)/2 per head, about half of N^2).
 
 The varlen cell packs documents of 256..4096 tokens (drawn with a fixed
 seed) into one 16k-token row: flashgrad gets cu_seqlens (causal per
-document), FlexAttention the same row with a document mask.
+document), FlexAttention the same row with a document mask. In the same
+rounds flashgrad also runs a dense causal batch of the same 16k tokens
+(N the power of two nearest the mean document length); the last line
+gives the packed batch's rate over real tokens as a fraction of it.
     python3 bench/compare_variants.py --lib ... --bias-only   # the bias cells
 
 In the bias cells the second column is SDPA-efficient, not FlexAttention;
@@ -226,6 +229,21 @@ def main():
         def fg_bwd():
             fg.bwd(p, q, k, v, o, g, m, l, dq, dk, dv)
 
+        # varlen: flashgrad on a dense causal batch of the same 16k tokens,
+        # N the power of two nearest the documents' mean length, timed in
+        # the same rounds (issue 17's varlen rate over real tokens)
+        pairs = {}
+        if "varlen" in name:
+            Nd = min((1024, 2048, 4096), key=lambda x: abs(x - N / len(lens)))
+            Bd = N // Nd
+            (qd, kd, vd, gd), (od, dqd, dkd, dvd), md, ld = buffers(Bd, Nd, H, d)
+            pd = fg.params(Bd, Nd, H, d)
+            pd.causal = 1
+            keepalive += [qd, kd, vd, gd, od, dqd, dkd, dvd, md, ld]
+            fl_dense = 4.0 * Bd * H * d * Nd * (Nd + 1) / 2
+            pairs["dense"] = (lambda: fg.fwd(pd, qd, kd, vd, od, md, ld),
+                              lambda: fg.bwd(pd, qd, kd, vd, od, gd, md, ld, dqd, dkd, dvd))
+
         # warm-up (compilation) before any timing
         for f in (flex_fwd, flex_bwd, fg_fwd, fg_bwd, flex_fwd, flex_bwd):
             f()
@@ -236,13 +254,19 @@ def main():
         torch.cuda.synchronize()
         diff = (o.float() - state["out"].transpose(1, 2).float()).abs().max().item()
         flex_bwd()
-        best = best_times({"fg": (fg_fwd, fg_bwd), "flex": (flex_fwd, flex_bwd)},
-                          args.rounds, args.reps)
+        pairs.update({"fg": (fg_fwd, fg_bwd), "flex": (flex_fwd, flex_bwd)})
+        for f in pairs.get("dense", ()):
+            f()
+        best = best_times(pairs, args.rounds, args.reps)
         r = {"variant": name, "N": N, "B": B,
              "fg_fwd": fl / best["fg"][0] / 1e9, "fg_bwd": 2.5 * fl / best["fg"][1] / 1e9,
              "flex_fwd": fl / best["flex"][0] / 1e9,
              "flex_bwd": 2.5 * fl / best["flex"][1] / 1e9,
              "fg_fwd_ms": best["fg"][0], "fg_bwd_ms": best["fg"][1], "maxdiff": diff}
+        if "dense" in best:
+            r.update({"dense_B": Bd, "dense_N": Nd,
+                      "dense_fwd": fl_dense / best["dense"][0] / 1e9,
+                      "dense_bwd": 2.5 * fl_dense / best["dense"][1] / 1e9})
         rows.append(r)
         print(r, flush=True)
         del keepalive
@@ -255,6 +279,13 @@ def main():
               f"{r['flex_fwd']:6.1f}/{r['flex_bwd']:6.1f} | "
               f"{r['fg_fwd'] / r['flex_fwd']:5.2f}/{r['fg_bwd'] / r['flex_bwd']:5.2f} | "
               f"{r['fg_fwd_ms']:7.3f} {r['fg_bwd_ms']:7.3f} | {r['maxdiff']:.2e}")
+    for r in rows:
+        if "dense_fwd" in r:
+            print(f"{r['variant']}: flashgrad's rate over real tokens is "
+                  f"{r['fg_fwd'] / r['dense_fwd']:.2f} / {r['fg_bwd'] / r['dense_bwd']:.2f} "
+                  f"(fwd / bwd) of a dense causal batch of the same tokens "
+                  f"(B = {r['dense_B']}, N = {r['dense_N']}: "
+                  f"{r['dense_fwd']:.1f} / {r['dense_bwd']:.1f} TFLOP/s)")
     return 0
 
 
