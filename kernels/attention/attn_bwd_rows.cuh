@@ -17,12 +17,12 @@
 
 namespace fg {
 
-/* 16-byte accesses of a 2-byte operand: the base and every stride a
- * multiple of 8 elements (rows then start 16-byte aligned). */
-__host__ __forceinline__ bool vec16_ok(const Operand &t, size_t esize)
+/* 16-byte accesses of a 2-byte operand (the callers' sizeof(T) == 2): the
+ * base and every stride a multiple of 8 elements (rows then start 16-byte
+ * aligned). */
+__host__ __forceinline__ bool vec16_ok(const Operand &t)
 {
-    return esize == 2 && ((uintptr_t)t.ptr & 15) == 0 && t.sb % 8 == 0 && t.ss % 8 == 0 &&
-           t.sh % 8 == 0;
+    return ((uintptr_t)t.ptr & 15) == 0 && t.sb % 8 == 0 && t.ss % 8 == 0 && t.sh % 8 == 0;
 }
 
 /* kVec (fp16/bf16, vec16_ok O and dO, d % 8 == 0): 8 lanes per row, 16
@@ -189,7 +189,7 @@ fg_status launch_bwd_preprocess(const AttnArgs &a, cudaStream_t st)
         return FG_OK;
     bool vec = false;
     if constexpr (sizeof(T) == 2) {
-        vec = a.d % 8 == 0 && vec16_ok(a.o, sizeof(T)) && vec16_ok(a.dout, sizeof(T));
+        vec = a.d % 8 == 0 && vec16_ok(a.o) && vec16_ok(a.dout);
         if (vec)
             attn_bwd_preprocess<T, true><<<rows_grid(rows * 8), 256, 0, st>>>(a);
     }
@@ -210,7 +210,7 @@ fg_status launch_bwd_write_dq(const AttnArgs &a, cudaStream_t st)
         tiled = a.dq_tile_d && !a.cu_q && a.H <= 65535 && a.B <= 65535;
         if (tiled) {
             dim3 grid((unsigned)(a.nq_pad / 64), (unsigned)a.H, (unsigned)a.B);
-            if (vec16_ok(a.dq, sizeof(T)))
+            if (vec16_ok(a.dq))
                 attn_bwd_write_dq_tiled<T, true><<<grid, 256, 0, st>>>(a);
             else
                 attn_bwd_write_dq_tiled<T, false><<<grid, 256, 0, st>>>(a);

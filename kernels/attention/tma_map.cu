@@ -65,11 +65,12 @@ bool make_operand_tmap(CUtensorMap *map, const AttnArgs &a, const Operand &t, bo
 bool make_bias_tmap(CUtensorMap *map, const AttnArgs &a, const void *ptr, const int64_t *s,
                     int f32, int box_rows)
 {
-    if (!ptr || f32 || a.cu_q || a.seqused_k || s[3] != 1 || s[2] <= 0 || s[2] % 8 ||
-        s[1] % 8 || s[0] % 8 || s[1] < 0 || s[0] < 0 || (uintptr_t)ptr % 16)
+    if (!ptr || f32 || a.cu_q || a.seqused_k || s[3] != 1 || (uintptr_t)ptr % 16)
         return false;
     /* A broadcast dimension has extent 1; its stride only has to be one
-     * the encoder accepts. */
+     * the encoder accepts. make_panel_tmap refuses the rest: a zero row
+     * stride (broadcast rows), strides that are not 16-byte multiples, and
+     * negative ones (huge as unsigned). */
     const int64_t fill = s[2] * a.Nq;
     Operand t = {};
     t.ptr = const_cast<void *>(ptr);

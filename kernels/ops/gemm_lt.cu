@@ -258,7 +258,7 @@ extern "C" fg_status fg_cuda_gemm_lt(const fg_cuda_lt_gemm *g, int *done)
      * before it: a second cuBLASLt kernel of the same call may read them
      * back (the bias-gradient epilogue sums the C that the GEMM kernel
      * wrote), and beta = 0 means their old contents are never read. */
-    const size_t es = f64 ? 8 : g->dt == FG_FP32 ? 4 : 2;
+    const size_t es = fg_dtype_size(g->dt);
     fg_cuda_mark_written(g->C, (size_t)(g->M * g->N) * es);
     if (g->epilogue == FG_LT_GELU_AUX_BIAS)
         fg_cuda_mark_written(g->aux, (size_t)(g->M * g->N) * es);
