@@ -22,9 +22,9 @@
 #   modes        bench/compare_modes.py (variant kernels against the plain
 #                ones on equal work), likewise
 #   torch        bench/compare_torch.py --quick (FG_TORCH_ARGS), likewise
-#   bias         compare_variants.py --bias-only: the default, then the
-#                backward's kMode 5 (FG_ATTN_BIAS_TMA=1), then the
-#                per-element path (=0), twice, interleaved
+#   bias         compare_variants.py --bias-only: the default (the bias
+#                by TMA where it applies), then the per-element path
+#                (FG_ATTN_BIAS_TMA=0), twice, interleaved
 #   dpspeed      flashgrad-train data parallel over --rendezvous, 1, 2, 4
 #                and 8 GPUs as there are: the baby GPT and a GPT-2-small
 #                shape, tokens/s (doc/distributed.md); FG_DP_ARGS adds
@@ -136,11 +136,11 @@ sweep() {
 }
 variants() { log variants; bench variants compare_variants.py --quick --rounds 2; }
 bias() {
-    log "bias cells: default, FG_ATTN_BIAS_TMA=1, =0"
+    log "bias cells: default, FG_ATTN_BIAS_TMA=0"
     local round v
     : >"$OUT/bias.txt"
     for round in 1 2; do
-        for v in "" 1 0; do
+        for v in "" 0; do
             (cd "$K/src" && FG_ATTN_BIAS_TMA=$v timeout 200 python3 bench/compare_variants.py \
                 --lib "$B/libflashgrad-bench.so" --bias-only --rounds 2 2>&1 |
                 grep 'bias \[' | sed "s/^/round $round, FG_ATTN_BIAS_TMA=${v:-unset}: /" >>"$OUT/bias.txt")

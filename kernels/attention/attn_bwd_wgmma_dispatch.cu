@@ -71,11 +71,10 @@ bool attn_bwd_wgmma_maps(const AttnArgs &a, void *maps)
         return false;
     /* kMode 5 (BwdBiasTile: d in (64, 128]) where TMA can read the bias and
      * either there is no dbias (bias_flags 1) or TMA can store it, nothing
-     * broadcast (3); otherwise kMode 4's per-element path (0). For now only
-     * with FG_ATTN_BIAS_TMA=1: tested (test_gpu_bias), not yet timed or
-     * racechecked (doc/performance.md, session 16), so not the default. */
+     * broadcast (3); otherwise kMode 4's per-element path (0), which
+     * FG_ATTN_BIAS_TMA=0 forces, as in the forward (tests, comparisons). */
     const char *bt = getenv("FG_ATTN_BIAS_TMA");
-    if (a.bias && a.d > 64 && a.d <= 128 && bt && strcmp(bt, "1") == 0 &&
+    if (a.bias && a.d > 64 && a.d <= 128 && !(bt && strcmp(bt, "0") == 0) &&
         make_bias_tmap(&m->bias, a, a.bias, a.bias_s, a.bias_f32, br)) {
         if (a.dbias_mode == kDbiasNone)
             m->bias_flags = 1;
