@@ -613,6 +613,39 @@ static const vcase vcases[] = {
     {{1, 200, 200, 2, 2, 128, 0, 0, 0.0}, 1, 0, 0, 0, 10.0, 0, 0.5, -1},
 };
 
+/* Set by test_deterministic_tiles: run_variant also checks reruns. */
+static int g_det_reruns;
+
+/* Deterministic mode (g_deterministic): two more runs bitwise identical
+ * to the first; with FG_ATTN_DET_DQ=0 (the strict dQ kernel, an
+ * independent sum) O, dK and dV bitwise identical and dQ within 4 ulps
+ * of the dtype (2^-8 fp16, 2^-5 bf16) of max |dQ|. */
+static void det_reruns(const gcase *c, fg_dtype dt, const fg_attn_params *pg,
+                       double *in[4], const outs *first, const size_t no[4])
+{
+    for (int run = 0; run < 3; run++) {
+        if (run == 2)
+            setenv("FG_ATTN_DET_DQ", "0", 1);
+        outs r;
+        gpu_run(c, dt, pg, in, &r);
+        unsetenv("FG_ATTN_DET_DQ");
+        for (int t = 0; t < 4; t++) {
+            if (run == 2 && t == 1) {
+                const double e = fgt_rel_err_floor(r.t[1], first->t[1], no[1], 0.1);
+                ck_assert_msg(e <= (dt == FG_FP16 ? 0x1p-8 : 0x1p-5),
+                              "%s dQ: fixed-order sum vs strict kernel %.3g",
+                              fg_dtype_name(dt), e);
+                continue;
+            }
+            ck_assert_msg(memcmp(r.t[t], first->t[t], no[t] * 8) == 0,
+                          "%s %s differs between deterministic runs (%s)",
+                          fg_dtype_name(dt), names[t],
+                          run == 2 ? "fixed-order dQ vs strict kernel" : "rerun");
+        }
+        outs_free(&r);
+    }
+}
+
 static void run_variant(const vcase *vc, fg_dtype dt, uint64_t salt)
 {
     const gcase *c = &vc->g;
@@ -690,6 +723,8 @@ static void run_variant(const vcase *vc, fg_dtype dt, uint64_t salt)
     outs ref, gpu;
     cpu_ref(c, &p, in, &ref);
     gpu_run(c, dt, &pg, in, &gpu);
+    if (g_det_reruns)
+        det_reruns(c, dt, &pg, in, &gpu, no);
     const double tol = dt == FG_FP64 ? 1e-12 : dt == FG_FP32 ? 1e-5
                      : dt == FG_FP16 ? 6e-3 : 4e-2;
     for (int i = 0; i < 4; i++) {
@@ -741,6 +776,30 @@ START_TEST(test_variants)
     const fg_dtype dts[4] = {FG_FP64, FG_FP32, FG_FP16, FG_BF16};
     for (int i = 0; i < 4; i++)
         run_variant(&vcases[_i], dts[i], 7100 + 10 * (uint64_t)_i + (uint64_t)i);
+}
+END_TEST
+
+/* Deterministic mode on the wgmma backward (d <= 128, no block mask): each
+ * dQ tile is summed in a fixed order of key blocks (turn counters, one
+ * per 64-query tile). Enough key blocks (Bc = 128) that the order matters:
+ * plain (GQA, kMode 0), causal with dropout (kMode 1), top-left causal +
+ * window + softcap and ALiBi (kMode 2), in fp16 and bf16: against the CPU
+ * oracle as test_variants, reruns bitwise identical, and against the
+ * strict dQ kernel (det_reruns). Other GPUs run the strict kernel: the
+ * checks hold there too. */
+static const vcase det_vcases[] = {
+    {{1, 700, 1000, 2, 1, 128, 0, 0, 0.0}, 0, 0, 0, 0, 0, 0, 0, 0},
+    {{2, 777, 777, 2, 2, 64, 1, 0, 0.1}, 0, 0, 0, 0, 0, 0, 0, 0},
+    {{1, 900, 700, 4, 2, 128, 1, 1, 0.0}, 1, 1, 300, -1, 20.0, 0, 0, 0},
+    {{1, 513, 1100, 2, 1, 64, 0, 0, 0.0}, 0, 0, 0, 0, 0, 2, 0, 0},
+};
+
+START_TEST(test_deterministic_tiles)
+{
+    g_deterministic = 1;
+    g_det_reruns = 1;
+    run_variant(&det_vcases[_i], FG_BF16, 8600 + 10 * (uint64_t)_i);
+    run_variant(&det_vcases[_i], FG_FP16, 8601 + 10 * (uint64_t)_i);
 }
 END_TEST
 
@@ -930,6 +989,7 @@ int main(void)
     tcase_add_loop_test(tc, test_general_lowp, 0, sanitize ? 4 : ncases);
     tcase_add_loop_test(tc, test_mma_lowp, 0, sanitize ? 4 : ncases);
     tcase_add_loop_test(tc, test_deterministic, 0, 3);
+    tcase_add_loop_test(tc, test_deterministic_tiles, 0, sanitize ? 2 : 4);
     tcase_add_loop_test(tc, test_fast_path, 0, (int)(sizeof fast_cases / sizeof fast_cases[0]));
     tcase_add_test(tc, test_dropout_mask);
     tcase_add_loop_test(tc, test_kernel_mask, 0, sanitize ? 1 : 3);

@@ -120,7 +120,8 @@
  * aligned (a pointer, or a stride not a multiple of 4 elements), tiles too
  * big for the GPU's shared memory (the d = 256 backward on GPUs with less
  * than 205 KiB per block, e.g. an A100); with deterministic = 1 the
- * backward's dQ comes from the SIMT kernel. The same kernels have an
+ * backward's dQ comes from the SIMT kernel, except on the Hopper kernels
+ * at d <= 128 without a block mask (see deterministic below). The same kernels have an
  * experimental 3xTF32 mode (each operand split into a TF32 part and a
  * TF32 remainder, three products), built with ./configure
  * --enable-attn-tf32x3 and reached with FG_ATTN_KERNEL=tf32x3 in the
@@ -240,10 +241,14 @@ typedef struct fg_attn_params {
                           identical for every thread count */
     void *cuda_stream; /* cudaStream_t for device = CUDA, NULL = default
                           stream; CUDA calls are asynchronous on it */
-    int deterministic; /* CUDA backward: compute dQ in a separate pass with
-                          a fixed summation order instead of atomics, so
-                          reruns are bitwise identical (slower). The CPU
-                          backend is always deterministic. */
+    int deterministic; /* CUDA backward: dQ summed in a fixed order
+                          instead of by atomics, so reruns are bitwise
+                          identical. The Hopper fp16/bf16 kernels at
+                          d <= 128 without a block mask add each 64-query
+                          tile of dQ in a fixed order of key blocks
+                          (0.85-1.0x the default's speed on an H200);
+                          elsewhere a separate dQ pass (much slower). The
+                          CPU backend is always deterministic. */
     /* Variants (see the top of this file); fg_attn_params_init() sets
      * none of them. */
     int causal_align;      /* FG_ATTN_ALIGN_BOTTOM_RIGHT or _TOP_LEFT; also

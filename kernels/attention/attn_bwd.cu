@@ -12,8 +12,12 @@
  *     order varies between runs at the rounding level).
  *  3. attn_bwd_write_dq: that buffer converted to dQ's dtype and strides.
  * With params.deterministic the main kernels skip dQ and attn_bwd_dq_kernel
- * computes it per query block in a fixed order (bitwise-reproducible).
+ * computes it per query block in a fixed order (bitwise-reproducible),
+ * except the wgmma kernels at d <= 128 without a block mask: they add each
+ * dQ tile in a fixed order of key blocks (turn counters) and step 3 runs.
  * Nothing of size Nq x Nk exists anywhere. */
+#include <stdlib.h>
+#include <string.h>
 #include <type_traits>
 
 #include "attn_bwd_rows.cuh"
@@ -248,6 +252,7 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
     a.Br = a.Bc = t;
     FG_TRY(launch_bwd_preprocess<T>(a, st)); /* nothing for an empty packed batch */
     bool fp32 = false; /* the fp32 kernels ran, deterministic dQ included */
+    bool det_tiles = false; /* the wgmma kernel summed dQ in a fixed order */
     if (std::is_same<T, float>::value) { /* tensor cores (TF32, 3xTF32), else SIMT */
         FG_TRY(attn_tf32_bwd(a, smem_limit, st, &fp32));
         if (!fp32)
@@ -264,7 +269,17 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
         attn_bwd_pad_stats<<<(unsigned)min((n + 255) / 256, (int64_t)65535), 256, 0, st>>>(a);
         FG_CUDA_TRY_LAUNCH();
         a.dq_tile_d = attn_bwd_wgmma_dpad(a.d); /* the layout it accumulates dQ in */
-        FG_TRY(attn_bwd_wgmma_dispatch(AccOf<T>::is_bf16 ? FG_BF16 : FG_FP16, a, maps, st));
+        /* Deterministic: dQ summed in a fixed order by the kernel itself
+         * where it has turn counters (attn_launch.cu: d <= 128, no block
+         * mask); FG_ATTN_DET_DQ=0 keeps the strict dQ kernel (comparisons). */
+        const char *env = getenv("FG_ATTN_DET_DQ");
+        AttnArgs w = a;
+        det_tiles = a.deterministic && a.dq_sem && !(env && strcmp(env, "0") == 0);
+        if (det_tiles)
+            w.deterministic = 0;
+        else
+            w.dq_sem = nullptr;
+        FG_TRY(attn_bwd_wgmma_dispatch(AccOf<T>::is_bf16 ? FG_BF16 : FG_FP16, w, maps, st));
     } else if (sizeof(T) == 2 && mma_path_ok(a, true) && sm80_supports(a) &&
                attn_bwd_mma_supported(a.d, smem_limit)) {
         FG_TRY(attn_bwd_mma_dispatch(sizeof(T) == 2 && AccOf<T>::is_bf16 ? FG_BF16
@@ -279,7 +294,7 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
         attn_bwd_kernel<T><<<grid, kThreads, smem, st>>>(a);
         FG_CUDA_TRY_LAUNCH();
     }
-    if (a.deterministic)
+    if (a.deterministic && !det_tiles)
         return launch_bwd_dq<T>(a, smem_limit, st);
     return launch_bwd_write_dq<T>(a, st);
 }

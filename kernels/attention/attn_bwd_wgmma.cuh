@@ -16,7 +16,8 @@
  * contiguous run and one lane issues a TMA bulk reduce-add of it into the
  * fp32 accumulator (tiled layout, dq_tiled_index). Per-thread vector
  * atomics from registers kept the L2 82% busy and cost 40% of the d = 256
- * backward (H100: 10.9 ms with, 6.6 ms without).
+ * backward (H100: 10.9 ms with, 6.6 ms without). Deterministic mode (d <=
+ * 128, a.dq_sem): the same tiles, added in a fixed order (dq_writer).
  * Computing the transposed scores leaves P^T and dS^T in the accumulator
  * layout, which is the A-register layout of the dV / dK products.
  * Work split (kSplitD): for d <= 128 warpgroup w owns keys 64w..64w+63
@@ -65,12 +66,12 @@ template <int D> struct BwdWgTile {
      * i & 1 while step i + 1 stores to the other. */
     static constexpr int kDSBufs = kSplitD ? 1 : 2;
     /* K, V; Q and dO double-buffered; dS^T [Bc][Br] x kDSBufs; P^T; dQ
-     * staging; lse2, D per query (two buffers); seven mbarriers (64
-     * bytes); exchange; 1024 for alignment. At d = 256 this is 231992 of
+     * staging; lse2, D per query (two buffers); eleven mbarriers (128
+     * bytes); exchange; 1024 for alignment. At d = 256 this is 232056 of
      * the 232448 bytes a block may have. */
     static constexpr size_t kSmem =
         (size_t)(2 * kBc * D + 4 * kBr * D + kDSBufs * kBc * kBr) * 2 + kPBytes + kStageBytes +
-        4 * kBr * sizeof(float) + 64 + kXBytes + 1024;
+        4 * kBr * sizeof(float) + 128 + kXBytes + 1024;
 };
 
 /* Warp specialisation for d <= 128, dropout included (with dropout the
@@ -115,7 +116,7 @@ template <int D, bool kDropout> struct BwdSpec {
  * staging and lse2/D. The producer loads the bias beside Q_i; after dS
  * each warp writes dS over its 16 key columns (stmatrix) and each
  * warpgroup stores its panel into a dense 16-bit dbias by TMA
- * (BwdMaps::bias_flags bit 1; without it there is no dbias). 231488 of the
+ * (BwdMaps::bias_flags bit 1; without it there is no dbias). 231552 of the
  * 232448 bytes a block may have. Both decisions are compile-time: as
  * run-time branches beside mode 4's per-element path, ptxas spilled
  * 150-1800 bytes (sm_90a); this way none without dropout, 412 with (mode
@@ -190,14 +191,20 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     float *D_s = lse2_s + 2 * Br;                                  /* [2][Br] */
     /* split d only, after the mbarriers: P^T [Br/2][128] and the dropout
      * bits [128], thread-major */
-    float *xch = (float *)((unsigned char *)(D_s + 2 * Br) + 64);
+    float *xch = (float *)((unsigned char *)(D_s + 2 * Br) + 128);
     uint32_t *keep_x = (uint32_t *)(xch + (Br / 2) * 128);
 
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int key_base = Tile::kSplitD ? 0 : 64 * wg; /* this WG's keys */
     const int dslice = Tile::kSplitD ? DH * wg : 0;   /* its dK/dV columns */
-    const int64_t j0 = (int64_t)blockIdx.x * Bc;
+    /* det (BwdSpec kernels with a.dq_sem): each dQ_i tile is summed in a
+     * fixed order of key blocks, from the last to the first (dq_writer);
+     * blocks are numbered backwards so that, started in grid order, a
+     * block only ever waits for blocks started before it. */
+    const bool det = kSpec && a.dq_sem != nullptr;
+    const int kb = det ? (nk_rows + Bc - 1) / Bc - 1 - (int)blockIdx.x : (int)blockIdx.x;
+    const int64_t j0 = (int64_t)kb * Bc;
     const int hk = blockIdx.y, b = blockIdx.z;
     const int kvalid = (int)min((int64_t)Bc, (int64_t)nk_rows - j0); /* rows stored */
     const float scale_log2 = (float)(a.scale * 1.4426950408889634);
@@ -209,6 +216,10 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * free_q[buffer]. */
     const uint32_t bar_kv = smem_u32(D_s + 2 * Br), bar_q = bar_kv + 8, free_q = bar_kv + 24;
     const uint32_t ds_full = bar_kv + 40; /* kSpec: dS^T [buffer] stored by both WGs */
+    /* det: the dQ staging of step s filled by every consumer thread
+     * (dq_full[s & 1]) and read by writer s & 1's bulk reduces
+     * (dq_empty[s & 1]) */
+    const uint32_t dq_full = bar_kv + 56, dq_empty = bar_kv + 72;
     auto tma_tile = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int rows,
                         int64_t row0, int head) {
 #pragma unroll
@@ -218,9 +229,14 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     if (threadIdx.x == 0) {
         for (int i = 0; i < 3; i++)
             mbar_init(bar_kv + 8 * i, 1);
-        if (kSpec)
+        if (kSpec) {
             for (int i = 0; i < 4; i++) /* free_q[2], ds_full[2]: every consumer thread */
                 mbar_init(free_q + 8 * i, 256);
+            for (int i = 0; i < 2; i++) {
+                mbar_init(dq_full + 8 * i, 256);
+                mbar_init(dq_empty + 8 * i, 1);
+            }
+        }
         mbar_init_fence();
     }
     __syncthreads();
@@ -266,6 +282,47 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         bulk_load(smem_u32(D_s + (st & 1) * Br), (const float *)a.Dp + row, Br * 4, bar);
     };
 
+    /* det: two warps of the producer warpgroup (writers 0 and 1, for even
+     * and odd steps, so that one waits for its sums to land while the
+     * other issues) add each step's staged dQ_i to dq_acc in turns, lane
+     * r < 8 run r (warp r's piece) with a turn counter of its own: the
+     * turns of the eight runs pass on independently, and each waits for
+     * 4 KB (d = 128) to land rather than 32. A tile's turns go to the key
+     * blocks of its key walk (rows clipped to Nq), from the last block to
+     * the first: the order in which causal and banded blocks reach it
+     * (each starts at its diagonal), so the waits stay short. A block that
+     * visits a tile outside that walk sees only masked pairs there and
+     * adds nothing. */
+    auto dq_writer = [&](int wr) {
+        for (int64_t s = wr; s < total; s += 2) {
+            int gh;
+            int64_t i0;
+            bool dead;
+            locate(s, gh, i0, dead);
+            const int64_t bh = (int64_t)b * a.H + hk * a.group + gh;
+            const BlockWalk w = fwd_key_walk(a, kMasked, kCausal, b, hk * a.group + gh, i0,
+                                             (int)min((int64_t)Br, (int64_t)a.Nq - i0), Bc);
+            const int64_t turn = w.first + w.n - 1 - kb;
+            int *ctr = a.dq_sem + (bh * (a.nq_pad / Br) + i0 / Br) * 8 + lane;
+            const bool mine = !dead && turn >= 0 && turn < w.n && lane < 8;
+            mbar_wait(dq_full + 8 * wr, (uint32_t)(s >> 1) & 1);
+            if (mine) {
+                turn_wait(ctr, (int)turn);
+                bulk_reduce_add_f32((float *)a.dq_acc + (bh * a.nq_pad + i0) * D + lane * DQ * 16,
+                                    sStage + (uint32_t)lane * DQ * 64, DQ * 64);
+                bulk_commit();
+                bulk_wait_read<0>();
+            }
+            __syncwarp();
+            if (lane == 0)
+                mbar_arrive(dq_empty + 8 * wr);
+            if (mine) {
+                bulk_wait_all(); /* the sums are in dq_acc before the next turn */
+                turn_pass(ctr);
+            }
+        }
+    };
+
     if constexpr (kSpec) {
         if (threadIdx.x >= 256) { /* the producer warpgroup: loads only */
             setmaxnreg_dec<24>();
@@ -276,6 +333,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                         mbar_wait(free_q + 8 * (uint32_t)(st & 1), (uint32_t)((st >> 1) - 1) & 1);
                     issue(st);
                 }
+            } else if (det && threadIdx.x >= 288 && threadIdx.x < 352) {
+                dq_writer((threadIdx.x - 288) / 32);
             }
             return;
         }
@@ -315,17 +374,24 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * run 4g + w of the tile (fragment n of lane l at float4 32n + l:
      * stores without bank conflicts) and lane 0 reduce-adds the run into
      * dq_acc. Split d: the run goes to a Q_i / dO_i panel that only this
-     * warpgroup's (finished) dV/dK products read. */
-    auto dq_store = [&](const float (&q)[DQ / 2], int64_t i0, int64_t bh, uint32_t sQ) {
+     * warpgroup's (finished) dV/dK products read. det: the writer thread
+     * reduces the whole tile of step s once every thread has staged. */
+    auto dq_store = [&](const float (&q)[DQ / 2], int64_t s, int64_t i0, int64_t bh,
+                        uint32_t sQ) {
         const int run = wg * 4 + warp;
         uint32_t stage;
         if constexpr (Tile::kSplitD) {
             stage = sQ + (uint32_t)(warp >> 1) * qtile + (uint32_t)(wg * 2 + (warp & 1)) * Br * 128;
         } else {
             stage = sStage + (uint32_t)run * DQ * 64;
-            if (lane == 0)
-                bulk_wait_read<0>(); /* the last reduce has read it */
-            __syncwarp();
+            if (det) {
+                if (s > 0) /* writer (s - 1) & 1 has read step s - 1's tile */
+                    mbar_wait(dq_empty + 8 * (uint32_t)((s - 1) & 1), (uint32_t)((s - 1) >> 1) & 1);
+            } else {
+                if (lane == 0)
+                    bulk_wait_read<0>(); /* the last reduce has read it */
+                __syncwarp();
+            }
         }
         const float sc = (float)a.scale;
         float4 *sq = reinterpret_cast<float4 *>(smem + (stage - base)) + lane;
@@ -334,6 +400,10 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             sq[32 * n] = make_float4(q[4 * n] * sc, q[4 * n + 1] * sc, q[4 * n + 2] * sc,
                                      q[4 * n + 3] * sc);
         fence_proxy_async(); /* generic stores -> the bulk copy's reads */
+        if (det) {
+            mbar_arrive(dq_full + 8 * (uint32_t)(s & 1));
+            return;
+        }
         __syncwarp();
         if (lane == 0) {
             bulk_reduce_add_f32((float *)a.dq_acc + (bh * a.nq_pad + i0) * D + run * DQ * 16,
@@ -347,7 +417,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         dq_issue(q, s);
         wg_wait<0>();
         wg_fence_regs(q);
-        dq_store(q, i0, bh, sQ);
+        dq_store(q, s, i0, bh, sQ);
     };
 
     if (!kSpec && total > 0 && threadIdx.x == 0)
@@ -792,7 +862,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 if constexpr (kPrev && kEarlyDQ) {
                     wg_wait<2>();
                     wg_fence_regs(qp);
-                    dq_store(qp, prev_i0, prev_bh, 0);
+                    dq_store(qp, st - 1, prev_i0, prev_bh, 0);
                 } else if constexpr (kPrev) {
                     wait_ds(st - 1);
                     dq_now(qp, st - 1, prev_i0, prev_bh, 0);

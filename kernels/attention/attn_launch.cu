@@ -220,12 +220,21 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
     const int64_t nq_pad = (pb->Nq + 63) / 64 * 64;
     const size_t pad_bytes =
         hopper ? (2 * sizeof(float) * (size_t)(pb->B * pb->H * nq_pad) + 255) & ~(size_t)255 : 0;
-    /* Deterministic mode writes dQ directly: no accumulator. */
-    size_t dq_bytes = pb->deterministic ? 0 : acc * rows * (size_t)pb->d;
+    /* Deterministic mode writes dQ directly (no accumulator), except on
+     * the wgmma path at d <= 128 without a block mask, which sums the
+     * tiled accumulator in a fixed order with eight turn counters per
+     * 64-query tile (attn_bwd_wgmma.cuh, dq_writer). */
+    const bool det_tiles = hopper && pb->deterministic && pb->d <= 128 && !pb->sparse;
+    size_t dq_bytes = pb->deterministic && !det_tiles ? 0 : acc * rows * (size_t)pb->d;
+    size_t sem_bytes = 0;
     if (hopper && dq_bytes) { /* either layout: the kernel is chosen later */
         const size_t tiled = sizeof(float) * (size_t)(pb->B * pb->H * nq_pad) *
                              (size_t)fg::attn_bwd_wgmma_dpad((int)pb->d);
         dq_bytes = tiled > dq_bytes ? tiled : dq_bytes;
+        if (det_tiles)
+            sem_bytes = (8 * sizeof(int) * (size_t)(pb->B * pb->H * (nq_pad / 64)) + 255) &
+                        ~(size_t)255;
+        dq_bytes += sem_bytes; /* the counters after the accumulator, zeroed with it */
     }
     const size_t bias_bytes = dbias_setup(pb, &a, acc);
     /* Never 0 (an empty packed batch): allocators may refuse it. */
@@ -242,6 +251,8 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
         FG_CUDA_TRY(cudaMallocAsync(&ws, bytes, s));
     a.D = ws;
     a.dq_acc = (char *)ws + d_bytes;
+    if (sem_bytes)
+        a.dq_sem = (int *)((char *)ws + d_bytes + dq_bytes - sem_bytes);
     if (pad_bytes) {
         a.nq_pad = nq_pad;
         a.lse2p = (char *)ws + d_bytes + dq_bytes;

@@ -176,6 +176,34 @@ __device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t 
                  "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
                  : "memory");
 }
+/* A turn counter in global memory (the deterministic backward's dQ
+ * order): waits until *p >= v (acquire, GPU scope). Gives up after about
+ * four seconds so that a block never hangs if the hardware did not start
+ * the block it waits for (the order stays right, only the bitwise
+ * repeatability of that tile's sum is lost). */
+__device__ __forceinline__ void turn_wait(const int *p, int v)
+{
+    int x;
+    uint64_t t0 = 0, t;
+    for (uint32_t n = 0;; n++) {
+        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(x) : "l"(p) : "memory");
+        if (x >= v)
+            return;
+        if ((n & 1023) == 0) {
+            asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+            if (n == 0)
+                t0 = t;
+            else if (t - t0 > 4000000000ull)
+                return;
+        }
+    }
+}
+/* Passes the turn on: this thread's earlier writes (including completed
+ * bulk operations) before the increment (release, GPU scope). */
+__device__ __forceinline__ void turn_pass(int *p)
+{
+    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(p) : "memory");
+}
 #else
 __device__ __forceinline__ void tma_store_4d(const void *, uint32_t, int, int, int, int) {}
 __device__ __forceinline__ void stmatrix_x4_trans(uint32_t, const uint32_t *) {}
@@ -183,6 +211,8 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float *, uint32_t, uint32_t)
 __device__ __forceinline__ void bulk_commit() {}
 template <int N> __device__ __forceinline__ void bulk_wait_read() {}
 __device__ __forceinline__ void bulk_wait_all() {}
+__device__ __forceinline__ void turn_wait(const int *, int) {}
+__device__ __forceinline__ void turn_pass(int *) {}
 __device__ __forceinline__ void bulk_load(uint32_t, const void *, uint32_t, uint32_t) {}
 __device__ __forceinline__ void mbar_init(uint32_t, uint32_t) {}
 __device__ __forceinline__ void mbar_init_fence() {}

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""bench/compare_det.py - the deterministic backward against the default
+one (issue 18: at least 0.85x its speed, bitwise-identical reruns).
+
+Three backward runs of the same problem, interleaved in each round:
+  default        dQ summed by bulk reduce-adds in whatever order the
+                 blocks reach them (not bitwise repeatable)
+  deterministic  deterministic = 1: on the wgmma kernels (d <= 128, no
+                 block mask) each dQ tile is summed in a fixed order of
+                 key blocks, one turn counter per 64-query tile
+  strict dQ      deterministic = 1 with FG_ATTN_DET_DQ=0: the separate
+                 strict dQ kernel (the earlier deterministic path)
+Each cell also reruns the deterministic backward and compares dQ, dK and
+dV bit for bit. Method as bench/compare_torch.py (fg_ctypes.best_times):
+standard-normal bf16 inputs, CUDA events, the best of the per-round
+medians; TFLOP/s with the FlashAttention convention (backward 2.5 x 4 B H
+N^2 d, halved for causal).
+
+    python3 bench/compare_det.py --lib BUILD/libflashgrad-bench.so \\
+        [--rounds 3] [--reps 10] [--quick]
+"""
+import argparse
+import os
+
+import torch
+
+from fg_ctypes import Flashgrad, best_times, buffers
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", default=".libs/libflashgrad.so")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--quick", action="store_true", help="N = 2k and 8k only at d = 128")
+    args = ap.parse_args()
+    fg = Flashgrad(args.lib)
+    torch.manual_seed(0)
+    # d, N, causal, window_left (None = none)
+    cells = [(d, N, c, None) for d in (64, 128) for N in (2048, 8192) for c in (0, 1)]
+    cells += [(128, 8192, 1, 1024)]
+    if args.quick:
+        cells = [x for x in cells if x[0] == 128]
+    print(f"{torch.cuda.get_device_name()}; bf16, 16k tokens, H = 2048 / d; backward "
+          "TFLOP/s: default | deterministic | strict dQ | det / default", flush=True)
+    for d, N, causal, wl in cells:
+        H, B = 2048 // d, max(1, 16384 // N)
+        (q, k, v, g), (o, dq, dk, dv), m, l = buffers(B, N, H, d)
+        ps = {}
+        for who in ("default", "deterministic", "strict dQ"):
+            p = fg.params(B, N, H, d)
+            p.causal = causal
+            if wl is not None:
+                p.window_left = wl
+            p.deterministic = who != "default"
+            ps[who] = p
+        fg.fwd(ps["default"], q, k, v, o, m, l)
+
+        def run(who):
+            if who == "strict dQ":
+                os.environ["FG_ATTN_DET_DQ"] = "0"
+            fg.bwd(ps[who], q, k, v, o, g, m, l, dq, dk, dv)
+            os.environ.pop("FG_ATTN_DET_DQ", None)
+
+        pairs = {who: ((lambda: None), (lambda w=who: run(w))) for who in ps}
+        for who in ps:
+            run(who)
+        torch.cuda.synchronize()
+        # bitwise reruns of the deterministic backward
+        run("deterministic")
+        ref = [x.clone() for x in (dq, dk, dv)]
+        same = True
+        for _ in range(2):
+            run("deterministic")
+            same = same and all(torch.equal(a, b) for a, b in zip(ref, (dq, dk, dv)))
+        run("default")
+        default_same = torch.equal(ref[0], dq)
+        t = best_times(pairs, args.rounds, args.reps)
+        kept = N * N / (2 if causal else 1)
+        if wl is not None:
+            kept = sum(min(i + 1, wl + 1) for i in range(N))
+        fl = 2.5 * 4.0 * B * H * d * kept
+        r = {who: fl / t[who][1] / 1e9 for who in ps}
+        name = f"d={d} N={N}" + (" causal" if causal else "") + (f" window {wl}" if wl else "")
+        print(f"{name:>28} | {r['default']:6.1f} | {r['deterministic']:6.1f} | "
+              f"{r['strict dQ']:6.1f} | {r['deterministic'] / r['default']:5.2f}x | "
+              f"reruns {'bitwise equal' if same else 'DIFFER'}"
+              f"{'' if default_same else ' (default dQ differs from det: expected)'}",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
