@@ -10,7 +10,8 @@
 # FG_SANITIZE_JOBS=N runs N (suite, tool) pairs at once (default 1: the
 # tools spend most of their time on the CPU, so on a many-core host a
 # whole sweep fits one sitting); FG_SANITIZE_TIMEOUT caps each run
-# (default 540 s); FG_SANITIZE_SUITES="a b" limits the suites.
+# (default 540 s); FG_SANITIZE_SUITES="a b" limits the suites;
+# FG_SANITIZE_MODE overrides the FG_SANITIZE value the suites see.
 # Exit status 1 when any run reports an error or hazard or times out.
 set -uo pipefail
 bdir=${1:?usage: gpu-sanitize.sh BUILDDIR [TOOL...]}
@@ -44,6 +45,7 @@ run_one() {
     # API-error reports (memory errors are still reported).
     mode=1
     [ "$tool" = racecheck ] && mode=fast
+    mode=${FG_SANITIZE_MODE:-$mode} # e.g. det: test_gpu_attention's deterministic cases alone
     local api=()
     [ "$name" = test_gpu_dist ] && api=(--report-api-errors no)
     # shellcheck disable=SC2086 # FG_SAN_NVTX: two words or none

@@ -971,6 +971,13 @@ int main(void)
     /* Under compute-sanitizer (FG_SANITIZE) run a representative subset. */
     const int sanitize = getenv("FG_SANITIZE") != NULL;
     const int ncases = (int)(sizeof cases / sizeof cases[0]);
+    if (sanitize && strcmp(getenv("FG_SANITIZE"), "det") == 0) { /* the deterministic dQ alone */
+        tcase_add_loop_test(tc, test_deterministic_tiles, 0,
+                            (int)(sizeof det_vcases / sizeof det_vcases[0]));
+        tcase_add_loop_test(tc, test_deterministic, 0, 3);
+        suite_add_tcase(s, tc);
+        return fgt_run_suite(s);
+    }
     if (sanitize && strcmp(getenv("FG_SANITIZE"), "fast") == 0) {
         tcase_add_loop_test(tc, test_fast_path, 0,
                             (int)(sizeof fast_cases / sizeof fast_cases[0]));

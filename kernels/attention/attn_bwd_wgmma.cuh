@@ -294,6 +294,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * visits a tile outside that walk sees only masked pairs there and
      * adds nothing. */
     auto dq_writer = [&](int wr) {
+        int *giveup = a.dq_sem + (int64_t)args.B * a.H * (a.nq_pad / Br) * 8; /* after the counters */
         for (int64_t s = wr; s < total; s += 2) {
             int gh;
             int64_t i0;
@@ -307,7 +308,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             const bool mine = !dead && turn >= 0 && turn < w.n && lane < 8;
             mbar_wait(dq_full + 8 * wr, (uint32_t)(s >> 1) & 1);
             if (mine) {
-                turn_wait(ctr, (int)turn);
+                turn_wait(ctr, (int)turn, giveup);
                 bulk_reduce_add_f32((float *)a.dq_acc + (bh * a.nq_pad + i0) * D + lane * DQ * 16,
                                     sStage + (uint32_t)lane * DQ * 64, DQ * 64);
                 bulk_commit();

@@ -232,8 +232,8 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
                              (size_t)fg::attn_bwd_wgmma_dpad((int)pb->d);
         dq_bytes = tiled > dq_bytes ? tiled : dq_bytes;
         if (det_tiles)
-            sem_bytes = (8 * sizeof(int) * (size_t)(pb->B * pb->H * (nq_pad / 64)) + 255) &
-                        ~(size_t)255;
+            sem_bytes = (8 * sizeof(int) * (size_t)(pb->B * pb->H * (nq_pad / 64)) +
+                         sizeof(int) /* the give-up flag */ + 255) & ~(size_t)255;
         dq_bytes += sem_bytes; /* the counters after the accumulator, zeroed with it */
     }
     const size_t bias_bytes = dbias_setup(pb, &a, acc);

@@ -101,7 +101,8 @@ struct AttnArgs {
      * tile is one contiguous run for a bulk reduce. */
     int dq_tile_d;
     /* The deterministic wgmma backward (d <= 128): eight turn counters
-     * per (b, h, 64-query tile) of dq_acc, zeroed; NULL otherwise. */
+     * per (b, h, 64-query tile) of dq_acc, then a give-up flag (turn_wait),
+     * zeroed; NULL otherwise. */
     int *dq_sem;
     int B, Nq, Nk, H, Hk, d, group;
     int64_t shift;        /* i' = i + shift (Nk - Nq bottom-right, 0 top-left) */

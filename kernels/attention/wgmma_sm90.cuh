@@ -178,10 +178,11 @@ __device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t 
 }
 /* A turn counter in global memory (the deterministic backward's dQ
  * order): waits until *p >= v (acquire, GPU scope). Gives up after about
- * four seconds so that a block never hangs if the hardware did not start
- * the block it waits for (the order stays right, only the bitwise
- * repeatability of that tile's sum is lost). */
-__device__ __forceinline__ void turn_wait(const int *p, int v)
+ * four seconds, and then sets *giveup, which ends every other wait of the
+ * launch at once: a block never hangs if the hardware did not start the
+ * block it waits for (the sums stay right, only their bitwise
+ * repeatability is lost). */
+__device__ __forceinline__ void turn_wait(const int *p, int v, int *giveup)
 {
     int x;
     uint64_t t0 = 0, t;
@@ -190,11 +191,16 @@ __device__ __forceinline__ void turn_wait(const int *p, int v)
         if (x >= v)
             return;
         if ((n & 1023) == 0) {
-            asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
-            if (n == 0)
-                t0 = t;
-            else if (t - t0 > 4000000000ull)
+            asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];\n" : "=r"(x) : "l"(giveup) : "memory");
+            if (x)
                 return;
+            asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+            if (n == 0) {
+                t0 = t;
+            } else if (t - t0 > 4000000000ull) {
+                asm volatile("st.relaxed.gpu.global.s32 [%0], 1;\n" ::"l"(giveup) : "memory");
+                return;
+            }
         }
     }
 }
@@ -211,7 +217,7 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float *, uint32_t, uint32_t)
 __device__ __forceinline__ void bulk_commit() {}
 template <int N> __device__ __forceinline__ void bulk_wait_read() {}
 __device__ __forceinline__ void bulk_wait_all() {}
-__device__ __forceinline__ void turn_wait(const int *, int) {}
+__device__ __forceinline__ void turn_wait(const int *, int, int *) {}
 __device__ __forceinline__ void turn_pass(int *) {}
 __device__ __forceinline__ void bulk_load(uint32_t, const void *, uint32_t, uint32_t) {}
 __device__ __forceinline__ void mbar_init(uint32_t, uint32_t) {}
