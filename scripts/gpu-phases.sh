@@ -19,6 +19,10 @@
 #   sweep        all four tools over every suite in one parallel run
 #                (doc/reliability.md; about 8 minutes on 16 cores)
 #   variants     bench/compare_variants.py --quick, build then ref, twice
+#   det          bench/compare_det.py (the deterministic backward against
+#                the default one, bitwise reruns), likewise
+#   detsan       the four compute-sanitizer tools over test_gpu_attention's
+#                deterministic cases alone (FG_SANITIZE=det)
 #   modes        bench/compare_modes.py (variant kernels against the plain
 #                ones on equal work), likewise
 #   torch        bench/compare_torch.py --quick (FG_TORCH_ARGS), likewise
@@ -135,6 +139,15 @@ sweep() {
     sed -n '/^suite /,$p' "$W/sweep.txt"
 }
 variants() { log variants; bench variants compare_variants.py --quick --rounds 2; }
+det() { log "deterministic backward"; bench det compare_det.py --rounds 2 --reps 8; }
+detsan() {
+    log "compute-sanitizer over test_gpu_attention's deterministic cases (FG_SANITIZE=det)"
+    FG_SANITIZE_MODE=det FG_SANITIZE_SUITES=test_gpu_attention FG_SANITIZE_LOGS=$W/san \
+        FG_SANITIZE_JOBS=4 FG_SANITIZE_TIMEOUT=${FG_SANITIZE_TIMEOUT:-480} \
+        bash "$K/src/scripts/gpu-sanitize.sh" "$B" >"$W/detsan.txt" 2>&1
+    echo "exit $?"
+    sed -n '/^suite /,$p' "$W/detsan.txt"
+}
 bias() {
     log "bias cells: default, FG_ATTN_BIAS_TMA=0"
     local round v
@@ -230,7 +243,7 @@ rings() {
 
 for ph in "$@"; do # every phase known before any runs
     case $ph in
-    san:?* | build | buildref | suites | sweep | variants | bias | modes | torch | dpspeed | dpeq | rings) ;;
+    san:?* | build | buildref | suites | sweep | variants | det | detsan | bias | modes | torch | dpspeed | dpeq | rings) ;;
     *) echo "gpu-phases.sh: unknown phase '$ph'" >&2; exit 2 ;;
     esac
 done

@@ -181,8 +181,6 @@ fg_status pack(size_t es, int64_t rows, int64_t cols, const void **x,
     return FG_OK;
 }
 
-size_t dtype_bytes(fg_dtype dt) { return dt == FG_FP64 ? 8 : dt == FG_FP32 ? 4 : 2; }
-
 /* The cuBLAS call for a row-major C (ldc), operands already expressible:
  * C^T (N x M) = op(B) op(A) in cuBLAS's column-major view (see the top). */
 fg_status cublas_gemm(fg_dtype dt, int64_t M, int64_t N, int64_t K,
@@ -212,7 +210,7 @@ fg_status cublas_gemm(fg_dtype dt, int64_t M, int64_t N, int64_t K,
     FG_CUBLAS_TRY(cublasSetMathMode(
         h, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
                           CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
-    const size_t es = dtype_bytes(dt);
+    const size_t es = fg_dtype_size(dt);
     if (batch == 1) {
         FG_CUBLAS_TRY(cublasGemmEx(h, opa, opb, (int)N, (int)M, (int)K, pa, B,
                                    ty, (int)ldb, A, ty, (int)lda, pb, C, ty,
@@ -247,7 +245,7 @@ fg_status gemm_row_major_c(fg_dtype dt, int64_t M, int64_t N, int64_t K,
     int64_t ldc, lda, ldb;
     if (!fg_cuda_gemm_layout(M, N, c_rs, c_cs, &tc, &ldc) || tc)
         return FG_FAIL(FG_ERR_STATE, "internal: C layout not row-major");
-    const size_t es = dtype_bytes(dt);
+    const size_t es = fg_dtype_size(dt);
     Scratch pa, pb; /* outlive the enqueued cuBLAS call's enqueueing */
     if (!fg_cuda_gemm_layout(M, K, a_rs, a_cs, &ta, &lda)) {
         FG_TRY(pack(es, M, K, &A, &a_rs, &a_cs, &sA, batch, &pa));
@@ -282,7 +280,7 @@ extern "C" fg_status fg_cuda_gemm(fg_dtype dt, int64_t M, int64_t N,
                        "GEMM of %lld x %lld x %lld exceeds cuBLAS's int "
                        "dimensions",
                        (long long)M, (long long)N, (long long)K);
-    const size_t es = dtype_bytes(dt);
+    const size_t es = fg_dtype_size(dt);
     if (batch > 1 && sC == 0) {
         /* Every batch adds into the one C: in order, on the stream. */
         for (int64_t b = 0; b < batch; b++)
