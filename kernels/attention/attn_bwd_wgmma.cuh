@@ -375,7 +375,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * run 4g + w of the tile (fragment n of lane l at float4 32n + l:
      * stores without bank conflicts) and lane 0 reduce-adds the run into
      * dq_acc. Split d: the run goes to a Q_i / dO_i panel that only this
-     * warpgroup's (finished) dV/dK products read. det: the writer thread
+     * warpgroup's (finished) dV/dK products read. det: writer s & 1
      * reduces the whole tile of step s once every thread has staged. */
     auto dq_store = [&](const float (&q)[DQ / 2], int64_t s, int64_t i0, int64_t bh,
                         uint32_t sQ) {
