@@ -618,32 +618,44 @@ static int g_det_reruns;
 
 /* Deterministic mode (g_deterministic): two more runs bitwise identical
  * to the first; with FG_ATTN_DET_DQ=0 (the strict dQ kernel, an
- * independent sum) O, dK and dV bitwise identical and dQ within 4 ulps
- * of the dtype (2^-8 fp16, 2^-5 bf16) of max |dQ|. */
+ * independent sum), and with FG_ATTN_DET_COPIES=2 and 4 (other fixed
+ * orders), O, dK and dV bitwise identical and dQ within 4 ulps of the
+ * dtype (2^-8 fp16, 2^-5 bf16) of max |dQ|; each copies setting twice,
+ * bitwise identical. */
 static void det_reruns(const gcase *c, fg_dtype dt, const fg_attn_params *pg,
                        double *in[4], const outs *first, const size_t no[4])
 {
-    for (int run = 0; run < 3; run++) {
+    outs prev = {{NULL}};
+    for (int run = 0; run < 7; run++) {
         if (run == 2)
             setenv("FG_ATTN_DET_DQ", "0", 1);
+        if (run >= 3)
+            setenv("FG_ATTN_DET_COPIES", run < 5 ? "2" : "4", 1);
         outs r;
         gpu_run(c, dt, pg, in, &r);
         unsetenv("FG_ATTN_DET_DQ");
+        unsetenv("FG_ATTN_DET_COPIES");
+        if (run == 4 || run == 6) /* the second run of a copies setting */
+            ck_assert_msg(memcmp(r.t[1], prev.t[1], no[1] * 8) == 0,
+                          "%s dQ differs between reruns with %s copies",
+                          fg_dtype_name(dt), run == 4 ? "2" : "4");
+        if (prev.t[0])
+            outs_free(&prev);
+        prev = r;
         for (int t = 0; t < 4; t++) {
-            if (run == 2 && t == 1) {
+            if (run >= 2 && t == 1) {
                 const double e = fgt_rel_err_floor(r.t[1], first->t[1], no[1], 0.1);
                 ck_assert_msg(e <= (dt == FG_FP16 ? 0x1p-8 : 0x1p-5),
-                              "%s dQ: fixed-order sum vs strict kernel %.3g",
-                              fg_dtype_name(dt), e);
+                              "%s dQ: fixed-order sum vs %s %.3g", fg_dtype_name(dt),
+                              run == 2 ? "strict kernel" : "other copies", e);
                 continue;
             }
             ck_assert_msg(memcmp(r.t[t], first->t[t], no[t] * 8) == 0,
-                          "%s %s differs between deterministic runs (%s)",
-                          fg_dtype_name(dt), names[t],
-                          run == 2 ? "fixed-order dQ vs strict kernel" : "rerun");
+                          "%s %s differs between deterministic runs (run %d)",
+                          fg_dtype_name(dt), names[t], run);
         }
-        outs_free(&r);
     }
+    outs_free(&prev);
 }
 
 static void run_variant(const vcase *vc, fg_dtype dt, uint64_t salt)

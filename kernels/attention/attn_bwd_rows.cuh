@@ -116,9 +116,15 @@ __global__ void __launch_bounds__(256) attn_bwd_write_dq(const AttnArgs a)
                 sb = packed_seq(a.cu_q, a.B, i);
                 si = i - a.cu_q[sb];
             }
-            for (int x = lane; x < a.d; x += 32)
-                dst[x] = from_acc<T>(((const A *)a.dq_acc)[dq_tiled_index(
-                    sb * a.H + h, a.nq_pad, a.dq_tile_d, si, x)]);
+            const int64_t cs = (int64_t)a.B * a.H * a.nq_pad * a.dq_tile_d; /* copy stride */
+            for (int x = lane; x < a.d; x += 32) {
+                const A *s0 = (const A *)a.dq_acc +
+                              dq_tiled_index(sb * a.H + h, a.nq_pad, a.dq_tile_d, si, x);
+                A v = s0[0];
+                for (int c = 1; c < a.dq_copies; c++) /* in order: bitwise repeatable */
+                    v += s0[c * cs];
+                dst[x] = from_acc<T>(v);
+            }
         } else {
             for (int x = lane; x < a.d; x += 32)
                 dst[x] = from_acc<T>(src[x]);
@@ -149,6 +155,17 @@ __global__ void __launch_bounds__(256) attn_bwd_write_dq_tiled(const AttnArgs a)
 #pragma unroll
         for (int k = 0; k < 4; k++)
             f[k] = src[k];
+        for (int c = 1; c < a.dq_copies; c++) { /* in order: bitwise repeatable */
+            const float4 *sc = src + c * (((int64_t)a.B * a.H * a.nq_pad * Dp) / 4);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const float4 g = sc[k];
+                f[k].x += g.x;
+                f[k].y += g.y;
+                f[k].z += g.z;
+                f[k].w += g.w;
+            }
+        }
 #pragma unroll
         for (int half = 0; half < 2; half++) {
             const int64_t i = i0 + ir + 8 * half;

@@ -294,7 +294,12 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * visits a tile outside that walk sees only masked pairs there and
      * adds nothing. */
     auto dq_writer = [&](int wr) {
-        int *giveup = a.dq_sem + (int64_t)args.B * a.H * (a.nq_pad / Br) * 8; /* after the counters */
+        /* copies (AttnArgs::dq_copies): key block kb adds into copy kb % K,
+         * after the blocks above it with the same remainder */
+        const int K = a.dq_copies > 1 ? a.dq_copies : 1, copy = kb & (K - 1); /* K = 1, 2, 4 */
+        const int64_t nctr = (int64_t)args.B * a.H * (a.nq_pad / Br) * 8; /* counters per copy */
+        int *giveup = a.dq_sem + nctr * K; /* after the counters */
+        float *acc0 = (float *)a.dq_acc + copy * ((int64_t)args.B * a.H * a.nq_pad * D);
         for (int64_t s = wr; s < total; s += 2) {
             int gh;
             int64_t i0;
@@ -303,13 +308,13 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             const int64_t bh = (int64_t)b * a.H + hk * a.group + gh;
             const BlockWalk w = fwd_key_walk(a, kMasked, kCausal, b, hk * a.group + gh, i0,
                                              (int)min((int64_t)Br, (int64_t)a.Nq - i0), Bc);
-            const int64_t turn = w.first + w.n - 1 - kb;
-            int *ctr = a.dq_sem + (bh * (a.nq_pad / Br) + i0 / Br) * 8 + lane;
-            const bool mine = !dead && turn >= 0 && turn < w.n && lane < 8;
+            const int64_t last = w.first + w.n - 1, turn = (last - kb) >> (K >> 1);
+            int *ctr = a.dq_sem + copy * nctr + (bh * (a.nq_pad / Br) + i0 / Br) * 8 + lane;
+            const bool mine = !dead && kb >= w.first && kb <= last && lane < 8;
             mbar_wait(dq_full + 8 * wr, (uint32_t)(s >> 1) & 1);
             if (mine) {
                 turn_wait(ctr, (int)turn, giveup);
-                bulk_reduce_add_f32((float *)a.dq_acc + (bh * a.nq_pad + i0) * D + lane * DQ * 16,
+                bulk_reduce_add_f32(acc0 + (bh * a.nq_pad + i0) * D + lane * DQ * 16,
                                     sStage + (uint32_t)lane * DQ * 64, DQ * 64);
                 bulk_commit();
                 bulk_wait_read<0>();

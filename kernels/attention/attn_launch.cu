@@ -227,12 +227,17 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
     const bool det_tiles = hopper && pb->deterministic && pb->d <= 128 && !pb->sparse;
     size_t dq_bytes = pb->deterministic && !det_tiles ? 0 : acc * rows * (size_t)pb->d;
     size_t sem_bytes = 0;
+    /* FG_ATTN_DET_COPIES=2 or 4: that many dQ accumulators (AttnArgs::dq_copies) */
+    int copies = 1;
+    const char *cp_env = det_tiles ? getenv("FG_ATTN_DET_COPIES") : NULL;
+    if (cp_env && (strcmp(cp_env, "2") == 0 || strcmp(cp_env, "4") == 0))
+        copies = cp_env[0] - '0';
     if (hopper && dq_bytes) { /* either layout: the kernel is chosen later */
         const size_t tiled = sizeof(float) * (size_t)(pb->B * pb->H * nq_pad) *
-                             (size_t)fg::attn_bwd_wgmma_dpad((int)pb->d);
+                             (size_t)fg::attn_bwd_wgmma_dpad((int)pb->d) * (size_t)copies;
         dq_bytes = tiled > dq_bytes ? tiled : dq_bytes;
         if (det_tiles)
-            sem_bytes = (8 * sizeof(int) * (size_t)(pb->B * pb->H * (nq_pad / 64)) +
+            sem_bytes = (8 * sizeof(int) * (size_t)(pb->B * pb->H * (nq_pad / 64)) * (size_t)copies +
                          sizeof(int) /* the give-up flag */ + 255) & ~(size_t)255;
         dq_bytes += sem_bytes; /* the counters after the accumulator, zeroed with it */
     }
@@ -251,8 +256,10 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
         FG_CUDA_TRY(cudaMallocAsync(&ws, bytes, s));
     a.D = ws;
     a.dq_acc = (char *)ws + d_bytes;
-    if (sem_bytes)
+    if (sem_bytes) {
         a.dq_sem = (int *)((char *)ws + d_bytes + dq_bytes - sem_bytes);
+        a.dq_copies = copies;
+    }
     if (pad_bytes) {
         a.nq_pad = nq_pad;
         a.lse2p = (char *)ws + d_bytes + dq_bytes;

@@ -101,9 +101,14 @@ struct AttnArgs {
      * tile is one contiguous run for a bulk reduce. */
     int dq_tile_d;
     /* The deterministic wgmma backward (d <= 128): eight turn counters
-     * per (b, h, 64-query tile) of dq_acc, then a give-up flag (turn_wait),
-     * zeroed; NULL otherwise. */
+     * per (b, h, 64-query tile) of dq_acc and copy, then a give-up flag
+     * (turn_wait), zeroed; NULL otherwise. */
     int *dq_sem;
+    /* Copies of the tiled dq_acc (0 or 1: one), one after the other: the
+     * deterministic backward adds key block kb into copy kb % copies, so
+     * each tile's chain of turns is that many times shorter, and
+     * attn_bwd_write_dq* sums the copies in order. */
+    int dq_copies;
     int B, Nq, Nk, H, Hk, d, group;
     int64_t shift;        /* i' = i + shift (Nk - Nq bottom-right, 0 top-left) */
     int causal;           /* plain causal: the fast kernels' kCausal */
