@@ -488,16 +488,29 @@ START_TEST(test_minus_inf_row)
 }
 END_TEST
 
-/* A larger problem through every dbias mode (bf16, d = 128). */
+/* A larger problem through every dbias mode (bf16, d = 128): dense (0),
+ * atomics (1), the deterministic pass (2); on Hopper the broadcast dbias
+ * by the wgmma kernel's vector reductions (1, 3, 4): over batch into a
+ * bf16 dbias through the scratch with a partial last key chunk (3: Nk =
+ * 1004), over heads into an fp32 dbias in place (4); and a dense dbias
+ * with no mask, which the kernel writes whole without zeroing first (5). */
 START_TEST(test_larger)
 {
     bgcase c;
     memset(&c, 0, sizeof c);
-    c.B = 2; c.H = 8; c.Hk = 8; c.d = 128; c.Nq = c.Nk = 1000; c.causal = 1;
-    c.bcast = _i == 0 ? 0 : FGT_BC_B | FGT_BC_H;
+    c.B = 2; c.H = 8; c.Hk = 8; c.d = 128; c.Nq = c.Nk = 1000; c.causal = _i < 3;
+    c.bcast = _i == 0 || _i == 5 ? 0 : _i == 3 ? FGT_BC_B : _i == 4 ? FGT_BC_H
+                                                                   : FGT_BC_B | FGT_BC_H;
     c.deterministic = _i == 2;
+    if (_i == 3) {
+        c.Nq = 997;
+        c.Nk = 1004;
+        c.p = 0.1;
+    }
+    c.dbias_f32 = _i == 4;
+    c.alibi = _i == 4;
     g_fast = 1;
-    check_case(&c, FG_BF16, 1000 + (uint64_t)_i);
+    check_case(&c, _i == 4 ? FG_FP16 : FG_BF16, 1000 + (uint64_t)_i);
 }
 END_TEST
 
@@ -630,7 +643,7 @@ int main(void)
     tcase_add_loop_test(tc, test_minus_inf_row, 0, fast ? 1 : 2);
     tcase_add_loop_test(tc, test_bias_tma, 0, fast ? 2 : 8);
     if (!fast)
-        tcase_add_loop_test(tc, test_larger, 0, 3);
+        tcase_add_loop_test(tc, test_larger, 0, 6);
     tcase_add_test(tc, test_autograd_op);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);

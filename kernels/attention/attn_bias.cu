@@ -34,28 +34,55 @@ static DbiasExt dbias_ext(const AttnArgs &a)
     return x;
 }
 
-/* Every stored dbias element = 0, or (from_acc) its dbias_acc sum. */
+/* Every stored dbias element = 0, or (from_scratch) its dbias_acc sum. One
+ * block a stored row (b, h, i), its threads over the keys: the index
+ * arithmetic once a row, coalesced where the keys are (the flat loop with
+ * four 64-bit divisions an element took 3 ms of a 5 ms backward for a
+ * [8,16,2k,2k] bf16 dbias on an H200). */
 template <typename T>
 __global__ void dbias_write_kernel(const AttnArgs a, DbiasExt x, int from_scratch)
 {
     typedef typename AccOf<T>::type A;
-    const int64_t n = x.count();
-    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
-         idx += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t j = idx % x.e[3], i = idx / x.e[3] % x.e[2];
-        const int64_t h = idx / (x.e[3] * x.e[2]) % x.e[1];
-        const int64_t b = idx / (x.e[3] * x.e[2] * x.e[1]);
-        A v = A(0);
-        if (from_scratch)
-            v = ((const A *)a.dbias_acc)[b * a.dbias_acc_s[0] + h * a.dbias_acc_s[1] +
-                                         i * a.dbias_acc_s[2] + j * a.dbias_acc_s[3]];
-        const int64_t off = b * a.dbias_s[0] + h * a.dbias_s[1] + i * a.dbias_s[2] +
-                            j * a.dbias_s[3];
-        if (a.dbias_f32)
-            ((float *)a.dbias)[off] = (float)v;
-        else
-            ((T *)a.dbias)[off] = from_acc<T>(v);
+    const int64_t rows = x.e[0] * x.e[1] * x.e[2];
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        const int64_t i = row % x.e[2], h = row / x.e[2] % x.e[1];
+        const int64_t b = row / (x.e[2] * x.e[1]);
+        const int64_t off = b * a.dbias_s[0] + h * a.dbias_s[1] + i * a.dbias_s[2];
+        const int64_t src = b * a.dbias_acc_s[0] + h * a.dbias_acc_s[1] + i * a.dbias_acc_s[2];
+        for (int64_t j = threadIdx.x; j < x.e[3]; j += blockDim.x) {
+            const A v = from_scratch ? ((const A *)a.dbias_acc)[src + j * a.dbias_acc_s[3]] : A(0);
+            if (a.dbias_f32)
+                ((float *)a.dbias)[off + j * a.dbias_s[3]] = (float)v;
+            else
+                ((T *)a.dbias)[off + j * a.dbias_s[3]] = from_acc<T>(v);
+        }
     }
+}
+
+/* Do dbias's stored elements fill one span of memory exactly (row-major
+ * in some order of its stored dimensions)? Then a memset zeroes it. */
+static bool dbias_one_span(const AttnArgs &a, const DbiasExt &x)
+{
+    int64_t st[4], ex[4];
+    int n = 0;
+    for (int k = 0; k < 4; k++)
+        if (x.e[k] > 1) {
+            st[n] = a.dbias_s[k];
+            ex[n++] = x.e[k];
+        }
+    for (int p = 1; p < n; p++) /* by stride, smallest first */
+        for (int q = p; q > 0 && st[q] < st[q - 1]; q--) {
+            const int64_t t0 = st[q], t1 = ex[q];
+            st[q] = st[q - 1], ex[q] = ex[q - 1];
+            st[q - 1] = t0, ex[q - 1] = t1;
+        }
+    int64_t want = 1;
+    for (int p = 0; p < n; p++) {
+        if (st[p] != want)
+            return false;
+        want *= ex[p];
+    }
+    return true;
 }
 
 /* Is key block j0 / 128 listed for query block i0 / 128 of (b, h)? */
@@ -173,8 +200,17 @@ template <typename T>
 static fg_status dbias_write(const AttnArgs &a, int from_scratch, cudaStream_t st)
 {
     const DbiasExt x = dbias_ext(a);
-    const unsigned blocks = (unsigned)min((x.count() + 255) / 256, (int64_t)65535);
-    dbias_write_kernel<T><<<blocks, 256, 0, st>>>(a, x, from_scratch);
+    if (x.count() == 0)
+        return FG_OK;
+    if (!from_scratch && dbias_one_span(a, x)) {
+        const size_t es = a.dbias_f32 ? sizeof(float) : sizeof(T);
+        FG_CUDA_TRY(cudaMemsetAsync(a.dbias, 0, (size_t)x.count() * es, st));
+        return FG_OK;
+    }
+    const int64_t rows = x.e[0] * x.e[1] * x.e[2];
+    const unsigned threads = x.e[3] >= 256 ? 256 : (unsigned)((x.e[3] + 31) / 32 * 32);
+    const unsigned blocks = (unsigned)min(rows, (int64_t)1 << 20);
+    dbias_write_kernel<T><<<blocks, threads, 0, st>>>(a, x, from_scratch);
     FG_CUDA_TRY_LAUNCH();
     return FG_OK;
 }

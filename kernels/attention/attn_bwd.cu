@@ -238,7 +238,7 @@ static fg_status launch_bwd_dq(AttnArgs a, size_t smem_limit, cudaStream_t st)
 }
 
 template <typename T>
-static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
+static fg_status launch_bwd(fg_dtype dt, AttnArgs a, size_t smem_limit, cudaStream_t st)
 {
     typedef typename AccOf<T>::type A;
     const int ncap = a.softcap > 0.f;
@@ -253,6 +253,10 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
     FG_TRY(launch_bwd_preprocess<T>(a, st)); /* nothing for an empty packed batch */
     bool fp32 = false; /* the fp32 kernels ran, deterministic dQ included */
     bool det_tiles = false; /* the wgmma kernel summed dQ in a fixed order */
+    /* dbias zeroed (or not) before the main kernel: the 16-bit paths below
+     * decide, the rest here. */
+    if (sizeof(T) != 2)
+        FG_TRY(attn_dbias_before(dt, a, st));
     if (std::is_same<T, float>::value) { /* tensor cores (TF32, 3xTF32), else SIMT */
         FG_TRY(attn_tf32_bwd(a, smem_limit, st, &fp32));
         if (!fp32)
@@ -265,6 +269,8 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
     } else if (sizeof(T) == 2 && a.lse2p && mma_path_ok(a, true) && wgmma_usable() &&
                attn_bwd_wgmma_smem(a) <= smem_limit &&
                attn_bwd_wgmma_maps_size() <= sizeof maps && attn_bwd_wgmma_maps(a, maps)) {
+        if (!attn_bwd_wgmma_covers_dbias(a, maps))
+            FG_TRY(attn_dbias_before(dt, a, st));
         const int64_t n = (int64_t)a.B * a.H * a.nq_pad;
         attn_bwd_pad_stats<<<(unsigned)min((n + 255) / 256, (int64_t)65535), 256, 0, st>>>(a);
         FG_CUDA_TRY_LAUNCH();
@@ -282,10 +288,13 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
         FG_TRY(attn_bwd_wgmma_dispatch(AccOf<T>::is_bf16 ? FG_BF16 : FG_FP16, w, maps, st));
     } else if (sizeof(T) == 2 && mma_path_ok(a, true) && sm80_supports(a) &&
                attn_bwd_mma_supported(a.d, smem_limit)) {
+        FG_TRY(attn_dbias_before(dt, a, st));
         FG_TRY(attn_bwd_mma_dispatch(sizeof(T) == 2 && AccOf<T>::is_bf16 ? FG_BF16
                                                                         : FG_FP16,
                                      a, st));
     } else {
+        if (sizeof(T) == 2)
+            FG_TRY(attn_dbias_before(dt, a, st));
         const size_t smem = bwd_smem_bytes(t, t, a.d, sizeof(A), ncap);
         FG_CUDA_TRY(cudaFuncSetAttribute(attn_bwd_kernel<T>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -302,13 +311,12 @@ static fg_status launch_bwd(AttnArgs a, size_t smem_limit, cudaStream_t st)
 fg_status attn_bwd_dispatch(fg_dtype dt, const AttnArgs &a, size_t smem_limit,
                             cudaStream_t st)
 {
-    FG_TRY(attn_dbias_before(dt, a, st));
     fg_status s = FG_OK;
     switch (dt) {
-    case FG_FP64: s = launch_bwd<double>(a, smem_limit, st); break;
-    case FG_FP32: s = launch_bwd<float>(a, smem_limit, st); break;
-    case FG_FP16: s = launch_bwd<__half>(a, smem_limit, st); break;
-    case FG_BF16: s = launch_bwd<__nv_bfloat16>(a, smem_limit, st); break;
+    case FG_FP64: s = launch_bwd<double>(dt, a, smem_limit, st); break;
+    case FG_FP32: s = launch_bwd<float>(dt, a, smem_limit, st); break;
+    case FG_FP16: s = launch_bwd<__half>(dt, a, smem_limit, st); break;
+    case FG_BF16: s = launch_bwd<__nv_bfloat16>(dt, a, smem_limit, st); break;
     default:
         return fg_error(FG_ERR_INTERNAL, "attn_bwd_dispatch: dtype %d", (int)dt);
     }

@@ -533,6 +533,39 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             const int m = 4 * u + (lane >> 3), rho = lane & 7;
             return sBw + (uint32_t)((8 * (m >> 1) + rho) * 128 + (((2 * warp + (m & 1)) ^ rho) << 4));
         };
+        /* bias_flags bit 2: a broadcast dbias (batch and/or head) as fp32
+         * sums in dbias_acc (16-byte aligned rows, keys contiguous). The
+         * warpgroup's dS panel, rounded to T by the stage, goes out as
+         * vector reductions, 16 bytes of the panel (8 keys of a query row)
+         * per thread and turn, rows of 256 bytes per 8 lanes; the per-pair
+         * fp32 atomics of kMode 4 cost 4x the backward's time (H200,
+         * [H, 2k, 2k] dbias). Keys past Nk: scalar atomics. */
+        auto dbias_reduce = [&](int64_t i0r, int hr) {
+            float *dst = (float *)a.dbias_acc + b * dba[0] + (int64_t)hr * dba[1];
+            const int tw = threadIdx.x % 128;
+#pragma unroll
+            for (int k = 0; k < Br * 8 / 128; k++) {
+                const int u = tw + 128 * k, q = u >> 3, ch = u & 7;
+                const int64_t i = i0r + q, j = j0 + key_base + 8 * ch;
+                if (i >= a.Nq || j >= a.Nk)
+                    continue;
+                const uint4 w = *reinterpret_cast<const uint4 *>(
+                    smem + (sBw - base) + q * 128 + ((ch ^ (q & 7)) << 4));
+                const float2 f0 = unpack2<T>(w.x), f1 = unpack2<T>(w.y), f2 = unpack2<T>(w.z),
+                             f3 = unpack2<T>(w.w);
+                float *p = dst + i * dba[2] + j;
+                if (j + 8 <= a.Nk) {
+                    red_add_v4(p, f0.x, f0.y, f1.x, f1.y);
+                    red_add_v4(p + 4, f2.x, f2.y, f3.x, f3.y);
+                } else {
+                    const float f[8] = {f0.x, f0.y, f1.x, f1.y, f2.x, f2.y, f3.x, f3.y};
+#pragma unroll
+                    for (int e = 0; e < 8; e++) /* constant indices: f stays in registers */
+                        if (e < a.Nk - j)
+                            atomicAdd(p + e, f[e]);
+                }
+            }
+        };
         auto mask = [&](float (&x)[Br / 2]) {
             if constexpr (kMasked) {
                 if (a.softcap > 0.f || a.alibi) { /* raw_score_mod, per step */
@@ -849,6 +882,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                     tma_store_4d(&tmDB, sBw, (int)(j0 + key_base), (int)i0, h, b);
                     bulk_commit();
                 }
+                if ((bias_flags & 4) && !dead)
+                    dbias_reduce(i0, h);
             }
 
             /* dK += dS^T Q_i (Alg4 L.23). */
@@ -943,7 +978,9 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 
 struct BwdMaps {
     CUtensorMap q, k, v, o;
-    CUtensorMap bias, dbias; /* kMode 5: bias_flags 1 (no dbias) or 3 (dbias too) */
+    /* kMode 5: bias_flags 1 (no dbias), 3 (dbias too, by TMA) or 5 (a
+     * broadcast dbias by vector reductions into dbias_acc) */
+    CUtensorMap bias, dbias;
     int bias_flags;
 };
 

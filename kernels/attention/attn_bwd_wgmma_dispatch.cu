@@ -60,6 +60,26 @@ static int bwd_keys(int d)
                                                       : BwdWgTile<256>::kBc;
 }
 
+/* bias_flags 5's condition: dbias_acc (fp32) broadcast over batch and/or
+ * heads only, keys contiguous, every row start 16-byte aligned. */
+static bool dbias_red_ok(const AttnArgs &a)
+{
+    const int64_t *s = a.dbias_acc_s;
+    return a.dbias_acc && (uintptr_t)a.dbias_acc % 16 == 0 && s[3] == 1 &&
+           (s[2] != 0 || a.Nq == 1) && s[0] % 4 == 0 && s[1] % 4 == 0 && s[2] % 4 == 0 &&
+           s[0] >= 0 && s[1] >= 0 && s[2] >= 0;
+}
+
+/* Does the kernel write every element of a dense dbias (bias_flags 3: each
+ * visited tile stored whole, zeros where p = 0) because it visits every
+ * tile (no mask)? Then nothing needs zeroing first. */
+bool attn_bwd_wgmma_covers_dbias(const AttnArgs &a, const void *maps)
+{
+    const BwdMaps *m = (const BwdMaps *)maps;
+    return m->bias_flags == 3 && a.dbias_mode == kDbiasStore && !a.causal && !a.band &&
+           !a.sparse && !a.cu_q && !a.seqused_k;
+}
+
 bool attn_bwd_wgmma_maps(const AttnArgs &a, void *maps)
 {
     BwdMaps *m = (BwdMaps *)maps;
@@ -70,9 +90,12 @@ bool attn_bwd_wgmma_maps(const AttnArgs &a, void *maps)
         !make_operand_tmap(&m->k, a, a.k, true, bc) || !make_operand_tmap(&m->v, a, a.v, true, bc))
         return false;
     /* kMode 5 (BwdBiasTile: d in (64, 128]) where TMA can read the bias and
-     * either there is no dbias (bias_flags 1) or TMA can store it, nothing
-     * broadcast (3); otherwise kMode 4's per-element path (0), which
-     * FG_ATTN_BIAS_TMA=0 forces, as in the forward (tests, comparisons). */
+     * either there is no dbias (bias_flags 1), or TMA can store it, nothing
+     * broadcast (3), or it is broadcast over batch and/or heads only and
+     * summed in an fp32 dbias_acc whose rows vector reductions can reach
+     * (5: keys contiguous, 16-byte aligned rows); otherwise kMode 4's
+     * per-element path (0), which FG_ATTN_BIAS_TMA=0 forces, as in the
+     * forward (tests, comparisons). */
     const char *bt = getenv("FG_ATTN_BIAS_TMA");
     if (a.bias && a.d > 64 && a.d <= 128 && !(bt && strcmp(bt, "0") == 0) &&
         make_bias_tmap(&m->bias, a, a.bias, a.bias_s, a.bias_f32, br)) {
@@ -81,6 +104,8 @@ bool attn_bwd_wgmma_maps(const AttnArgs &a, void *maps)
         else if (a.dbias_mode == kDbiasStore &&
                  make_bias_tmap(&m->dbias, a, a.dbias, a.dbias_s, a.dbias_f32, br))
             m->bias_flags = 3;
+        else if (a.dbias_mode == kDbiasAtomic && dbias_red_ok(a))
+            m->bias_flags = 5;
     }
     return true;
 }

@@ -70,6 +70,9 @@ size_t attn_fwd_wgmma_smem(int d);
  * a.lse2p / a.Dp filled (attn_bwd.cu pads them). */
 bool attn_bwd_wgmma_maps(const AttnArgs &a, void *maps);
 size_t attn_bwd_wgmma_maps_size();
+/* True when the kernel of these maps writes every element of dbias, so
+ * attn_dbias_before's zeroing can be skipped. */
+bool attn_bwd_wgmma_covers_dbias(const AttnArgs &a, const void *maps);
 fg_status attn_bwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, const void *maps,
                                   cudaStream_t st);
 /* Dynamic shared memory of the call's kernel (a bias adds the stages of

@@ -149,6 +149,14 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float *dst, uint32_t src, ui
                  : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/* Four fp32 adds into 16 aligned bytes of global memory as one vector
+ * reduction at the L2 (sm_90): a quarter of the scalar atomics. */
+__device__ __forceinline__ void red_add_v4(float *p, float x, float y, float z, float w)
+{
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(x), "f"(y),
+                 "f"(z), "f"(w)
+                 : "memory");
+}
 /* Until at most N of this thread's bulk groups still read their source. */
 template <int N> __device__ __forceinline__ void bulk_wait_read()
 {
@@ -214,6 +222,7 @@ __device__ __forceinline__ void turn_pass(int *p)
 __device__ __forceinline__ void tma_store_4d(const void *, uint32_t, int, int, int, int) {}
 __device__ __forceinline__ void stmatrix_x4_trans(uint32_t, const uint32_t *) {}
 __device__ __forceinline__ void bulk_reduce_add_f32(float *, uint32_t, uint32_t) {}
+__device__ __forceinline__ void red_add_v4(float *, float, float, float, float) {}
 __device__ __forceinline__ void bulk_commit() {}
 template <int N> __device__ __forceinline__ void bulk_wait_read() {}
 __device__ __forceinline__ void bulk_wait_all() {}
