@@ -153,18 +153,29 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * masked and never stored. lse2, D and the dQ tiles keep the padded
      * [B, H, nq_pad] layout (nq_pad: the longest sequence). */
     constexpr bool kRagged = kMode == 3;
+    /* The grid: (key block, head, batch); kMode 5 with bias_flags bit 3
+     * (a dbias broadcast over the batch, by reductions): (batch, key
+     * block, head), so that the blocks adding into the same dbias tile
+     * run together and their reductions meet in the L2 (H100, [H, 2k, 2k]
+     * fp32 sums of 8 batches: otherwise one DRAM read-modify-write of the
+     * 268 MB of sums per batch). The blocks of one (batch, head) keep
+     * their order, as the deterministic dQ needs. */
+    const bool bfirst = kMode == 5 && (bias_flags & 8);
+    const int gx = bfirst ? (int)blockIdx.y : (int)blockIdx.x;
+    const int hk = bfirst ? (int)blockIdx.z : (int)blockIdx.y;
+    const int b = bfirst ? (int)blockIdx.x : (int)blockIdx.z;
     AttnArgs seq;
     int64_t q_row0 = 0, k_row0 = 0;
-    int tb = blockIdx.z, nk_rows = args.Nk; /* TMA batch coordinate; key rows */
+    int tb = b, nk_rows = args.Nk; /* TMA batch coordinate; key rows */
     if constexpr (kRagged) {
-        seq = seq_args<T, float>(args, blockIdx.z, &nk_rows);
+        seq = seq_args<T, float>(args, b, &nk_rows);
         seq.dq_acc = args.dq_acc;
         if (args.cu_q) {
-            q_row0 = args.cu_q[blockIdx.z];
-            k_row0 = args.cu_k[blockIdx.z];
+            q_row0 = args.cu_q[b];
+            k_row0 = args.cu_k[b];
             tb = 0;
         }
-        if ((int64_t)blockIdx.x * BwdWgTile<D>::kBc >= nk_rows)
+        if ((int64_t)gx * BwdWgTile<D>::kBc >= nk_rows)
             return; /* past this sequence: the grid fits the longest */
     }
     const AttnArgs &a = kRagged ? seq : args;
@@ -203,9 +214,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * blocks are numbered backwards so that, started in grid order, a
      * block only ever waits for blocks started before it. */
     const bool det = kSpec && a.dq_sem != nullptr;
-    const int kb = det ? (nk_rows + Bc - 1) / Bc - 1 - (int)blockIdx.x : (int)blockIdx.x;
+    const int kb = det ? (nk_rows + Bc - 1) / Bc - 1 - gx : gx;
     const int64_t j0 = (int64_t)kb * Bc;
-    const int hk = blockIdx.y, b = blockIdx.z;
     const int kvalid = (int)min((int64_t)Bc, (int64_t)nk_rows - j0); /* rows stored */
     const float scale_log2 = (float)(a.scale * 1.4426950408889634);
 
@@ -979,7 +989,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 struct BwdMaps {
     CUtensorMap q, k, v, o;
     /* kMode 5: bias_flags 1 (no dbias), 3 (dbias too, by TMA) or 5 (a
-     * broadcast dbias by vector reductions into dbias_acc) */
+     * broadcast dbias by vector reductions into dbias_acc), plus 8 when
+     * that dbias is broadcast over the batch (the batch-first grid) */
     CUtensorMap bias, dbias;
     int bias_flags;
 };
@@ -994,8 +1005,9 @@ fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
     const size_t smem = Tile::kSmem + BwdBiasTile<D, kMode>::kBytes;
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)smem));
-    dim3 grid((unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc), (unsigned)a.Hk,
-              (unsigned)a.B);
+    const unsigned nkb = (unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc);
+    const dim3 grid = kMode == 5 && (m.bias_flags & 8) ? dim3((unsigned)a.B, nkb, (unsigned)a.Hk)
+                                                       : dim3(nkb, (unsigned)a.Hk, (unsigned)a.B);
     kern<<<grid, BwdSpec<D, kDr>::kThreads, smem, st>>>(a, m.q, m.k, m.v, m.o, m.bias, m.dbias,
                                                          kMode == 5 ? m.bias_flags : 0);
     FG_CUDA_TRY_LAUNCH();

@@ -105,7 +105,10 @@ bool attn_bwd_wgmma_maps(const AttnArgs &a, void *maps)
                  make_bias_tmap(&m->dbias, a, a.dbias, a.dbias_s, a.dbias_f32, br))
             m->bias_flags = 3;
         else if (a.dbias_mode == kDbiasAtomic && dbias_red_ok(a))
-            m->bias_flags = 5;
+            m->bias_flags = 5 | (a.dbias_acc_s[0] == 0 && a.B > 1 &&
+                                         (a.Nk + bwd_keys(a.d) - 1) / bwd_keys(a.d) <= 65535
+                                     ? 8
+                                     : 0);
     }
     return true;
 }

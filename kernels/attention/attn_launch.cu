@@ -230,7 +230,7 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
     /* Two dQ accumulators (AttnArgs::dq_copies) halve each tile's chain of
      * turns: H200, d = 128, N = 8k, deterministic / default 0.82-0.84 ->
      * 0.90-0.91 (four gave no more). FG_ATTN_DET_COPIES=1, 2 or 4 overrides. */
-    int copies = 2;
+    int copies = det_tiles ? 2 : 1;
     const char *cp_env = det_tiles ? getenv("FG_ATTN_DET_COPIES") : NULL;
     if (cp_env && (strcmp(cp_env, "1") == 0 || strcmp(cp_env, "2") == 0 ||
                    strcmp(cp_env, "4") == 0))
