@@ -553,6 +553,28 @@ START_TEST(test_bias_tma)
 }
 END_TEST
 
+/* A dbias broadcast over the batch (0: bf16 through the scratch, ALiBi
+ * and dropout) or the heads (1: fp32 in place, causal, GQA) at d = 128,
+ * small enough for racecheck's subset: on Hopper the wgmma kernel's
+ * vector reductions of its dS panel (with the batch-first grid at 0),
+ * partial query tiles and a partial last key chunk (Nk = 260). */
+START_TEST(test_bias_reduce)
+{
+    bgcase c;
+    memset(&c, 0, sizeof c);
+    c.B = 2; c.H = 4; c.Hk = _i ? 2 : 4; c.d = 128; c.Nq = 200; c.Nk = 260;
+    c.bcast = _i ? FGT_BC_H : FGT_BC_B;
+    c.dbias_f32 = _i;
+    c.causal = _i;
+    c.alibi = !_i;
+    c.p = _i ? 0 : 0.1;
+    c.layout = FGT_BL_DENSE;
+    c.dlayout = FGT_BL_DENSE;
+    g_fast = 1;
+    check_case(&c, _i ? FG_FP16 : FG_BF16, 1400 + (uint64_t)_i);
+}
+END_TEST
+
 /* The autograd op on CUDA (fp32, bias [H, Nq, Nk] requiring grad) gives
  * the CPU op's O and gradients of q and bias within 2e-5 relative. */
 static void op_grads(fg_device dev, const double *h[5], const int64_t *sh[5],
@@ -636,12 +658,14 @@ int main(void)
     tcase_set_timeout(tc, 900);
     /* racecheck (FG_SANITIZE=fast): four patterns (both head dims, GQA,
      * causal, ALiBi, softcap, dropout, every bias/dbias dtype pair), one
-     * deterministic and one -inf case; not the larger shapes. */
+     * deterministic and one -inf case, two TMA cases and the two
+     * reduction cases; not the larger shapes. */
     const int fast = fgt_sanitize_mode() == 2;
     tcase_add_loop_test(tc, test_patterns, 0, fast ? 4 : 16);
     tcase_add_loop_test(tc, test_deterministic_bitwise, 0, fast ? 1 : 5);
     tcase_add_loop_test(tc, test_minus_inf_row, 0, fast ? 1 : 2);
     tcase_add_loop_test(tc, test_bias_tma, 0, fast ? 2 : 8);
+    tcase_add_loop_test(tc, test_bias_reduce, 0, 2);
     if (!fast)
         tcase_add_loop_test(tc, test_larger, 0, 6);
     tcase_add_test(tc, test_autograd_op);
