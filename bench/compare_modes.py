@@ -9,7 +9,9 @@ and variant ones (windows, ALiBi, softcap, block masks). A window as wide
 as the sequence masks nothing but runs the variant kernel, so "dense
 through the variant kernel" against "dense" is the variant kernel's own
 overhead; windows of growing width show what a call costs beyond its
-kept pairs (fixed per-call passes, per-block prologues). Method as in
+kept pairs (fixed per-call passes, per-block prologues). The last cell
+packs the causal batch into one row (B documents of N tokens): what the
+packed kernels cost on the same pairs (try --N 2048). Method as in
 bench/compare_torch.py (fg_ctypes.best_times): standard-normal inputs,
 CUDA events around forward and backward, the best of the per-round
 medians; TFLOP/s over kept pairs (forward 4 B H d kept, backward 2.5x).
@@ -78,6 +80,34 @@ def main():
         bwd()
         torch.cuda.synchronize()
         t = best_times({"fg": (fwd, bwd)}, args.rounds, args.reps)["fg"]
+        print(f"{name:>24} | {fl / t[0] / 1e9:6.1f} / {2.5 * fl / t[1] / 1e9:6.1f} | "
+              f"{t[0]:7.3f} / {t[1]:7.3f} ms", flush=True)
+    # The causal batch again as a packed one (cu_seqlens, B documents of N
+    # tokens in one row: the packed kernels, kMode 3): the same pairs, so
+    # its rate against "causal" above is what packing itself costs (issue
+    # 17's varlen rate mixes that with the documents' lengths).
+    if B > 1:
+        del q, k, v, g, o, dq, dk, dv
+        (q, k, v, g), (o, dq, dk, dv), m, l = buffers(1, B * N, H, d)
+        cu = torch.arange(0, B * N + 1, N, dtype=torch.int32, device="cuda")
+        p = fg.params(1, B * N, H, d)
+        p.causal = 1
+        p.batch, p.seqlen_q, p.seqlen_k = B, N, N
+        p.total_q = p.total_k = B * N
+        p.cu_seqlens_q = p.cu_seqlens_k = cu.data_ptr()
+        fl = 4.0 * B * H * d * kept_pairs(N, 1, None)
+
+        def pfwd():
+            fg.fwd(p, q, k, v, o, m, l)
+
+        def pbwd():
+            fg.bwd(p, q, k, v, o, g, m, l, dq, dk, dv)
+
+        pfwd()
+        pbwd()
+        torch.cuda.synchronize()
+        t = best_times({"fg": (pfwd, pbwd)}, args.rounds, args.reps)["fg"]
+        name = f"causal, packed {B} x {N}"
         print(f"{name:>24} | {fl / t[0] / 1e9:6.1f} / {2.5 * fl / t[1] / 1e9:6.1f} | "
               f"{t[0]:7.3f} / {t[1]:7.3f} ms", flush=True)
     return 0
