@@ -253,24 +253,23 @@ static fg_status launch_bwd(fg_dtype dt, AttnArgs a, size_t smem_limit, cudaStre
     FG_TRY(launch_bwd_preprocess<T>(a, st)); /* nothing for an empty packed batch */
     bool fp32 = false; /* the fp32 kernels ran, deterministic dQ included */
     bool det_tiles = false; /* the wgmma kernel summed dQ in a fixed order */
-    /* dbias zeroed (or not) before the main kernel: the 16-bit paths below
-     * decide, the rest here. */
-    if (sizeof(T) != 2)
+    /* The sm90 wgmma kernels (fp16/bf16; their TMA maps built here) */
+    alignas(64) unsigned char maps[1024];
+    const bool wg = sizeof(T) == 2 && a.lse2p && mma_path_ok(a, true) && wgmma_usable() &&
+                    attn_bwd_wgmma_smem(a) <= smem_limit &&
+                    attn_bwd_wgmma_maps_size() <= sizeof maps && attn_bwd_wgmma_maps(a, maps);
+    /* dbias zeroed before the main kernel, unless that kernel writes all of it */
+    if (!(wg && attn_bwd_wgmma_covers_dbias(a, maps)))
         FG_TRY(attn_dbias_before(dt, a, st));
     if (std::is_same<T, float>::value) { /* tensor cores (TF32, 3xTF32), else SIMT */
         FG_TRY(attn_tf32_bwd(a, smem_limit, st, &fp32));
         if (!fp32)
             FG_TRY(attn_fp32_bwd(a, smem_limit, st, &fp32));
     }
-    alignas(64) unsigned char maps[1024];
     if (fp32) {
         if (a.deterministic)
             return FG_OK;
-    } else if (sizeof(T) == 2 && a.lse2p && mma_path_ok(a, true) && wgmma_usable() &&
-               attn_bwd_wgmma_smem(a) <= smem_limit &&
-               attn_bwd_wgmma_maps_size() <= sizeof maps && attn_bwd_wgmma_maps(a, maps)) {
-        if (!attn_bwd_wgmma_covers_dbias(a, maps))
-            FG_TRY(attn_dbias_before(dt, a, st));
+    } else if (wg) {
         const int64_t n = (int64_t)a.B * a.H * a.nq_pad;
         attn_bwd_pad_stats<<<(unsigned)min((n + 255) / 256, (int64_t)65535), 256, 0, st>>>(a);
         FG_CUDA_TRY_LAUNCH();
@@ -288,13 +287,10 @@ static fg_status launch_bwd(fg_dtype dt, AttnArgs a, size_t smem_limit, cudaStre
         FG_TRY(attn_bwd_wgmma_dispatch(AccOf<T>::is_bf16 ? FG_BF16 : FG_FP16, w, maps, st));
     } else if (sizeof(T) == 2 && mma_path_ok(a, true) && sm80_supports(a) &&
                attn_bwd_mma_supported(a.d, smem_limit)) {
-        FG_TRY(attn_dbias_before(dt, a, st));
         FG_TRY(attn_bwd_mma_dispatch(sizeof(T) == 2 && AccOf<T>::is_bf16 ? FG_BF16
                                                                         : FG_FP16,
                                      a, st));
     } else {
-        if (sizeof(T) == 2)
-            FG_TRY(attn_dbias_before(dt, a, st));
         const size_t smem = bwd_smem_bytes(t, t, a.d, sizeof(A), ncap);
         FG_CUDA_TRY(cudaFuncSetAttribute(attn_bwd_kernel<T>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
