@@ -49,13 +49,31 @@ def main():
     torch.manual_seed(0)
     N, d = args.N, args.d
     H, B = 2048 // d, max(1, 16384 // N)
-    (q, k, v, g), (o, dq, dk, dv), m, l = buffers(B, N, H, d)
+    io = buffers(B, N, H, d)
     slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / H) for h in range(H)], device="cuda")
     # name, causal, window_left, window_right, alibi
     cells = [("dense", 0, None, None, 0), ("dense, variant kernel", 0, N, N, 0),
              ("causal", 1, None, None, 0), ("causal, variant kernel", 1, N, None, 0),
              ("ALiBi + causal", 1, None, None, 1)]
     cells += [(f"window {w}", 1, w, None, 0) for w in (512, 1024, 2048, 4096) if w < N]
+
+    def cell(name, p, fl, io):
+        """Time problem p on buffers io (fg_ctypes.buffers); print its TFLOP/s."""
+        (q, k, v, g), (o, dq, dk, dv), m, l = io
+
+        def fwd():
+            fg.fwd(p, q, k, v, o, m, l)
+
+        def bwd():
+            fg.bwd(p, q, k, v, o, g, m, l, dq, dk, dv)
+
+        fwd()
+        bwd()
+        torch.cuda.synchronize()
+        t = best_times({"fg": (fwd, bwd)}, args.rounds, args.reps)["fg"]
+        print(f"{name:>24} | {fl / t[0] / 1e9:6.1f} / {2.5 * fl / t[1] / 1e9:6.1f} | "
+              f"{t[0]:7.3f} / {t[1]:7.3f} ms", flush=True)
+
     print(f"{torch.cuda.get_device_name()}; bf16, B={B}, N={N}, H={H}, d={d}; "
           "TFLOP/s over kept pairs, fwd / bwd", flush=True)
     for name, causal, wl, wr, alibi in cells:
@@ -68,48 +86,21 @@ def main():
         if alibi:
             p.alibi_slopes = slopes.data_ptr()
         kept = kept_pairs(N, causal, wl if wr is None else None)
-        fl = 4.0 * B * H * d * kept
-
-        def fwd(p=p):
-            fg.fwd(p, q, k, v, o, m, l)
-
-        def bwd(p=p):
-            fg.bwd(p, q, k, v, o, g, m, l, dq, dk, dv)
-
-        fwd()
-        bwd()
-        torch.cuda.synchronize()
-        t = best_times({"fg": (fwd, bwd)}, args.rounds, args.reps)["fg"]
-        print(f"{name:>24} | {fl / t[0] / 1e9:6.1f} / {2.5 * fl / t[1] / 1e9:6.1f} | "
-              f"{t[0]:7.3f} / {t[1]:7.3f} ms", flush=True)
+        cell(name, p, 4.0 * B * H * d * kept, io)
     # The causal batch again as a packed one (cu_seqlens, B documents of N
     # tokens in one row: the packed kernels, kMode 3): the same pairs, so
     # its rate against "causal" above is what packing itself costs (issue
     # 17's varlen rate mixes that with the documents' lengths).
     if B > 1:
-        del q, k, v, g, o, dq, dk, dv
-        (q, k, v, g), (o, dq, dk, dv), m, l = buffers(1, B * N, H, d)
+        del io
+        io = buffers(1, B * N, H, d)
         cu = torch.arange(0, B * N + 1, N, dtype=torch.int32, device="cuda")
         p = fg.params(1, B * N, H, d)
         p.causal = 1
         p.batch, p.seqlen_q, p.seqlen_k = B, N, N
         p.total_q = p.total_k = B * N
         p.cu_seqlens_q = p.cu_seqlens_k = cu.data_ptr()
-        fl = 4.0 * B * H * d * kept_pairs(N, 1, None)
-
-        def pfwd():
-            fg.fwd(p, q, k, v, o, m, l)
-
-        def pbwd():
-            fg.bwd(p, q, k, v, o, g, m, l, dq, dk, dv)
-
-        pfwd()
-        pbwd()
-        torch.cuda.synchronize()
-        t = best_times({"fg": (pfwd, pbwd)}, args.rounds, args.reps)["fg"]
-        name = f"causal, packed {B} x {N}"
-        print(f"{name:>24} | {fl / t[0] / 1e9:6.1f} / {2.5 * fl / t[1] / 1e9:6.1f} | "
-              f"{t[0]:7.3f} / {t[1]:7.3f} ms", flush=True)
+        cell(f"causal, packed {B} x {N}", p, 4.0 * B * H * d * kept_pairs(N, 1, None), io)
     return 0
 
 
