@@ -498,9 +498,10 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         const float dist0 = kMasked && a.alibi
                                 ? (float)(int)(i0 + 2 * t4 + a.shift - (j0 + key_base + 16 * warp + g))
                                 : 0.f;
-        auto alibi_of = [&](int e) {
-            return slope * fabsf(dist0 + (float)(8 * (e >> 2) + (e & 1) - 8 * ((e >> 1) & 1)));
+        auto alibi_dist = [&](int e) {
+            return fabsf(dist0 + (float)(8 * (e >> 2) + (e & 1) - 8 * ((e >> 1) & 1)));
         };
+        auto alibi_of = [&](int e) { return slope * alibi_dist(e); };
         /* Score modifiers (kMasked: softcap, ALiBi) on the raw S^T, then
          * masked scores -> -inf -> P = 0. */
         const bool mods = kBias || (kMasked && (a.softcap > 0.f || a.alibi));
@@ -578,16 +579,20 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         };
         auto mask = [&](float (&x)[Br / 2]) {
             if constexpr (kMasked) {
-                if (a.softcap > 0.f || a.alibi) { /* raw_score_mod, per step */
+                if (a.softcap > 0.f) { /* raw_score_mod, per step */
 #pragma unroll
                     for (int e = 0; e < Br / 2; e++) {
-                        float v = x[e] * scale_f;
-                        if (a.softcap > 0.f)
-                            v = a.softcap * tanh_fast(v * inv_cap);
+                        float v = a.softcap * tanh_fast(x[e] * scale_f * inv_cap);
                         if (a.alibi)
                             v -= alibi_of(e);
                         x[e] = v * inv_scale;
                     }
+                } else if (a.alibi) { /* alone, in S's units: x - (slope / scale) |d|
+                                       * (as the forward), two operations an element */
+                    const float sl = slope * inv_scale;
+#pragma unroll
+                    for (int e = 0; e < Br / 2; e++)
+                        x[e] = fmaf(-sl, alibi_dist(e), x[e]);
                 }
                 if constexpr (kBias) { /* + bias in raw units (the scale is in exp2) */
                     if (btma) { /* four transposed 8 x 8 loads per 32 elements */
