@@ -40,7 +40,7 @@
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 # NVLink multicast stays off (the device notes)
 K=$(cd "$(dirname "$0")/../.." && pwd)
-B=/tmp/fg-b
+B=${FG_B:-/tmp/fg-b}
 R=/tmp/fg-ref
 W=/tmp/fg-out
 OUT=${OUT:-$W}

@@ -28,7 +28,7 @@
  *
  * The kernel template and its launch<> live here; each kMode is
  * instantiated in a translation unit of its own (attn_bwd_wgmma_mode<k>.cu,
- * k = 0..5, mode 5 at d = 128 alone, built for sm_90a only) so the kernels
+ * k = 0..7, mode 5 at d = 128 alone, built for sm_90a only) so the kernels
  * compile in parallel, and attn_bwd_wgmma_dispatch.cu calls them through
  * the extern declarations at the end. */
 #ifndef FG_KERNELS_ATTN_BWD_WGMMA_CUH
@@ -103,9 +103,18 @@ template <int D, bool kDropout> struct BwdSpec {
 /* kMode: 0 no mask, 1 bottom-right causal (the tuned path), 2 the variants
  * (attn_fwd_wgmma.cuh), 3 the variants of a packed or key-padded batch, 4
  * the variants with an additive bias and dbias, 5 the same with the bias
- * and dbias by TMA (BwdBiasTile),
+ * and dbias by TMA (BwdBiasTile), 6 and 7 modes 2 and 3 without the score
+ * modifiers (softcap, ALiBi: masks alone),
  * each its own instantiation: the bias in mode 2 cost every variant half
- * its speed (softcap 30 + causal, N = 8k: 135 -> 59 TFLOP/s, H100). */
+ * its speed (softcap 30 + causal, N = 8k: 135 -> 59 TFLOP/s, H100); the
+ * modifiers' code, skipped at run time, cost windows, block masks and
+ * packed batches 3-10% of their backward (H200, compare_modes.py: dense
+ * through the variant kernel 437 -> 472 TFLOP/s, window 1024 313 -> 328,
+ * packed causal 367 -> 382). */
+template <int kMode> struct BwdModeOf {
+    static constexpr bool kRagged = kMode == 3 || kMode == 7;
+    static constexpr bool kMods = kMode != 6 && kMode != 7;
+};
 /* Where one kernel serves both dropout settings (dropout a run-time flag,
  * a.dropout): half the kernels to build. Only where the dropout kernel
  * does not spill more than the one without (ptxas -v, sm_90a): modes 2,
@@ -130,8 +139,21 @@ template <int D, int kMode> struct BwdBiasTile {
     static constexpr size_t kBytes = value ? 2 * kStage : 0;
 };
 
+/* kModes 3 and 7 (d <= 128): the sequence's AttnArgs (seq_args) in shared
+ * memory, read there by the steps. As a local copy its fields took
+ * registers for the whole kernel: ptxas spilled 400 bytes (d = 128, no
+ * dropout; 104 reading every field from the parameter space) and the
+ * causal batch packed into one row ran its backward at 0.70 of the same
+ * pairs unpacked (H200, compare_modes.py). Split d has no room (392 bytes
+ * spare) and keeps the local copy. */
+template <int D, int kMode> struct BwdSeqSmem {
+    static constexpr bool value = BwdModeOf<kMode>::kRagged && !BwdWgTile<D>::kSplitD;
+    static constexpr size_t kBytes = value ? (sizeof(AttnArgs) + 15) / 16 * 16 : 0;
+};
+
 template <int D, int kMode> struct BwdDropRT {
-    static constexpr bool value = kMode >= 2 && D != 128 && !(kMode == 3 && D == 64);
+    static constexpr bool value =
+        kMode >= 2 && D != 128 && !(BwdModeOf<kMode>::kRagged && D == 64);
 };
 
 template <typename T, int D, int kMode, bool kDropout>
@@ -145,14 +167,14 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                       const __grid_constant__ CUtensorMap tmDB, const int bias_flags)
 {
 #ifdef FG_WGMMA_ENABLED
-    /* kMode 3 runs the key blocks of sequence b of a packed or key-padded
+    /* kModes 3 and 7 run the key blocks of sequence b of a packed or key-padded
      * batch as a problem of its own (seq_args), as the forward does: the
      * TMA maps span the packed rows (batch 0) and tiles start at the
      * sequence's first row. Query rows of a neighbouring sequence that a
      * tile reads get P = 0 (their padded lse2 is +inf); its key rows are
      * masked and never stored. lse2, D and the dQ tiles keep the padded
      * [B, H, nq_pad] layout (nq_pad: the longest sequence). */
-    constexpr bool kRagged = kMode == 3;
+    constexpr bool kRagged = BwdModeOf<kMode>::kRagged;
     /* The grid: (key block, head, batch); kMode 5 with bias_flags bit 3
      * (a dbias broadcast over the batch, by reductions): (batch, key
      * block, head), so that the blocks adding into the same dbias tile
@@ -167,9 +189,15 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     AttnArgs seq;
     int64_t q_row0 = 0, k_row0 = 0;
     int tb = b, nk_rows = args.Nk; /* TMA batch coordinate; key rows */
+    using SeqSmem = BwdSeqSmem<D, kMode>;
     if constexpr (kRagged) {
-        seq = seq_args<T, float>(args, b, &nk_rows);
-        seq.dq_acc = args.dq_acc;
+        if constexpr (SeqSmem::value) { /* seq_s below */
+            if (args.cu_q)
+                nk_rows = args.cu_k[b + 1] - args.cu_k[b];
+        } else {
+            seq = seq_args<T, float>(args, b, &nk_rows);
+            seq.dq_acc = args.dq_acc;
+        }
         if (args.cu_q) {
             q_row0 = args.cu_q[b];
             k_row0 = args.cu_k[b];
@@ -178,11 +206,10 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         if ((int64_t)gx * BwdWgTile<D>::kBc >= nk_rows)
             return; /* past this sequence: the grid fits the longest */
     }
-    const AttnArgs &a = kRagged ? seq : args;
     using Tile = BwdWgTile<D>;
     constexpr bool kSpec = BwdSpec<D, kDropout>::value;
     constexpr bool kEarlyDQ = BwdSpec<D, kDropout>::kEarlyDQ;
-    const bool drop = kDropout && (!BwdDropRT<D, kMode>::value || a.dropout);
+    const bool drop = kDropout && (!BwdDropRT<D, kMode>::value || args.dropout);
     constexpr int Bc = Tile::kBc, Br = Tile::kBr, DH = Tile::kDH, DQ = Tile::kDQ;
     constexpr uint32_t qtile = Br * D * 2;   /* bytes of one Q or dO tile */
     extern __shared__ unsigned char smem[];
@@ -198,7 +225,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     /* BiasTile: the bias by TMA (btma), and dS into the stage (dbtma),
      * stored to dbias by TMA when there is one (bias_flags bit 1) */
     constexpr bool btma = BiasTile::value, dbtma = BiasTile::value;
-    float *lse2_s = (float *)(smem + (sStage - base) + Tile::kStageBytes + BiasTile::kBytes); /* [2][Br] */
+    AttnArgs *seq_s = (AttnArgs *)(smem + (sStage - base) + Tile::kStageBytes + BiasTile::kBytes);
+    float *lse2_s = (float *)((unsigned char *)seq_s + SeqSmem::kBytes); /* [2][Br] */
     float *D_s = lse2_s + 2 * Br;                                  /* [2][Br] */
     /* split d only, after the mbarriers: P^T [Br/2][128] and the dropout
      * bits [128], thread-major */
@@ -213,11 +241,11 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * fixed order of key blocks, from the last to the first (dq_writer);
      * blocks are numbered backwards so that, started in grid order, a
      * block only ever waits for blocks started before it. */
-    const bool det = kSpec && a.dq_sem != nullptr;
+    const bool det = kSpec && args.dq_sem != nullptr;
     const int kb = det ? (nk_rows + Bc - 1) / Bc - 1 - gx : gx;
     const int64_t j0 = (int64_t)kb * Bc;
     const int kvalid = (int)min((int64_t)Bc, (int64_t)nk_rows - j0); /* rows stored */
-    const float scale_log2 = (float)(a.scale * 1.4426950408889634);
+    const float scale_log2 = (float)(args.scale * 1.4426950408889634);
 
     /* TMA: K and V once, then per step Q_i, dO_i (64-column panels) and
      * the 64 lse2 / D values (bulk copies), double-buffered; thread 0
@@ -236,7 +264,17 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         for (int p = 0; p < D / 64; p++)
             tma_load_4d(dst + p * rows * 128, map, bar, p * 64, (int)row0, head, tb);
     };
+    if constexpr (SeqSmem::value) { /* args, a word a thread, then thread 0 moves it to b */
+        const uint32_t *src = reinterpret_cast<const uint32_t *>(&args);
+        for (int i = threadIdx.x; i < (int)(sizeof(AttnArgs) / 4); i += blockDim.x)
+            reinterpret_cast<uint32_t *>(seq_s)[i] = src[i];
+        __syncthreads();
+    }
     if (threadIdx.x == 0) {
+        if constexpr (SeqSmem::value) {
+            seq_patch<T, float>(*seq_s, args, b);
+            seq_s->dq_acc = args.dq_acc;
+        }
         for (int i = 0; i < 3; i++)
             mbar_init(bar_kv + 8 * i, 1);
         if (kSpec) {
@@ -250,6 +288,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         mbar_init_fence();
     }
     __syncthreads();
+    const AttnArgs &a = SeqSmem::value ? *seq_s : kRagged ? seq : args;
     auto load_kv = [&]() {
         mbar_expect_tx(bar_kv, 2 * Bc * D * 2);
         tma_tile(sK, &tmK, bar_kv, Bc, k_row0 + j0, hk);
@@ -260,6 +299,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 
     /* The (head, query block) steps (QuerySteps, attn_common.cuh). */
     constexpr bool kCausal = kMode == 1, kMasked = kMode >= 2;
+    constexpr bool kMods = BwdModeOf<kMode>::kMods; /* softcap, ALiBi */
     constexpr bool kBias = kMode == 4 || kMode == 5;
     QuerySteps steps;
     steps.init(a, kMasked, kCausal, b, hk, j0, Bc, Br);
@@ -447,7 +487,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     int slope_h = -1; /* the head of slope_c */
     float slope_c = 0.f;
     const float scale_f = (float)a.scale, inv_scale = (float)(1.0 / a.scale);
-    const float inv_cap = a.softcap > 0.f ? 1.f / a.softcap : 0.f;
+    const float inv_cap = (kMods && a.softcap > 0.f) ? 1.f / a.softcap : 0.f;
     const int64_t bias_s0 = a.bias_s[0], bias_s1 = a.bias_s[1], bias_s2 = a.bias_s[2],
                   bias_s3 = a.bias_s[3];
     const void *bias_p = a.bias;
@@ -488,14 +528,14 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         const float ks = (float)a.keep_scale;
         /* The head's ALiBi slope, loaded when the head changes (a load per
          * step sat on every step's critical path). */
-        if (kMasked && a.alibi && h != slope_h) {
+        if (kMasked && kMods && a.alibi && h != slope_h) {
             slope_c = a.alibi[b * a.alibi_sb + h];
             slope_h = h;
         }
         const float slope = slope_c;
         /* ALiBi's |i - j + shift| of element e: a per-step base and a
          * compile-time offset, in 32-bit float (exact below 2^24). */
-        const float dist0 = kMasked && a.alibi
+        const float dist0 = kMasked && kMods && a.alibi
                                 ? (float)(int)(i0 + 2 * t4 + a.shift - (j0 + key_base + 16 * warp + g))
                                 : 0.f;
         auto alibi_dist = [&](int e) {
@@ -504,7 +544,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         auto alibi_of = [&](int e) { return slope * alibi_dist(e); };
         /* Score modifiers (kMasked: softcap, ALiBi) on the raw S^T, then
          * masked scores -> -inf -> P = 0. */
-        const bool mods = kBias || (kMasked && (a.softcap > 0.f || a.alibi));
+        const bool mods = kBias || (kMasked && ((kMods && a.softcap > 0.f) || (kMods && a.alibi)));
         /* kBias: the bias of score element e (0 outside the problem): a
          * per-step base offset and row/key bounds, and per element a
          * compile-time row and key offset (bias_at per element cost the
@@ -579,15 +619,15 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         };
         auto mask = [&](float (&x)[Br / 2]) {
             if constexpr (kMasked) {
-                if (a.softcap > 0.f) { /* raw_score_mod, per step */
+                if ((kMods && a.softcap > 0.f)) { /* raw_score_mod, per step */
 #pragma unroll
                     for (int e = 0; e < Br / 2; e++) {
                         float v = a.softcap * tanh_fast(x[e] * scale_f * inv_cap);
-                        if (a.alibi)
+                        if (kMods && a.alibi)
                             v -= alibi_of(e);
                         x[e] = v * inv_scale;
                     }
-                } else if (a.alibi) { /* alone, in S's units: x - (slope / scale) |d|
+                } else if (kMods && a.alibi) { /* alone, in S's units: x - (slope / scale) |d|
                                        * (as the forward), two operations an element */
                     const float sl = slope * inv_scale;
 #pragma unroll
@@ -641,13 +681,13 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         };
         /* dS^T through the softcap: times 1 - tanh^2, recovered from P. */
         auto cap_grad = [&](float p, int e) { /* softcap_grad, per step */
-            if (!kMasked || !(a.softcap > 0.f))
+            if (!kMasked || !((kMods && a.softcap > 0.f)))
                 return 1.f;
             if (!(p > 0.f))
                 return 0.f;
             float x = (__log2f(p) + lse2[8 * (e >> 2) + 2 * t4 + (e & 1)]) * 0.6931471805599453f -
                       bias_of(e);
-            if (a.alibi)
+            if (kMods && a.alibi)
                 x += alibi_of(e);
             const float t = x * inv_cap;
             return 1.f - t * t;
@@ -886,7 +926,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                         store_t(sdS, qt, sf[kk][half], sf[kk][half + 1]);
                 }
             };
-            if (kMasked && a.softcap > 0.f)
+            if (kMasked && (kMods && a.softcap > 0.f))
                 ds_tile(std::true_type{});
             else
                 ds_tile(std::false_type{});
@@ -1007,7 +1047,7 @@ fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
     /* BwdDropRT: the dropout kernel, told by a.dropout */
     constexpr bool kDr = kDropout || BwdDropRT<D, kMode>::value;
     auto kern = attn_bwd_wgmma_kernel<T, D, kMode, kDr>;
-    const size_t smem = Tile::kSmem + BwdBiasTile<D, kMode>::kBytes;
+    const size_t smem = Tile::kSmem + BwdBiasTile<D, kMode>::kBytes + BwdSeqSmem<D, kMode>::kBytes;
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)smem));
     const unsigned nkb = (unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc);
@@ -1038,6 +1078,8 @@ FG_BWD_WGMMA_MODE(extern, 1)
 FG_BWD_WGMMA_MODE(extern, 2)
 FG_BWD_WGMMA_MODE(extern, 3)
 FG_BWD_WGMMA_MODE(extern, 4)
+FG_BWD_WGMMA_MODE(extern, 6)
+FG_BWD_WGMMA_MODE(extern, 7)
 /* kMode 5: d = 128 only (BwdBiasTile) */
 FG_BWD_WGMMA_LAUNCH(extern, __half, 128, 5)
 FG_BWD_WGMMA_LAUNCH(extern, __nv_bfloat16, 128, 5)

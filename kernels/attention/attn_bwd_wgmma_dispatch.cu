@@ -13,6 +13,10 @@ namespace fg {
 template <typename T, int D>
 static fg_status launch_opts(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
+    const bool mods = a.softcap > 0.f || a.alibi; /* else kModes 6, 7: masks alone */
+    if ((a.cu_q || a.seqused_k) && !mods)
+        return a.dropout ? launch<T, D, 7, true>(a, m, st)
+                         : launch<T, D, 7, false>(a, m, st);
     if (a.cu_q || a.seqused_k)
         return a.dropout ? launch<T, D, 3, true>(a, m, st)
                          : launch<T, D, 3, false>(a, m, st);
@@ -23,6 +27,9 @@ static fg_status launch_opts(const AttnArgs &a, const BwdMaps &m, cudaStream_t s
     if (a.bias)
         return a.dropout ? launch<T, D, 4, true>(a, m, st)
                          : launch<T, D, 4, false>(a, m, st);
+    if (a.variant && !mods)
+        return a.dropout ? launch<T, D, 6, true>(a, m, st)
+                         : launch<T, D, 6, false>(a, m, st);
     if (a.variant)
         return a.dropout ? launch<T, D, 2, true>(a, m, st)
                          : launch<T, D, 2, false>(a, m, st);
@@ -47,10 +54,12 @@ int attn_bwd_wgmma_dpad(int d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
 
 size_t attn_bwd_wgmma_smem(const AttnArgs &a)
 {
+    const bool ragged = a.cu_q || a.seqused_k; /* kMode 3 / 7's AttnArgs, at most */
     if (a.d <= 64)
-        return BwdWgTile<64>::kSmem;
+        return BwdWgTile<64>::kSmem + (ragged ? BwdSeqSmem<64, 3>::kBytes : 0);
     if (a.d <= 128) /* kMode 5's bias stages at most */
-        return BwdWgTile<128>::kSmem + (a.bias ? BwdBiasTile<128, 5>::kBytes : 0);
+        return BwdWgTile<128>::kSmem + (a.bias ? BwdBiasTile<128, 5>::kBytes : 0) +
+               (ragged ? BwdSeqSmem<128, 3>::kBytes : 0);
     return BwdWgTile<256>::kSmem;
 }
 

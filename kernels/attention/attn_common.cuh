@@ -64,14 +64,14 @@ __device__ __forceinline__ void move_rows(Operand &t, int64_t rows)
 /* Sequence b as a problem of its own (attention.h): Nq = its query rows,
  * Nk = the keys it sees (seqused_k), the causal shift of its own lengths,
  * and operands, stats, D and dq_acc moved to its first packed rows (dense
- * only Nk changes). *nk_rows = its key rows, padded ones included. */
+ * only Nk changes). seq_patch turns a copy of g into that in place (the
+ * wgmma backward's copy in shared memory); returns its key rows, padded
+ * ones included. */
 template <typename T, typename A>
-__device__ __forceinline__ AttnArgs seq_args(const AttnArgs &g, int64_t b, int *nk_rows)
+__device__ __forceinline__ int seq_patch(AttnArgs &a, const AttnArgs &g, int64_t b)
 {
-    AttnArgs a = g;
-    *nk_rows = g.Nk;
     if (!g.cu_q && !g.seqused_k)
-        return a;
+        return (int)g.Nk;
     int64_t q0 = 0, k0 = 0;
     int nq = g.Nq, nk = g.Nk;
     if (g.cu_q) {
@@ -94,10 +94,17 @@ __device__ __forceinline__ AttnArgs seq_args(const AttnArgs &g, int64_t b, int *
         if (g.dq_acc)
             a.dq_acc = (A *)g.dq_acc + q0 * g.d;
     }
-    *nk_rows = nk;
     a.Nq = nq;
     a.Nk = g.seqused_k ? g.seqused_k[b] : nk;
     a.shift = g.top_left ? 0 : (int64_t)nk - nq;
+    return nk;
+}
+/* The same as a value; *nk_rows = its key rows. */
+template <typename T, typename A>
+__device__ __forceinline__ AttnArgs seq_args(const AttnArgs &g, int64_t b, int *nk_rows)
+{
+    AttnArgs a = g;
+    *nk_rows = seq_patch<T, A>(a, g, b);
     return a;
 }
 
