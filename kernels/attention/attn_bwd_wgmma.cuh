@@ -730,7 +730,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 #pragma unroll
             for (int e = 0; e < Br / 2; e++) {
                 const float L = lse2[8 * (e >> 2) + 2 * t4 + (e & 1)];
-                x[e] = exp2f(fmaf(x[e], scale_log2, -L));
+                x[e] = exp2_fast(fmaf(x[e], scale_log2, -L));
             }
         };
         auto zf = [&](uint32_t keep, int e) {

@@ -313,6 +313,20 @@ __device__ __forceinline__ float tanh_fast(float x)
     return y;
 }
 
+/* 2^x on the special-function unit, subnormal results flushed to zero
+ * (ex2.approx.ftz): exp2f's ex2.approx.f32 keeps them with a compare and
+ * two predicated multiplies around MUFU.EX2 (sm_90), three more issued
+ * instructions for every probability (ncu: the wgmma backward ran 5 FP32
+ * instructions per score where its formulas need 3). A probability below
+ * 2^-126 is far below any output's resolution: P <= 1, and a row's sum
+ * is >= 1 in the forward. Same relative error as exp2f otherwise. */
+__device__ __forceinline__ float exp2_fast(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* The fast kernels keep raw scores q.k (the scale is folded into exp2):
  * the variants' final logit of pair (i, j), back in raw units. kPrecise:
  * tanhf for the softcap (the TF32 kernels). */

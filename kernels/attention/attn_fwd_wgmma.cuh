@@ -404,14 +404,14 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             const float ms = mx == -INFINITY ? 0.f : mx * scale_log2;
-            alpha[r] = mx == -INFINITY ? 1.f : exp2f(m_raw[r] * scale_log2 - ms);
+            alpha[r] = mx == -INFINITY ? 1.f : exp2_fast(m_raw[r] * scale_log2 - ms);
             m_raw[r] = mx;
             float sum = 0.f;
 #pragma unroll
             for (int n = 0; n < Bc / 8; n++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    const float p = exp2f(fmaf(s[4 * n + 2 * r + e], scale_log2, -ms));
+                    const float p = exp2_fast(fmaf(s[4 * n + 2 * r + e], scale_log2, -ms));
                     s[4 * n + 2 * r + e] = p;
                     sum += p;
                 }

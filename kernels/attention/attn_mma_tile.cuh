@@ -113,14 +113,14 @@ __device__ __forceinline__ void fwd_softmax(float (&s)[MT][NT][4], float (&m_raw
             mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             const float ms = mx == -INFINITY ? 0.f : mx * scale_log2;
-            alpha[r] = mx == -INFINITY ? 1.f : exp2f(m_raw[mt][r] * scale_log2 - ms);
+            alpha[r] = mx == -INFINITY ? 1.f : exp2_fast(m_raw[mt][r] * scale_log2 - ms);
             m_raw[mt][r] = mx;
             float sum = 0.f;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    const float p = exp2f(fmaf(s[mt][nt][2 * r + e], scale_log2, -ms));
+                    const float p = exp2_fast(fmaf(s[mt][nt][2 * r + e], scale_log2, -ms));
                     s[mt][nt][2 * r + e] = p;
                     sum += p;
                 }
@@ -195,7 +195,7 @@ __device__ __forceinline__ void bwd_elem(const AttnArgs &a, const BwdMask &mk, f
 {
     const bool mods = kMasked && (a.softcap > 0.f || a.alibi);
     const float x = mods ? raw_score_mod<kPrecise>(a, s, slope, i, j) : s;
-    float pe = exp2f(fmaf(x, scale_log2, -lse));
+    float pe = exp2_fast(fmaf(x, scale_log2, -lse));
     if (mk.need && (qi < mk.rr[kh].x || qi > mk.rr[kh].y))
         pe = 0.f;
     const float z = !kDropout ? 1.f : kept ? (float)a.keep_scale : 0.f;
