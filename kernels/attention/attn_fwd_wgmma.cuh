@@ -66,14 +66,20 @@ template <int WG, bool kDropout> struct FwdSpec {
 };
 
 /* kMode: 0 no mask, 1 bottom-right causal (the tuned path), 2 the variants
- * (band of any window or alignment, block lists, softcap, ALiBi), 3 the
- * variants of a packed or key-padded batch, kept in their own
+ * (band of any window or alignment, block lists, softcap, ALiBi, bias), 3
+ * the variants of a packed or key-padded batch, 6 and 7 modes 2 and 3
+ * with masks alone (no softcap, ALiBi or bias), kept in their own
  * instantiations so the plain and causal kernels stay as they were (and
  * mode 2 too: the per-sequence arguments cost registers). */
+template <int kMode> struct FwdModeOf {
+    static constexpr bool kRagged = kMode == 3 || kMode == 7;
+    static constexpr bool kMods = kMode != 6 && kMode != 7; /* softcap, ALiBi, bias */
+};
 /* Where one kernel serves both dropout settings (dropout a run-time flag,
  * a.dropout): half the kernels to build. Only where the dropout kernel
  * does not spill more than the one without (ptxas -v, sm_90a): the
- * variants (mode 2), and the packed batches (3) but at d = 128. */
+ * variants (mode 2), and the packed batches (3) but at d = 128. Modes 6
+ * and 7 have both (the masks-alone kernels are the ones to keep lean). */
 template <int D, int kMode> struct FwdDropRT {
     static constexpr bool value = kMode == 2 || (kMode == 3 && D != 128);
 };
@@ -93,7 +99,8 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * at the sequence's first row. Rows of a neighbouring sequence that a
      * tile reads are masked (keys) or never stored (queries). The other
      * modes read args itself, as before. */
-    constexpr bool kRagged = kMode == 3;
+    constexpr bool kRagged = FwdModeOf<kMode>::kRagged;
+    constexpr bool kMods = FwdModeOf<kMode>::kMods;
     AttnArgs seq;
     int64_t q_row0 = 0, k_row0 = 0;
     int tb = blockIdx.z; /* the TMA batch coordinate */
@@ -150,7 +157,7 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * Per element loads from global memory, issued once S_j had landed,
      * left the tensor cores idle for most of each step (H100/H200: 87-93
      * TFLOP/s with a [B, H, N, N] bias, N = 2k, against 350+ without). */
-    const bool btma = kMasked && !kRagged && bias_tma;
+    const bool btma = kMasked && kMods && !kRagged && bias_tma;
     const uint32_t barB = barQ + 72;  /* + 8 * stage */
     const uint32_t sB0 = barQ + 1024; /* + stage * kBiasStage */
     auto tma_bias = [&](int jb) {
@@ -257,7 +264,7 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * S_j = Q K_j^T and O += P_{j-1} V_{j-1} back to back, then runs the
      * softmax of S_j while the P V product is still on the tensor cores;
      * O is rescaled by alpha_j once that product has landed. */
-    const float slope = kMasked && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
+    const float slope = kMasked && kMods && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
     /* The modifiers' constants as float locals: read from AttnArgs per
      * element they are recomputed after every wgmma (a memory clobber). */
     const float scale_f = (float)a.scale, inv_scale = (float)(1.0 / a.scale);
@@ -265,7 +272,7 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     /* kMasked with a bias: element i's offset is a per-block base plus
      * compile-time multiples of the row and key strides. */
     const int64_t bias_s2 = a.bias_s[2], bias_s3 = a.bias_s[3];
-    const int64_t bias_row0 = kMasked && a.bias ? b * a.bias_s[0] + h * a.bias_s[1] + row_w * bias_s2
+    const int64_t bias_row0 = kMasked && kMods && a.bias ? b * a.bias_s[0] + h * a.bias_s[1] + row_w * bias_s2
                                                 : 0;
     const int bias_rows = (int)min(a.Nq - row_w, (int64_t)16);
     for (int jb = 0; jb < nblocks; jb++) {
@@ -312,7 +319,7 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 
         /* Score modifiers, then the mask (only on blocks that cross the
          * band's edges or the end). */
-        if (kMasked && (a.softcap > 0.f || a.alibi)) { /* raw_score_mod, per block */
+        if (kMasked && kMods && (a.softcap > 0.f || a.alibi)) { /* raw_score_mod, per block */
             /* ALiBi's |i - j + shift|: a per-block base and a compile-time
              * offset per element, in float (exact below 2^24) */
             const float dist0 = (float)(int)(row_w + a.shift - (j0 + 2 * t4));
@@ -352,7 +359,7 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 }
             if (kSpec && lane == 0)
                 mbar_arrive(freeK + 8 * (jb & 1)); /* K_j and bias_j read */
-        } else if (kMasked && a.bias) { /* + bias / scale (raw units: the scale is in exp2) */
+        } else if (kMasked && kMods && a.bias) { /* + bias / scale (raw units: the scale is in exp2) */
             const int64_t c0 = j0 + 2 * t4;
             const int64_t base = bias_row0 + c0 * bias_s3;
             const int cols = (int)min((int64_t)a.Nk - c0, (int64_t)Bc);
@@ -537,6 +544,8 @@ FG_FWD_WGMMA_MODE(extern, 0)
 FG_FWD_WGMMA_MODE(extern, 1)
 FG_FWD_WGMMA_MODE(extern, 2)
 FG_FWD_WGMMA_MODE(extern, 3)
+FG_FWD_WGMMA_MODE(extern, 6)
+FG_FWD_WGMMA_MODE(extern, 7)
 
 } /* namespace fg */
 

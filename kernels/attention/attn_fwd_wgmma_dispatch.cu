@@ -13,9 +13,17 @@ namespace fg {
 template <typename T, int D, int WG>
 static fg_status launch_opts(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
 {
+    /* kModes 6 and 7: masks alone (FwdModeOf) */
+    const bool mods = a.softcap > 0.f || a.alibi || a.bias;
+    if ((a.cu_q || a.seqused_k) && !mods)
+        return a.dropout ? launch<T, D, WG, 7, true>(a, m, st)
+                         : launch<T, D, WG, 7, false>(a, m, st);
     if (a.cu_q || a.seqused_k)
         return a.dropout ? launch<T, D, WG, 3, true>(a, m, st)
                          : launch<T, D, WG, 3, false>(a, m, st);
+    if (a.variant && !mods)
+        return a.dropout ? launch<T, D, WG, 6, true>(a, m, st)
+                         : launch<T, D, WG, 6, false>(a, m, st);
     if (a.variant)
         return a.dropout ? launch<T, D, WG, 2, true>(a, m, st)
                          : launch<T, D, WG, 2, false>(a, m, st);
