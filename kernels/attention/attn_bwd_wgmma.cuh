@@ -258,6 +258,13 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * (dq_full[s & 1]) and read by writer s & 1's bulk reduces
      * (dq_empty[s & 1]) */
     const uint32_t dq_full = bar_kv + 56, dq_empty = bar_kv + 72;
+    /* The step's coordinates travel with its buffer: whoever issues step
+     * st's loads writes its first query row, head and flags (bit 0 dead,
+     * bit 1 needs the per-element mask) into step_info[st & 1] before the
+     * arrival that the consumers' wait on bar_q acquires. The consumers
+     * read them instead of locating the step themselves (a division, the
+     * block list's global load and the band test on every step's path). */
+    int4 *step_info = reinterpret_cast<int4 *>(smem + (bar_kv + 96 - base)); /* [2] */
     auto tma_tile = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int rows,
                         int64_t row0, int head) {
 #pragma unroll
@@ -314,6 +321,13 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         int64_t i0;
         bool dead;
         locate(st, gh, i0, dead);
+        /* (element-wise masking: the sequence's end, the causal diagonal,
+         * the band's edges, dead blocks) */
+        const bool need_mask = j0 + Bc > a.Nk || i0 + Br > a.Nq ||
+                               (kCausal && j0 + Bc - 1 > i0 + a.shift) ||
+                               (kMasked && (dead || !inside_band(a, i0, i0 + Br - 1, j0, Bc)));
+        step_info[st & 1] = make_int4((int)(uint32_t)i0, (int)(i0 >> 32), gh,
+                                      (dead ? 1 : 0) | (need_mask ? 2 : 0));
         const int h = hk * a.group + gh;
         const uint32_t buf = sQ0 + (uint32_t)(st & 1) * 2 * qtile;
         const uint32_t bar = bar_q + 8 * (uint32_t)(st & 1);
@@ -502,12 +516,6 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         dba[x] = a.dbias_acc_s[x];
     }
     for (int64_t st = 0; st < total; st++) {
-        int gh;
-        int64_t i0;
-        bool dead;
-        locate(st, gh, i0, dead);
-        const int h = hk * a.group + gh;
-        const int64_t bh = (int64_t)b * a.H + h;
         const uint32_t sQ = sQ0 + (uint32_t)(st & 1) * 2 * qtile, sdO = sQ + qtile;
         const float *lse2 = lse2_s + (st & 1) * Br, *Dv = D_s + (st & 1) * Br;
         const uint32_t sdS = step_sdS(st);
@@ -518,13 +526,16 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         if (st == 0)
             mbar_wait(bar_kv, 0);
         mbar_wait(bar_q + 8 * (uint32_t)(st & 1), (uint32_t)(st >> 1) & 1);
+        const int4 info = step_info[st & 1]; /* written by issue(st) */
+        const int64_t i0 = (int64_t)(((uint64_t)(uint32_t)info.y << 32) | (uint32_t)info.x);
+        const int gh = info.z;
+        const bool dead = kMasked && (info.w & 1), need_mask = (info.w & 2) != 0;
+        const int h = hk * a.group + gh;
+        const int64_t bh = (int64_t)b * a.H + h;
 
         /* Score-tile element x of this thread (S^T, dP^T, P^T, dS^T all
          * share the accumulator layout): key j0 + key_base + 16 warp + g +
          * 8 ((x >> 1) & 1), query i0 + 8 (x >> 2) + 2 t4 + (x & 1). */
-        const bool need_mask = j0 + Bc > a.Nk || i0 + Br > a.Nq ||
-                               (kCausal && j0 + Bc - 1 > i0 + a.shift) ||
-                               (kMasked && (dead || !inside_band(a, i0, i0 + Br - 1, j0, Bc)));
         const float ks = (float)a.keep_scale;
         /* The head's ALiBi slope, loaded when the head changes (a load per
          * step sat on every step's critical path). */
