@@ -19,7 +19,7 @@
  *
  * The kernel template and its launch<> live here; each kMode is
  * instantiated in a translation unit of its own (attn_fwd_wgmma_mode<k>.cu,
- * k = 0..3, built for sm_90a only) so the kernels compile in parallel,
+ * k = 0..3, 6, 7, built for sm_90a only) so the kernels compile in parallel,
  * and attn_fwd_wgmma_dispatch.cu calls them through the extern
  * declarations at the end. */
 #ifndef FG_KERNELS_ATTN_FWD_WGMMA_CUH
