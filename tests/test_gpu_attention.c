@@ -611,6 +611,11 @@ static const vcase vcases[] = {
     {{2, 256, 384, 4, 2, 256, 0, 1, 0.1}, 0, 0, 0, 0, 0, 2, 0.5, 0},
     {{1, 300, 200, 2, 1, 64, 1, 0, 0.1}, 0, 1, 40, -1, 15.0, 1, 0.7, 1},
     {{1, 200, 200, 2, 2, 128, 0, 0, 0.0}, 1, 0, 0, 0, 10.0, 0, 0.5, -1},
+    /* masks alone (the wgmma kModes 6): d = 256 with dropout, GQA, a
+     * causal window and a block map; d = 64 with dropout, MQA and a
+     * two-sided window */
+    {{2, 320, 320, 4, 2, 256, 1, 0, 0.1}, 0, 1, 128, -1, 0, 0, 0.6, 0},
+    {{1, 333, 333, 2, 1, 64, 0, 0, 0.1}, 0, 1, 70, 70, 0, 0, 0, 0},
 };
 
 /* Set by test_deterministic_tiles: run_variant also checks reruns. */

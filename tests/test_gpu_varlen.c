@@ -144,6 +144,16 @@ static vl_case gpu_case(int i)
         for (int b = 0; b < 6; b++)
             c.used[b] = lk[b] - lk[b] / 4;
         break;
+    case 6: /* masks alone at d = 128 (the wgmma kMode 7): causal window,
+             * GQA, dropout */
+        c.causal = 1; c.window = 1; c.window_left = 40; c.window_right = -1;
+        c.d = 128; c.p = 0.1; c.seed = 23;
+        break;
+    case 7: /* masks alone at d = 256: key padding, top-left causal */
+        c.causal = 1; c.top_left = 1; c.use_used = 1; c.d = 256;
+        for (int b = 0; b < 6; b++)
+            c.used[b] = lk[b] - lk[b] / 3;
+        break;
     default: /* dense batch with key padding only */
         lengths(&c, 3, eq, eq);
         c.dense = 1; c.pad_q = c.pad_k = 0; c.causal = 1; c.use_used = 1;
@@ -152,7 +162,7 @@ static vl_case gpu_case(int i)
     }
     return c;
 }
-#define N_GPU_CASES 6
+#define N_GPU_CASES 8
 
 START_TEST(test_gpu_varlen_cases)
 {
