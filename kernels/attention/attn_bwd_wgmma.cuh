@@ -111,10 +111,6 @@ template <int D, bool kDropout> struct BwdSpec {
  * packed batches 3-10% of their backward (H200, compare_modes.py: dense
  * through the variant kernel 437 -> 472 TFLOP/s, window 1024 313 -> 328,
  * packed causal 367 -> 382). */
-template <int kMode> struct BwdModeOf {
-    static constexpr bool kRagged = kMode == 3 || kMode == 7;
-    static constexpr bool kMods = kMode != 6 && kMode != 7;
-};
 /* Where one kernel serves both dropout settings (dropout a run-time flag,
  * a.dropout): half the kernels to build. Only where the dropout kernel
  * does not spill more than the one without (ptxas -v, sm_90a): modes 2,
@@ -147,13 +143,13 @@ template <int D, int kMode> struct BwdBiasTile {
  * pairs unpacked (H200, compare_modes.py). Split d has no room (392 bytes
  * spare) and keeps the local copy. */
 template <int D, int kMode> struct BwdSeqSmem {
-    static constexpr bool value = BwdModeOf<kMode>::kRagged && !BwdWgTile<D>::kSplitD;
+    static constexpr bool value = kmode_ragged(kMode) && !BwdWgTile<D>::kSplitD;
     static constexpr size_t kBytes = value ? (sizeof(AttnArgs) + 15) / 16 * 16 : 0;
 };
 
 template <int D, int kMode> struct BwdDropRT {
     static constexpr bool value =
-        kMode >= 2 && D != 128 && !(BwdModeOf<kMode>::kRagged && D == 64);
+        kMode >= 2 && D != 128 && !(kmode_ragged(kMode) && D == 64);
 };
 
 template <typename T, int D, int kMode, bool kDropout>
@@ -174,7 +170,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * tile reads get P = 0 (their padded lse2 is +inf); its key rows are
      * masked and never stored. lse2, D and the dQ tiles keep the padded
      * [B, H, nq_pad] layout (nq_pad: the longest sequence). */
-    constexpr bool kRagged = BwdModeOf<kMode>::kRagged;
+    constexpr bool kRagged = kmode_ragged(kMode);
     /* The grid: (key block, head, batch); kMode 5 with bias_flags bit 3
      * (a dbias broadcast over the batch, by reductions): (batch, key
      * block, head), so that the blocks adding into the same dbias tile
@@ -191,7 +187,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     int tb = b, nk_rows = args.Nk; /* TMA batch coordinate; key rows */
     using SeqSmem = BwdSeqSmem<D, kMode>;
     if constexpr (kRagged) {
-        if constexpr (SeqSmem::value) { /* seq_s below */
+        if constexpr (SeqSmem::value) { /* seq_s below (seq_patch's key rows) */
             if (args.cu_q)
                 nk_rows = args.cu_k[b + 1] - args.cu_k[b];
         } else {
@@ -306,7 +302,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 
     /* The (head, query block) steps (QuerySteps, attn_common.cuh). */
     constexpr bool kCausal = kMode == 1, kMasked = kMode >= 2;
-    constexpr bool kMods = BwdModeOf<kMode>::kMods; /* softcap, ALiBi */
+    constexpr bool kMods = kmode_mods(kMode); /* softcap, ALiBi (none in 6, 7) */
     constexpr bool kBias = kMode == 4 || kMode == 5;
     QuerySteps steps;
     steps.init(a, kMasked, kCausal, b, hk, j0, Bc, Br);
@@ -501,7 +497,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     int slope_h = -1; /* the head of slope_c */
     float slope_c = 0.f;
     const float scale_f = (float)a.scale, inv_scale = (float)(1.0 / a.scale);
-    const float inv_cap = (kMods && a.softcap > 0.f) ? 1.f / a.softcap : 0.f;
+    const float inv_cap = kMods && a.softcap > 0.f ? 1.f / a.softcap : 0.f;
     const int64_t bias_s0 = a.bias_s[0], bias_s1 = a.bias_s[1], bias_s2 = a.bias_s[2],
                   bias_s3 = a.bias_s[3];
     const void *bias_p = a.bias;
@@ -555,7 +551,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         auto alibi_of = [&](int e) { return slope * alibi_dist(e); };
         /* Score modifiers (kMasked: softcap, ALiBi) on the raw S^T, then
          * masked scores -> -inf -> P = 0. */
-        const bool mods = kBias || (kMasked && ((kMods && a.softcap > 0.f) || (kMods && a.alibi)));
+        const bool mods = kBias || (kMasked && kMods && (a.softcap > 0.f || a.alibi));
         /* kBias: the bias of score element e (0 outside the problem): a
          * per-step base offset and row/key bounds, and per element a
          * compile-time row and key offset (bias_at per element cost the
@@ -630,16 +626,17 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         };
         auto mask = [&](float (&x)[Br / 2]) {
             if constexpr (kMasked) {
-                if ((kMods && a.softcap > 0.f)) { /* raw_score_mod, per step */
+                if (kMods && a.softcap > 0.f) { /* raw_score_mod, per step */
 #pragma unroll
                     for (int e = 0; e < Br / 2; e++) {
                         float v = a.softcap * tanh_fast(x[e] * scale_f * inv_cap);
-                        if (kMods && a.alibi)
+                        if (a.alibi)
                             v -= alibi_of(e);
                         x[e] = v * inv_scale;
                     }
-                } else if (kMods && a.alibi) { /* alone, in S's units: x - (slope / scale) |d|
-                                       * (as the forward), two operations an element */
+                } else if (kMods && a.alibi) {
+                    /* ALiBi alone, in S's units: x - (slope / scale) |d| (as
+                     * the forward), two operations an element */
                     const float sl = slope * inv_scale;
 #pragma unroll
                     for (int e = 0; e < Br / 2; e++)
@@ -692,13 +689,13 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         };
         /* dS^T through the softcap: times 1 - tanh^2, recovered from P. */
         auto cap_grad = [&](float p, int e) { /* softcap_grad, per step */
-            if (!kMasked || !((kMods && a.softcap > 0.f)))
+            if (!kMasked || !kMods || !(a.softcap > 0.f))
                 return 1.f;
             if (!(p > 0.f))
                 return 0.f;
             float x = (__log2f(p) + lse2[8 * (e >> 2) + 2 * t4 + (e & 1)]) * 0.6931471805599453f -
                       bias_of(e);
-            if (kMods && a.alibi)
+            if (a.alibi)
                 x += alibi_of(e);
             const float t = x * inv_cap;
             return 1.f - t * t;
@@ -937,7 +934,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                         store_t(sdS, qt, sf[kk][half], sf[kk][half + 1]);
                 }
             };
-            if (kMasked && (kMods && a.softcap > 0.f))
+            if (kMasked && kMods && a.softcap > 0.f)
                 ds_tile(std::true_type{});
             else
                 ds_tile(std::false_type{});

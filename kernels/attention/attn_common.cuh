@@ -61,6 +61,13 @@ __device__ __forceinline__ void move_rows(Operand &t, int64_t rows)
         t.ptr = (T *)t.ptr + rows * t.ss;
 }
 
+/* The wgmma kernels' kModes (attn_{fwd,bwd}_wgmma.cuh) that run a packed
+ * or key-padded batch (3, and 7: 3 with masks alone), and those with the
+ * score modifiers' code (all but 6 and 7, the variants with masks alone:
+ * no softcap, ALiBi or bias). */
+__host__ __device__ constexpr bool kmode_ragged(int m) { return m == 3 || m == 7; }
+__host__ __device__ constexpr bool kmode_mods(int m) { return m != 6 && m != 7; }
+
 /* Sequence b as a problem of its own (attention.h): Nq = its query rows,
  * Nk = the keys it sees (seqused_k), the causal shift of its own lengths,
  * and operands, stats, D and dq_acc moved to its first packed rows (dense

@@ -71,10 +71,6 @@ template <int WG, bool kDropout> struct FwdSpec {
  * with masks alone (no softcap, ALiBi or bias), kept in their own
  * instantiations so the plain and causal kernels stay as they were (and
  * mode 2 too: the per-sequence arguments cost registers). */
-template <int kMode> struct FwdModeOf {
-    static constexpr bool kRagged = kMode == 3 || kMode == 7;
-    static constexpr bool kMods = kMode != 6 && kMode != 7; /* softcap, ALiBi, bias */
-};
 /* Where one kernel serves both dropout settings (dropout a run-time flag,
  * a.dropout): half the kernels to build. Only where the dropout kernel
  * does not spill more than the one without (ptxas -v, sm_90a): the
@@ -99,8 +95,8 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * at the sequence's first row. Rows of a neighbouring sequence that a
      * tile reads are masked (keys) or never stored (queries). The other
      * modes read args itself, as before. */
-    constexpr bool kRagged = FwdModeOf<kMode>::kRagged;
-    constexpr bool kMods = FwdModeOf<kMode>::kMods;
+    constexpr bool kRagged = kmode_ragged(kMode);
+    constexpr bool kMods = kmode_mods(kMode); /* softcap, ALiBi, bias */
     AttnArgs seq;
     int64_t q_row0 = 0, k_row0 = 0;
     int tb = blockIdx.z; /* the TMA batch coordinate */

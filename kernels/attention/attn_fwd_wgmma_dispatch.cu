@@ -13,7 +13,7 @@ namespace fg {
 template <typename T, int D, int WG>
 static fg_status launch_opts(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
 {
-    /* kModes 6 and 7: masks alone (FwdModeOf) */
+    /* kModes 6 and 7: masks alone (kmode_mods) */
     const bool mods = a.softcap > 0.f || a.alibi || a.bias;
     if ((a.cu_q || a.seqused_k) && !mods)
         return a.dropout ? launch<T, D, WG, 7, true>(a, m, st)
