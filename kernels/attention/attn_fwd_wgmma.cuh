@@ -123,7 +123,10 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     const uint32_t sK0 = sQ + Br * D * 2, sV0 = sK0 + Bc * D * 2;
     const uint32_t kv_stride = 2 * Bc * D * 2;
 
-    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
+    /* warp-uniform to the compiler (a shuffle from lane 0): descriptors
+     * built from it stay in uniform registers (attn_bwd_wgmma.cuh) */
+    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 7, 0);
+    const int warp = (threadIdx.x >> 5) & 3;
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int mblk = kMode != 0 ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int64_t i0 = (int64_t)mblk * Br;

@@ -46,6 +46,17 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr, uint32_t lbo, uint32
            ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) | ((uint64_t)1 << 62);
 }
 
+/* desc advanced by `bytes` (a multiple of 16): the same value as wg_desc
+ * of the address `bytes` further on. The start address is the low 14 bits
+ * (addr >> 4) and shared-memory addresses stay below 256 KB, so the add
+ * never carries into the other fields. Built once per tile and advanced
+ * per k step, a descriptor costs one add (often folded into the uniform
+ * register the wgmma reads) instead of masks and shifts per operand. */
+__device__ __forceinline__ uint64_t wg_desc_add(uint64_t desc, uint32_t bytes)
+{
+    return desc + (bytes >> 4);
+}
+
 #ifdef FG_WGMMA_ENABLED
 /* Orders register writes (accumulators, A fragments) before the next
  * wgmma reads them. */
