@@ -117,13 +117,14 @@ __global__ void __launch_bounds__(256) attn_bwd_write_dq(const AttnArgs a)
                 si = i - a.cu_q[sb];
             }
             const int64_t cs = (int64_t)a.B * a.H * a.nq_pad * a.dq_tile_d; /* copy stride */
+            const A sc = (A)a.scale; /* the wgmma kernels sum dS K unscaled */
             for (int x = lane; x < a.d; x += 32) {
                 const A *s0 = (const A *)a.dq_acc +
                               dq_tiled_index(sb * a.H + h, a.nq_pad, a.dq_tile_d, si, x);
                 A v = s0[0];
                 for (int c = 1; c < a.dq_copies; c++) /* in order: bitwise repeatable */
                     v += s0[c * cs];
-                dst[x] = from_acc<T>(v);
+                dst[x] = from_acc<T>(v * sc);
             }
         } else {
             for (int x = lane; x < a.d; x += 32)
@@ -165,6 +166,14 @@ __global__ void __launch_bounds__(256) attn_bwd_write_dq_tiled(const AttnArgs a)
                 f[k].z += g.z;
                 f[k].w += g.w;
             }
+        }
+        const float scale = (float)a.scale; /* the wgmma kernels sum dS K unscaled */
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            f[k].x *= scale;
+            f[k].y *= scale;
+            f[k].z *= scale;
+            f[k].w *= scale;
         }
 #pragma unroll
         for (int half = 0; half < 2; half++) {

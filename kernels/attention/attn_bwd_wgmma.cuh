@@ -310,7 +310,11 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     constexpr bool kBias = kMode == 4 || kMode == 5;
     QuerySteps steps;
     steps.init(a, kMasked, kCausal, b, hk, j0, Bc, Br);
-    const int64_t total = steps.total;
+    /* Broadcast from lane 0: read from shared memory (kModes 3, 7) it would
+     * not be warp-uniform to the compiler, nor would the step loop's
+     * counter and the Q_i / dO_i buffer descriptors built from it (a
+     * 64-bit vector add and two R2UR per wgmma). */
+    const int64_t total = __shfl_sync(0xffffffffu, (long long)steps.total, 0);
     /* Step st -> its head gh, first query row i0 and whether it is dead. */
     auto locate = [&](int64_t st, int &gh, int64_t &i0, bool &dead) {
         dead = steps.locate(a, b, hk, j0, Bc, Br, st, &gh, &i0) && kMasked;
@@ -461,12 +465,12 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 __syncwarp();
             }
         }
-        const float sc = (float)a.scale;
+        /* unscaled: the conversion (attn_bwd_write_dq*) applies the
+         * softmax scale once to each sum, not here to every product */
         float4 *sq = reinterpret_cast<float4 *>(smem + (stage - base)) + lane;
 #pragma unroll
         for (int n = 0; n < DQ / 8; n++)
-            sq[32 * n] = make_float4(q[4 * n] * sc, q[4 * n + 1] * sc, q[4 * n + 2] * sc,
-                                     q[4 * n + 3] * sc);
+            sq[32 * n] = make_float4(q[4 * n], q[4 * n + 1], q[4 * n + 2], q[4 * n + 3]);
         fence_proxy_async(); /* generic stores -> the bulk copy's reads */
         if (det) {
             mbar_arrive(dq_full + 8 * (uint32_t)(s & 1));
@@ -737,10 +741,24 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 for (int qb = 0; qb < Br / 16; qb++)
                     keep |= bwd_dropout_bits(a, bh, i0 + 16 * qb, j0 + key_base + 16 * warp, g,
                                              t4) << (8 * qb);
+            /* lse2 of queries 2 t4, 2 t4 + 1 as one float2 (elements e, e + 1)
+             * saves 16 loads a step; with dropout the pairs cost registers
+             * (d = 128: 17 more spill loads and stores in the loop), so there
+             * one at a time */
+            if constexpr (!kDropout) {
 #pragma unroll
-            for (int e = 0; e < Br / 2; e++) {
-                const float L = lse2[8 * (e >> 2) + 2 * t4 + (e & 1)];
-                x[e] = exp2_fast(fmaf(x[e], scale_log2, -L));
+                for (int e = 0; e < Br / 2; e += 2) {
+                    const float2 L =
+                        *reinterpret_cast<const float2 *>(lse2 + 8 * (e >> 2) + 2 * t4);
+                    x[e] = exp2_fast(fmaf(x[e], scale_log2, -L.x));
+                    x[e + 1] = exp2_fast(fmaf(x[e + 1], scale_log2, -L.y));
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < Br / 2; e++) {
+                    const float L = lse2[8 * (e >> 2) + 2 * t4 + (e & 1)];
+                    x[e] = exp2_fast(fmaf(x[e], scale_log2, -L));
+                }
             }
         };
         auto zf = [&](uint32_t keep, int e) {

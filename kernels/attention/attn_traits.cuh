@@ -98,7 +98,8 @@ struct AttnArgs {
     /* 0: dq_acc is row-major [B, H, Nq, d]. D (64/128/256, the wgmma
      * backward): per (b, h), nq_pad / 64 tiles of 64 x D floats in the
      * wgmma accumulator order (dq_tiled_index), so each warp's share of a
-     * tile is one contiguous run for a bulk reduce. */
+     * tile is one contiguous run for a bulk reduce; it holds dS K without
+     * the softmax scale, which attn_bwd_write_dq* applies to each sum. */
     int dq_tile_d;
     /* The deterministic wgmma backward (d <= 128): eight turn counters
      * per (b, h, 64-query tile) of dq_acc and copy, then a give-up flag
