@@ -147,6 +147,19 @@ template <int D, int kMode> struct BwdSeqSmem {
     static constexpr size_t kBytes = value ? (sizeof(AttnArgs) + 15) / 16 * 16 : 0;
 };
 
+/* Dropout in the warp-specialised backward (d <= 128): lane L of warps 2p
+ * and 2p + 1 of a warpgroup make the same Philox calls (their keys share a
+ * 32-key group, and the call depends on the key only through j / 32 and
+ * (j / 2) % 4; the even warp uses words 0-1, the odd one 2-3), so each makes
+ * half of the step's calls and hands the other warp its two words of each
+ * through shared memory: [step parity][warpgroup][pair][Br / 16 calls][32
+ * lanes] uint2, after the mbarriers. Not with a bias (kModes 4, 5: the bias
+ * tile leaves no room at d = 128). */
+template <int D, int kMode, bool kDropout> struct BwdDropX {
+    static constexpr bool value = kDropout && !BwdWgTile<D>::kSplitD && kMode != 4 && kMode != 5;
+    static constexpr size_t kBytes = value ? (size_t)2 * 2 * 2 * (BwdWgTile<D>::kBr / 16) * 32 * 8 : 0;
+};
+
 template <int D, int kMode> struct BwdDropRT {
     static constexpr bool value =
         kMode >= 2 && D != 128 && !(kmode_ragged(kMode) && D == 64);
@@ -736,11 +749,37 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
          * the dropout decisions (L.15-16) as bits of `keep`. */
         auto probs = [&](float (&x)[Br / 2], uint32_t &keep) {
             keep = 0;
-            if (drop) /* element e: bit e (bwd_dropout_bits per 16 queries) */
+            const int64_t jw = j0 + key_base + 16 * warp;
+            if constexpr (BwdDropX<D, kMode, kDropout>::value) {
+                if (drop) { /* element e: bit e; half the calls here (BwdDropX) */
+                    constexpr int QB = Br / 16, HALF = QB / 2;
+                    const int side = warp & 1, pair = warp >> 1;
+                    uint2 *xb = reinterpret_cast<uint2 *>(xch) +
+                                (((int)(st & 1) * 2 + wg) * 2 + pair) * QB * 32 + lane;
+                    uint2 own[HALF], other[HALF];
+#pragma unroll
+                    for (int c = 0; c < HALF; c++) {
+                        const int qb = side * HALF + c;
+                        const uint4 w = dropout_call(a, bh, i0 + 16 * qb + 2 * t4 + (g & 1), jw + g);
+                        own[c] = side ? make_uint2(w.z, w.w) : make_uint2(w.x, w.y);
+                        xb[qb * 32] = side ? make_uint2(w.x, w.y) : make_uint2(w.z, w.w);
+                    }
+                    named_sync(5 + 2 * wg + pair, 64); /* the pair's words are in */
+#pragma unroll
+                    for (int c = 0; c < HALF; c++)
+                        other[c] = xb[((side ^ 1) * HALF + c) * 32];
+#pragma unroll
+                    for (int qb = 0; qb < QB; qb++) {
+                        const uint2 ws = (qb < HALF) == (side == 0) ? own[qb % HALF]
+                                                                     : other[qb % HALF];
+                        keep |= bwd_dropout_bits_of(a, ws.x, ws.y, g) << (8 * qb);
+                    }
+                }
+            } else if (drop) { /* element e: bit e (bwd_dropout_bits per 16 queries) */
 #pragma unroll
                 for (int qb = 0; qb < Br / 16; qb++)
-                    keep |= bwd_dropout_bits(a, bh, i0 + 16 * qb, j0 + key_base + 16 * warp, g,
-                                             t4) << (8 * qb);
+                    keep |= bwd_dropout_bits(a, bh, i0 + 16 * qb, jw, g, t4) << (8 * qb);
+            }
             /* lse2 of queries 2 t4, 2 t4 + 1 as one float2 (elements e, e + 1)
              * saves 16 loads a step; with dropout the pairs cost registers
              * (d = 128: 17 more spill loads and stores in the loop), so there
@@ -1084,7 +1123,8 @@ fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
     /* BwdDropRT: the dropout kernel, told by a.dropout */
     constexpr bool kDr = kDropout || BwdDropRT<D, kMode>::value;
     auto kern = attn_bwd_wgmma_kernel<T, D, kMode, kDr>;
-    const size_t smem = Tile::kSmem + BwdBiasTile<D, kMode>::kBytes + BwdSeqSmem<D, kMode>::kBytes;
+    const size_t smem = Tile::kSmem + BwdBiasTile<D, kMode>::kBytes + BwdSeqSmem<D, kMode>::kBytes +
+                        BwdDropX<D, kMode, kDr>::kBytes;
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)smem));
     const unsigned nkb = (unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc);

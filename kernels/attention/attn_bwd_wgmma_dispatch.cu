@@ -55,11 +55,15 @@ int attn_bwd_wgmma_dpad(int d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
 size_t attn_bwd_wgmma_smem(const AttnArgs &a)
 {
     const bool ragged = a.cu_q || a.seqused_k; /* kMode 3 / 7's AttnArgs, at most */
+    /* the dropout word exchange (BwdDropX) of the kernels without a bias,
+     * whether or not this call drops (some serve both) */
     if (a.d <= 64)
-        return BwdWgTile<64>::kSmem + (ragged ? BwdSeqSmem<64, 3>::kBytes : 0);
+        return BwdWgTile<64>::kSmem + (ragged ? BwdSeqSmem<64, 3>::kBytes : 0) +
+               (a.bias ? 0 : BwdDropX<64, 0, true>::kBytes);
     if (a.d <= 128) /* kMode 5's bias stages at most */
         return BwdWgTile<128>::kSmem + (a.bias ? BwdBiasTile<128, 5>::kBytes : 0) +
-               (ragged ? BwdSeqSmem<128, 3>::kBytes : 0);
+               (ragged ? BwdSeqSmem<128, 3>::kBytes : 0) +
+               (a.bias ? 0 : BwdDropX<128, 0, true>::kBytes);
     return BwdWgTile<256>::kSmem;
 }
 

@@ -520,12 +520,23 @@ __device__ __forceinline__ void fwd_dropout32(const AttnArgs &a, int64_t bh, int
  * same two calls, so each lane draws one call and they swap a word. Bit
  * 4 ih + 2 kh + e of the result: query ib + 8 ih + 2 t4 + e, key
  * jw + g + 8 kh. Every lane of the warp must call it. */
+__device__ __forceinline__ uint32_t bwd_dropout_bits_of(const AttnArgs &a, uint32_t w0,
+                                                        uint32_t w1, int g);
 __device__ __forceinline__ uint32_t bwd_dropout_bits(const AttnArgs &a, int64_t bh, int64_t ib,
                                                      int64_t jw, int g, int t4)
 {
     const int odd = g & 1, hi = 2 * (int)((jw >> 4) & 1);
     const uint4 w = dropout_call(a, bh, ib + 2 * t4 + odd, jw + g);
-    const uint32_t mine = dropout_word(w, odd + hi), theirs = dropout_word(w, (odd ^ 1) + hi);
+    return bwd_dropout_bits_of(a, dropout_word(w, hi), dropout_word(w, hi + 1), g);
+}
+/* The same from the two words its call gives the thread's warp: w0, w1 =
+ * words hi, hi + 1 (hi = 2 for keys jw with jw % 32 == 16, else 0); the
+ * wgmma backward shares each call between two warps (BwdDropX). */
+__device__ __forceinline__ uint32_t bwd_dropout_bits_of(const AttnArgs &a, uint32_t w0,
+                                                        uint32_t w1, int g)
+{
+    const int odd = g & 1;
+    const uint32_t mine = odd ? w1 : w0, theirs = odd ? w0 : w1;
     const uint32_t recv = __shfl_xor_sync(0xffffffffu, theirs, 4);
     /* the word of the call of query parity e; byte ih + 2 kh */
     const uint32_t k0 = fg_dropout_keep4(odd ? recv : mine, a.keep_threshold),
