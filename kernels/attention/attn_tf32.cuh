@@ -131,6 +131,41 @@ __device__ __forceinline__ void ldb_pairs(const float *tile, int k0, int n0, uin
     *b1 = __float_as_uint(p[LD]);
 }
 
+/* V of the TF32 forward's O += P V: round a row-major [rows][D] tile
+ * (rows even) to TF32 in place, into the pair-interleaved layout that
+ * ldb_pairs_il reads with one 8-byte load per fragment instead of two
+ * 4-byte ones (a quarter of the forward loop's loads at d = 128). Chunk c
+ * (16 bytes) of rows 2p and 2p + 1 holds, for columns x = 4c, 4c + 1 (row
+ * 2p) and x = 4c + 2, 4c + 3 (row 2p + 1), the elements (2p, x), (2p + 1,
+ * x), (2p, x + 1), (2p + 1, x + 1): element (k, n) is at row 2 (k / 2) +
+ * (n % 4) / 2, float 4 (n / 4) + 2 (n % 2) + k % 2. A half-warp's eight
+ * rows (rows padded to D + 4 floats) then fall in distinct bank quads. */
+template <int D>
+__device__ __forceinline__ void round_rows_pairs(float *tile, int rows, int nthreads)
+{
+    constexpr int C = D / 4, LD = D + 4;
+    auto r = [](float x) { return __uint_as_float(to_tf32(x)); };
+    for (int idx = threadIdx.x; idx < (rows / 2) * C; idx += nthreads) {
+        const int p = idx / C, c = idx - p * C;
+        float4 *p0 = (float4 *)(tile + 2 * p * LD + c * 4), *p1 = (float4 *)(tile + (2 * p + 1) * LD + c * 4);
+        const float4 u = *p0, v = *p1;
+        *p0 = make_float4(r(u.x), r(v.x), r(u.y), r(v.y));
+        *p1 = make_float4(r(u.z), r(v.z), r(u.w), r(v.w));
+    }
+}
+
+/* ldb_pairs from a round_rows_pairs tile. */
+template <int LD>
+__device__ __forceinline__ void ldb_pairs_il(const float *tile, int k0, int n0, uint32_t *b0,
+                                             uint32_t *b1)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, n = n0 + g;
+    const float2 v = *reinterpret_cast<const float2 *>(
+        tile + (k0 + 2 * t + ((n & 3) >> 1)) * LD + (n >> 2) * 4 + (n & 1) * 2);
+    *b0 = __float_as_uint(v.x);
+    *b1 = __float_as_uint(v.y);
+}
+
 /* A fragment, pair-permuted, of rows m0 .. m0+15 over k0 .. k0+7 from a
  * transposed, row-major [k][m] tile (dS^T for dQ = dS K). */
 template <int LD>

@@ -145,8 +145,8 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads) fwd_kernel(const AttnArg
             fwd_dropout(a, s, j0, row_w, bh, t4);
 
         cp_async_wait<1>(); /* V_j landed */
-        if (!kSplit)
-            round_rows<D>(Vs, Bc, NTH);
+        if (!kSplit) /* rounded, and pair-interleaved for ldb_pairs_il */
+            round_rows_pairs<D>(Vs, Bc, NTH);
         __syncthreads();
         /* O += P V_j (Alg1 L.12): S's n8 tile kk is the pair-permuted A
          * fragment of k8 step kk. */
@@ -159,8 +159,12 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads) fwd_kernel(const AttnArg
 #pragma unroll
             for (int dt = 0; dt < DT; dt++) {
                 Frag<2, kSplit> bv;
-                ldb_pairs<LD>(Vs, kk * 8, dt * 8, &bv.h[0], &bv.h[1]);
-                bv.split();
+                if constexpr (kSplit) { /* fp32 rows, split as read */
+                    ldb_pairs<LD>(Vs, kk * 8, dt * 8, &bv.h[0], &bv.h[1]);
+                    bv.split();
+                } else {
+                    ldb_pairs_il<LD>(Vs, kk * 8, dt * 8, &bv.h[0], &bv.h[1]);
+                }
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
                     mma(o[mt][dt], pf[mt], bv, 0);

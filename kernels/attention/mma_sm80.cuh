@@ -98,12 +98,21 @@ template <> struct Mma<Tf32> {
                        "r"(b1));
     }
 };
-/* fp32 -> TF32, round to nearest, ties away (cvt.rna): 10 mantissa bits,
- * relative error <= 2^-11; NaN and inf are kept. */
+/* fp32 -> TF32, round to nearest: 10 mantissa bits, relative error <=
+ * 2^-11; NaN and inf are kept. sm_90 has an instruction for ties to even
+ * (cvt.rn: one F2FP.TF32); sm_80 has only ties away (cvt.rna), which ptxas
+ * expands to four (a test for inf/NaN, an add, a mask). The two differ only
+ * on exact ties. The TF32 kernels round every K, V, Q and dO element they
+ * load and every P and dS, so on an H100 this is a tenth of the TF32
+ * forward's loop (scripts/sass-loops.py). */
 __device__ __forceinline__ uint32_t to_tf32(float x)
 {
     uint32_t r;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+#else
     asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+#endif
     return r;
 }
 
