@@ -1040,9 +1040,25 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                     dq_now(qp, st - 1, prev_i0, prev_bh, 0);
                 }
                 if (!a.deterministic) {
+                    /* dS^T by stmatrix: sf[kk] is the accumulator layout of
+                     * four 8 x 8 matrices, keys +0 / +8 of this warp's 16 by
+                     * query chunks 2 kk, 2 kk + 1 (store_t's layout; lane L
+                     * gives row L % 8 of matrix L / 8): 4 stores a step, not
+                     * 16 with an address each. kMode 5 keeps store_t (its
+                     * registers: the row address cost 118 more spill loads
+                     * and stores in the loop with dropout). */
+                    if constexpr (kMode != 5) {
+                        const int skey = key_base + 16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1);
+                        const uint32_t srow = sdS + (uint32_t)skey * 128;
 #pragma unroll
-                    for (int qt = 0; qt < Br / 8; qt++)
-                        store_t(sdS, qt, sf[qt >> 1][(qt & 1) * 2], sf[qt >> 1][(qt & 1) * 2 + 1]);
+                        for (int kk = 0; kk < Br / 16; kk++)
+                            stmatrix_x4(srow + ((uint32_t)((2 * kk + (lane >> 4)) ^ (skey & 7)) << 4),
+                                        sf[kk]);
+                    } else {
+#pragma unroll
+                        for (int qt = 0; qt < Br / 8; qt++)
+                            store_t(sdS, qt, sf[qt >> 1][(qt & 1) * 2], sf[qt >> 1][(qt & 1) * 2 + 1]);
+                    }
                     fence_proxy_async(); /* dS^T stores -> the wgmma reads */
                     mbar_arrive(ds_full + 8 * (uint32_t)(st & 1));
                 }

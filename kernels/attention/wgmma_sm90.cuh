@@ -195,6 +195,14 @@ __device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t 
                  "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
                  : "memory");
 }
+/* The same, not transposed: lane L's register i holds row L / 4, columns
+ * 2 (L % 4) and + 1 of matrix i (the accumulator layout). */
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t r[4])
+{
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr),
+                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
 /* A turn counter in global memory (the deterministic backward's dQ
  * order): waits until *p >= v (acquire, GPU scope). Gives up after about
  * four seconds, and then sets *giveup, which ends every other wait of the
@@ -232,6 +240,7 @@ __device__ __forceinline__ void turn_pass(int *p)
 #else
 __device__ __forceinline__ void tma_store_4d(const void *, uint32_t, int, int, int, int) {}
 __device__ __forceinline__ void stmatrix_x4_trans(uint32_t, const uint32_t *) {}
+__device__ __forceinline__ void stmatrix_x4(uint32_t, const uint32_t *) {}
 __device__ __forceinline__ void bulk_reduce_add_f32(float *, uint32_t, uint32_t) {}
 __device__ __forceinline__ void red_add_v4(float *, float, float, float, float) {}
 __device__ __forceinline__ void bulk_commit() {}
