@@ -811,6 +811,17 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             *reinterpret_cast<uint32_t *>(p + pswz(key0, qt, Bc) + 4 * t4) = lo;
             *reinterpret_cast<uint32_t *>(p + pswz(key0 + 8, qt, Bc) + 4 * t4) = hi;
         };
+        /* store_t of tiles 2 kk and 2 kk + 1 at once by stmatrix: r = {lo,
+         * hi of tile 2 kk, lo, hi of 2 kk + 1} is the accumulator layout of
+         * four 8 x 8 matrices (keys +0 / +8 of this warp's 16 by query
+         * chunks 2 kk, 2 kk + 1); lane L gives row L % 8 of matrix L / 8.
+         * One store instead of four, with one address. */
+        auto store_t4 = [&](uint32_t buf, int kk, const uint32_t (&r)[4]) {
+            const int key = key_base + 16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1);
+            stmatrix_x4(buf + (uint32_t)key * 128 +
+                            ((uint32_t)((2 * kk + (lane >> 4)) ^ (key & 7)) << 4),
+                        r);
+        };
         const uint32_t boff = (dslice / 64) * Br * 128; /* this WG's d panels */
         /* dV's and dK's B operands (dO_i, Q_i read MN-major, this WG's d
          * panels); k step kk is 16 rows on, 2048 bytes */
@@ -862,15 +873,24 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                     xch[e * 128 + tid] = acc[e];
                 keep_x[tid] = keep;
 #pragma unroll
-                for (int qt = 0; qt < Br / 8; qt++)
-                    store_t(sP, qt, pack2<T>(acc[4 * qt] * zf(keep, 4 * qt), acc[4 * qt + 1] * zf(keep, 4 * qt + 1)),
-                            pack2<T>(acc[4 * qt + 2] * zf(keep, 4 * qt + 2), acc[4 * qt + 3] * zf(keep, 4 * qt + 3)));
+                for (int kk = 0; kk < Br / 16; kk++) {
+                    uint32_t r[4];
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int x = 8 * kk + 4 * h;
+                        r[2 * h] = pack2<T>(acc[x] * zf(keep, x), acc[x + 1] * zf(keep, x + 1));
+                        r[2 * h + 1] =
+                            pack2<T>(acc[x + 2] * zf(keep, x + 2), acc[x + 3] * zf(keep, x + 3));
+                    }
+                    store_t4(sP, kk, r);
+                }
             }
             __syncthreads();
             if (st + 1 < total && threadIdx.x == 0)
                 issue(st + 1);
             if (wg == 1) { /* dS^T = P^T (dP^T Z - D_i) (Alg4 L.19-21) */
                 const uint32_t keep = drop ? keep_x[tid] : 0;
+                uint32_t r[4];
 #pragma unroll
                 for (int qt = 0; qt < Br / 8; qt++) {
                     float ds[4];
@@ -882,7 +902,10 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                         put_dbias(p, x, dl);
                         ds[e] = dl * cap_grad(p, x);
                     }
-                    store_t(sdS, qt, pack2<T>(ds[0], ds[1]), pack2<T>(ds[2], ds[3]));
+                    r[2 * (qt & 1)] = pack2<T>(ds[0], ds[1]);
+                    r[2 * (qt & 1) + 1] = pack2<T>(ds[2], ds[3]);
+                    if (qt & 1)
+                        store_t4(sdS, qt >> 1, r);
                 }
             }
             fence_proxy_async();
@@ -1048,12 +1071,9 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                      * registers: the row address cost 118 more spill loads
                      * and stores in the loop with dropout). */
                     if constexpr (kMode != 5) {
-                        const int skey = key_base + 16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1);
-                        const uint32_t srow = sdS + (uint32_t)skey * 128;
 #pragma unroll
                         for (int kk = 0; kk < Br / 16; kk++)
-                            stmatrix_x4(srow + ((uint32_t)((2 * kk + (lane >> 4)) ^ (skey & 7)) << 4),
-                                        sf[kk]);
+                            store_t4(sdS, kk, sf[kk]);
                     } else {
 #pragma unroll
                         for (int qt = 0; qt < Br / 8; qt++)
