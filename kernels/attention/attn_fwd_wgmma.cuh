@@ -124,8 +124,9 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     const uint32_t kv_stride = 2 * Bc * D * 2;
 
     /* warp-uniform to the compiler (a shuffle from lane 0): descriptors
-     * built from it stay in uniform registers (attn_bwd_wgmma.cuh) */
-    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 7, 0);
+     * built from it stay in uniform registers (attn_bwd_wgmma.cuh); one
+     * warpgroup (d = 64): 0 */
+    const int wg = WG == 1 ? 0 : __shfl_sync(0xffffffffu, (int)threadIdx.x >> 7, 0);
     const int warp = (threadIdx.x >> 5) & 3;
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int mblk = kMode != 0 ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
@@ -410,7 +411,10 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             const float ms = mx == -INFINITY ? 0.f : mx * scale_log2;
-            alpha[r] = mx == -INFINITY ? 1.f : exp2_fast(m_raw[r] * scale_log2 - ms);
+            /* an unmoved maximum gives alpha = 1 exactly (the FFMA below
+             * would leave the rounding error of ms in the exponent) */
+            alpha[r] = mx == -INFINITY || mx == m_raw[r] ? 1.f
+                                                          : exp2_fast(m_raw[r] * scale_log2 - ms);
             m_raw[r] = mx;
             float sum = 0.f;
 #pragma unroll
@@ -444,9 +448,16 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             for (int x = 0; x < 4; x++)
                 asm volatile("" : "+r"(pf[kk][x])::"memory");
         wg_fence_regs(o);
+        /* O *= alpha only where a row of the warp moved its maximum: late
+         * in long rows most blocks move none, and O *= 1 is no change
+         * (d = 256: 128 multiplies a thread, a fifth of the block's work).
+         * Not at d = 64 (32 multiplies; the test cost the one-warpgroup
+         * dropout kernel 36 registers, three blocks an SM to two). */
+        if (D < 128 || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-        for (int i = 0; i < OR; i++)
-            o[i] *= alpha[(i >> 1) & 1];
+            for (int i = 0; i < OR; i++)
+                o[i] *= alpha[(i >> 1) & 1];
+        }
 #pragma unroll
         for (int kk = 0; kk < Bc / 16; kk++) {
             pf[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
