@@ -868,9 +868,11 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                     mask(acc);
                 uint32_t keep;
                 probs(acc, keep);
+                /* P^T to WG 1 as float4 [e / 4][thread]: 8 stores, not 32 */
 #pragma unroll
-                for (int e = 0; e < Br / 2; e++)
-                    xch[e * 128 + tid] = acc[e];
+                for (int e = 0; e < Br / 2; e += 4)
+                    reinterpret_cast<float4 *>(xch)[(e >> 2) * 128 + tid] =
+                        make_float4(acc[e], acc[e + 1], acc[e + 2], acc[e + 3]);
                 keep_x[tid] = keep;
 #pragma unroll
                 for (int kk = 0; kk < Br / 16; kk++) {
@@ -894,10 +896,11 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 #pragma unroll
                 for (int qt = 0; qt < Br / 8; qt++) {
                     float ds[4];
+                    const float4 p4 = reinterpret_cast<const float4 *>(xch)[qt * 128 + tid];
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int x = 4 * qt + e;
-                        const float p = xch[x * 128 + tid];
+                        const float p = e == 0 ? p4.x : e == 1 ? p4.y : e == 2 ? p4.z : p4.w;
                         const float dl = p * (acc[x] * zf(keep, x) - Dv[8 * qt + 2 * t4 + (e & 1)]);
                         put_dbias(p, x, dl);
                         ds[e] = dl * cap_grad(p, x);
