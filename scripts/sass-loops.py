@@ -28,6 +28,7 @@ Needs cuobjdump (the CUDA toolkit; where the toolkit lacks it, the
 import argparse
 import collections
 import re
+import shutil
 import subprocess
 import sys
 
@@ -89,6 +90,9 @@ def main_loop(cubin, fn):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    if not shutil.which("cuobjdump"):
+        sys.exit("sass-loops.py: cuobjdump not on PATH (the CUDA toolkit's bin, or the "
+                 "nvidia-cuda-cuobjdump wheel from PyPI: pip download it, unzip, chmod +x)")
     ap.add_argument("cubin")
     ap.add_argument("--old", help="a cubin of the same kernels to compare with")
     ap.add_argument("--match", default="", help="only kernels whose demangled name matches")
