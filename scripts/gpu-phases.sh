@@ -11,7 +11,9 @@
 #
 # Phases, run in the order given:
 #   build        configure + make KIT/src in /tmp/fg-b (FG_ARCH, default 90;
-#                with NCCL when the machine has it, e.g. PyTorch's)
+#                with NCCL when the machine has it, e.g. PyTorch's; more
+#                configure options in FG_CONFIGURE_EXTRA, e.g.
+#                --enable-attn-tf32x3)
 #   buildref     the same for KIT/ref, a second tree to compare with (copy
 #                another kit's src there), in /tmp/fg-ref
 #   suites       every GPU suite at once (make -j check), one line each
@@ -67,7 +69,7 @@ bld() (
     mkdir -p "$bd" && cd "$bd" || exit 1
     export LIBRARY_PATH="$K/check/lib"
     if ! "$src/configure" --enable-silent-rules --enable-static-check --with-cuda \
-        --with-cuda-arch="$ARCH" --without-blas ${nccl:+--with-nccl=$nccl} \
+        --with-cuda-arch="$ARCH" --without-blas ${nccl:+--with-nccl=$nccl} ${FG_CONFIGURE_EXTRA:-} \
         CHECK_CFLAGS="-I$K/check/include -pthread" \
         CHECK_LIBS="$K/check/lib/libcheck_pic.a $K/check/lib/libsubunit.a -pthread -lrt -lm" \
         >configure.log 2>&1; then
