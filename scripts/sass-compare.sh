@@ -1,0 +1,45 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# scripts/sass-compare.sh OLD NEW CONFIG_DIR [FILE.cu ...] - static SASS
+# comparison of two source trees without a GPU (doc/performance.md,
+# session 20): compiles each kernel file (default: the wgmma forward and
+# backward mode files) of both trees to an sm_90a cubin, two at a time, and
+# runs scripts/sass-loops.py --old on each pair: registers, stack bytes and
+# the main loop's instructions and spills, kernel by kernel.
+#
+#   OLD, NEW     source trees (e.g. a `git worktree add /tmp/old REV` and .)
+#   CONFIG_DIR   a configured build directory (its config.h)
+#   FG_ARCH      the nvcc -arch (default sm_90a; sm_90 or sm_80 for the
+#                TF32 and sm80 files)
+#   FG_MATCH     only kernels whose demangled name matches (sass-loops --match)
+#
+# Needs nvcc and cuobjdump on PATH (sass-loops.py says where to get the
+# latter). Output cubins and logs go to ${TMPDIR:-/tmp}/fg-sass.
+set -euo pipefail
+if [ $# -lt 3 ]; then
+    sed -n 3,17p "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+fi
+old=$(cd "$1" && pwd) new=$(cd "$2" && pwd) cfg=$(cd "$3" && pwd)
+shift 3
+arch=${FG_ARCH:-sm_90a}
+out=${TMPDIR:-/tmp}/fg-sass
+mkdir -p "$out/old" "$out/new"
+files=("$@")
+if [ ${#files[@]} -eq 0 ]; then
+    files=($(cd "$new" && ls kernels/attention/attn_bwd_wgmma_mode*.cu kernels/attention/attn_fwd_wgmma_mode*.cu))
+fi
+here=$(cd "$(dirname "$0")" && pwd)
+cc() { # TREE TAG FILE
+    (cd "$1" && nvcc -std=c++17 -O3 -Iinclude -I. -I"$cfg" -DHAVE_CONFIG_H -DFG_BUILDING_LIBRARY \
+        -cubin -arch="$arch" -Xptxas -v "$3" -o "$out/$2/$(basename "$3" .cu).cubin" \
+        >"$out/$2/$(basename "$3" .cu).log" 2>&1) || { echo "nvcc failed: $1/$3 (see $out/$2)"; return 1; }
+}
+for f in "${files[@]}"; do
+    cc "$old" old "$f" &
+    cc "$new" new "$f"
+    wait
+    b=$(basename "$f" .cu)
+    echo "== $f"
+    python3 "$here/sass-loops.py" --match "${FG_MATCH:-}" --old "$out/old/$b.cubin" "$out/new/$b.cubin"
+done
