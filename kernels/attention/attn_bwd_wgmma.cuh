@@ -818,9 +818,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
          * One store instead of four, with one address. */
         auto store_t4 = [&](uint32_t buf, int kk, const uint32_t (&r)[4]) {
             const int key = key_base + 16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1);
-            stmatrix_x4(buf + (uint32_t)key * 128 +
-                            ((uint32_t)((2 * kk + (lane >> 4)) ^ (key & 7)) << 4),
-                        r);
+            stmatrix_x4(buf + pswz(key, (2 * kk + (lane >> 4)) & 7, Bc), r); /* chunk < 8: one panel */
         };
         const uint32_t boff = (dslice / 64) * Br * 128; /* this WG's d panels */
         /* dV's and dK's B operands (dO_i, Q_i read MN-major, this WG's d
