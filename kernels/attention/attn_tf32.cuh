@@ -64,19 +64,34 @@ namespace fg {
 namespace tf32 {
 
 /* Async copy of rows s0 .. s0+rows-1 of head h into a [rows][D + 4] fp32
- * tile; rows >= valid and columns >= d are zero-filled. */
-template <int D>
+ * tile; rows >= valid and columns >= d are zero-filled. kPairs: thread
+ * idx copies chunk c of both rows 2p and 2p + 1 (rows even), the chunks
+ * round_rows_pairs then permutes: each thread must round only what its own
+ * cp.async wrote (cp.async.wait covers the calling thread's copies alone;
+ * the barrier comes after the rounding). */
+template <int D, bool kPairs = false>
 __device__ __forceinline__ void load_rows(uint32_t sbase, const Operand &t, int64_t b,
                                           int64_t s0, int64_t h, int rows, int valid, int d,
                                           int nthreads)
 {
     constexpr int C = D / 4; /* 16-byte chunks per row */
     const float *base = (const float *)t.ptr + b * t.sb + h * t.sh;
-    for (int idx = threadIdx.x; idx < rows * C; idx += nthreads) {
-        const int r = idx / C, c = idx - r * C;
+    auto one = [&](int r, int c) {
         const bool ok = r < valid && c * 4 < d;
         const float *src = ok ? base + (s0 + r) * t.ss + c * 4 : base;
         cp_async16(sbase + (uint32_t)(r * (D + 4) + c * 4) * 4, src, ok ? 16 : 0);
+    };
+    if constexpr (kPairs) {
+        for (int idx = threadIdx.x; idx < (rows / 2) * C; idx += nthreads) {
+            const int p = idx / C, c = idx - p * C;
+            one(2 * p, c);
+            one(2 * p + 1, c);
+        }
+    } else {
+        for (int idx = threadIdx.x; idx < rows * C; idx += nthreads) {
+            const int r = idx / C;
+            one(r, idx - r * C);
+        }
     }
 }
 
@@ -139,7 +154,9 @@ __device__ __forceinline__ void ldb_pairs(const float *tile, int k0, int n0, uin
  * 2p) and x = 4c + 2, 4c + 3 (row 2p + 1), the elements (2p, x), (2p + 1,
  * x), (2p, x + 1), (2p + 1, x + 1): element (k, n) is at row 2 (k / 2) +
  * (n % 4) / 2, float 4 (n / 4) + 2 (n % 2) + k % 2. A half-warp's eight
- * rows (rows padded to D + 4 floats) then fall in distinct bank quads. */
+ * rows (rows padded to D + 4 floats) then fall in distinct bank quads.
+ * The tile must come from load_rows<D, true> (the same pair mapping, so a
+ * thread permutes only chunks its own copies wrote). */
 template <int D>
 __device__ __forceinline__ void round_rows_pairs(float *tile, int rows, int nthreads)
 {

@@ -66,18 +66,22 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads) fwd_kernel(const AttnArg
 
     /* cp.async groups, in order: {Q, K_0}, {V_0}, then K_{j+1} and V_{j+1}
      * (empty past the last block), so "all but the newest group landed"
-     * is always the tile needed next. */
-    auto issue = [&](float *dst, const Operand &t, int jb) {
+     * is always the tile needed next. Without kSplit, V is copied by pairs
+     * of rows, the mapping round_rows_pairs permutes with. */
+    auto issue = [&](float *dst, const Operand &t, int jb, bool pairs) {
         if (jb < nblocks) {
             const int64_t js = walk.start(jb);
-            load_rows<D>(smem_u32(dst), t, b, js, hk, Bc, (int)min((int64_t)Bc, a.Nk - js), a.d,
-                         NTH);
+            const int valid = (int)min((int64_t)Bc, a.Nk - js);
+            if (pairs)
+                load_rows<D, true>(smem_u32(dst), t, b, js, hk, Bc, valid, a.d, NTH);
+            else
+                load_rows<D>(smem_u32(dst), t, b, js, hk, Bc, valid, a.d, NTH);
         }
         cp_async_commit();
     };
     load_rows<D>(sQ, a.q, b, i0, h, Br, rows, a.d, NTH);
-    issue(Ks, a.k, 0);
-    issue(Vs, a.v, 0);
+    issue(Ks, a.k, 0, false);
+    issue(Vs, a.v, 0, !kSplit);
 
     float o[MT][DT][4];
 #pragma unroll
@@ -133,7 +137,7 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads) fwd_kernel(const AttnArg
             }
         }
         __syncthreads(); /* every warp is done with K_j */
-        issue(Ks, a.k, jb + 1);
+        issue(Ks, a.k, jb + 1, false);
 
         /* Score modifiers, the mask, the online softmax (Alg1 L.10-11)
          * and dropout on the P that feeds O (attn_mma_tile.cuh). */
@@ -171,7 +175,7 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads) fwd_kernel(const AttnArg
             }
         }
         __syncthreads(); /* every warp is done with V_j */
-        issue(Vs, a.v, jb + 1);
+        issue(Vs, a.v, jb + 1, !kSplit);
     }
     cp_async_wait<0>(); /* nothing in flight at exit (Q when no block ran) */
 
