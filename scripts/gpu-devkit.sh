@@ -18,6 +18,11 @@
 #   DIR/data      tinyshakespeare.txt, where ../shared/data has it (the
 #                 trainer phases of scripts/gpu-phases.sh read it)
 #
+#   DIR/trees/C   with FG_KIT_COMMITS="C1 C2 ...": each commit's tree with
+#                 its generated Autotools files, for the modules and cells
+#                 phases of gpu-phases.sh (bisecting a speed change on the
+#                 GPU in one call); about 5 MB each
+#
 # DIR defaults to .devkit (keep it out of git: .git/info/exclude). On the
 # GPU machine, bash DIR/src/scripts/gpu-phases.sh build suites ... runs a
 # whole device call's work (its header lists the phases).
@@ -28,16 +33,22 @@ cd "$src"
 [ -x configure ] || autoreconf -fi
 rm -rf "$out"
 mkdir -p "$out/src" "$out/check/include" "$out/check/lib"
-# Tracked and new (untracked, not ignored) files, plus the generated build
-# files git ignores.
-{ git ls-files; git ls-files --others --exclude-standard; ls configure config.h.in aclocal.m4; find build-aux m4 -type f; } |
-    sort -u | while read -r f; do
-    [ -f "$f" ] || continue
-    mkdir -p "$out/src/$(dirname "$f")"
-    cp -p "$f" "$out/src/$f"
-done
-find . -name Makefile.in -not -path './.devkit/*' -not -path './b*/*' |
-    while read -r f; do cp -p "$f" "$out/src/$f"; done
+# pack_tree DEST [GIT_LS_FILES_OPTIONS]: the files git lists in the current
+# directory (tracked by default) plus the generated build files git ignores.
+pack_tree() {
+    local dest=$1
+    shift
+    { git ls-files "$@"; ls configure config.h.in aclocal.m4; find build-aux m4 -type f; } |
+        sort -u | while read -r f; do
+        [ -f "$f" ] || continue
+        mkdir -p "$dest/$(dirname "$f")"
+        cp -p "$f" "$dest/$f"
+    done
+    find . -name Makefile.in -not -path './.devkit/*' -not -path './b*/*' |
+        while read -r f; do cp -p "$f" "$dest/$f"; done
+}
+# Tracked and new (untracked, not ignored) files.
+pack_tree "$out/src" --cached --others --exclude-standard
 cp /usr/include/check.h /usr/include/check_stdint.h "$out/check/include/"
 for a in libcheck_pic.a libsubunit.a; do
     cp "$(gcc -print-file-name=$a)" "$out/check/lib/"
@@ -47,6 +58,13 @@ if [ -f "$corpus" ]; then
     mkdir -p "$out/data"
     cp "$corpus" "$out/data/"
 fi
+for c in ${FG_KIT_COMMITS:-}; do
+    wt=$(mktemp -d)
+    git worktree add --detach "$wt" "$c" >/dev/null
+    (cd "$wt" && autoreconf -fi >/dev/null 2>&1 && pack_tree "$out/trees/$c")
+    git worktree remove --force "$wt"
+    echo "trees/$c: $(git log -1 --format=%s "$c" | cut -c1-70)"
+done
 cat >"$out/build.sh" <<'EOF'
 #!/bin/bash
 # Configure and build flashgrad with CUDA and statically linked Check.

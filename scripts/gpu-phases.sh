@@ -16,6 +16,21 @@
 #                --enable-attn-tf32x3)
 #   buildref     the same for KIT/ref, a second tree to compare with (copy
 #                another kit's src there), in /tmp/fg-ref
+#   modules      the CUDA module alone of each KIT/trees/C (gpu-devkit.sh
+#                FG_KIT_COMMITS), in /tmp/fg-m/C, all at once: minutes,
+#                not a full build each
+#   cells        bench_attention of the build, one cell at a time, with
+#                its module swapped through FG_CUDA_BACKEND for ref's
+#                (if built) and each tree's, interleaved over two rounds:
+#                a speed change bisected in one call. FG_CELLS: cells
+#                separated by ';' (default "--d 128 --N 8192 --causal 0;
+#                --d 64 --N 8192 --causal 0"); $OUT/cells.txt
+#   ncu          Nsight Compute on one kernel of one cell (FG_NCU_CELL,
+#                default "--d 128 --N 8192 --causal 0"; FG_NCU_KERNEL, a
+#                regex, default attn_bwd_wgmma_kernel) with each module as
+#                in cells: $OUT/ncu-NAME.txt (speed of light, scheduler and
+#                warp-state sections) and $OUT/ncu-NAME-sass.csv (stall
+#                samples per SASS instruction); clocks untouched
 #   suites       every GPU suite at once (make -j check), one line each
 #   san:TOOL     compute-sanitizer TOOL over every suite (gpu-sanitize.sh)
 #   sweep        all four tools over every suite in one parallel run
@@ -62,20 +77,22 @@ if [ ! -f "$nccl/include/nccl.h" ]; then
 fi
 export LD_LIBRARY_PATH=${nccl:+$nccl/lib:}${LD_LIBRARY_PATH:-}
 
+# cfg SRC: configure SRC in the current directory
+cfg() {
+    # shellcheck disable=SC2086 # FG_CONFIGURE_EXTRA: words
+    LIBRARY_PATH="$K/check/lib" "$1/configure" --enable-silent-rules --enable-static-check \
+        --with-cuda --with-cuda-arch="$ARCH" --without-blas ${nccl:+--with-nccl=$nccl} \
+        ${FG_CONFIGURE_EXTRA:-} CHECK_CFLAGS="-I$K/check/include -pthread" \
+        CHECK_LIBS="$K/check/lib/libcheck_pic.a $K/check/lib/libsubunit.a -pthread -lrt -lm" \
+        >configure.log 2>&1 || { tail -n 30 configure.log; return 1; }
+}
 # bld SRC BUILDDIR JOBS (a subshell: its cd stays inside)
 bld() (
     src=$1 bd=$2 jobs=$3
     if [ -x "$bd/tools/train/flashgrad-train" ]; then echo "$bd: kept"; exit 0; fi
     mkdir -p "$bd" && cd "$bd" || exit 1
+    cfg "$src" || exit 1
     export LIBRARY_PATH="$K/check/lib"
-    if ! "$src/configure" --enable-silent-rules --enable-static-check --with-cuda \
-        --with-cuda-arch="$ARCH" --without-blas ${nccl:+--with-nccl=$nccl} ${FG_CONFIGURE_EXTRA:-} \
-        CHECK_CFLAGS="-I$K/check/include -pthread" \
-        CHECK_LIBS="$K/check/lib/libcheck_pic.a $K/check/lib/libsubunit.a -pthread -lrt -lm" \
-        >configure.log 2>&1; then
-        tail -n 30 configure.log
-        exit 1
-    fi
     if ! make -j"$jobs" >make.log 2>&1 || ! make -j"$jobs" check TESTS= >>make.log 2>&1; then
         grep -v '^  [A-Z]' make.log | head -n 40
         exit 1
@@ -88,6 +105,68 @@ bld() (
 )
 build() { log "build $K/src -> $B (arch $ARCH)"; bld "$K/src" "$B" "$(nproc)"; }
 buildref() { log "build $K/ref -> $R (arch $ARCH)"; bld "$K/ref" "$R" "$(nproc)"; }
+
+modules() {
+    log "CUDA modules of $K/trees/*"
+    local t n jobs
+    n=$(find "$K/trees" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | wc -l)
+    [ "$n" -gt 0 ] || { echo "no trees (gpu-devkit.sh FG_KIT_COMMITS)"; return 1; }
+    jobs=$(( ($(nproc) + n - 1) / n ))
+    for t in "$K"/trees/*/; do
+        t=$(basename "$t")
+        (mkdir -p "/tmp/fg-m/$t" && cd "/tmp/fg-m/$t" && cfg "$K/trees/$t" &&
+            make -j"$jobs" libflashgrad-cuda.la >make.log 2>&1
+         echo "$t: exit $?") &
+    done
+    wait
+}
+# modlist: the CUDA modules to compare (ref's, the trees', the build's) in
+# the array mods; modname MODULE: its tree's name
+modlist() {
+    local m
+    mods=()
+    [ -e "$R/.libs/libflashgrad-cuda.so" ] && mods+=("$R/.libs/libflashgrad-cuda.so")
+    for m in /tmp/fg-m/*/.libs/libflashgrad-cuda.so; do [ -e "$m" ] && mods+=("$m"); done
+    mods+=("$B/.libs/libflashgrad-cuda.so")
+}
+modname() { basename "$(dirname "$(dirname "$1")")"; }
+cells() {
+    local cell round m mods
+    log "cells: bench_attention of $B with each module"
+    modlist
+    : >"$OUT/cells.txt"
+    for round in 1 2; do
+        for m in "${mods[@]}"; do
+            IFS=';' read -ra cl <<<"${FG_CELLS:---d 128 --N 8192 --causal 0;--d 64 --N 8192 --causal 0}"
+            for cell in "${cl[@]}"; do
+                # shellcheck disable=SC2086 # a cell: words
+                echo "$round $(modname "$m") $cell: $(FG_CUDA_BACKEND=$m \
+                    "$B/bench/bench_attention" $cell 2>&1 | grep -Ev '^(#|flashgrad|dtype)' |
+                    awk '{printf "%s fwd %s bwd %s  ", $1, $9, $10}')" | tee -a "$OUT/cells.txt"
+            done
+        done
+    done
+}
+
+ncu_phase() {
+    local m n mods cell=${FG_NCU_CELL:---d 128 --N 8192 --causal 0}
+    log "ncu: ${FG_NCU_KERNEL:-attn_bwd_wgmma_kernel} of $cell with each module"
+    modlist
+    for m in "${mods[@]}"; do
+        n=$(modname "$m")
+        # shellcheck disable=SC2086 # a cell: words
+        FG_CUDA_BACKEND=$m timeout 240 ncu --clock-control none \
+            -k "regex:${FG_NCU_KERNEL:-attn_bwd_wgmma_kernel}" -s 2 -c 1 --set full \
+            --import-source no -o "$W/ncu-$n" -f "$B/bench/bench_attention" $cell --reps 3 \
+            >"$W/ncu-$n.log" 2>&1 || { echo "$n: ncu failed"; tail -n 5 "$W/ncu-$n.log"; continue; }
+        ncu -i "$W/ncu-$n.ncu-rep" --page details --section SpeedOfLight --section Occupancy \
+            --section SchedulerStats --section WarpStateStats --section InstructionStats \
+            >"$OUT/ncu-$n.txt" 2>&1
+        ncu -i "$W/ncu-$n.ncu-rep" --page source --print-source sass --csv \
+            >"$OUT/ncu-$n-sass.csv" 2>&1
+        echo "$n: $(grep -E 'Duration|Issue Slots Busy|No Eligible' "$OUT/ncu-$n.txt" | awk '{$1=$1; print}' | tr '\n' ';')"
+    done
+}
 
 suites() {
     log "GPU suites of $B"
@@ -245,13 +324,14 @@ rings() {
 
 for ph in "$@"; do # every phase known before any runs
     case $ph in
-    san:?* | build | buildref | suites | sweep | variants | det | detsan | bias | modes | torch | dpspeed | dpeq | rings) ;;
+    san:?* | build | buildref | modules | cells | ncu | suites | sweep | variants | det | detsan | bias | modes | torch | dpspeed | dpeq | rings) ;;
     *) echo "gpu-phases.sh: unknown phase '$ph'" >&2; exit 2 ;;
     esac
 done
 for ph in "$@"; do
     case $ph in
     san:*) san "${ph#san:}" ;;
+    ncu) ncu_phase ;;
     *) $ph ;;
     esac 2>&1 | tee -a "$OUT/log"
 done
