@@ -7,6 +7,7 @@
 #include <check.h>
 
 #include "attn_harness.h"
+#include "lib/core/dropout_map.h"
 
 /* Kept fraction over >= 10^6 elements within 5 sigma of T / 256, the
  * effective keep probability, which is within 1/512 of 1 - p. */
@@ -171,6 +172,37 @@ START_TEST(test_determinism_and_p0)
 }
 END_TEST
 
+/* The CUDA backward's four-bytes-at-a-time keep test and its gather
+ * (lib/core/dropout_map.h), against a byte-by-byte compare written here:
+ * every threshold 0..256, every byte value in every byte position (random
+ * neighbours), and random words. */
+START_TEST(test_keep_bytes)
+{
+    fgt_rng r = fgt_rng_for(7);
+    for (uint32_t t = 0; t <= 256; t++) {
+        for (int n = 0; n < 4096; n++) {
+            uint32_t w = (uint32_t)fgt_next(&r);
+            if (n < 1024) { /* byte value n % 256 at position n / 256 */
+                const int k = n >> 8;
+                w = (w & ~(0xffu << (8 * k))) | ((uint32_t)(n & 255) << (8 * k));
+            }
+            uint32_t want = 0, bits = 0;
+            for (int k = 0; k < 4; k++)
+                if (((w >> (8 * k)) & 0xffu) < t) {
+                    want |= 0x80u << (8 * k);
+                    bits |= 1u << (4 * (k & 1) + 2 * (k >> 1));
+                }
+            const uint32_t got = fg_dropout_keep_bytes(w, t);
+            ck_assert_msg(got == want, "t=%u w=%08x: %08x, want %08x", t, w, got, want);
+            ck_assert_uint_eq(fg_dropout_gather_bytes(got, 0), bits);
+            ck_assert_uint_eq(fg_dropout_gather_bytes(got, 1), bits << 1);
+            ck_assert_uint_eq(fg_dropout_keep4(w, t),
+                              (want >> 7 & 1) | (want >> 14 & 2) | (want >> 21 & 4) | (want >> 28 & 8));
+        }
+    }
+}
+END_TEST
+
 int main(void)
 {
     fgt_base_seed();
@@ -182,6 +214,7 @@ int main(void)
     tcase_add_loop_test(tc, test_mask_matches_reference, 0, 8);
     tcase_add_loop_test(tc, test_against_naive, 0, 5);
     tcase_add_test(tc, test_determinism_and_p0);
+    tcase_add_test(tc, test_keep_bytes);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }

@@ -520,32 +520,46 @@ __device__ __forceinline__ void fwd_dropout32(const AttnArgs &a, int64_t bh, int
  * same two calls, so each lane draws one call and they swap a word. Bit
  * 4 ih + 2 kh + e of the result: query ib + 8 ih + 2 t4 + e, key
  * jw + g + 8 kh. Every lane of the warp must call it. */
+template <bool kSwar = true>
 __device__ __forceinline__ uint32_t bwd_dropout_bits_of(const AttnArgs &a, uint32_t w0,
                                                         uint32_t w1, int g);
+template <bool kSwar = true>
 __device__ __forceinline__ uint32_t bwd_dropout_bits(const AttnArgs &a, int64_t bh, int64_t ib,
                                                      int64_t jw, int g, int t4)
 {
     const int odd = g & 1, hi = 2 * (int)((jw >> 4) & 1);
     const uint4 w = dropout_call(a, bh, ib + 2 * t4 + odd, jw + g);
-    return bwd_dropout_bits_of(a, dropout_word(w, hi), dropout_word(w, hi + 1), g);
+    return bwd_dropout_bits_of<kSwar>(a, dropout_word(w, hi), dropout_word(w, hi + 1), g);
 }
 /* The same from the two words its call gives the thread's warp: w0, w1 =
  * words hi, hi + 1 (hi = 2 for keys jw with jw % 32 == 16, else 0); the
- * wgmma backward shares each call between two warps (BwdDropX). */
+ * wgmma backward shares each call between two warps (BwdDropX). kSwar
+ * compares the bytes four at a time (fg_dropout_keep_bytes, a third of
+ * the instructions); the
+ * byte-by-byte form is kept for the d = 128 wgmma kernels, where the
+ * SWAR form's scheduling cost 22 more spill loads and stores a step
+ * (ptxas, sm_90a). Both give the same bits. */
+template <bool kSwar>
 __device__ __forceinline__ uint32_t bwd_dropout_bits_of(const AttnArgs &a, uint32_t w0,
                                                         uint32_t w1, int g)
 {
     const int odd = g & 1;
     const uint32_t mine = odd ? w1 : w0, theirs = odd ? w0 : w1;
     const uint32_t recv = __shfl_xor_sync(0xffffffffu, theirs, 4);
-    /* the word of the call of query parity e; byte ih + 2 kh */
-    const uint32_t k0 = fg_dropout_keep4(odd ? recv : mine, a.keep_threshold),
-                   k1 = fg_dropout_keep4(odd ? mine : recv, a.keep_threshold);
-    /* byte b = ih + 2 kh -> bit 4 ih + 2 kh = spread(b): 0->0, 1->4, 2->2, 3->6 */
-    auto spread = [](uint32_t k) {
-        return (k & 1u) | ((k >> 1) & 1u) << 4 | ((k >> 2) & 1u) << 2 | ((k >> 3) & 1u) << 6;
-    };
-    return spread(k0) | spread(k1) << 1;
+    /* the words of the calls of query parity 0 and 1; byte b = ih + 2 kh
+     * goes to bit 4 ih + 2 kh + parity */
+    const uint32_t x0 = odd ? recv : mine, x1 = odd ? mine : recv;
+    const uint32_t t = a.keep_threshold;
+    if constexpr (!kSwar) {
+        /* byte b -> bit spread(b): 0->0, 1->4, 2->2, 3->6 */
+        auto spread = [](uint32_t k) {
+            return (k & 1u) | ((k >> 1) & 1u) << 4 | ((k >> 2) & 1u) << 2 | ((k >> 3) & 1u) << 6;
+        };
+        return spread(fg_dropout_keep4(x0, t)) | spread(fg_dropout_keep4(x1, t)) << 1;
+    } else {
+        return fg_dropout_gather_bytes(fg_dropout_keep_bytes(x0, t), 0) |
+               fg_dropout_gather_bytes(fg_dropout_keep_bytes(x1, t), 1);
+    }
 }
 
 /* Number of Bc-key blocks query rows i0 .. i0+rows-1 visit (causal: up to

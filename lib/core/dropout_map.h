@@ -75,4 +75,28 @@ FG_HD uint32_t fg_dropout_keep4(uint32_t word, uint32_t threshold)
                       (((word >> 24) < threshold) << 3));
 }
 
+/* fg_dropout_keep4 four bytes at a time, without a compare per byte (the
+ * CUDA backward's form): bit 7 of byte k of the result is set <=> byte k
+ * of word < threshold, every other bit is clear. Per byte, (w | 0x80) -
+ * (t & 0x7f) cannot borrow into the next byte and has bit 7 set <=> the
+ * low 7 bits of w >= those of t; the bits 7 of w and t decide the rest.
+ * threshold = 256 is taken as t_hi = 1, t_lo = 128 (every byte kept). */
+FG_HD uint32_t fg_dropout_keep_bytes(uint32_t word, uint32_t threshold)
+{
+    const uint32_t lo = (threshold >= 256u ? 0x80u : threshold & 0x7fu) * 0x01010101u,
+                   hi = (threshold >= 128u ? 0x80u : 0u) * 0x01010101u;
+    const uint32_t r = (word | 0x80808080u) - lo;
+    return ((~word & hi) | (~(word ^ hi) & ~r)) & 0x80808080u;
+}
+/* The flags of fg_dropout_keep_bytes gathered by one multiply: byte b's
+ * to bit 4 (b % 2) + 2 (b / 2) + s (s = 0: bits 0, 4, 2, 6; s = 1: 1, 5,
+ * 3, 7), the layout of the CUDA backward's transposed tiles. The high
+ * word of flags * M holds them (M = 2^25 + 2^21 + 2^11 + 2^7, times 2^s);
+ * the other partial products land on distinct bits outside them, so
+ * nothing carries. */
+FG_HD uint32_t fg_dropout_gather_bytes(uint32_t flags, int s)
+{
+    const uint32_t m = ((1u << 25) | (1u << 21) | (1u << 11) | (1u << 7)) << s;
+    return (uint32_t)(((uint64_t)flags * m) >> 32) & (0x55u << s);
+}
 #endif /* FG_LIB_DROPOUT_MAP_H */
