@@ -781,10 +781,10 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                     keep |= bwd_dropout_bits<D != 128>(a, bh, i0 + 16 * qb, jw, g, t4) << (8 * qb);
             }
             /* lse2 of queries 2 t4, 2 t4 + 1 as one float2 (elements e, e + 1)
-             * saves 16 loads a step; with dropout the pairs cost registers
-             * (d = 128: 17 more spill loads and stores in the loop), so there
-             * one at a time */
-            if constexpr (!kDropout) {
+             * saves 16 loads a step; with dropout at d >= 128 the pairs cost
+             * registers (d = 128: 17 more spill loads and stores in the
+             * loop), so there one at a time */
+            if constexpr (!kDropout || D == 64) {
 #pragma unroll
                 for (int e = 0; e < Br / 2; e += 2) {
                     const float2 L =

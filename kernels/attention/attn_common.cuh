@@ -546,19 +546,20 @@ __device__ __forceinline__ uint32_t bwd_dropout_bits_of(const AttnArgs &a, uint3
     const int odd = g & 1;
     const uint32_t mine = odd ? w1 : w0, theirs = odd ? w0 : w1;
     const uint32_t recv = __shfl_xor_sync(0xffffffffu, theirs, 4);
-    /* the words of the calls of query parity 0 and 1; byte b = ih + 2 kh
-     * goes to bit 4 ih + 2 kh + parity */
-    const uint32_t x0 = odd ? recv : mine, x1 = odd ? mine : recv;
+    /* mine is the word of the call of query parity `odd`, recv that of
+     * the other parity; byte b = ih + 2 kh of parity e goes to bit
+     * 4 ih + 2 kh + e */
     const uint32_t t = a.keep_threshold;
     if constexpr (!kSwar) {
+        const uint32_t x0 = odd ? recv : mine, x1 = odd ? mine : recv;
         /* byte b -> bit spread(b): 0->0, 1->4, 2->2, 3->6 */
         auto spread = [](uint32_t k) {
             return (k & 1u) | ((k >> 1) & 1u) << 4 | ((k >> 2) & 1u) << 2 | ((k >> 3) & 1u) << 6;
         };
         return spread(fg_dropout_keep4(x0, t)) | spread(fg_dropout_keep4(x1, t)) << 1;
     } else {
-        return fg_dropout_gather_bytes(fg_dropout_keep_bytes(x0, t), 0) |
-               fg_dropout_gather_bytes(fg_dropout_keep_bytes(x1, t), 1);
+        return fg_dropout_gather_bytes(fg_dropout_keep_bytes(mine, t), odd) |
+               fg_dropout_gather_bytes(fg_dropout_keep_bytes(recv, t), odd ^ 1);
     }
 }
 
