@@ -772,13 +772,13 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                     for (int qb = 0; qb < QB; qb++) {
                         const uint2 ws = (qb < HALF) == (side == 0) ? own[qb % HALF]
                                                                      : other[qb % HALF];
-                        keep |= bwd_dropout_bits_of<D != 128>(a, ws.x, ws.y, g) << (8 * qb);
+                        keep |= bwd_dropout_bits_of(a, ws.x, ws.y, g) << (8 * qb);
                     }
                 }
             } else if (drop) { /* element e: bit e (bwd_dropout_bits per 16 queries) */
 #pragma unroll
                 for (int qb = 0; qb < Br / 16; qb++)
-                    keep |= bwd_dropout_bits<D != 128>(a, bh, i0 + 16 * qb, jw, g, t4) << (8 * qb);
+                    keep |= bwd_dropout_bits(a, bh, i0 + 16 * qb, jw, g, t4) << (8 * qb);
             }
             /* lse2 of queries 2 t4, 2 t4 + 1 as one float2 (elements e, e + 1)
              * saves 16 loads a step; with dropout at d >= 128 the pairs cost

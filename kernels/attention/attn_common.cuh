@@ -520,26 +520,21 @@ __device__ __forceinline__ void fwd_dropout32(const AttnArgs &a, int64_t bh, int
  * same two calls, so each lane draws one call and they swap a word. Bit
  * 4 ih + 2 kh + e of the result: query ib + 8 ih + 2 t4 + e, key
  * jw + g + 8 kh. Every lane of the warp must call it. */
-template <bool kSwar = true>
 __device__ __forceinline__ uint32_t bwd_dropout_bits_of(const AttnArgs &a, uint32_t w0,
                                                         uint32_t w1, int g);
-template <bool kSwar = true>
 __device__ __forceinline__ uint32_t bwd_dropout_bits(const AttnArgs &a, int64_t bh, int64_t ib,
                                                      int64_t jw, int g, int t4)
 {
     const int odd = g & 1, hi = 2 * (int)((jw >> 4) & 1);
     const uint4 w = dropout_call(a, bh, ib + 2 * t4 + odd, jw + g);
-    return bwd_dropout_bits_of<kSwar>(a, dropout_word(w, hi), dropout_word(w, hi + 1), g);
+    return bwd_dropout_bits_of(a, dropout_word(w, hi), dropout_word(w, hi + 1), g);
 }
 /* The same from the two words its call gives the thread's warp: w0, w1 =
  * words hi, hi + 1 (hi = 2 for keys jw with jw % 32 == 16, else 0); the
- * wgmma backward shares each call between two warps (BwdDropX). kSwar
- * compares the bytes four at a time (fg_dropout_keep_bytes, a third of
- * the instructions); the
- * byte-by-byte form is kept for the d = 128 wgmma kernels, where the
- * SWAR form's scheduling cost 22 more spill loads and stores a step
- * (ptxas, sm_90a). Both give the same bits. */
-template <bool kSwar>
+ * wgmma backward shares each call between two warps (BwdDropX). The
+ * bytes are compared four at a time and gathered by a multiply
+ * (fg_dropout_keep_bytes, fg_dropout_gather_bytes: a third of the
+ * instructions of a compare and a shift per byte). */
 __device__ __forceinline__ uint32_t bwd_dropout_bits_of(const AttnArgs &a, uint32_t w0,
                                                         uint32_t w1, int g)
 {
@@ -550,17 +545,8 @@ __device__ __forceinline__ uint32_t bwd_dropout_bits_of(const AttnArgs &a, uint3
      * the other parity; byte b = ih + 2 kh of parity e goes to bit
      * 4 ih + 2 kh + e */
     const uint32_t t = a.keep_threshold;
-    if constexpr (!kSwar) {
-        const uint32_t x0 = odd ? recv : mine, x1 = odd ? mine : recv;
-        /* byte b -> bit spread(b): 0->0, 1->4, 2->2, 3->6 */
-        auto spread = [](uint32_t k) {
-            return (k & 1u) | ((k >> 1) & 1u) << 4 | ((k >> 2) & 1u) << 2 | ((k >> 3) & 1u) << 6;
-        };
-        return spread(fg_dropout_keep4(x0, t)) | spread(fg_dropout_keep4(x1, t)) << 1;
-    } else {
-        return fg_dropout_gather_bytes(fg_dropout_keep_bytes(mine, t), odd) |
-               fg_dropout_gather_bytes(fg_dropout_keep_bytes(recv, t), odd ^ 1);
-    }
+    return fg_dropout_gather_bytes(fg_dropout_keep_bytes(mine, t), odd) |
+           fg_dropout_gather_bytes(fg_dropout_keep_bytes(recv, t), odd ^ 1);
 }
 
 /* Number of Bc-key blocks query rows i0 .. i0+rows-1 visit (causal: up to
