@@ -131,13 +131,13 @@ modlist() {
 }
 modname() { basename "$(dirname "$(dirname "$1")")"; }
 cells() {
-    local cell round m mods
+    local cell round m mods cl
     log "cells: bench_attention of $B with each module"
     modlist
+    IFS=';' read -ra cl <<<"${FG_CELLS:---d 128 --N 8192 --causal 0;--d 64 --N 8192 --causal 0}"
     : >"$OUT/cells.txt"
     for round in 1 2; do
         for m in "${mods[@]}"; do
-            IFS=';' read -ra cl <<<"${FG_CELLS:---d 128 --N 8192 --causal 0;--d 64 --N 8192 --causal 0}"
             for cell in "${cl[@]}"; do
                 # shellcheck disable=SC2086 # a cell: words
                 echo "$round $(modname "$m") $cell: $(FG_CUDA_BACKEND=$m \
