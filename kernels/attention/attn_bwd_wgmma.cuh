@@ -216,6 +216,14 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             return; /* past this sequence: the grid fits the longest */
     }
     using Tile = BwdWgTile<D>;
+    /* Two forms of 8aa980e measured on an H200 (session 22), kept where
+     * each is faster: the warpgroup index by a shuffle from lane 0
+     * (CUTLASS's canonical_warp_group_idx: the compiler knows it is
+     * warp-uniform) and the wgmma descriptors built once per tile
+     * (WgDescAt) gain with dropout (d = 64 +7%); without dropout the plain
+     * index gains 3-6% and descriptors once per tile lose at d = 128. */
+    constexpr bool kWgShfl = kDropout, kDescOnce = kDropout || D == 64;
+    using Desc = WgDescAt<kDescOnce>;
     constexpr bool kSpec = BwdSpec<D, kDropout>::value;
     constexpr bool kEarlyDQ = BwdSpec<D, kDropout>::kEarlyDQ;
     const bool drop = kDropout && (!BwdDropRT<D, kMode>::value || args.dropout);
@@ -242,10 +250,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     float *xch = (float *)((unsigned char *)(D_s + 2 * Br) + 128);
     uint32_t *keep_x = (uint32_t *)(xch + (Br / 2) * 128);
 
-    /* wg through a shuffle from lane 0 (CUTLASS's canonical_warp_group_idx):
-     * then the compiler knows it is warp-uniform and keeps the wgmma
-     * descriptors built from it in uniform registers. */
-    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 7, 0);
+    const int wg = kWgShfl ? __shfl_sync(0xffffffffu, (int)threadIdx.x >> 7, 0)
+                           : (int)threadIdx.x >> 7;
     const int warp = (threadIdx.x >> 5) & 3;
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int key_base = Tile::kSplitD ? 0 : 64 * wg; /* this WG's keys */
@@ -446,13 +452,12 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         /* column wg*DQ: panel (wg*DQ)/64, and for DQ = 32 half a 128-byte
          * row into it (the swizzle is address-based) */
         const uint32_t col = (uint32_t)(wg * DQ);
-        const uint64_t da0 = wg_desc(step_sdS(s), Bc * 128, 1024),
-                       db0 = wg_desc(sK + (col / 64) * Bc * 128 + (col % 64) * 2, Bc * 128, 1024);
+        const Desc da0(step_sdS(s), Bc * 128, 1024),
+            db0(sK + (col / 64) * Bc * 128 + (col % 64) * 2, Bc * 128, 1024);
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < Bc / 16; kk++)
-            WgmmaOp<T, DQ>::template ss<1, 1>(q, wg_desc_add(da0, kk * 16 * 128),
-                                              wg_desc_add(db0, kk * 16 * 128), kk > 0);
+            WgmmaOp<T, DQ>::template ss<1, 1>(q, da0(kk * 16 * 128), db0(kk * 16 * 128), kk > 0);
         wg_commit();
     };
     /* Warp w of warpgroup g stages its 16 x DQ piece of step s's dQ_i as
@@ -823,8 +828,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         const uint32_t boff = (dslice / 64) * Br * 128; /* this WG's d panels */
         /* dV's and dK's B operands (dO_i, Q_i read MN-major, this WG's d
          * panels); k step kk is 16 rows on, 2048 bytes */
-        const uint64_t dOp = wg_desc(sdO + boff, Br * 128, 1024),
-                       dQp = wg_desc(sQ + boff, Br * 128, 1024);
+        const Desc dOp(sdO + boff, Br * 128, 1024), dQp(sQ + boff, Br * 128, 1024);
         uint32_t pf[Br / 16][4], sf[Br / 16][4];        /* A fragments for dV, dK */
         /* The dV/dK wgmma read pf/sf asynchronously: keep them live (in
          * their registers) until it has completed. */
@@ -845,14 +849,13 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
              * WG 1 reads what thread t of WG 0 wrote (same fragment slots).
              * dV and dK then read P^T Z and dS^T from shared memory. */
             float acc[Br / 2];
-            const uint64_t dA = wg_desc(wg == 0 ? sK : sV, 16, 1024),
-                           dB = wg_desc(wg == 0 ? sQ : sdO, 16, 1024);
+            const Desc dA(wg == 0 ? sK : sV, 16, 1024), dB(wg == 0 ? sQ : sdO, 16, 1024);
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++)
                 WgmmaOp<T, Br>::template ss<0, 0>(
-                    acc, wg_desc_add(dA, (kk >> 2) * Bc * 128 + (kk & 3) * 32),
-                    wg_desc_add(dB, (kk >> 2) * Br * 128 + (kk & 3) * 32), kk > 0);
+                    acc, dA((kk >> 2) * Bc * 128 + (kk & 3) * 32),
+                    dB((kk >> 2) * Br * 128 + (kk & 3) * 32), kk > 0);
             wg_commit();
             /* Each warp's dQ reduce of the last step read its staging run
              * out of the buffer the next prefetch overwrites. */
@@ -913,16 +916,14 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             __syncthreads();
             /* dV += (P^T Z) dO_i (L.17), dK += dS^T Q_i (L.23), this WG's
              * half of d: A K-major from shared memory, B read MN-major. */
-            const uint64_t dP0 = wg_desc(sP, 16, 1024), dS0 = wg_desc(sdS, 16, 1024);
+            const Desc dP0(sP, 16, 1024), dS0(sdS, 16, 1024);
             wg_fence();
             wg_fence_regs(dv);
             wg_fence_regs(dk);
 #pragma unroll
             for (int kk = 0; kk < Br / 16; kk++) {
-                WgmmaOp<T, DH>::template ss<0, 1>(dv, wg_desc_add(dP0, kk * 32),
-                                                  wg_desc_add(dOp, kk * 2048), 1);
-                WgmmaOp<T, DH>::template ss<0, 1>(dk, wg_desc_add(dS0, kk * 32),
-                                                  wg_desc_add(dQp, kk * 2048), 1);
+                WgmmaOp<T, DH>::template ss<0, 1>(dv, dP0(kk * 32), dOp(kk * 2048), 1);
+                WgmmaOp<T, DH>::template ss<0, 1>(dk, dS0(kk * 32), dQp(kk * 2048), 1);
             }
             wg_commit();
         } else {
@@ -940,21 +941,20 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 named_sync(1 + wg, 256);
             /* K-major tiles in 64-wide panels: k step kk is panel kk / 4,
              * 32 bytes a step into its 128-byte rows */
-            const uint64_t dK = wg_desc(sK + key_base * 128, 16, 1024),
-                           dV = wg_desc(sV + key_base * 128, 16, 1024),
-                           dQ = wg_desc(sQ, 16, 1024), dO = wg_desc(sdO, 16, 1024);
+            const Desc dK(sK + key_base * 128, 16, 1024), dV(sV + key_base * 128, 16, 1024),
+                dQ(sQ, 16, 1024), dO(sdO, 16, 1024);
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++)
                 WgmmaOp<T, Br>::template ss<0, 0>(
-                    s, wg_desc_add(dK, (kk >> 2) * Bc * 128 + (kk & 3) * 32),
-                    wg_desc_add(dQ, (kk >> 2) * Br * 128 + (kk & 3) * 32), kk > 0);
+                    s, dK((kk >> 2) * Bc * 128 + (kk & 3) * 32),
+                    dQ((kk >> 2) * Br * 128 + (kk & 3) * 32), kk > 0);
             wg_commit();
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++)
                 WgmmaOp<T, Br>::template ss<0, 0>(
-                    dp, wg_desc_add(dV, (kk >> 2) * Bc * 128 + (kk & 3) * 32),
-                    wg_desc_add(dO, (kk >> 2) * Br * 128 + (kk & 3) * 32), kk > 0);
+                    dp, dV((kk >> 2) * Bc * 128 + (kk & 3) * 32),
+                    dO((kk >> 2) * Br * 128 + (kk & 3) * 32), kk > 0);
             wg_commit();
             if constexpr (kEarlyDQ && kPrev) {
                 wait_ds(st - 1);
@@ -984,7 +984,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             wg_fence_regs(dv);
 #pragma unroll
             for (int kk = 0; kk < Br / 16; kk++)
-                WgmmaOp<T, DH>::template rs<1>(dv, pf[kk], wg_desc_add(dOp, kk * 2048), 1);
+                WgmmaOp<T, DH>::template rs<1>(dv, pf[kk], dOp(kk * 2048), 1);
             wg_commit();
             if constexpr (kEarlyDQ && kPrev) /* dP^T (dQ's and dV's products may still run) */
                 wg_wait<2>();
@@ -1047,7 +1047,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             wg_fence_regs(dk);
 #pragma unroll
             for (int kk = 0; kk < Br / 16; kk++)
-                WgmmaOp<T, DH>::template rs<1>(dk, sf[kk], wg_desc_add(dQp, kk * 2048), 1);
+                WgmmaOp<T, DH>::template rs<1>(dk, sf[kk], dQp(kk * 2048), 1);
             wg_commit();
 
             if constexpr (kSpec) {
