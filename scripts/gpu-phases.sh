@@ -46,6 +46,10 @@
 #   bias         compare_variants.py --bias-only: the default (the bias
 #                by TMA where it applies), then the per-element path
 #                (FG_ATTN_BIAS_TMA=0), twice, interleaved
+#   train        issue 22 side by side: flashgrad-train, the PyTorch twin
+#                (bench/train_gpt_torch.py --both: eager, torch.compile),
+#                flashgrad-train again; the baby GPT, then a GPT-2-small
+#                shape (batch FG_G2_BATCH, default 16); $OUT/train.txt
 #   dpspeed      flashgrad-train data parallel over --rendezvous, 1, 2, 4
 #                and 8 GPUs as there are: the baby GPT and a GPT-2-small
 #                shape, tokens/s (doc/distributed.md); FG_DP_ARGS adds
@@ -303,6 +307,42 @@ print(f"  {len(d)} logged losses, largest difference {max(d):.3g}, bitwise {all(
 PY
     done
 }
+# twin NAME ARGS...: bench/train_gpt_torch.py --bench-only --both (eager
+# and torch.compile) with ARGS; its summary lines into $OUT/train.txt
+twin() {
+    local name=$1
+    shift
+    (cd "$K/src" && timeout 540 python3 bench/train_gpt_torch.py --data "$D" --bench-only --both \
+        "$@" >"$W/$name.log" 2>&1) || echo "$name: FAILED: $(tail -n 1 "$W/$name.log")" |
+        tee -a "$OUT/train.txt"
+    grep -E '^torch .*ms/step|compile / eager' "$W/$name.log" | sed "s/^/$name: /" |
+        tee -a "$OUT/train.txt"
+}
+# fgt NAME ARGS...: flashgrad-train, its last progress line into train.txt
+fgt() {
+    local name=$1
+    shift
+    local line
+    dp 1 "$name" "$@" >/dev/null
+    line=$(grep '^step' "$W/$name.log" | tail -n 1)
+    [ -n "$line" ] || line="FAILED: $(tail -n 1 "$W/$name.log")"
+    echo "$name: $line" | tee -a "$OUT/train.txt"
+}
+train() {
+    log "training speed (issue 22): flashgrad-train, the PyTorch twin, flashgrad-train again"
+    local g2b=${FG_G2_BATCH:-16}
+    : >"$OUT/train.txt"
+    # shellcheck disable=SC2086
+    fgt fg-baby-1 $BABY --dropout 0.2 --batch 64 --steps 300 --print-interval 50
+    twin torch-baby --layers 6 --heads 6 --width 384 --ctx 256 --batch 64 --dropout 0.2
+    # shellcheck disable=SC2086
+    fgt fg-baby-2 $BABY --dropout 0.2 --batch 64 --steps 300 --print-interval 50
+    # shellcheck disable=SC2086
+    fgt fg-g2s-1 $G2 --dropout 0.1 --batch "$g2b" --steps 60 --print-interval 20
+    twin torch-g2s --layers 12 --heads 12 --width 768 --ctx 1024 --batch "$g2b" --dropout 0.1
+    # shellcheck disable=SC2086
+    fgt fg-g2s-2 $G2 --dropout 0.1 --batch "$g2b" --steps 60 --print-interval 20
+}
 ring() { # RANKS ARGS...
     local n=$1 r
     shift
@@ -324,7 +364,7 @@ rings() {
 
 for ph in "$@"; do # every phase known before any runs
     case $ph in
-    san:?* | build | buildref | modules | cells | ncu | suites | sweep | variants | det | detsan | bias | modes | torch | dpspeed | dpeq | rings) ;;
+    san:?* | build | buildref | modules | cells | ncu | suites | sweep | variants | det | detsan | bias | modes | torch | train | dpspeed | dpeq | rings) ;;
     *) echo "gpu-phases.sh: unknown phase '$ph'" >&2; exit 2 ;;
     esac
 done
