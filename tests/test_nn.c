@@ -639,6 +639,38 @@ START_TEST(test_profile_regions)
         sum += p.ms[f];
     }
     ck_assert(sum <= p.wall_ms * 1.001 + 1e-3);
+    /* By operation: every outermost call under one name, largest time
+     * first, summing to the families' figures. */
+    fg_profile_op ops[128];
+    const int n_ops = fg_profile_ops(ops, 128);
+    ck_assert_int_gt(n_ops, 5);
+    ck_assert_int_le(n_ops, 128);
+    ck_assert_int_eq(fg_profile_ops(NULL, 0), n_ops);
+    double ms[FG_PROF_NFAMILIES] = {0};
+    int64_t calls[FG_PROF_NFAMILIES] = {0};
+    int xent_fwd = 0, xent_bwd = 0;
+    for (int i = 0; i < n_ops; i++) {
+        ck_assert_ptr_nonnull(ops[i].name);
+        ck_assert(ops[i].family >= 0 && ops[i].family < FG_PROF_NFAMILIES);
+        ck_assert(ops[i].calls > 0 && ops[i].ms >= 0);
+        if (i > 0)
+            ck_assert(ops[i - 1].ms >= ops[i].ms);
+        for (int j = 0; j < i; j++) /* one entry per (family, name) */
+            ck_assert(ops[j].family != ops[i].family ||
+                      strcmp(ops[j].name, ops[i].name) != 0);
+        ms[ops[i].family] += ops[i].ms;
+        calls[ops[i].family] += ops[i].calls;
+        if (!strcmp(ops[i].name, "fg_cross_entropy"))
+            xent_fwd = (int)ops[i].calls * (ops[i].family == FG_PROF_XENT);
+        if (!strcmp(ops[i].name, "CrossEntropyBackward"))
+            xent_bwd = (int)ops[i].calls * (ops[i].family == FG_PROF_XENT);
+    }
+    for (int f = 0; f < FG_PROF_NFAMILIES; f++) {
+        ck_assert_int_eq(calls[f], p.calls[f]);
+        ck_assert(fabs(ms[f] - p.ms[f]) <= 1e-9 * (1 + p.ms[f]));
+    }
+    ck_assert_int_eq(xent_fwd, 1);
+    ck_assert_int_eq(xent_bwd, 1);
     ck_assert_str_eq(fg_profile_family_name(FG_PROF_GEMM), "GEMM");
     ck_assert_str_eq(fg_profile_family_name(99), "?");
     fg_tensor_free(loss);

@@ -15,6 +15,12 @@
  * the families leave of the region's wall time is launches, host work the
  * GPU waits for, and unwrapped work (fg_profile.wall_ms minus the sum).
  *
+ * fg_profile_ops() then splits the families by operation: the public
+ * op's name for a forward ("fg_dropout_add", "fg_embedding"; elementwise
+ * kernels by their operation, "add", "mul", ...; "fg_grad_accumulate"
+ * for the sums of gradients), the graph node's for a backward
+ * ("DropoutAddBackward", ...): which of the "other kernels" to fuse next.
+ *
  * Off (the default), each op pays one test of a flag; timing never
  * changes a result. One region at a time, on the thread that runs the
  * ops. */
@@ -46,6 +52,16 @@ typedef struct fg_profile {
     fg_device device;             /* how it was timed */
 } fg_profile;
 
+/* One operation of a region: fg_profile's figures split by name. */
+typedef struct fg_profile_op {
+    const char *name; /* the library's static string (or a custom op
+                       * definition's name) */
+    int family;       /* its fg_prof_family; -1 for "(other operations)",
+                       * where a region's names past the 127th go */
+    double ms;        /* its outermost calls' time */
+    int64_t calls;
+} fg_profile_op;
+
 /* Starts a region timing work on `dev` (CUDA: waits for the stream
  * first). FG_ERR_STATE if one is running; FG_ERR_UNSUPPORTED for CUDA in
  * a build without it. */
@@ -54,6 +70,11 @@ FG_API fg_status fg_profile_begin(fg_device dev);
 FG_API fg_status fg_profile_end(fg_profile *out);
 /* "GEMM", "attention", ... ("?" out of range). */
 FG_API const char *fg_profile_family_name(int family);
+/* The operations of the last region fg_profile_end ended without error,
+ * largest time first: the first `max` into `out` (NULL when max <= 0);
+ * returns how many there are (0 before any region). Their ms and calls
+ * sum to fg_profile's per family. */
+FG_API int fg_profile_ops(fg_profile_op *out, int max);
 
 FG_END_DECLS
 

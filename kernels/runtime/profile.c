@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* kernels/runtime/profile.c - the profiler's regions and scopes
  * (flashgrad/profile.h). CPU: each outermost scope adds its wall-clock
- * time to its family. CUDA: each records an event before and after; the
- * pairs are read when the region ends, so no scope waits for the GPU. */
+ * time to its family and its operation. CUDA: each records an event
+ * before and after; the pairs are read when the region ends, so no scope
+ * waits for the GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,20 +17,32 @@ int fg_prof_active;
 
 typedef struct pair {
     int family;
+    int op;        /* index into the region's operations */
     int ev;        /* CUDA: events ev and ev + 1 */
 } pair;
+
+/* Distinct operations a region tells apart; later ones share the last
+ * entry, "(other operations)" of family -1. */
+#define PROF_MAX_OPS 128
 
 static struct {
     fg_device dev;
     int depth;     /* open scopes; only the outermost is timed */
     int family;    /* the outermost's */
+    int op;        /* its operation */
     double t0;     /* CPU: its start */
     pair *pairs;   /* CUDA: closed scopes */
     int n, cap;
     fg_status err; /* the first failure, reported by fg_profile_end */
     fg_profile acc;
+    fg_profile_op ops[PROF_MAX_OPS];
+    int n_ops;
     double wall0;
 } g;
+
+/* The last region that ended well, by operation, largest time first. */
+static fg_profile_op last_ops[PROF_MAX_OPS];
+static int n_last_ops;
 
 static double now_ms(void)
 {
@@ -73,11 +86,31 @@ fg_status fg_profile_begin(fg_device dev)
     return FG_OK;
 }
 
-int fg_prof_enter_slow(int family)
+/* The region's entry of (family, name): names compare by address first
+ * (the same literal or op definition each time), then by content. */
+static int op_index(int family, const char *name)
+{
+    if (!name)
+        name = fg_profile_family_name(family);
+    for (int i = 0; i < g.n_ops; i++)
+        if (g.ops[i].family == family &&
+            (g.ops[i].name == name || !strcmp(g.ops[i].name, name)))
+            return i;
+    if (g.n_ops == PROF_MAX_OPS) /* full: the last entry takes the rest */
+        return PROF_MAX_OPS - 1;
+    fg_profile_op *o = &g.ops[g.n_ops];
+    const int last = g.n_ops == PROF_MAX_OPS - 1;
+    o->name = last ? "(other operations)" : name;
+    o->family = last ? -1 : family;
+    return g.n_ops++;
+}
+
+int fg_prof_enter_slow(int family, const char *name)
 {
     if (g.depth++ > 0)
         return -2; /* nested: the outer scope's time */
-    g.family = family;
+    g.family = family >= 0 && family < FG_PROF_NFAMILIES ? family : FG_PROF_OTHER;
+    g.op = op_index(g.family, name);
     if (g.dev == FG_DEVICE_CPU) {
         g.t0 = now_ms();
         return 0;
@@ -105,9 +138,13 @@ void fg_prof_leave_slow(int token)
         g.depth--;
     if (token == -2 || g.depth > 0 || !fg_prof_active)
         return;
+    fg_profile_op *o = &g.ops[g.op];
     g.acc.calls[g.family]++;
+    o->calls++;
     if (g.dev == FG_DEVICE_CPU) {
-        g.acc.ms[g.family] += now_ms() - g.t0;
+        const double ms = now_ms() - g.t0;
+        g.acc.ms[g.family] += ms;
+        o->ms += ms;
         return;
     }
     if (g.err != FG_OK || g.n == g.cap)
@@ -118,8 +155,20 @@ void fg_prof_leave_slow(int token)
         return;
     }
     g.pairs[g.n].family = g.family;
+    g.pairs[g.n].op = g.op;
     g.pairs[g.n].ev = 2 * g.n;
     g.n++;
+}
+
+/* Largest time first; ties by calls, then name (a stable report). */
+static int by_time(const void *pa, const void *pb)
+{
+    const fg_profile_op *a = pa, *b = pb;
+    if (a->ms != b->ms)
+        return a->ms < b->ms ? 1 : -1;
+    if (a->calls != b->calls)
+        return a->calls < b->calls ? 1 : -1;
+    return strcmp(a->name, b->name);
 }
 
 fg_status fg_profile_end(fg_profile *out)
@@ -138,13 +187,25 @@ fg_status fg_profile_end(fg_profile *out)
             float ms = 0;
             s = fg_prof_cuda_elapsed(g.pairs[i].ev, g.pairs[i].ev + 1, &ms);
             g.acc.ms[g.pairs[i].family] += ms;
+            g.ops[g.pairs[i].op].ms += ms;
         }
         fg_prof_cuda_release();
     }
     g.acc.wall_ms = now_ms() - g.wall0;
     free(g.pairs);
     g.pairs = NULL;
-    if (s == FG_OK)
+    if (s == FG_OK) {
         *out = g.acc;
+        memcpy(last_ops, g.ops, (size_t)g.n_ops * sizeof *g.ops);
+        n_last_ops = g.n_ops;
+        qsort(last_ops, (size_t)n_last_ops, sizeof *last_ops, by_time);
+    }
     return s;
+}
+
+int fg_profile_ops(fg_profile_op *out, int max)
+{
+    for (int i = 0; out && i < max && i < n_last_ops; i++)
+        out[i] = last_ops[i];
+    return n_last_ops;
 }

@@ -15,12 +15,14 @@ extern "C" {
  * is off. */
 extern int fg_prof_active;
 
-/* Opens a scope of `family`; the token goes to fg_prof_leave. */
-int fg_prof_enter_slow(int family);
+/* Opens a scope of `family` for the operation `name` (a string that
+ * outlives the region: a literal, __func__ or an op's static name; NULL:
+ * the family's name); the token goes to fg_prof_leave. */
+int fg_prof_enter_slow(int family, const char *name);
 void fg_prof_leave_slow(int token);
-static inline int fg_prof_enter(int family)
+static inline int fg_prof_enter(int family, const char *name)
 {
-    return fg_prof_active ? fg_prof_enter_slow(family) : -1;
+    return fg_prof_active ? fg_prof_enter_slow(family, name) : -1;
 }
 static inline void fg_prof_leave(int token)
 {
@@ -28,10 +30,12 @@ static inline void fg_prof_leave(int token)
         fg_prof_leave_slow(token);
 }
 
-/* `return call;` timed as `family` (call yields an fg_status). */
-#define FG_PROF_RETURN(family, call)                                        \
+/* `return call;` timed as `family` under the enclosing function's name
+ * (call yields an fg_status); FG_PROF_RETURN_AS names it. */
+#define FG_PROF_RETURN(family, call) FG_PROF_RETURN_AS(family, __func__, call)
+#define FG_PROF_RETURN_AS(family, name, call)                               \
     do {                                                                    \
-        const int fg_prof_t_ = fg_prof_enter(family);                       \
+        const int fg_prof_t_ = fg_prof_enter(family, name);                 \
         const fg_status fg_prof_s_ = (call);                                \
         fg_prof_leave(fg_prof_t_);                                          \
         return fg_prof_s_;                                                  \

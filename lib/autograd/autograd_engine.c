@@ -533,7 +533,8 @@ static fg_status run_node(engine *e, fg_node *n)
         s = fg_arena_push(n->obj.arena);
         if (s == FG_OK) {
             const int prof = fg_prof_active
-                                 ? fg_prof_enter_slow(op_family(n->op))
+                                 ? fg_prof_enter_slow(op_family(n->op),
+                                                      n->op->name)
                                  : -1;
             s = n_acc ? n->op->backward_acc(n, g, gin, acc)
                       : n->op->backward(n, g, gin);

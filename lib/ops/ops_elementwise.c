@@ -193,10 +193,22 @@ static fg_status fg_ew_binary_raw_impl(fg_ew_binary op, const fg_tensor *a,
     }
 }
 
+/* The profiler's names of the elementwise kernels (fg_profile_ops). */
+static const char *const binary_names[FG_EW_COUNT_BINARY] = {
+    [FG_EW_ADD] = "add", [FG_EW_SUB] = "sub", [FG_EW_MUL] = "mul",
+    [FG_EW_DIV] = "div", [FG_EW_TANH_GRAD] = "tanh_grad",
+    [FG_EW_RELU_GRAD] = "relu_grad", [FG_EW_GELU_GRAD] = "gelu_grad"};
+static const char *const unary_names[FG_EW_COUNT_UNARY] = {
+    [FG_EW_EXP] = "exp", [FG_EW_LOG] = "log", [FG_EW_TANH] = "tanh",
+    [FG_EW_RELU] = "relu", [FG_EW_GELU] = "gelu", [FG_EW_SCALE] = "scale",
+    [FG_EW_ADD_SCALAR] = "add_scalar"};
+
 fg_status fg_ew_binary_raw(fg_ew_binary op, const fg_tensor *a,
                            const fg_tensor *b, fg_arena *dom, fg_tensor **out)
 {
-    FG_PROF_RETURN(FG_PROF_OTHER, fg_ew_binary_raw_impl(op, a, b, dom, out));
+    FG_PROF_RETURN_AS(FG_PROF_OTHER,
+                      (unsigned)op < FG_EW_COUNT_BINARY ? binary_names[op] : NULL,
+                      fg_ew_binary_raw_impl(op, a, b, dom, out));
 }
 
 static fg_status ew_unary_cpu(fg_ew_unary op, const fg_tensor *x, double k,
@@ -247,7 +259,9 @@ static fg_status fg_ew_unary_raw_impl(fg_ew_unary op, const fg_tensor *x,
 fg_status fg_ew_unary_raw(fg_ew_unary op, const fg_tensor *x, double k,
                           fg_arena *dom, fg_tensor **out)
 {
-    FG_PROF_RETURN(FG_PROF_OTHER, fg_ew_unary_raw_impl(op, x, k, dom, out));
+    FG_PROF_RETURN_AS(FG_PROF_OTHER,
+                      (unsigned)op < FG_EW_COUNT_UNARY ? unary_names[op] : NULL,
+                      fg_ew_unary_raw_impl(op, x, k, dom, out));
 }
 
 /* fg_copy_strided dispatches on the device itself. */
@@ -269,7 +283,8 @@ static fg_status fg_copy_raw_impl(const fg_tensor *x, fg_dtype dt,
 fg_status fg_copy_raw(const fg_tensor *x, fg_dtype dt, fg_arena *dom,
                       fg_tensor **out)
 {
-    FG_PROF_RETURN(FG_PROF_OTHER, fg_copy_raw_impl(x, dt, dom, out));
+    FG_PROF_RETURN_AS(FG_PROF_OTHER, x && x->dtype != dt ? "cast" : "copy",
+                      fg_copy_raw_impl(x, dt, dom, out));
 }
 
 /* ---- binary ops -------------------------------------------------------- */

@@ -136,6 +136,20 @@ void report_profile(const fg_profile *p, int64_t first, int64_t steps)
            "launches, gaps, host (rest)", (p->wall_ms - sum) / n,
            wall > 0 ? 100 * (p->wall_ms - sum) / p->wall_ms : 0,
            "step (wall)", wall);
+    /* What the "other kernels" are, largest first (fg_profile_ops): the
+     * candidates for fusion. */
+    fg_profile_op ops[128];
+    const int n_ops = fg_profile_ops(ops, 128);
+    int shown = 0;
+    for (int i = 0; i < n_ops && i < 128 && shown < 12; i++) {
+        if (ops[i].family != FG_PROF_OTHER && ops[i].family != -1)
+            continue;
+        if (!shown++)
+            printf("  other kernels by operation:\n");
+        printf("    %-24s %9.3f %6.1f%% %8.1f\n", ops[i].name, ops[i].ms / n,
+               wall > 0 ? 100 * ops[i].ms / p->wall_ms : 0,
+               (double)ops[i].calls / n);
+    }
     fflush(stdout);
 }
 
