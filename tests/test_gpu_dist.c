@@ -649,6 +649,15 @@ int main(int argc, char **argv)
         test_dp(c);
         fg_comm_free(c);
         FGD_CHECK(access(path, F_OK) != 0, "id file left behind");
+        /* A world of 2 whose rank 1 never starts: the arrival check fails
+         * after its timeout, before NCCL's init would wait forever. */
+        fg_comm *c2 = NULL;
+        alarm(60); /* a hang fails the suite instead of stalling it */
+        const fg_status s2 = fg_comm_init_nccl_file(path, 0, 2, -1, 1.0, &c2);
+        alarm(0);
+        FGD_CHECK(s2 == FG_ERR_COMM && !c2 && strstr(fg_last_error(), "(rank 1 first)"),
+                  "a missing rank: %s, %s", fg_status_string(s2), fg_last_error());
+        FGD_CHECK(access(path, F_OK) != 0, "id file left behind by a failed rendezvous");
         /* One process driving the GPUs (up to 2): a grouped all-reduce. */
         const int nd = ndev >= 2 ? 2 : 1;
         int devs[2] = {0, 1};

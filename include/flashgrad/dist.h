@@ -89,8 +89,11 @@ FG_API fg_status fg_comm_init_nccl_mpi(fg_comm *mpi, int device,
 /* NCCL among nranks processes of one host, without MPI: rank 0 writes the
  * unique id to id_path (atomically: a temporary file renamed into place),
  * the others wait up to timeout_s seconds (<= 0: 60) for it to appear.
- * Use a path no earlier run left behind (rank 0 removes it once every rank
- * has joined). device -1: rank modulo the device count. */
+ * Then every rank writes id_path.arrived.RANK and waits up to timeout_s
+ * for all nranks to have done so before NCCL's init (which would wait
+ * forever for a rank that never starts): FG_ERR_COMM naming the missing
+ * rank. Use a path no earlier run left behind (the files are removed once
+ * every rank has joined). device -1: rank modulo the device count. */
 FG_API fg_status fg_comm_init_nccl_file(const char *id_path, int rank,
                                         int nranks, int device,
                                         double timeout_s, fg_comm **out);

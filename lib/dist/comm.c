@@ -555,6 +555,70 @@ static fg_status read_id(const char *path, double timeout_s, unsigned char *id)
     }
 }
 
+/* Rank r's arrival file: "<id_path>.arrived.<r>", holding the id it
+ * joins with, so that files a crashed earlier run left are not mistaken
+ * for this run's. */
+static int arrival_path(char *buf, size_t n, const char *id_path, int rank)
+{
+    const int w = snprintf(buf, n, "%s.arrived.%d", id_path, rank);
+    return w >= 0 && (size_t)w < n;
+}
+
+fg_status fg_rendezvous_arrive(const char *id_path, int rank, int nranks,
+                               const unsigned char *id, double timeout_s)
+{
+    char path[4096];
+    if (!arrival_path(path, sizeof path, id_path, rank))
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "id path too long");
+    FG_TRY(write_id(path, id));
+    /* Poll the others' files until each has held our id once (a rank that
+     * gives up removes its file: it still counts as arrived). */
+    unsigned char *seen = calloc((size_t)nranks, 1);
+    if (!seen) {
+        fg_rendezvous_leave(id_path, rank);
+        return FG_FAIL(FG_ERR_OUT_OF_MEMORY, "rendezvous of %d ranks", nranks);
+    }
+    seen[rank] = 1;
+    const double t0 = now_s();
+    int missing = -1, n_missing = 0;
+    for (int last = 0;;) {
+        n_missing = 0;
+        for (int r = 0; r < nranks; r++) {
+            if (seen[r])
+                continue;
+            unsigned char got[FG_NCCL_ID_BYTES];
+            FILE *f = arrival_path(path, sizeof path, id_path, r) ? fopen(path, "rb") : NULL;
+            seen[r] = f && fread(got, 1, sizeof got, f) == sizeof got &&
+                      !memcmp(got, id, sizeof got);
+            if (f)
+                fclose(f);
+            if (!seen[r] && !n_missing++)
+                missing = r;
+        }
+        if (!n_missing || last)
+            break;
+        last = now_s() - t0 > timeout_s; /* one more look after the deadline */
+        if (!last)
+            sleep_ms(10);
+    }
+    free(seen);
+    if (!n_missing)
+        return FG_OK;
+    fg_rendezvous_leave(id_path, rank);
+    return FG_FAIL(FG_ERR_COMM,
+                   "rank %d: %d of %d ranks (rank %d first) did not arrive at %s "
+                   "within %g s (are they running, with the same path and "
+                   "world size?)", rank, n_missing, nranks, missing, id_path,
+                   timeout_s);
+}
+
+void fg_rendezvous_leave(const char *id_path, int rank)
+{
+    char path[4096];
+    if (arrival_path(path, sizeof path, id_path, rank))
+        remove(path);
+}
+
 fg_status fg_comm_init_nccl_file(const char *id_path, int rank, int nranks,
                                  int device, double timeout_s, fg_comm **out)
 {
@@ -578,8 +642,24 @@ fg_status fg_comm_init_nccl_file(const char *id_path, int rank, int nranks,
     } else {
         FG_TRY(read_id(id_path, timeout_s, id));
     }
+    /* Every rank waits until all have the id before NCCL's init, which
+     * would wait forever for a rank that never starts (a wrong world
+     * size, a crash at startup): with this the ranks fail after
+     * timeout_s with the missing rank named. Left: a rank arriving just
+     * as the others' time runs out can still leave some inside the init. */
+    if (nranks > 1) {
+        fg_status s = fg_rendezvous_arrive(id_path, rank, nranks, id, timeout_s);
+        if (s != FG_OK) {
+            if (rank == 0)
+                remove(id_path);
+            return s;
+        }
+    }
     fg_status s = fg_nccl_comm_create(id, rank, nranks, dev, out);
-    /* Every rank has read the id once rank 0's init returns. */
+    /* Every rank has read the id and passed the arrival check once its
+     * init returns (the init needs all of them). */
+    if (nranks > 1)
+        fg_rendezvous_leave(id_path, rank);
     if (rank == 0)
         remove(id_path);
     return s;

@@ -87,6 +87,14 @@ fg_status fg_nccl_comm_create(const unsigned char id[FG_NCCL_ID_BYTES],
                               int rank, int size, int device, fg_comm **out);
 fg_status fg_nccl_comm_create_all(const int *devices, int n, fg_comm **comms);
 fg_status fg_nccl_device_count(int *n);
+/* fg_comm_init_nccl_file's arrival check: rank writes its arrival file
+ * (id_path.arrived.rank, holding id) and waits up to timeout_s for the
+ * other nranks - 1 to hold the same id; FG_ERR_COMM naming the first
+ * missing rank otherwise (its own file then removed). Leave removes the
+ * file once NCCL's init has returned. */
+fg_status fg_rendezvous_arrive(const char *id_path, int rank, int nranks,
+                               const unsigned char *id, double timeout_s);
+void fg_rendezvous_leave(const char *id_path, int rank);
 fg_status fg_nccl_group(int start);
 void *fg_nccl_stream(const fg_comm *c);
 
