@@ -42,7 +42,9 @@
 #                deterministic cases alone (FG_SANITIZE=det)
 #   modes        bench/compare_modes.py (variant kernels against the plain
 #                ones on equal work), likewise
-#   torch        bench/compare_torch.py --quick (FG_TORCH_ARGS), likewise
+#   torch        bench/compare_torch.py --quick (FG_TORCH_ARGS), likewise;
+#                scripts/torch-table.py turns $OUT/torch.txt into the
+#                markdown table of doc/performance.md
 #   bias         compare_variants.py --bias-only: the default (the bias
 #                by TMA where it applies), then the per-element path
 #                (FG_ATTN_BIAS_TMA=0), twice, interleaved
