@@ -2,11 +2,12 @@
 /* bench/bench_attention.c - time flashgrad's CUDA attention forward and
  * backward. TFLOP/s use the FlashAttention convention: forward 4*B*H*N^2*d
  * (halved when causal), backward 2.5x forward. CUDA-event timing after
- * warm-up, median of the repetitions, inputs rotated over several buffer
- * sets so the L2 does not hold them.
+ * warm-up, median of the repetitions, standard-normal inputs rotated over
+ * several buffer sets so the L2 does not hold them.
  *
  *   bench_attention [--csv FILE] [--reps R] [--quick] [--d D] [--N N]
  *                   [--causal 0|1]   (the last three select one cell)
+ *                   [--dropout P]    dropout probability (default 0)
  *                   [--check]  also compare every cell's O, dQ, dK, dV with
  *                              the general kernels (fp32 inside; slow)
  *                   [--mem]    peak memory of fwd+bwd at N = 16k and 64k
@@ -26,22 +27,31 @@
 
 #define NSETS 3
 
-/* Fill with uniform values in [-1, 1) through a tiny device-free LCG on the
- * host, converted to the storage dtype bits (fp16/bf16 via float). */
+/* Uniform in (0, 1) from a tiny LCG on the host. */
+static double uniform01(unsigned long long *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return ((double)(*s >> 11) + 0.5) / 9007199254740992.0;
+}
+
+/* Fill with standard-normal values (Box-Muller; as bench/compare_torch.py
+ * gives both sides), converted to the storage dtype bits (fp16/bf16 via
+ * float, rounded to nearest). */
 static void fill_random(void *dev, size_t n, fg_dtype dt, unsigned long long *s)
 {
     size_t es = fg_dtype_size(dt);
     unsigned char *h = malloc(n * es);
     for (size_t i = 0; i < n; i++) {
-        *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-        float f = (float)((double)(*s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+        const double u1 = uniform01(s), u2 = uniform01(s);
+        float f = (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
         uint32_t u;
         memcpy(&u, &f, 4);
         if (dt == FG_BF16) {
             uint16_t b = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
             memcpy(h + 2 * i, &b, 2);
         } else if (dt == FG_FP16) {
-            /* |f| < 1: normal or subnormal half; truncation is fine here. */
+            /* |f| < 10 here: a normal or subnormal half (subnormals flushed
+             * to zero, truncated: fine for timing) */
             uint32_t sign = (u >> 16) & 0x8000u, ax = u & 0x7fffffffu;
             uint16_t b = (uint16_t)sign;
             if (ax >= 0x38800000u)
@@ -141,8 +151,8 @@ static double check_against_general(const fg_attn_params *p, fg_dtype dt,
     return worst;
 }
 
-static result run(fg_dtype dt, int B, int N, int H, int d, int causal, int reps,
-                  int check)
+static result run(fg_dtype dt, int B, int N, int H, int d, int causal,
+                  double dropout, int reps, int check)
 {
     const size_t n = (size_t)B * N * H * d, es = fg_dtype_size(dt);
     const size_t ns = (size_t)B * H * N;
@@ -162,6 +172,8 @@ static result run(fg_dtype dt, int B, int N, int H, int d, int causal, int reps,
     fg_attn_params_init(&p, B, N, N, H, H, d);
     p.device = FG_DEVICE_CUDA;
     p.causal = causal;
+    p.dropout_p = dropout;
+    p.seed = 42;
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
@@ -268,6 +280,7 @@ int main(int argc, char **argv)
     const char *csv_path = NULL;
     int reps = 10, quick = 0, one_d = 0, one_n = 0, one_causal = -1;
     int check = 0, mem = 0;
+    double dropout = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--csv") && i + 1 < argc)
             csv_path = argv[++i];
@@ -285,12 +298,19 @@ int main(int argc, char **argv)
             one_n = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--causal") && i + 1 < argc)
             one_causal = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--dropout") && i + 1 < argc)
+            dropout = atof(argv[++i]);
         else {
             fprintf(stderr, "usage: %s [--csv FILE] [--reps R] [--quick] "
-                            "[--d D] [--N N] [--causal 0|1] [--check] [--mem]\n",
+                            "[--d D] [--N N] [--causal 0|1] [--dropout P] [--check] "
+                            "[--mem]\n",
                     argv[0]);
             return 2;
         }
+    }
+    if (!(dropout >= 0 && dropout < 1)) {
+        fprintf(stderr, "bench_attention: --dropout must be in [0, 1)\n");
+        return 2;
     }
     if (!fg_cuda_available()) {
         fprintf(stderr, "bench_attention: no CUDA GPU\n");
@@ -298,7 +318,10 @@ int main(int argc, char **argv)
     }
     struct cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
-    printf("flashgrad %s on %s\n", fg_version(), prop.name);
+    printf("flashgrad %s on %s", fg_version(), prop.name);
+    if (dropout > 0)
+        printf(", dropout %g", dropout);
+    printf("\n");
     if (mem) {
         for (int N = 16384; N <= 65536; N *= 4)
             printf("peak memory fwd+bwd bf16 B=1 H=16 d=128 N=%d: %.0f MiB "
@@ -326,7 +349,7 @@ int main(int argc, char **argv)
                         (one_causal >= 0 && causal != one_causal))
                         continue;
                     const int B = 16384 / N, H = 2048 / d;
-                    result r = run(dts[di], B, N, H, d, causal, reps, check);
+                    result r = run(dts[di], B, N, H, d, causal, dropout, reps, check);
                     printf("%-5s %4d %6d %4d %4d %6d %9.3f %9.3f %8.1f %8.1f %10.2e%s\n",
                            fg_dtype_name(dts[di]), d, N, B, H, causal, r.fwd_ms,
                            r.bwd_ms, r.fwd_tf, r.bwd_tf, r.check_err,

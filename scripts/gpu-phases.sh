@@ -24,7 +24,8 @@
 #                (if built) and each tree's, interleaved over two rounds:
 #                a speed change bisected in one call. FG_CELLS: cells
 #                separated by ';' (default "--d 128 --N 8192 --causal 0;
-#                --d 64 --N 8192 --causal 0"); $OUT/cells.txt
+#                --d 64 --N 8192 --causal 0"; "--dropout 0.1" times the
+#                dropout kernels); $OUT/cells.txt
 #   ncu          Nsight Compute on one kernel of one cell (FG_NCU_CELL,
 #                default "--d 128 --N 8192 --causal 0"; FG_NCU_KERNEL, a
 #                regex, default attn_bwd_wgmma_kernel) with each module as
