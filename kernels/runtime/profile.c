@@ -92,9 +92,11 @@ static int op_index(int family, const char *name)
 {
     if (!name)
         name = fg_profile_family_name(family);
+    for (int i = 0; i < g.n_ops; i++) /* the common case, no strcmp */
+        if (g.ops[i].name == name && g.ops[i].family == family)
+            return i;
     for (int i = 0; i < g.n_ops; i++)
-        if (g.ops[i].family == family &&
-            (g.ops[i].name == name || !strcmp(g.ops[i].name, name)))
+        if (g.ops[i].family == family && !strcmp(g.ops[i].name, name))
             return i;
     if (g.n_ops == PROF_MAX_OPS) /* full: the last entry takes the rest */
         return PROF_MAX_OPS - 1;
