@@ -5,6 +5,8 @@
  * strided (transposed / sliced) inputs. Plus forward values against naive
  * loops (matmul: CBLAS and the loop fallback, fp32 within 1e-5 relative,
  * fp64 within 1e-12). */
+#include <float.h>
+
 #include "test_ops_util.h"
 #include "lib/core/blas.h"
 
@@ -153,6 +155,50 @@ START_TEST(test_elementwise_values)
     fgt_free_all(all, 4);
     free(hx);
     free(hb);
+}
+END_TEST
+
+/* fp32 GELU and its derivative on [-9, 9] against the tanh form in fp64
+ * (an independent reference: the library computes x sigmoid(2u)): the
+ * value within 2 FLT_EPSILON |x| (the tanhf form lost everything below
+ * x = -5, where 1 + tanh(u) cancels), the derivative within 1e-5
+ * (|g| + 0.01). */
+START_TEST(test_gelu_fp32_accuracy)
+{
+    enum { N = 7201 };
+    static float hx[N];
+    for (int i = 0; i < N; i++)
+        hx[i] = -9.0f + 0.0025f * (float)i;
+    fg_tensor *x, *y, *sum, *gx;
+    FGT_OK(fg_tensor_from_host(FG_FP32, FG_DEVICE_CPU, FG_SHAPE(N), hx, &x));
+    FGT_OK(fg_tensor_set_requires_grad(x, 1));
+    FGT_OK(fg_gelu(x, &y));
+    FGT_OK(fg_sum(y, NULL, 0, 0, &sum));
+    FGT_OK(fg_backward(sum));
+    gx = fg_tensor_grad(x);
+    ck_assert_ptr_nonnull(gx);
+    double *hy = fgt_host(y), *hg = fgt_host(gx);
+    const double c = sqrt(2 / M_PI), a = 0.044715;
+    for (int i = 0; i < N; i++) {
+        const double v = hx[i], t = tanh(c * (v + a * v * v * v));
+        const double ge = 0.5 * v * (1 + t);
+        const double gd = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * c * (1 + 3 * a * v * v);
+        ck_assert_msg(fabs(hy[i] - ge) <= 2 * FLT_EPSILON * fabs(v), "gelu(%g) = %.9g, want %.9g",
+                      v, hy[i], ge);
+        ck_assert_msg(fabs(hg[i] - gd) <= 1e-5 * (fabs(gd) + 0.01), "gelu'(%g) = %.9g, want %.9g",
+                      v, hg[i], gd);
+    }
+    /* The tail, where the fp64 reference above cancels too: for x <= -5,
+     * 1 + tanh(u) = 2 e^(2u) (1 + O(e^(2u))), so gelu = x e^(2u) to 1e-9 */
+    for (int i = 0; hx[i] <= -5.0f; i++) {
+        const double v = hx[i], tail = v * exp(2 * c * (v + a * v * v * v));
+        ck_assert_msg(fabs(hy[i] - tail) <= 1e-5 * fabs(tail), "gelu(%g) = %.9g, want %.9g", v,
+                      hy[i], tail);
+    }
+    free(hy);
+    free(hg);
+    fg_tensor *all[] = {x, y, sum};
+    fgt_free_all(all, 3);
 }
 END_TEST
 
@@ -508,6 +554,7 @@ FGT_MAIN_BEGIN("ops")
 FGT_LOOP(test_binary, LOOPS)
 FGT_LOOP(test_unary, LOOPS)
 FGT_TEST(test_elementwise_values)
+FGT_TEST(test_gelu_fp32_accuracy)
 FGT_TEST(test_bias_gelu)
 FGT_LOOP(test_matmul_grad, LOOPS)
 FGT_LOOP(test_matmul_values, 2)

@@ -22,26 +22,35 @@
 #define TLOG(x) _Generic((x), float: logf, default: log)(x)
 #define TTANH(x) _Generic((x), float: tanhf, default: tanh)(x)
 
-static inline double gelu_d(double x)
+/* GELU, tanh form: 0.5 x (1 + tanh(u)), u = c (x + a x^3), written as
+ * x sigmoid(2u) = x / (1 + e^(-2u)) (the same function: 0.5 (1 + tanh(u))
+ * = sigmoid(2u)). glibc's expf costs about a quarter of its tanhf (8 against
+ * 35 ns an element on the development machine, where the tanhf forms were
+ * a quarter of a CPU training step), and the sigmoid keeps its relative
+ * accuracy in the negative tail, where 1 + tanh(u) cancels (x = -5: the
+ * tanhf form returns 0, this one 2e-7 to 5e-6 relative). e^(-2u) = inf for
+ * very negative x gives -0, and 0 for large x gives x. Derivative:
+ * s + 2 x s (1 - s) c (1 + 3 a x^2), s = sigmoid(2u), since
+ * 1 - tanh(u)^2 = 4 s (1 - s). */
+static inline double gelu_sig_d(double x)
 {
-    return 0.5 * x * (1.0 + tanh(GELU_C * (x + GELU_A * x * x * x)));
+    return 1.0 / (1.0 + exp(-2.0 * GELU_C * (x + GELU_A * x * x * x)));
 }
-static inline float gelu_f(float x)
+static inline float gelu_sig_f(float x)
 {
-    return 0.5f * x *
-           (1.0f + tanhf((float)GELU_C * (x + (float)GELU_A * x * x * x)));
+    return 1.0f / (1.0f + expf((float)(-2.0 * GELU_C) * (x + (float)GELU_A * x * x * x)));
 }
+static inline double gelu_d(double x) { return x * gelu_sig_d(x); }
+static inline float gelu_f(float x) { return x * gelu_sig_f(x); }
 static inline double gelu_grad_d(double x)
 {
-    double x2 = x * x, t = tanh(GELU_C * (x + GELU_A * x * x2));
-    return 0.5 * (1.0 + t) +
-           0.5 * x * (1.0 - t * t) * GELU_C * (1.0 + 3.0 * GELU_A * x2);
+    const double s = gelu_sig_d(x);
+    return s + 2.0 * x * s * (1.0 - s) * GELU_C * (1.0 + 3.0 * GELU_A * x * x);
 }
 static inline float gelu_grad_f(float x)
 {
-    float x2 = x * x, t = tanhf((float)GELU_C * (x + (float)GELU_A * x * x2));
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * (float)GELU_C *
-                                   (1.0f + 3.0f * (float)GELU_A * x2);
+    const float s = gelu_sig_f(x);
+    return s + 2.0f * x * s * (1.0f - s) * (float)GELU_C * (1.0f + 3.0f * (float)GELU_A * x * x);
 }
 #define TGELU(x) _Generic((x), float: gelu_f, default: gelu_d)(x)
 #define TGELU_GRAD(x) _Generic((x), float: gelu_grad_f, default: gelu_grad_d)(x)
