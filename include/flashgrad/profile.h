@@ -73,7 +73,8 @@ FG_API const char *fg_profile_family_name(int family);
 /* The operations of the last region fg_profile_end ended without error,
  * largest time first: the first `max` into `out` (NULL when max <= 0);
  * returns how many there are (0 before any region). Their ms and calls
- * sum to fg_profile's per family. */
+ * sum to fg_profile's per family (all of them while the region had no
+ * more than 127 names). */
 FG_API int fg_profile_ops(fg_profile_op *out, int max);
 
 FG_END_DECLS
