@@ -52,7 +52,9 @@
 #   train        issue 22 side by side: flashgrad-train, the PyTorch twin
 #                (bench/train_gpt_torch.py --both: eager, torch.compile),
 #                flashgrad-train again; the baby GPT, then a GPT-2-small
-#                shape (batch FG_G2_BATCH, default 16); $OUT/train.txt
+#                shape (batch FG_G2_BATCH, default 16), and that shape's
+#                --profile-steps table (other kernels by operation);
+#                $OUT/train.txt
 #   dpspeed      flashgrad-train data parallel over --rendezvous, 1, 2, 4
 #                and 8 GPUs as there are: the baby GPT and a GPT-2-small
 #                shape, tokens/s (doc/distributed.md); FG_DP_ARGS adds
@@ -345,6 +347,11 @@ train() {
     twin torch-g2s --layers 12 --heads 12 --width 768 --ctx 1024 --batch "$g2b" --dropout 0.1
     # shellcheck disable=SC2086
     fgt fg-g2s-2 $G2 --dropout 0.1 --batch "$g2b" --steps 60 --print-interval 20
+    # where its step goes: the families and the other kernels by operation
+    # shellcheck disable=SC2086
+    fgt fg-g2s-prof $G2 --dropout 0.1 --batch "$g2b" --steps 30 --print-interval 30 \
+        --profile-steps 10
+    sed -n '/^profile of/,/^step/p' "$W/fg-g2s-prof.log" | grep -v '^step' | tee -a "$OUT/train.txt"
 }
 ring() { # RANKS ARGS...
     local n=$1 r
