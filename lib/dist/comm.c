@@ -647,19 +647,15 @@ fg_status fg_comm_init_nccl_file(const char *id_path, int rank, int nranks,
      * size, a crash at startup): with this the ranks fail after
      * timeout_s with the missing rank named. Left: a rank arriving just
      * as the others' time runs out can still leave some inside the init. */
-    if (nranks > 1) {
-        fg_status s = fg_rendezvous_arrive(id_path, rank, nranks, id, timeout_s);
-        if (s != FG_OK) {
-            if (rank == 0)
-                remove(id_path);
-            return s;
-        }
+    fg_status s = nranks > 1 ? fg_rendezvous_arrive(id_path, rank, nranks, id, timeout_s)
+                             : FG_OK;
+    if (s == FG_OK) {
+        s = fg_nccl_comm_create(id, rank, nranks, dev, out);
+        /* Every rank has read the id and passed the arrival check once
+         * its init returns (the init needs all of them). */
+        if (nranks > 1)
+            fg_rendezvous_leave(id_path, rank);
     }
-    fg_status s = fg_nccl_comm_create(id, rank, nranks, dev, out);
-    /* Every rank has read the id and passed the arrival check once its
-     * init returns (the init needs all of them). */
-    if (nranks > 1)
-        fg_rendezvous_leave(id_path, rank);
     if (rank == 0)
         remove(id_path);
     return s;
