@@ -335,7 +335,7 @@ typedef struct opx {
     int idx_nd;
     int64_t idx_shape[3], n_idx, vocab;
     double ignore_frac;
-    int64_t idx[128];
+    int64_t idx[640];
     /* dropout / attention */
     double p;
     uint64_t seed, offset;
@@ -705,6 +705,9 @@ const gph_case gph_cases[] = {
     {"embedding 33 ids into [5,8] (many repeats)", op_fn,
      X(.op = OP_EMBEDDING, .idx_nd = 1, .idx_shape = {33}, .vocab = 5),
      setup_indices, 1, {IN(5, 8)}},
+    {"embedding 600 ids into [3,300] (long rows, column tiles)", op_fn,
+     X(.op = OP_EMBEDDING, .idx_nd = 1, .idx_shape = {600}, .vocab = 3),
+     setup_indices, 1, {IN(3, 300)}},
     /* ---- cross-entropy ---- */
     {"cross_entropy [2,7,13], ~25% ignored", op_fn,
      X(.op = OP_CROSS_ENTROPY, .idx_nd = 1, .idx_shape = {14}, .vocab = 13,
