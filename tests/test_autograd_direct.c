@@ -7,7 +7,8 @@
  * (fg_cast_param) equal to fg_cast bit for bit, reused while the parameter
  * is unchanged, refreshed after fg_tensor_copy and AdamW, and replaced
  * (not overwritten) while a graph still holds it; fg_linear on the CPU is
- * fg_matmul + fg_add bit for bit. */
+ * fg_matmul + fg_add bit for bit; a layernorm's backward adding into the
+ * residual fork's pending gradient (residual_fork.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include "flashgrad/flashgrad.h"
 #include "lib/ops/ops_internal.h"
 #include "test_ops_util.h"
+#include "residual_fork.h"
 
 enum { M = 7, K = 5, N = 6 };
 
@@ -119,6 +121,17 @@ START_TEST(test_cast_backward_into_grad)
     check_direct(FG_FP32, FG_FP64, 0);
     check_direct(FG_FP64, FG_FP32, 0);
     check_direct(FG_FP32, FG_FP64, 1);
+}
+END_TEST
+
+/* The residual stream's fork: the layernorm's backward adds into the
+ * pending gradient (residual_fork.h), equal to the general path bit for
+ * bit. */
+START_TEST(test_residual_fork_cpu)
+{
+    check_residual_fork(FG_DEVICE_CPU, FG_FP32, FG_FP32, 9, 37, 0x4e51);
+    check_residual_fork(FG_DEVICE_CPU, FG_FP64, FG_FP64, 9, 37, 0x4e52);
+    check_residual_fork(FG_DEVICE_CPU, FG_FP64, FG_FP32, 9, 37, 0x4e53);
 }
 END_TEST
 
@@ -235,4 +248,5 @@ FGT_MAIN_BEGIN("autograd_direct")
 FGT_TEST(test_linear_cpu)
 FGT_TEST(test_cached_cast)
 FGT_TEST(test_cast_backward_into_grad)
+FGT_TEST(test_residual_fork_cpu)
 FGT_MAIN_END()

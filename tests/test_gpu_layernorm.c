@@ -11,8 +11,9 @@
  * fp32). Also: dw / db / dx bitwise equal over two runs (no atomics); the
  * narrow-output kernels equal the same-dtype kernel followed by fg_cast bit
  * for bit, forward and backward; a NaN stays in its row (y, dx) and
- * reaches every dw column; and fg_nn_layernorm_forward under bf16
- * autocast returns that bf16 tensor and the chain's gradients.
+ * reaches every dw column; fg_nn_layernorm_forward under bf16 autocast
+ * returns that bf16 tensor and the chain's gradients; and the backward
+ * adding dx into a residual fork's pending gradient (residual_fork.h).
  *
  * Tolerances, max-abs error relative to max |reference| (gpu_op_harness.c
  * explains them): fp64 1e-12, fp32 1e-5, bf16 / fp16 gph_tolerance(dt, 3)
@@ -24,6 +25,7 @@
 #include "gpu_op_harness.h"
 
 #include "lib/ops/cuda_ops_nn.h"
+#include "residual_fork.h"
 
 typedef struct ln_shape {
     int64_t R, C;
@@ -204,7 +206,7 @@ static void run(const ln_shape *s, const ln_inputs *in, fg_dtype yt,
     FGT_OK(fg_cuda_layernorm_forward(in->x, in->w, in->b, 1e-5, o->y, o->mean,
                                      o->rstd));
     FGT_OK(fg_cuda_layernorm_backward(in->x, in->w, o->mean, o->rstd, g,
-                                      o->dx, o->dw, o->db));
+                                      o->dx, 0, o->dw, o->db));
 }
 
 static void outputs_free(ln_outputs *o)
@@ -392,6 +394,20 @@ START_TEST(test_ln_autocast)
 }
 END_TEST
 
+/* The residual stream's fork on the GPU: the kernel adds dx into the
+ * pending gradient (dx_acc), equal to writing it and accumulating, bit for
+ * bit, for the register kernel (C 768, both vector widths) and the
+ * general one (C 10000). */
+START_TEST(test_ln_residual_fork)
+{
+    check_residual_fork(FG_DEVICE_CUDA, FG_FP32, FG_BF16, 300, 768, 0x4e61);
+    check_residual_fork(FG_DEVICE_CUDA, FG_FP32, FG_FP32, 37, 771, 0x4e62);
+    check_residual_fork(FG_DEVICE_CUDA, FG_BF16, FG_BF16, 64, 768, 0x4e63);
+    check_residual_fork(FG_DEVICE_CUDA, FG_FP16, FG_FP16, 5, 10000, 0x4e64);
+    check_residual_fork(FG_DEVICE_CUDA, FG_FP64, FG_FP64, 19, 768, 0x4e65);
+}
+END_TEST
+
 int main(void)
 {
     if (!fgt_gpu_present()) {
@@ -405,6 +421,7 @@ int main(void)
     tcase_add_loop_test(tc, test_ln_kernels, 0, N_SHAPES * N_PAIRS);
     tcase_add_test(tc, test_ln_nan);
     tcase_add_test(tc, test_ln_autocast);
+    tcase_add_test(tc, test_ln_residual_fork);
     suite_add_tcase(su, tc);
     return fgt_run_suite(su);
 }

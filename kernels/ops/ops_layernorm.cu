@@ -209,7 +209,7 @@ ln_bwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
            const typename Num<T>::A *__restrict__ mean,
            const typename Num<T>::A *__restrict__ rstd,
            const Tg *__restrict__ g, int64_t R, int64_t C,
-           T *__restrict__ dx, typename Num<T>::A *__restrict__ pw,
+           T *__restrict__ dx, bool dx_acc, typename Num<T>::A *__restrict__ pw,
            typename Num<T>::A *__restrict__ pb)
 {
     typedef typename Num<T>::A A;
@@ -264,12 +264,16 @@ ln_bwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
                 ab[i][k] += gv[i][k];
             }
             if (dx) {
-                A wv[V], d[V];
+                A wv[V], d[V], old[V];
                 load_par<T, V>(w, ws, j, A(1), wv);
+                if (dx_acc)
+                    load_n<T, V>(dx + row * C + j, old);
 #pragma unroll
                 for (int k = 0; k < V; k++) {
                     const A wg = mul_rn(gv[i][k], wv[k]);
-                    d[k] = rs * d_fma(-xh[i][k], m2, wg - m1);
+                    d[k] = mul_rn(rs, d_fma(-xh[i][k], m2, wg - m1));
+                    if (dx_acc) /* dx rounded, then the accumulation's add */
+                        d[k] = add_rn(old[k], Num<T>::ld(Num<T>::st(d[k])));
                 }
                 store_n<T, V>(dx + row * C + j, d);
             }
@@ -350,7 +354,7 @@ __global__ void ln_bwd_dx_rows(const T *__restrict__ x,
                                const typename Num<T>::A *__restrict__ mean,
                                const typename Num<T>::A *__restrict__ rstd,
                                const Tg *__restrict__ g, int64_t R, int64_t C,
-                               T *__restrict__ dx)
+                               T *__restrict__ dx, bool dx_acc)
 {
     typedef typename Num<T>::A A;
     const int64_t row = row_index();
@@ -374,7 +378,10 @@ __global__ void ln_bwd_dx_rows(const T *__restrict__ x,
         load_par<T, 1>(w, ws, j, A(1), &wv);
         const A xh = (Num<T>::ld(xr[j]) - mu) * rs;
         const A wg = mul_rn((A)Num<Tg>::ld(gr[j]), wv);
-        dx[row * C + j] = Num<T>::st(rs * d_fma(-xh, m2, wg - m1));
+        A d = mul_rn(rs, d_fma(-xh, m2, wg - m1));
+        if (dx_acc) /* dx rounded, then the accumulation's add */
+            d = add_rn(Num<T>::ld(dx[row * C + j]), Num<T>::ld(Num<T>::st(d)));
+        dx[row * C + j] = Num<T>::st(d);
     }
 }
 
@@ -596,8 +603,8 @@ template <typename T, typename Tg, int V>
 fg_status ln_bwd_reg_launch(const T *xp, const T *wp, int64_t ws,
                             const typename Num<T>::A *mp,
                             const typename Num<T>::A *rp, const Tg *gp,
-                            int64_t R, int64_t C, T *dp, fg_tensor *dw,
-                            fg_tensor *db)
+                            int64_t R, int64_t C, T *dp, bool dx_acc,
+                            fg_tensor *dw, fg_tensor *db)
 {
     typedef typename Num<T>::A A;
     const LnShape S = ln_shape(C, ln_elems<A>());
@@ -613,7 +620,7 @@ fg_status ln_bwd_reg_launch(const T *xp, const T *wp, int64_t ws,
     return ln_with_partials<T>(grid, C, dw, db, [&](A *pw, A *pb) {
         fg_status s = FG_OK;
         kernel<<<grid, dim3((unsigned)S.tpr, (unsigned)S.rpb), smem,
-                 fg_cuda_stream()>>>(xp, wp, ws, mp, rp, gp, R, C, dp, pw, pb);
+                 fg_cuda_stream()>>>(xp, wp, ws, mp, rp, gp, R, C, dp, dx_acc, pw, pb);
         LN_LAUNCHED(s, "ln_bwd_reg launch");
         return s;
     });
@@ -624,7 +631,8 @@ template <typename T, typename Tg>
 fg_status ln_bwd_general(const T *xp, const T *wp, int64_t ws,
                          const typename Num<T>::A *mp,
                          const typename Num<T>::A *rp, const Tg *gp, int64_t R,
-                         int64_t C, T *dp, fg_tensor *dw, fg_tensor *db)
+                         int64_t C, T *dp, bool dx_acc, fg_tensor *dw,
+                         fg_tensor *db)
 {
     typedef typename Num<T>::A A;
     cudaStream_t st = fg_cuda_stream();
@@ -632,7 +640,7 @@ fg_status ln_bwd_general(const T *xp, const T *wp, int64_t ws,
         RowLaunch L;
         FG_TRY(row_launch(R, C, "layernorm backward", &L));
         ln_bwd_dx_rows<T, Tg><<<L.grid, L.block, 0, st>>>(xp, wp, ws, mp, rp,
-                                                          gp, R, C, dp);
+                                                          gp, R, C, dp, dx_acc);
         FG_CUDA_TRY_LAUNCH();
     }
     if (!dw && !db)
@@ -660,8 +668,8 @@ fg_status ln_bwd_general(const T *xp, const T *wp, int64_t ws,
 template <typename T, typename Tg = T>
 fg_status ln_bwd_t(const fg_tensor *x, const fg_tensor *w,
                    const fg_tensor *mean, const fg_tensor *rstd,
-                   const fg_tensor *g, fg_tensor *dx, fg_tensor *dw,
-                   fg_tensor *db)
+                   const fg_tensor *g, fg_tensor *dx, bool dx_acc,
+                   fg_tensor *dw, fg_tensor *db)
 {
     typedef typename Num<T>::A A;
     const int64_t C = x->shape[x->nd - 1], R = x->numel / C;
@@ -673,15 +681,15 @@ fg_status ln_bwd_t(const fg_tensor *x, const fg_tensor *w,
     if (!dp && !dw && !db)
         return FG_OK;
     if (C > ln_reg_max<A>())
-        return ln_bwd_general<T, Tg>(xp, wp, ws, mp, rp, gp, R, C, dp, dw,
-                                     db);
+        return ln_bwd_general<T, Tg>(xp, wp, ws, mp, rp, gp, R, C, dp, dx_acc,
+                                     dw, db);
     constexpr int VW = vec_width<T>();
     if (C % VW == 0 && aligned16(xp) && aligned16(gp) &&
         (!dp || aligned16(dp)) && par_vec_ok(wp, ws))
         return ln_bwd_reg_launch<T, Tg, VW>(xp, wp, ws, mp, rp, gp, R, C, dp,
-                                            dw, db);
-    return ln_bwd_reg_launch<T, Tg, 1>(xp, wp, ws, mp, rp, gp, R, C, dp, dw,
-                                       db);
+                                            dx_acc, dw, db);
+    return ln_bwd_reg_launch<T, Tg, 1>(xp, wp, ws, mp, rp, gp, R, C, dp,
+                                       dx_acc, dw, db);
 }
 
 /* Calls F<T, Ty>(args...) for x's storage type T and y's Ty: equal, or
@@ -720,8 +728,8 @@ extern "C" fg_status fg_cuda_layernorm_forward(const fg_tensor *x,
 
 extern "C" fg_status fg_cuda_layernorm_backward(
     const fg_tensor *x, const fg_tensor *weight, const fg_tensor *mean,
-    const fg_tensor *rstd, const fg_tensor *g, fg_tensor *dx, fg_tensor *dw,
-    fg_tensor *db)
+    const fg_tensor *rstd, const fg_tensor *g, fg_tensor *dx, int dx_acc,
+    fg_tensor *dw, fg_tensor *db)
 {
     const int64_t C = x->shape[x->nd - 1];
     if (C == 0)
@@ -735,5 +743,5 @@ extern "C" fg_status fg_cuda_layernorm_backward(
         return FG_OK;
     }
     LN_BY_DTYPES(x->dtype, g->dtype, "layernorm backward", ln_bwd_t, x,
-                 weight, mean, rstd, g, dx, dw, db);
+                 weight, mean, rstd, g, dx, dx && dx_acc, dw, db);
 }

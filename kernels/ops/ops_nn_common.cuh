@@ -69,6 +69,8 @@ __device__ __forceinline__ double d_sqrt(double x) { return sqrt(x); }
 /* A product rounded on its own (never fused into a following add). */
 __device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
 
 template <typename A> __device__ __forceinline__ A neg_inf() { return (A)(-INFINITY); }
 

@@ -120,12 +120,8 @@ static void add_row(void *c, char **p, const int64_t *s, int64_t n)
     }
 }
 
-fg_status fg_grad_accumulate(fg_tensor *dst, const fg_tensor *src)
+static fg_status grad_accumulate_cpu(fg_tensor *dst, const fg_tensor *src)
 {
-#ifdef FG_HAVE_CUDA
-    if (dst->device == FG_DEVICE_CUDA) /* in place: same index in and out */
-        FG_PROF_RETURN(FG_PROF_OTHER, fg_cuda_accumulate(dst, src));
-#endif
     fg_iter it;
     char *base[2] = {fg_tensor_base(dst), fg_tensor_base(src)};
     const int64_t *str[2] = {dst->stride, src->stride};
@@ -134,6 +130,15 @@ fg_status fg_grad_accumulate(fg_tensor *dst, const fg_tensor *src)
     add_ctx ac = {dst->dtype, src->dtype};
     fg_iter_run_parallel(&it, add_row, &ac);
     return FG_OK;
+}
+
+fg_status fg_grad_accumulate(fg_tensor *dst, const fg_tensor *src)
+{
+#ifdef FG_HAVE_CUDA
+    if (dst->device == FG_DEVICE_CUDA) /* in place: same index in and out */
+        FG_PROF_RETURN(FG_PROF_OTHER, fg_cuda_accumulate(dst, src));
+#endif
+    FG_PROF_RETURN(FG_PROF_OTHER, grad_accumulate_cpu(dst, src));
 }
 
 /* dst += src, same shape and dtype (dst contiguous). */
@@ -382,20 +387,41 @@ static int has_hook(const struct fg_hook *h, int kind)
     return 0;
 }
 
-/* The leaf's .grad if input i's gradient may be added into it by the
- * node's backward: the leaf's last edge with nothing pending, no tensor
- * hook to see the gradient first, no node post-hook to see it at all, not
- * fg_grad's capture. NULL otherwise. */
+/* Where input i's gradient may be added by the node's backward itself
+ * (fg_op_def.backward_acc), or NULL. A leaf's .grad: the leaf's last edge
+ * with nothing pending and no tensor hook to see the gradient first. A
+ * producing node's gradient already pending (a fork such as the residual
+ * stream, whose other use ran first): the sum accumulate() would make in
+ * place anyway (its hooks would see the same total; like a leaf's, a
+ * tensor hook keeps the general path), never when another input of n
+ * routes to the same buffer (the order of the two adds is accumulate()'s).
+ * Neither with a node post-hook, which must see the gradient, nor under
+ * fg_grad's capture. */
 static fg_tensor *direct_target(const engine *e, const fg_node *n, int i)
 {
-    const fg_tensor *leaf = n->edges[i].leaf;
-    if (e->capture || !leaf || !leaf->grad || leaf->bw_deps != 1 ||
-        leaf->bw_grad || has_hook(leaf->hooks, FG_HOOK_TENSOR) ||
-        has_hook(n->hooks, FG_HOOK_POST))
+    if (e->capture || has_hook(n->hooks, FG_HOOK_POST))
         return NULL;
+    const fg_edge *ed = &n->edges[i];
+    const fg_tensor *leaf = ed->leaf;
+    fg_tensor *g;
+    if (leaf) {
+        if (!leaf->grad || leaf->bw_deps != 1 || leaf->bw_grad ||
+            has_hook(leaf->hooks, FG_HOOK_TENSOR))
+            return NULL;
+        g = leaf->grad;
+    } else if (ed->node) {
+        g = ed->node->grad_buf[ed->output_nr];
+        if (!g || !exclusive(g) || has_hook(ed->node->hooks, FG_HOOK_TENSOR))
+            return NULL;
+        for (int j = 0; j < n->n_inputs; j++)
+            if (j != i && n->edges[j].node == ed->node &&
+                n->edges[j].output_nr == ed->output_nr)
+                return NULL;
+    } else {
+        return NULL;
+    }
     fg_meta m;
     fg_node_input_meta(n, i, &m);
-    fg_tensor *g = leaf->grad;
     if (!matches(g, m.nd, m.shape, m.dtype, m.device) ||
         !fg_tensor_is_contiguous(g))
         return NULL;
@@ -574,9 +600,10 @@ static fg_status run_node(engine *e, fg_node *n)
         gin[i] = NULL;
         if (s != FG_OK) {
             fg_tensor_free(gi);
-        } else if (ed->leaf && n_acc && acc[i]) {
+        } else if (n_acc && acc[i]) {
             fg_tensor_free(gi); /* NULL by the contract */
-            s = leaf_accumulated(ed->leaf);
+            if (ed->leaf)   /* a producing node's buffer holds the sum */
+                s = leaf_accumulated(ed->leaf);
         } else if (ed->leaf) {
             s = leaf_receive(e, ed->leaf, gi);
         } else if (ed->node) {

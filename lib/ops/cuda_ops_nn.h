@@ -78,13 +78,16 @@ fg_status fg_cuda_layernorm_forward(const fg_tensor *x, const fg_tensor *weight,
  * wanted); all three have x's dtype. dw, db ([C], contiguous) are column
  * sums over the rows in a fixed order (per-block partials in the compute
  * type, summed in fp64): bitwise reproducible on one device configuration
- * (visible SMs) and build. */
+ * (visible SMs) and build. With dx_acc, dx (contiguous) is added to:
+ * dx += the gradient rounded to x's dtype, the bits of writing it and then
+ * fg_grad_accumulate (one pass over dx instead of three). */
 fg_status fg_cuda_layernorm_backward(const fg_tensor *x,
                                      const fg_tensor *weight,
                                      const fg_tensor *mean,
                                      const fg_tensor *rstd,
                                      const fg_tensor *g, fg_tensor *dx,
-                                     fg_tensor *dw, fg_tensor *db);
+                                     int dx_acc, fg_tensor *dw,
+                                     fg_tensor *db);
 
 /* y[i, :] = weight[indices[i], :] for the n host indices (validated).
  * weight: [V, C], any strides; y: contiguous [n, C] (any leading shape)

@@ -118,8 +118,13 @@ static void layernorm_cpu_backward(const fg_tensor *x, const fg_tensor *w,
     }
 }
 
-static fg_status layernorm_backward(fg_node *n, fg_tensor *const *g,
-                                    fg_tensor **gin)
+/* acc NULL: the plain backward. Otherwise (backward_acc) each non-NULL
+ * acc[i] receives input i's gradient added in place: dx by the CUDA kernel
+ * itself (the residual stream's fork, one pass instead of a write and an
+ * accumulation), the rest through fg_grad_accumulate, the engine's add. */
+static fg_status layernorm_backward_impl(fg_node *n, fg_tensor *const *g,
+                                         fg_tensor **gin,
+                                         fg_tensor *const *acc)
 {
     /* saved: x (contiguous), weight (or NULL), mean [R], rstd [R] */
     const fg_tensor *x = fg_node_saved(n, 0), *w = fg_node_saved(n, 1),
@@ -128,8 +133,15 @@ static fg_status layernorm_backward(fg_node *n, fg_tensor *const *g,
     fg_arena *dom = fg_bw_domain();
     fg_tensor *gc, *dx = NULL, *dw = NULL, *db = NULL;
     FG_TRY(grad_as(g[0], ex->ydt, dom, &gc));
+    int on_cuda = 0;
+#ifdef FG_HAVE_CUDA
+    on_cuda = x->device == FG_DEVICE_CUDA;
+#endif
+    const int dx_in_place = acc && acc[0] && on_cuda;
     fg_status s = FG_OK;
-    if (fg_node_needs_grad(n, 0))
+    if (dx_in_place)
+        dx = fg_tensor_retain(acc[0]);
+    else if (fg_node_needs_grad(n, 0))
         s = fg_tensor_new_like(dom, x, 0, &dx);
     if (s == FG_OK && fg_node_needs_grad(n, 1))
         s = fg_tensor_new_like(dom, w, 0, &dw);
@@ -138,29 +150,42 @@ static fg_status layernorm_backward(fg_node *n, fg_tensor *const *g,
         fg_node_input_meta(n, 2, &m);
         s = fg_tensor_new(dom, m.dtype, m.device, m.nd, m.shape, &db);
     }
-    int on_cuda = 0;
 #ifdef FG_HAVE_CUDA
-    on_cuda = x->device == FG_DEVICE_CUDA;
     if (s == FG_OK && on_cuda)
-        s = fg_cuda_layernorm_backward(x, w, mean, rstd, gc, dx, dw, db);
+        s = fg_cuda_layernorm_backward(x, w, mean, rstd, gc, dx, dx_in_place,
+                                       dw, db);
 #endif
     if (s == FG_OK && !on_cuda)
         layernorm_cpu_backward(x, w, mean, rstd, gc, dx, dw, db);
     fg_tensor_free(gc);
-    if (s != FG_OK) {
-        fg_tensor_free(dx);
-        fg_tensor_free(dw);
-        fg_tensor_free(db);
-        return s;
+    fg_tensor *d[3] = {dx, dw, db};
+    for (int i = 0; i < 3; i++) {
+        if (s == FG_OK && acc && acc[i] && d[i] && !(i == 0 && dx_in_place))
+            s = fg_grad_accumulate(acc[i], d[i]);
+        if (s != FG_OK || (acc && acc[i])) {
+            fg_tensor_free(d[i]);
+            d[i] = NULL;
+        }
+        gin[i] = d[i];
     }
-    gin[0] = dx;
-    gin[1] = dw;
-    gin[2] = db;
-    return FG_OK;
+    return s;
+}
+
+static fg_status layernorm_backward(fg_node *n, fg_tensor *const *g,
+                                    fg_tensor **gin)
+{
+    return layernorm_backward_impl(n, g, gin, NULL);
+}
+
+static fg_status layernorm_backward_acc(fg_node *n, fg_tensor *const *g,
+                                        fg_tensor **gin, fg_tensor *const *acc)
+{
+    return layernorm_backward_impl(n, g, gin, acc);
 }
 
 static const fg_op_def layernorm_def = {"LayerNormBackward",
-                                        layernorm_backward, NULL};
+                                        layernorm_backward,
+                                        layernorm_backward_acc};
 
 static fg_status check_vec(const char *fn, const fg_tensor *v,
                            const char *name, const fg_tensor *x, int64_t C)

@@ -150,6 +150,18 @@ void report_profile(const fg_profile *p, int64_t first, int64_t steps)
                wall > 0 ? 100 * ops[i].ms / p->wall_ms : 0,
                (double)ops[i].calls / n);
     }
+    /* The GEMMs, attention and layernorm the same way: which forward or
+     * backward of them to look at (each op's shapes are the model's). */
+    shown = 0;
+    for (int i = 0; i < n_ops && i < 128 && shown < 12; i++) {
+        if (ops[i].family == FG_PROF_OTHER || ops[i].family == -1)
+            continue;
+        if (!shown++)
+            printf("  the other families by operation:\n");
+        printf("    %-28s %9.3f %6.1f%% %8.1f  %s\n", ops[i].name,
+               ops[i].ms / n, wall > 0 ? 100 * ops[i].ms / p->wall_ms : 0,
+               (double)ops[i].calls / n, fg_profile_family_name(ops[i].family));
+    }
     fflush(stdout);
 }
 
