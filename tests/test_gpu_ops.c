@@ -152,7 +152,7 @@ END_TEST
  * GPU chain it fuses (fg_dropout, fg_cast into x's dtype, fg_add), for the
  * dtype pairs of its contract (autocast's bf16/fp16 branch into fp32); the
  * kept pattern (db != 0) is the CPU's fg_dropout mask; fp32 and fp64 equal
- * the CPU op bit for bit. */
+ * the CPU op bit for bit; a length of 4099 and one of 4096 (vector loads). */
 static fg_tensor *dadd_run(fg_tensor *x, fg_tensor *b, fg_tensor *w, double p,
                            uint64_t seed, uint64_t off, int fused)
 {
@@ -190,8 +190,10 @@ START_TEST(test_dropout_add)
     const fg_dtype pairs[5][2] = {{FG_FP32, FG_FP32}, {FG_FP64, FG_FP64},
                                   {FG_FP32, FG_BF16}, {FG_FP32, FG_FP16},
                                   {FG_BF16, FG_BF16}};
-    const int64_t n = 4099, sh[1] = {n};
-    for (int k = 0; k < 5; k++) {
+    for (int kk = 0; kk < 10; kk++) {
+        /* 4099: the per-element path; 4096: four elements as vectors */
+        const int k = kk % 5;
+        const int64_t n = kk < 5 ? 4099 : 4096, sh[1] = {n};
         const fg_dtype xt = pairs[k][0], bt = pairs[k][1];
         const double p = k == 4 ? 0.0 : 0.1 + 0.2 * k;
         const uint64_t seed = fgt_next(&r), off = fgt_next(&r) >> 20;

@@ -94,16 +94,53 @@ __global__ void dropout_kernel(const T *__restrict__ src, T *__restrict__ dst,
     }
 }
 
+/* The 4 elements at p (aligned to their size) in one or two vector
+ * accesses: fg_dropout_add's group, a quarter of the load instructions. */
+template <typename T> __device__ __forceinline__ void ld4(const T *p, T *e)
+{
+    if constexpr (sizeof(T) == 2) {
+        const uint2 r = *reinterpret_cast<const uint2 *>(p);
+        memcpy(e, &r, 8);
+    } else {
+        static_assert(sizeof(T) == 4 || sizeof(T) == 8, "element size");
+        const uint4 *q = reinterpret_cast<const uint4 *>(p);
+#pragma unroll
+        for (int i = 0; i < (int)sizeof(T) / 4; i++) {
+            const uint4 r = q[i];
+            memcpy(reinterpret_cast<char *>(e) + 16 * i, &r, 16);
+        }
+    }
+}
+template <typename T> __device__ __forceinline__ void st4(T *p, const T *e)
+{
+    if constexpr (sizeof(T) == 2) {
+        uint2 r;
+        memcpy(&r, e, 8);
+        *reinterpret_cast<uint2 *>(p) = r;
+    } else {
+        uint4 *q = reinterpret_cast<uint4 *>(p);
+#pragma unroll
+        for (int i = 0; i < (int)sizeof(T) / 4; i++) {
+            uint4 r;
+            memcpy(&r, reinterpret_cast<const char *>(e) + 16 * i, 16);
+            q[i] = r;
+        }
+    }
+}
+
 /* fg_dropout_add: Tx the residual stream's dtype, Tv the branch's. Forward
  * (x non-NULL): y = x + round_v(v * (keep ? scale : 0)) with v = b; backward
  * (x NULL): y = db = round_v(round_v(g) * (keep ? scale : 0)) with g = b in
  * Tx. Each rounding of the unfused dropout -> cast -> add chain is kept, so
- * results equal it bit for bit. Tb is b's storage type (Tv or Tx). */
+ * results equal it bit for bit. Tb is b's storage type (Tv or Tx). With
+ * vec (n a multiple of 4, every pointer aligned to 4 elements) a group's
+ * elements move as vectors. */
 template <typename Tx, typename Tv, typename Tb, typename Ty>
 __global__ void dropout_add_kernel(const Tx *__restrict__ x,
                                    const Tb *__restrict__ b,
                                    Ty *__restrict__ y, int64_t n, uint2 key,
-                                   uint32_t off_lo, uint32_t thr, double scale)
+                                   uint32_t off_lo, uint32_t thr, double scale,
+                                   bool vec)
 {
     const int64_t groups = (n + 3) / 4;
     for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -116,22 +153,45 @@ __global__ void dropout_add_kernel(const Tx *__restrict__ x,
                 key);
             words[0] = r.x, words[1] = r.y, words[2] = r.z, words[3] = r.w;
         }
+        Tx xs[4];
+        Tb bs[4];
+        Ty ys[4];
+        if (vec) {
+            ld4(b + 4 * g, bs);
+            if (x)
+                ld4(x + 4 * g, xs);
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int64_t e = 4 * g + k;
+                if (e < n) {
+                    bs[k] = b[e];
+                    if (x)
+                        xs[k] = x[e];
+                }
+            }
+        }
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            const int64_t e = 4 * g + k;
-            if (e >= n)
-                continue;
-            const Tv bv = Num<Tv>::st(Num<Tb>::ld(b[e])); /* exact forward */
+            const Tv bv = Num<Tv>::st(Num<Tb>::ld(bs[k])); /* exact forward */
             /* __dmul_rn: never contracted with the add below into an FMA
              * (fp64 has no rounding between them), which the unfused
              * chain cannot do either */
             const Tv v = Num<Tv>::st_d(__dmul_rn(
                 (double)Num<Tv>::ld(bv), (words[k] >> 8) < thr ? scale : 0.0));
             if (x)
-                y[e] = Num<Ty>::st(Num<Tx>::ld(x[e]) +
-                                   (typename Num<Tx>::A)Num<Tv>::ld(v));
+                ys[k] = Num<Ty>::st(Num<Tx>::ld(xs[k]) +
+                                    (typename Num<Tx>::A)Num<Tv>::ld(v));
             else
-                y[e] = (Ty)v;
+                ys[k] = (Ty)v;
+        }
+        if (vec) {
+            st4(y + 4 * g, ys);
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                if (4 * g + k < n)
+                    y[4 * g + k] = ys[k];
         }
     }
 }
@@ -181,14 +241,19 @@ fg_status dropout_add_t(const fg_tensor *x, const fg_tensor *b, fg_tensor *y,
 {
     const int64_t n = b->numel, groups = (n + 3) / 4;
     const dim3 grid = fg_cuda_grid(groups, 256);
+    const size_t bs = fg_esize(b->dtype), ys = fg_esize(y->dtype);
+    const bool vec = n % 4 == 0 &&
+                     (uintptr_t)fg_tensor_base(b) % (4 * bs) == 0 &&
+                     (uintptr_t)fg_tensor_base(y) % (4 * ys) == 0 &&
+                     (!x || (uintptr_t)fg_tensor_base(x) % (4 * ys) == 0);
     if (x) /* forward: b is the branch (Tv), y the stream (Tx) */
         dropout_add_kernel<Tx, Tv, Tv, Tx><<<grid, 256, 0, fg_cuda_stream()>>>(
             dptr<const Tx>(x), dptr<const Tv>(b), dptr<Tx>(y), n, key, off_lo,
-            thr, scale);
+            thr, scale, vec);
     else /* backward: b is the gradient (Tx), y the branch's (Tv) */
         dropout_add_kernel<Tx, Tv, Tx, Tv><<<grid, 256, 0, fg_cuda_stream()>>>(
             nullptr, dptr<const Tx>(b), dptr<Tv>(y), n, key, off_lo, thr,
-            scale);
+            scale, vec);
     FG_CUDA_TRY_LAUNCH();
     return FG_OK;
 }
