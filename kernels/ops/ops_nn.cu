@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* kernels/ops/ops_nn.cu - embedding (gather forward; backward as a
  * deterministic scatter-add: a host-built CSR of the positions per used
- * row, a thread per (row, column) summing in position order, no atomics) and
+ * row, segments of it summed in position order, then each row's segments
+ * in order, no atomics) and
  * dropout (cuRAND's Philox with the CPU's key and counter, so masks match
  * the CPU bit for bit; entry points in lib/ops/cuda_ops_nn.h). The other nn
  * ops are in ops_softmax.cu and ops_layernorm.cu. */
@@ -25,25 +26,30 @@ __global__ void emb_fwd_kernel(const U *__restrict__ w, int64_t s0, int64_t s1,
     }
 }
 
-/* dw[urow[u], j] = sum of g[pos[k], j] for k in [start[u], start[u+1]), in
- * position order (the CPU's order too). One thread per (row, column): a
- * block per row (x) and column tile (y). A character vocabulary has few
- * rows of hundreds of positions each, so one block per row (the first
- * form) left most SMs idle and each thread a long chain of dependent
- * loads: 2.5 ms of a GPT-2-small step (H200). Here the loads of 8
- * positions are issued before their adds, which stay in order. */
+/* The backward in two passes over a host-built CSR (positions grouped by
+ * vocabulary row, in position order), deterministic without atomics. A
+ * character vocabulary's rows are few and uneven (a space is ~15% of the
+ * text: 2500 of a GPT-2-small batch's 16k positions), so one thread per
+ * (row, column) walking a whole row left the step waiting on the longest
+ * row (0.55 ms on an H200, 2.5 ms with one block per row before that).
+ * Pass 1: segment s (at most kEmbSeg positions [sb[s], sb[s+1]) of one
+ * row) sums its g rows in position order into part[s, :] in the compute
+ * type, a thread per (segment, column), the loads of 8 positions in
+ * flight. Pass 2: dw[urow[u], :] = the row's segments useg[u] ..
+ * useg[u+1] - 1 summed in order, rounded once. */
+constexpr int64_t kEmbSeg = 64;
+
 template <typename T>
-__global__ void emb_bwd_kernel(const T *__restrict__ g,
-                               const int64_t *__restrict__ urow,
-                               const int64_t *__restrict__ start,
-                               const int64_t *__restrict__ pos, int64_t nu,
-                               int64_t C, T *__restrict__ dw)
+__global__ void emb_bwd_part_kernel(const T *__restrict__ g,
+                                    const int64_t *__restrict__ sb,
+                                    const int64_t *__restrict__ pos,
+                                    int64_t nseg, int64_t C,
+                                    typename Num<T>::A *__restrict__ part)
 {
     typedef typename Num<T>::A A;
     constexpr int kIlp = 8;
-    for (int64_t u = blockIdx.x; u < nu; u += gridDim.x) {
-        const int64_t k0 = start[u], k1 = start[u + 1];
-        T *dst = dw + urow[u] * C;
+    for (int64_t sg = blockIdx.x; sg < nseg; sg += gridDim.x) {
+        const int64_t k0 = sb[sg], k1 = sb[sg + 1];
         for (int64_t j = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
              j < C; j += (int64_t)gridDim.y * blockDim.x) {
             A acc = A(0);
@@ -59,6 +65,26 @@ __global__ void emb_bwd_kernel(const T *__restrict__ g,
             }
             for (; k < k1; k++)
                 acc += Num<T>::ld(g[pos[k] * C + j]);
+            part[sg * C + j] = acc;
+        }
+    }
+}
+
+template <typename T>
+__global__ void emb_bwd_sum_kernel(const typename Num<T>::A *__restrict__ part,
+                                   const int64_t *__restrict__ urow,
+                                   const int64_t *__restrict__ useg,
+                                   int64_t nu, int64_t C, T *__restrict__ dw)
+{
+    typedef typename Num<T>::A A;
+    for (int64_t u = blockIdx.x; u < nu; u += gridDim.x) {
+        const int64_t s0 = useg[u], s1 = useg[u + 1];
+        T *dst = dw + urow[u] * C;
+        for (int64_t j = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
+             j < C; j += (int64_t)gridDim.y * blockDim.x) {
+            A acc = part[s0 * C + j];
+            for (int64_t sg = s0 + 1; sg < s1; sg++)
+                acc += part[sg * C + j];
             dst[j] = Num<T>::st(acc);
         }
     }
@@ -209,15 +235,24 @@ fg_status emb_fwd_launch(const fg_tensor *w, const int64_t *didx, int64_t n,
     return FG_OK;
 }
 
+/* dcsr: urow [nu], useg [nu + 1], sb [nseg + 1], pos [n] (device). */
 template <typename T>
 fg_status emb_bwd_launch(const fg_tensor *g, const int64_t *dcsr, int64_t nu,
-                         fg_tensor *dw)
+                         int64_t nseg, void *part, fg_tensor *dw)
 {
+    typedef typename Num<T>::A A;
     const int64_t C = dw->shape[1];
+    const int64_t *urow = dcsr, *useg = dcsr + nu, *sb = useg + nu + 1,
+                  *pos = sb + nseg + 1;
     const int64_t tiles = (C + 127) / 128;
-    const dim3 grid(fg_cuda_grid(nu, 1), (unsigned)(tiles < 65535 ? tiles : 65535));
-    emb_bwd_kernel<T><<<grid, 128, 0, fg_cuda_stream()>>>(
-        dptr<T>(g), dcsr, dcsr + nu, dcsr + 2 * nu + 1, nu, C, dptr<T>(dw));
+    const unsigned ty = (unsigned)(tiles < 65535 ? tiles : 65535);
+    emb_bwd_part_kernel<T><<<dim3(fg_cuda_grid(nseg, 1), ty), 128, 0,
+                             fg_cuda_stream()>>>(dptr<T>(g), sb, pos, nseg, C,
+                                                 (A *)part);
+    FG_CUDA_TRY_LAUNCH();
+    emb_bwd_sum_kernel<T><<<dim3(fg_cuda_grid(nu, 1), ty), 128, 0,
+                            fg_cuda_stream()>>>((const A *)part, urow, useg,
+                                                nu, C, dptr<T>(dw));
     FG_CUDA_TRY_LAUNCH();
     return FG_OK;
 }
@@ -305,37 +340,43 @@ extern "C" fg_status fg_cuda_embedding_backward(const fg_tensor *g,
     if (dw->dtype != FG_FP64 && dw->dtype != FG_FP32 && dw->dtype != FG_FP16 &&
         dw->dtype != FG_BF16)
         return bad_dtype(fn, dw->dtype);
-    const int64_t V = dw->shape[0];
-    /* CSR by counting sort on the host: used rows (ascending), their start
-     * offsets (nu + 1) and the positions using each row, in position order,
-     * packed in one buffer for a single copy. */
+    const int64_t V = dw->shape[0], C = dw->shape[1];
+    /* CSR by counting sort on the host: used rows (ascending), their
+     * segments of at most kEmbSeg positions, and the positions of each row
+     * in position order, packed in one buffer for a single copy. */
     int64_t *cnt = (int64_t *)calloc((size_t)V, sizeof(int64_t));
     if (!cnt)
         return fg_error(FG_ERR_OUT_OF_MEMORY, "%s: host scratch", fn);
     for (int64_t i = 0; i < n; i++)
         cnt[indices[i]]++;
-    int64_t nu = 0;
+    int64_t nu = 0, nseg = 0;
     for (int64_t v = 0; v < V; v++)
-        nu += cnt[v] != 0;
-    const size_t cbytes = sizeof(int64_t) * (size_t)(2 * nu + 1 + n);
+        if (cnt[v]) {
+            nu++;
+            nseg += (cnt[v] + kEmbSeg - 1) / kEmbSeg;
+        }
+    const size_t cbytes = sizeof(int64_t) * (size_t)(2 * nu + nseg + 2 + n);
     int64_t *csr = (int64_t *)malloc(cbytes);
     if (!csr) {
         free(cnt);
         return fg_error(FG_ERR_OUT_OF_MEMORY, "%s: host scratch", fn);
     }
-    int64_t *urow = csr, *start = csr + nu, *pos = csr + 2 * nu + 1;
-    int64_t u = 0, off = 0;
+    int64_t *urow = csr, *useg = csr + nu, *sb = useg + nu + 1,
+            *pos = sb + nseg + 1;
+    int64_t u = 0, off = 0, sg = 0;
     for (int64_t v = 0; v < V; v++) {
         if (!cnt[v])
             continue;
-        urow[u] = v;
-        start[u] = off;
         const int64_t c = cnt[v];
+        urow[u] = v;
+        useg[u++] = sg;
+        for (int64_t k = 0; k < c; k += kEmbSeg)
+            sb[sg++] = off + k;
         cnt[v] = off; /* from here on: the row's fill cursor */
         off += c;
-        u++;
     }
-    start[nu] = off;
+    useg[nu] = sg;
+    sb[nseg] = off;
     for (int64_t i = 0; i < n; i++)
         pos[cnt[indices[i]]++] = i;
     free(cnt);
@@ -343,22 +384,31 @@ extern "C" fg_status fg_cuda_embedding_backward(const fg_tensor *g,
     /* Device scratch sized for the worst case (every position its own row),
      * not for this batch: a size that depends only on the shapes keeps the
      * caching allocator from seeing new sizes in later training steps. */
-    const int64_t nu_max = V < n ? V : n;
-    const size_t wbytes = sizeof(int64_t) * (size_t)(2 * nu_max + 1 + n);
+    const int64_t nu_max = V < n ? V : n, nseg_max = nu_max + n / kEmbSeg;
+    const size_t wbytes =
+        sizeof(int64_t) * (size_t)(2 * nu_max + nseg_max + 2 + n);
+    const size_t pbytes = (size_t)nseg_max * (size_t)C *
+                          (dw->dtype == FG_FP64 ? sizeof(double) : sizeof(float));
     int64_t *dcsr = nullptr;
+    void *part = nullptr;
     fg_status s = fg_cuda_mem_alloc(wbytes, (void **)&dcsr);
+    if (s == FG_OK)
+        s = fg_cuda_mem_alloc(pbytes, &part);
     if (s == FG_OK)
         s = fg_cuda_memcpy_h2d(dcsr, csr, cbytes);
     free(csr); /* H2D has returned: the source may be reused */
     if (s == FG_OK) {
         switch (dw->dtype) {
-        case FG_FP64: s = emb_bwd_launch<double>(g, dcsr, nu, dw); break;
-        case FG_FP32: s = emb_bwd_launch<float>(g, dcsr, nu, dw); break;
-        case FG_FP16: s = emb_bwd_launch<__half>(g, dcsr, nu, dw); break;
-        default: s = emb_bwd_launch<__nv_bfloat16>(g, dcsr, nu, dw); break;
+        case FG_FP64: s = emb_bwd_launch<double>(g, dcsr, nu, nseg, part, dw); break;
+        case FG_FP32: s = emb_bwd_launch<float>(g, dcsr, nu, nseg, part, dw); break;
+        case FG_FP16: s = emb_bwd_launch<__half>(g, dcsr, nu, nseg, part, dw); break;
+        default: s = emb_bwd_launch<__nv_bfloat16>(g, dcsr, nu, nseg, part, dw); break;
         }
     }
-    scratch_free(dcsr, wbytes);
+    if (part)
+        scratch_free(part, pbytes);
+    if (dcsr)
+        scratch_free(dcsr, wbytes);
     return s;
 }
 
