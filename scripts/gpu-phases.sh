@@ -55,6 +55,12 @@
 #                shape (batch FG_G2_BATCH, default 16), and that shape's
 #                --profile-steps table (other kernels by operation);
 #                $OUT/train.txt
+#   trainab      the build's flashgrad-train against ref's (buildref),
+#                interleaved over two rounds, then each one's profiled
+#                GPT-2-small step: a training-side change A/B in one call;
+#                $OUT/trainab.txt
+#   benchab      FG_AB_CMD (e.g. "bench/bench_layernorm --reps 10") in the
+#                build tree and in ref's, two rounds; $OUT/benchab.txt
 #   dpspeed      flashgrad-train data parallel over --rendezvous, 1, 2, 4
 #                and 8 GPUs as there are: the baby GPT and a GPT-2-small
 #                shape, tokens/s (doc/distributed.md); FG_DP_ARGS adds
@@ -353,6 +359,56 @@ train() {
         --profile-steps 10
     sed -n '/^profile of/,/^step/p' "$W/fg-g2s-prof.log" | grep -v '^step' | tee -a "$OUT/train.txt"
 }
+# trainab: the build against ref (buildref) on the same GPU, interleaved
+# over two rounds: the GPT-2-small shape and the baby GPT (ms/step), then
+# each tree's profiled GPT-2-small step; $OUT/trainab.txt. A training-side
+# change timed without the twin (whose times vary more between runs).
+trainab() {
+    log "training, build against ref: GPT-2-small shape and baby GPT, two rounds"
+    [ -x "$R/tools/train/flashgrad-train" ] || { echo "trainab: no ref build (buildref)"; return 1; }
+    local round tree tag g2b=${FG_G2_BATCH:-16} keep=$T
+    : >"$OUT/trainab.txt"
+    for round in 1 2; do
+        for tree in "$B" "$R"; do
+            tag=$([ "$tree" = "$B" ] && echo build || echo ref)
+            T=$tree/tools/train/flashgrad-train
+            # shellcheck disable=SC2086
+            fgt "g2s-$tag-$round" $G2 --dropout 0.1 --batch "$g2b" --steps 60 \
+                --print-interval 20 | tee -a "$OUT/trainab.txt"
+            # shellcheck disable=SC2086
+            fgt "baby-$tag-$round" $BABY --dropout 0.2 --batch 64 --steps 300 \
+                --print-interval 50 | tee -a "$OUT/trainab.txt"
+        done
+    done
+    for tree in "$B" "$R"; do
+        tag=$([ "$tree" = "$B" ] && echo build || echo ref)
+        T=$tree/tools/train/flashgrad-train
+        # shellcheck disable=SC2086
+        fgt "g2s-prof-$tag" $G2 --dropout 0.1 --batch "$g2b" --steps 30 --print-interval 30 \
+            --profile-steps 10 >/dev/null
+        echo "== $tag" >>"$OUT/trainab.txt"
+        sed -n '/^profile of/,/^step/p' "$W/g2s-prof-$tag.log" | grep -v '^step' >>"$OUT/trainab.txt"
+    done
+    T=$keep
+    grep -A8 '^== ' "$OUT/trainab.txt"
+}
+# benchab: FG_AB_CMD (a program of the build tree and its arguments, e.g.
+# "bench/bench_layernorm --reps 10") on the build and on ref, two rounds
+# interleaved; $OUT/benchab.txt.
+benchab() {
+    log "build against ref: ${FG_AB_CMD:?set FG_AB_CMD}"
+    local round tree
+    : >"$OUT/benchab.txt"
+    for round in 1 2; do
+        for tree in "$B" "$R"; do
+            [ -d "$tree" ] || continue
+            echo "== $tree, round $round" >>"$OUT/benchab.txt"
+            # shellcheck disable=SC2086 # a command line: words
+            (cd "$tree" && timeout 240 ./$FG_AB_CMD >>"$OUT/benchab.txt" 2>&1)
+        done
+    done
+    cat "$OUT/benchab.txt"
+}
 ring() { # RANKS ARGS...
     local n=$1 r
     shift
@@ -374,7 +430,7 @@ rings() {
 
 for ph in "$@"; do # every phase known before any runs
     case $ph in
-    san:?* | build | buildref | modules | cells | ncu | suites | sweep | variants | det | detsan | bias | modes | torch | train | dpspeed | dpeq | rings) ;;
+    san:?* | build | buildref | modules | cells | ncu | suites | sweep | variants | det | detsan | bias | modes | torch | train | trainab | benchab | dpspeed | dpeq | rings) ;;
     *) echo "gpu-phases.sh: unknown phase '$ph'" >&2; exit 2 ;;
     esac
 done
