@@ -190,7 +190,7 @@ extern "C" {
       (const fg_tensor *x, const fg_tensor *weight, const fg_tensor *mean,     \
        const fg_tensor *rstd, const fg_tensor *g, fg_tensor *dx, int dx_acc,   \
        fg_tensor *dw, fg_tensor *db),                                          \
-      (x, weight, mean, rstd, g, dx, dx_acc, dw, db),                                  \
+      (x, weight, mean, rstd, g, dx, dx_acc, dw, db),                          \
       fg_cuda_backend_fail("fg_layernorm"))                                    \
     F(fg_status, fg_cuda_embedding_forward,                                    \
       (const fg_tensor *weight, const int64_t *indices, int64_t n,             \
