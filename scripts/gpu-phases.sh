@@ -55,6 +55,8 @@
 #                shape (batch FG_G2_BATCH, default 16), and that shape's
 #                --profile-steps table (other kernels by operation);
 #                $OUT/train.txt
+#   quality      the baby GPT for 2000 steps, validation loss every 500
+#                (issue 22's bar: <= 1.48 at 2000); $OUT/quality.txt
 #   trainab      the build's flashgrad-train against ref's (buildref),
 #                interleaved over two rounds, then each one's profiled
 #                GPT-2-small step: a training-side change A/B in one call;
@@ -359,6 +361,16 @@ train() {
         --profile-steps 10
     sed -n '/^profile of/,/^step/p' "$W/fg-g2s-prof.log" | grep -v '^step' | tee -a "$OUT/train.txt"
 }
+# quality: the baby GPT's validation loss at 2000 steps (issue 22's quality
+# bar: <= 1.48), evaluated every 500 steps; $OUT/quality.txt
+quality() {
+    log "baby GPT, 2000 steps: validation loss (target <= 1.48)"
+    dp 1 baby-q --data "$D" --device cuda --layers 6 --heads 6 --width 384 --ctx 256 \
+        --lr 1e-3 --min-lr 1e-4 --warmup 100 --beta2 0.99 --dropout 0.2 --batch 64 \
+        --steps 2000 --eval-interval 500 --print-interval 500 --ckpt none --samples 0 \
+        >/dev/null
+    grep -E '^(eval at|step .*2000/2000|final)' "$W/baby-q.log" | tee "$OUT/quality.txt"
+}
 # trainab: the build against ref (buildref) on the same GPU, interleaved
 # over two rounds: the GPT-2-small shape and the baby GPT (ms/step), then
 # each tree's profiled GPT-2-small step; $OUT/trainab.txt. A training-side
@@ -430,7 +442,7 @@ rings() {
 
 for ph in "$@"; do # every phase known before any runs
     case $ph in
-    san:?* | build | buildref | modules | cells | ncu | suites | sweep | variants | det | detsan | bias | modes | torch | train | trainab | benchab | dpspeed | dpeq | rings) ;;
+    san:?* | build | buildref | modules | cells | ncu | suites | sweep | variants | det | detsan | bias | modes | torch | train | quality | trainab | benchab | dpspeed | dpeq | rings) ;;
     *) echo "gpu-phases.sh: unknown phase '$ph'" >&2; exit 2 ;;
     esac
 done
