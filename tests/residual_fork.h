@@ -7,8 +7,10 @@
  * parameters keep the engine's general paths. Two backwards each (the
  * second adds into the parameters' .grad, through the layernorm's backward
  * on the fused run), and x, weight and bias gradients must be equal
- * bit for bit, with fewer separate accumulations on the fused path
- * (fg_profile_ops). Include after test_ops_util.h. */
+ * bit for bit, and so must h's retained gradient (the fork's total, which
+ * fg_tensor_retain_grad takes when h's producer runs), with fewer separate
+ * accumulations on the fused path (fg_profile_ops). Include after
+ * test_ops_util.h. */
 #ifndef FG_TESTS_RESIDUAL_FORK_H
 #define FG_TESTS_RESIDUAL_FORK_H
 
@@ -38,9 +40,11 @@ static fg_tensor *rf_tensor(fg_dtype dt, fg_device dev, int nd,
 }
 
 /* One forward and backward of sum(cast(ln(h), xt) ... ): returns the
- * region's count of separate gradient accumulations. */
+ * region's count of separate gradient accumulations; *hgrad (when
+ * non-NULL) gets h's retained gradient, the fork's total, on the host. */
 static int64_t rf_step(fg_tensor *x, fg_tensor *w, fg_tensor *b,
-                       fg_tensor *u, fg_tensor *r, fg_dtype yt, int hook)
+                       fg_tensor *u, fg_tensor *r, fg_dtype yt, int hook,
+                       double **hgrad)
 {
     const fg_device dev = fg_tensor_device(x);
     const fg_dtype xt = fg_tensor_dtype(x);
@@ -48,6 +52,8 @@ static int64_t rf_step(fg_tensor *x, fg_tensor *w, fg_tensor *b,
               *q = NULL, *sq = NULL, *loss = NULL;
     fg_hook *hk = NULL;
     FGT_OK(fg_scale(x, 1.5, &h));
+    if (hgrad) /* a retain hook: the fused path still taken */
+        FGT_OK(fg_tensor_retain_grad(h));
     if (hook)
         FGT_OK(fg_tensor_register_hook(h, rf_noop_hook, NULL, &hk));
     FGT_OK(fg_layernorm_cast(h, w, b, 1e-5, yt, &a));
@@ -67,6 +73,8 @@ static int64_t rf_step(fg_tensor *x, fg_tensor *w, fg_tensor *b,
     for (int i = 0; i < nops && i < 128; i++)
         if (!strcmp(ops[i].name, "fg_grad_accumulate"))
             acc += ops[i].calls;
+    if (hgrad)
+        *hgrad = fgt_host(fg_tensor_grad(h));
     if (hk)
         fg_hook_remove(hk);
     fg_tensor *all[] = {h, a, p, q, sa, sac, sq, loss};
@@ -113,6 +121,7 @@ static void check_residual_fork(fg_device dev, fg_dtype xt, fg_dtype yt,
               *r = rf_tensor(xt, dev, 2, shape, hr, n, 0);
     int64_t acc[2] = {0, 0};
     fg_hook *hooks[2] = {NULL, NULL};
+    double *hg[2] = {NULL, NULL};
     for (int k = 0; k < 2; k++) { /* 0 fused, 1 the general path */
         x[k] = rf_tensor(xt, dev, 2, shape, hx, n, 1);
         w[k] = rf_tensor(xt, dev, 1, &C, hw, C, 1);
@@ -122,8 +131,16 @@ static void check_residual_fork(fg_device dev, fg_dtype xt, fg_dtype yt,
                 FGT_OK(fg_tensor_register_hook(i ? b[k] : w[k], rf_noop_hook,
                                                NULL, &hooks[i]));
         for (int rep = 0; rep < 2; rep++)
-            acc[k] += rf_step(x[k], w[k], b[k], u, r, yt, k);
+            acc[k] += rf_step(x[k], w[k], b[k], u, r, yt, k,
+                              rep ? &hg[k] : NULL);
     }
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(memcmp(&hg[0][i], &hg[1][i], sizeof(double)) == 0,
+                      "retained h.grad (%s -> %s) [%lld]: %.17g fused, "
+                      "%.17g general", fg_dtype_name(xt), fg_dtype_name(yt),
+                      (long long)i, hg[0][i], hg[1][i]);
+    free(hg[0]);
+    free(hg[1]);
     fg_hook_remove(hooks[0]);
     fg_hook_remove(hooks[1]);
     ck_assert_msg(acc[0] < acc[1],
