@@ -12,7 +12,8 @@
  * reference in fp64, fp32 and bf16, and its bias gradient accumulating
  * into an fp32 .grad under bf16 autocast over two backwards; fg_mlp
  * (GELU and bias gradients in epilogues) against an fp64 reference and
- * against the unfused kernels in fp64, fp32 and bf16.
+ * against the unfused kernels in fp64, fp32 and bf16; the GPU AdamW equal
+ * to the CPU's bit for bit (vector and tail elements, fp32 and fp64).
  * Exits 77 without a GPU (CUDA is touched only inside the forked tests). */
 #include <math.h>
 #include <string.h>
@@ -486,6 +487,77 @@ START_TEST(test_linear_epilogue)
 }
 END_TEST
 
+/* The GPU AdamW against the CPU's, bit for bit (optim_cuda.cu mirrors
+ * lib/train/optim.c rounding by rounding): fp32 and fp64 parameters whose
+ * lengths leave tails past the 16-byte vectors and cross the 4096-element
+ * chunks, with and without weight decay, over three steps with fresh
+ * gradients (.grad = u through sum(p * u), exact). */
+START_TEST(test_adamw_matches_cpu)
+{
+    enum { NP = 5 };
+    fgt_rng r = fgt_rng_for(0xada3);
+    const int64_t len[NP] = {4097, 3, 64 * 33, 129, 8195};
+    const fg_dtype dts[NP] = {FG_FP32, FG_FP32, FG_FP32, FG_FP64, FG_FP64};
+    fg_tensor *p[2][NP];
+    fg_param par[2][NP];
+    for (int i = 0; i < NP; i++) {
+        p[0][i] = fgt_rand(&r, dts[i], FG_SHAPE(len[i]), 1.0, 0.0, 1);
+        p[1][i] = to_dev(p[0][i], dts[i], 1);
+        for (int dv = 0; dv < 2; dv++) {
+            memset(&par[dv][i], 0, sizeof par[dv][i]);
+            par[dv][i].tensor = p[dv][i];
+            par[dv][i].decay = i % 2;
+            snprintf(par[dv][i].name, sizeof par[dv][i].name, "p%d", i);
+        }
+    }
+    fg_adamw_config oc;
+    fg_adamw_config_init(&oc);
+    fg_adamw *o[2] = {NULL, NULL};
+    for (int dv = 0; dv < 2; dv++)
+        FGT_OK(fg_adamw_create(par[dv], NP, &oc, &o[dv]));
+    for (int step = 0; step < 3; step++) {
+        for (int i = 0; i < NP; i++) {
+            fg_tensor *u[2], *pu = NULL, *l = NULL;
+            u[0] = fgt_rand(&r, dts[i], FG_SHAPE(len[i]), 1.0, 0.0, 0);
+            u[1] = to_dev(u[0], dts[i], 0);
+            for (int dv = 0; dv < 2; dv++) {
+                FGT_OK(fg_mul(p[dv][i], u[dv], &pu));
+                FGT_OK(fg_sum(pu, NULL, 0, 0, &l));
+                FGT_OK(fg_backward(l));
+                fg_tensor_free(pu);
+                fg_tensor_free(l);
+            }
+            fgt_free_all(u, 2);
+        }
+        for (int dv = 0; dv < 2; dv++) {
+            FGT_OK(fg_adamw_step(o[dv], 1e-2));
+            FGT_OK(fg_zero_grad(p[dv], NP));
+        }
+    }
+    for (int i = 0; i < NP; i++) {
+        fg_tensor *st[2][3];
+        for (int dv = 0; dv < 2; dv++) {
+            st[dv][0] = p[dv][i];
+            FGT_OK(fg_adamw_state(o[dv], i, &st[dv][1], &st[dv][2]));
+        }
+        for (int w = 0; w < 3; w++) {
+            double *a = fgt_host(st[0][w]), *b = fgt_host(st[1][w]);
+            for (int64_t j = 0; j < len[i]; j++)
+                ck_assert_msg(memcmp(&a[j], &b[j], sizeof(double)) == 0,
+                              "param %d (%s) %s [%lld]: CPU %.17g, GPU %.17g",
+                              i, fg_dtype_name(dts[i]), w ? (w == 1 ? "m" : "v") : "p",
+                              (long long)j, a[j], b[j]);
+            free(a);
+            free(b);
+        }
+    }
+    for (int dv = 0; dv < 2; dv++) {
+        fg_adamw_free(o[dv]);
+        fgt_free_all(p[dv], NP);
+    }
+}
+END_TEST
+
 int main(void)
 {
     if (!fgt_gpu_present()) {
@@ -500,6 +572,7 @@ int main(void)
     tcase_add_test(tc, test_zero_grad_many);
     tcase_add_test(tc, test_cast_backward_direct);
     tcase_add_test(tc, test_adamw_writes_copies);
+    tcase_add_test(tc, test_adamw_matches_cpu);
     tcase_add_test(tc, test_linear_epilogue);
     tcase_add_test(tc, test_linear_bgrad_accumulates);
     tcase_add_test(tc, test_mlp_epilogues);
