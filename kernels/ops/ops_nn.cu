@@ -405,10 +405,8 @@ extern "C" fg_status fg_cuda_embedding_backward(const fg_tensor *g,
         default: s = emb_bwd_launch<__nv_bfloat16>(g, dcsr, nu, nseg, part, dw); break;
         }
     }
-    if (part)
-        scratch_free(part, pbytes);
-    if (dcsr)
-        scratch_free(dcsr, wbytes);
+    scratch_free(part, pbytes);
+    scratch_free(dcsr, wbytes);
     return s;
 }
 

@@ -281,11 +281,13 @@ static fg_status mlp_backward(fg_node *n, fg_tensor *const *g,
     FG_TRY(fg_contiguous_raw(g[0], fg_bw_domain(), &gy));
     fg_status s = linear_grads(a, w2, gy, 0, need[MLP_W2], need[MLP_B2], &m2,
                                NULL, &gin[MLP_W2], &gin[MLP_B2]);
-    if (s == FG_OK && (need[MLP_X] || need[MLP_W1] || need[MLP_B1]))
+    if (s == FG_OK && (need[MLP_X] || need[MLP_W1] || need[MLP_B1])) {
         s = gelu_grads(a, h, w2, gy, &dh);
-    if (s == FG_OK && (need[MLP_X] || need[MLP_W1] || need[MLP_B1]))
-        s = linear_grads(x, w1, dh, need[MLP_X], need[MLP_W1], need[MLP_B1],
-                         &m1, &gin[MLP_X], &gin[MLP_W1], &gin[MLP_B1]);
+        if (s == FG_OK)
+            s = linear_grads(x, w1, dh, need[MLP_X], need[MLP_W1],
+                             need[MLP_B1], &m1, &gin[MLP_X], &gin[MLP_W1],
+                             &gin[MLP_B1]);
+    }
     fg_tensor_free(gy);
     fg_tensor_free(dh);
     if (s != FG_OK)

@@ -136,31 +136,26 @@ void report_profile(const fg_profile *p, int64_t first, int64_t steps)
            "launches, gaps, host (rest)", (p->wall_ms - sum) / n,
            wall > 0 ? 100 * (p->wall_ms - sum) / p->wall_ms : 0,
            "step (wall)", wall);
-    /* What the "other kernels" are, largest first (fg_profile_ops): the
-     * candidates for fusion. */
+    /* By operation, largest first (fg_profile_ops): the "other kernels"
+     * (the candidates for fusion), then the GEMMs, attention, layernorm
+     * and optimizer (which forward or backward of them to look at). */
     fg_profile_op ops[128];
     const int n_ops = fg_profile_ops(ops, 128);
-    int shown = 0;
-    for (int i = 0; i < n_ops && i < 128 && shown < 12; i++) {
-        if (ops[i].family != FG_PROF_OTHER && ops[i].family != -1)
-            continue;
-        if (!shown++)
-            printf("  other kernels by operation:\n");
-        printf("    %-24s %9.3f %6.1f%% %8.1f\n", ops[i].name, ops[i].ms / n,
-               wall > 0 ? 100 * ops[i].ms / p->wall_ms : 0,
-               (double)ops[i].calls / n);
-    }
-    /* The GEMMs, attention and layernorm the same way: which forward or
-     * backward of them to look at (each op's shapes are the model's). */
-    shown = 0;
-    for (int i = 0; i < n_ops && i < 128 && shown < 12; i++) {
-        if (ops[i].family == FG_PROF_OTHER || ops[i].family == -1)
-            continue;
-        if (!shown++)
-            printf("  the other families by operation:\n");
-        printf("    %-28s %9.3f %6.1f%% %8.1f  %s\n", ops[i].name,
-               ops[i].ms / n, wall > 0 ? 100 * ops[i].ms / p->wall_ms : 0,
-               (double)ops[i].calls / n, fg_profile_family_name(ops[i].family));
+    for (int other = 1; other >= 0; other--) {
+        int shown = 0;
+        for (int i = 0; i < n_ops && i < 128 && shown < 12; i++) {
+            const int is_other = ops[i].family == FG_PROF_OTHER || ops[i].family == -1;
+            if (is_other != other)
+                continue;
+            if (!shown++)
+                printf(other ? "  other kernels by operation:\n"
+                             : "  the other families by operation:\n");
+            printf("    %-*s %9.3f %6.1f%% %8.1f%s%s\n", other ? 24 : 28,
+                   ops[i].name, ops[i].ms / n,
+                   wall > 0 ? 100 * ops[i].ms / p->wall_ms : 0,
+                   (double)ops[i].calls / n, other ? "" : "  ",
+                   other ? "" : fg_profile_family_name(ops[i].family));
+        }
     }
     fflush(stdout);
 }
