@@ -403,9 +403,9 @@ static void mlp_reference(double *const *in, const double *u, double **out)
     free(dh);
 }
 
-/* fg_mlp on the GPU (GELU_AUX_BIAS and BIAS forward; BGRADA, DGELU_BGRAD
- * and two plain GEMMs backward) against the fp64 reference on the same
- * rounded values and against the unfused kernels (fg_linear, fg_gelu,
+/* fg_mlp on the GPU (GELU_AUX_BIAS and BIAS forward; BGRADA for dw2/db2
+ * and dw1/db1, DGELU and a plain GEMM backward) against the fp64
+ * reference on the same rounded values and against the unfused kernels (fg_linear, fg_gelu,
  * fg_linear) on the GPU. Errors: max-abs relative to max |reference|.
  * tol: fp64 1e-12; fp32 1e-3 (cuBLASLt's GELU is the tanh form, but its
  * tanh may be a hardware approximation of ~2^-11; the measured errors are

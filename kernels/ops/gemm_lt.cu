@@ -123,7 +123,6 @@ cublasLtEpilogue_t lt_epilogue(fg_lt_epilogue e)
     case FG_LT_BIAS: return CUBLASLT_EPILOGUE_BIAS;
     case FG_LT_GELU_AUX_BIAS: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     case FG_LT_DGELU: return CUBLASLT_EPILOGUE_DGELU;
-    case FG_LT_DGELU_BGRAD: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
     case FG_LT_BGRAD_B: return CUBLASLT_EPILOGUE_BGRADA;
     default: return CUBLASLT_EPILOGUE_DEFAULT;
     }
@@ -223,8 +222,7 @@ extern "C" fg_status fg_cuda_gemm_lt(const fg_cuda_lt_gemm *g, int *done)
         g->dt != FG_BF16)
         return FG_OK;
     const int gelu = g->epilogue == FG_LT_GELU_AUX_BIAS ||
-                     g->epilogue == FG_LT_DGELU ||
-                     g->epilogue == FG_LT_DGELU_BGRAD;
+                     g->epilogue == FG_LT_DGELU;
     if (gelu != (g->aux != nullptr) || (gelu && g->N % 8 != 0))
         return FG_OK; /* cuBLASLt wants the aux's ld divisible by 8 */
     /* cuBLASLt's fp64 GELU is 2e-10 off (measured on an H100 against the
@@ -265,7 +263,7 @@ extern "C" fg_status fg_cuda_gemm_lt(const fg_cuda_lt_gemm *g, int *done)
     FG_CUBLAS_TRY(cublasLtMatmul(h, lc.op, alpha, g->B, lc.a, g->A, lc.b,
                                  beta, g->C, lc.c, g->C, lc.c, &e.algo, lc.ws,
                                  kWorkspace, fg_cuda_stream()));
-    if (g->epilogue == FG_LT_DGELU_BGRAD || g->epilogue == FG_LT_BGRAD_B)
+    if (g->epilogue == FG_LT_BGRAD_B)
         fg_cuda_mark_written(g->bias, (size_t)g->N * es);
     *done = 1;
     return FG_OK;

@@ -83,9 +83,10 @@ typedef enum fg_lt_epilogue {
     FG_LT_BIAS,          /* C += bias (input, per column) */
     FG_LT_GELU_AUX_BIAS, /* aux = product + bias; C = gelu(aux) (tanh form);
                             aux [M, N] is written (the pre-activation) */
-    FG_LT_DGELU,         /* C = product * gelu'(aux); aux is read */
-    FG_LT_DGELU_BGRAD,   /* as FG_LT_DGELU, and bias (output, per column)
-                            = C's column sums */
+    FG_LT_DGELU,         /* C = product * gelu'(aux); aux is read (the
+                            DGELU_BGRAD form, with C's column sums, left
+                            the MLP backward 45% longer: H200, session 23;
+                            fg_mlp takes them from BGRAD_B) */
     FG_LT_BGRAD_B        /* bias (output, per column) = B's column sums
                             over its K rows (needs tb 0): a weight
                             gradient's GEMM giving the bias gradient */
@@ -98,7 +99,7 @@ typedef struct fg_cuda_lt_gemm {
     int ta, tb;
     void *C;
     fg_lt_epilogue epilogue;
-    void *bias; /* read (BIAS, GELU_AUX_BIAS) or overwritten (the BGRADs) */
+    void *bias; /* read (BIAS, GELU_AUX_BIAS) or overwritten (BGRAD_B) */
     void *aux;  /* [M, N] like C (the GELU epilogues); N % 8 == 0 */
 } fg_cuda_lt_gemm;
 
