@@ -202,7 +202,11 @@ ln_fwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
  * thread sums g xhat and g of its columns over its rows, the block's rows
  * are combined in a fixed order (smem: 2 C values when blockDim.y > 1) and
  * stored as partial row blockIdx.x of pw / pb ([gridDim.x, C]; NULL when
- * dw and db are not wanted). dx may be NULL. */
+ * dw and db are not wanted). dx may be NULL. The thread's running sums
+ * live in shared memory (ln_bwd_smem: slot s of thread t at s * threads +
+ * t, private to the thread, so no barrier guards them), not registers:
+ * in registers they took 32 of the kernel's 101 and held it to two
+ * 256-thread blocks an SM, half the forward's loads in flight. */
 template <typename T, typename Tg, int V>
 __global__ void __launch_bounds__(LN_TPR_MAX)
 ln_bwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
@@ -216,12 +220,15 @@ ln_bwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
     constexpr int NV = ln_elems<A>() / V;
     __shared__ A sh[64];
     extern __shared__ __align__(16) unsigned char ln_smem[];
-    A aw[NV][V], ab[NV][V];
+    const int nthr = (int)(blockDim.x * blockDim.y),
+              tid = (int)(threadIdx.y * blockDim.x + threadIdx.x);
+    /* after the 2 C values of the row groups' combination */
+    A *aw = reinterpret_cast<A *>(ln_smem) + (blockDim.y > 1 ? 2 * C : 0) + tid;
+    A *ab = aw + NV * V * nthr;
+    if (pw)
 #pragma unroll
-    for (int i = 0; i < NV; i++)
-#pragma unroll
-        for (int k = 0; k < V; k++)
-            aw[i][k] = ab[i][k] = A(0);
+        for (int e = 0; e < NV * V; e++)
+            aw[e * nthr] = ab[e * nthr] = A(0);
     const int64_t step = (int64_t)gridDim.x * blockDim.y;
     /* base is block-uniform: every thread makes the same trips (barriers) */
     for (int64_t base = (int64_t)blockIdx.x * blockDim.y; base < R;
@@ -258,11 +265,13 @@ ln_bwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
         if (!live)
             continue;
         for_own<NV, V>(C, [&](int i, int64_t j) {
+            if (pw)
 #pragma unroll
-            for (int k = 0; k < V; k++) {
-                aw[i][k] = d_fma(gv[i][k], xh[i][k], aw[i][k]);
-                ab[i][k] += gv[i][k];
-            }
+                for (int k = 0; k < V; k++) {
+                    const int e = (i * V + k) * nthr;
+                    aw[e] = d_fma(gv[i][k], xh[i][k], aw[e]);
+                    ab[e] += gv[i][k];
+                }
             if (dx) {
                 A wv[V], d[V], old[V];
                 load_par<T, V>(w, ws, j, A(1), wv);
@@ -289,8 +298,9 @@ ln_bwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
             for_own<NV, V>(C, [&](int i, int64_t j) {
 #pragma unroll
                 for (int k = 0; k < V; k++) {
-                    cw[j + k] = first ? aw[i][k] : cw[j + k] + aw[i][k];
-                    cb[j + k] = first ? ab[i][k] : cb[j + k] + ab[i][k];
+                    const int e = (i * V + k) * nthr;
+                    cw[j + k] = first ? aw[e] : cw[j + k] + aw[e];
+                    cb[j + k] = first ? ab[e] : cb[j + k] + ab[e];
                 }
             });
         __syncthreads();
@@ -302,8 +312,9 @@ ln_bwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
     for_own<NV, V>(C, [&](int i, int64_t j) {
 #pragma unroll
         for (int k = 0; k < V; k++) {
-            pwr[j + k] = more ? cw[j + k] + aw[i][k] : aw[i][k];
-            pbr[j + k] = more ? cb[j + k] + ab[i][k] : ab[i][k];
+            const int e = (i * V + k) * nthr;
+            pwr[j + k] = more ? cw[j + k] + aw[e] : aw[e];
+            pbr[j + k] = more ? cb[j + k] + ab[e] : ab[e];
         }
     });
 }
@@ -569,6 +580,31 @@ fg_status ln_bwd_grid(K kernel, int threads, size_t smem, int64_t groups,
     return FG_OK;
 }
 
+/* ln_bwd_reg's dynamic shared memory: the row groups' combination (2 C
+ * values when a block has several rows) and every thread's running sums
+ * (2 ln_elems each), when dw or db is wanted. */
+template <typename A>
+size_t ln_bwd_smem(const LnShape &S, int64_t C, bool cols)
+{
+    if (!cols)
+        return 0;
+    const size_t comb = S.rpb > 1 ? 2 * (size_t)C : 0;
+    return sizeof(A) * (comb + 2 * (size_t)ln_elems<A>() * (size_t)(S.tpr * S.rpb));
+}
+
+/* Lets kernel take smem bytes of dynamic shared memory (over 48 KB needs
+ * the opt-in: a 512-thread row's sums take 64 KB). */
+template <typename K>
+fg_status ln_bwd_smem_allow(K kernel, size_t smem)
+{
+    if (smem <= 48 * 1024)
+        return FG_OK;
+    FG_CUDA_TRY(cudaFuncSetAttribute(kernel,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)smem));
+    return FG_OK;
+}
+
 /* Runs fill(pw, pb), the kernel writing n partial rows [n, C] of dw / db
  * into scratch (NULL, NULL when neither is wanted), then sums them into
  * dw / db; frees the scratch. */
@@ -608,9 +644,10 @@ fg_status ln_bwd_reg_launch(const T *xp, const T *wp, int64_t ws,
 {
     typedef typename Num<T>::A A;
     const LnShape S = ln_shape(C, ln_elems<A>());
-    const size_t smem =
-        (dw || db) && S.rpb > 1 ? 2 * sizeof(A) * (size_t)C : 0;
+    const size_t smem = ln_bwd_smem<A>(S, C, dw || db);
     auto kernel = ln_bwd_reg<T, Tg, V>;
+    FG_TRY(ln_bwd_smem_allow(kernel, smem));
+    FG_TRY(ln_bwd_smem_allow(ln_bwd_reg<T, T, V>, smem));
     /* The wave of the same-dtype kernel, so that a narrow g gives the same
      * partial rows (and so the same dw / db bits) as that g widened. */
     static std::atomic<unsigned long long> wave_cache{0};
