@@ -139,7 +139,51 @@ __device__ inline double sqrt_t(double x) { return __dsqrt_rn(x); }
  *   m = (T)(b1*m + (1-b1)*g)
  *   v = (T)(b2*v + (1-b2)*g*g)
  *   upd = (T)((m/bc1) / (sqrt((T)(v/bc2)) + eps))
- *   p = (T)(p*decay - lr*upd) */
+ *   p = (T)(p*decay - lr*upd)
+ * m and v are updated in place; returns the new p. */
+template <typename T>
+__device__ __forceinline__ T adamw_elem(T p, T g, T &m, T &v, double decay,
+                                        const Hp &h)
+{
+    const double gj = (double)g;
+    const T mj = to_t(__dadd_rn(__dmul_rn(h.b1, (double)m), __dmul_rn(h.omb1, gj)),
+                      (T *)nullptr);
+    const T vj = to_t(__dadd_rn(__dmul_rn(h.b2, (double)v),
+                                __dmul_rn(__dmul_rn(h.omb2, gj), gj)),
+                      (T *)nullptr);
+    m = mj;
+    v = vj;
+    const T den = sqrt_t(to_t(__ddiv_rn((double)vj, h.bc2), (T *)nullptr));
+    const T upd = to_t(__ddiv_rn(__ddiv_rn((double)mj, h.bc1),
+                                 __dadd_rn((double)den, h.eps)),
+                       (T *)nullptr);
+    return to_t(__dsub_rn(__dmul_rn((double)p, decay), __dmul_rn(h.lr, (double)upd)),
+                (T *)nullptr);
+}
+
+/* 16 bytes of T at q (aligned) in one access. */
+template <typename T> struct Vec16 {
+    static constexpr int n = 16 / (int)sizeof(T);
+    T e[n];
+};
+template <typename T> __device__ __forceinline__ Vec16<T> ld16(const T *q)
+{
+    const uint4 r = *reinterpret_cast<const uint4 *>(q);
+    Vec16<T> o;
+    memcpy(&o, &r, 16);
+    return o;
+}
+template <typename T> __device__ __forceinline__ void st16(T *q, const Vec16<T> &o)
+{
+    uint4 r;
+    memcpy(&r, &o, 16);
+    *reinterpret_cast<uint4 *>(q) = r;
+}
+
+/* The range [begin, end) of one tensor. Where p, g, m, v (and the copy)
+ * are aligned, each thread moves 16 bytes of each per step (4 floats or
+ * 2 doubles) instead of one element: the same arithmetic per element, a
+ * quarter of the load and store instructions; the rest one at a time. */
 template <typename T>
 __device__ void adamw_range(const Desc &d, long long begin, long long end,
                             const Hp &h)
@@ -148,23 +192,36 @@ __device__ void adamw_range(const Desc &d, long long begin, long long end,
     const T *g = (const T *)d.g;
     T *m = (T *)d.m, *v = (T *)d.v;
     const double decay = d.decay ? h.decay : 1.0;
-    for (long long j = begin + threadIdx.x; j < end; j += blockDim.x) {
-        const double gj = (double)g[j];
-        const T mj = to_t(__dadd_rn(__dmul_rn(h.b1, (double)m[j]),
-                                    __dmul_rn(h.omb1, gj)),
-                          (T *)nullptr);
-        const T vj = to_t(__dadd_rn(__dmul_rn(h.b2, (double)v[j]),
-                                    __dmul_rn(__dmul_rn(h.omb2, gj), gj)),
-                          (T *)nullptr);
+    constexpr int kV = Vec16<T>::n;
+    const uintptr_t al = (uintptr_t)(p + begin) | (uintptr_t)(g + begin) |
+                         (uintptr_t)(m + begin) | (uintptr_t)(v + begin);
+    const bool vec = al % 16 == 0 &&
+                     (!d.lp || (uintptr_t)d.lp % (2 * kV) == 0);
+    long long j0 = begin;
+    if (vec) {
+        const long long nv = (end - begin) / kV;
+        for (long long q = threadIdx.x; q < nv; q += blockDim.x) {
+            const long long j = begin + q * kV;
+            Vec16<T> pv = ld16(p + j), mv = ld16(m + j), vv = ld16(v + j);
+            const Vec16<T> gv = ld16(g + j);
+#pragma unroll
+            for (int k = 0; k < kV; k++)
+                pv.e[k] = adamw_elem(pv.e[k], gv.e[k], mv.e[k], vv.e[k], decay, h);
+            st16(m + j, mv);
+            st16(v + j, vv);
+            st16(p + j, pv);
+            if (d.lp)
+#pragma unroll
+                for (int k = 0; k < kV; k++)
+                    store_lowp(d.lp, d.lp_dtype, j + k, (double)pv.e[k]);
+        }
+        j0 = begin + nv * kV;
+    }
+    for (long long j = j0 + threadIdx.x; j < end; j += blockDim.x) {
+        T mj = m[j], vj = v[j];
+        const T pj = adamw_elem(p[j], g[j], mj, vj, decay, h);
         m[j] = mj;
         v[j] = vj;
-        const T den = sqrt_t(to_t(__ddiv_rn((double)vj, h.bc2), (T *)nullptr));
-        const T upd = to_t(__ddiv_rn(__ddiv_rn((double)mj, h.bc1),
-                                     __dadd_rn((double)den, h.eps)),
-                           (T *)nullptr);
-        const T pj = to_t(__dsub_rn(__dmul_rn((double)p[j], decay),
-                                    __dmul_rn(h.lr, (double)upd)),
-                          (T *)nullptr);
         p[j] = pj;
         if (d.lp)
             store_lowp(d.lp, d.lp_dtype, j, (double)pj);
