@@ -24,6 +24,7 @@
 #include "kernels/runtime/device.h"
 #include "lib/autograd/cuda_backend.h"
 #include "lib/ops/ops_internal.h"
+#include "lib/train/train_internal.h"
 
 START_TEST(test_zero_many)
 {
@@ -558,6 +559,83 @@ START_TEST(test_adamw_matches_cpu)
 }
 END_TEST
 
+/* The training step's fused clip + AdamW (fg_adamw_step_clip: the norm,
+ * then the update scaling each gradient as it reads it) against
+ * fg_clip_grad_norm + fg_adamw_step on the GPU: the same norm, parameters
+ * and moments bit for bit, clipping (max_norm 0.5), not clipping (1e9)
+ * and measuring only (0); .grad stays unscaled on the fused path. */
+START_TEST(test_adamw_clip_fused)
+{
+    enum { NP = 4 };
+    fgt_rng r = fgt_rng_for(0xc11f);
+    const int64_t len[NP] = {4097, 3, 2112, 130};
+    const fg_dtype dts[NP] = {FG_FP32, FG_FP32, FG_FP64, FG_FP32};
+    const double maxn[3] = {0.5, 1e9, 0};
+    fg_tensor *p[2][NP];
+    fg_param par[2][NP];
+    for (int i = 0; i < NP; i++) {
+        fg_tensor *c = fgt_rand(&r, dts[i], FG_SHAPE(len[i]), 1.0, 0.0, 0);
+        for (int f = 0; f < 2; f++) {
+            p[f][i] = to_dev(c, dts[i], 1);
+            memset(&par[f][i], 0, sizeof par[f][i]);
+            par[f][i].tensor = p[f][i];
+            par[f][i].decay = i % 2;
+        }
+        fg_tensor_free(c);
+    }
+    fg_adamw_config oc;
+    fg_adamw_config_init(&oc);
+    fg_adamw *o[2] = {NULL, NULL};
+    for (int f = 0; f < 2; f++)
+        FGT_OK(fg_adamw_create(par[f], NP, &oc, &o[f]));
+    for (int step = 0; step < 3; step++) {
+        for (int i = 0; i < NP; i++) {
+            fg_tensor *uc = fgt_rand(&r, dts[i], FG_SHAPE(len[i]), 1.0, 0.0, 0);
+            fg_tensor *u = to_dev(uc, dts[i], 0), *pu = NULL, *l = NULL;
+            for (int f = 0; f < 2; f++) {
+                FGT_OK(fg_mul(p[f][i], u, &pu));
+                FGT_OK(fg_sum(pu, NULL, 0, 0, &l));
+                FGT_OK(fg_backward(l));
+                fg_tensor_free(pu);
+                fg_tensor_free(l);
+            }
+            fg_tensor_free(u);
+            fg_tensor_free(uc);
+        }
+        double *g0 = fgt_host(fg_tensor_grad(p[1][0])), na = -1, nb = -2;
+        FGT_OK(fg_clip_grad_norm(par[0], NP, maxn[step], &na));
+        FGT_OK(fg_adamw_step(o[0], 1e-2));
+        FGT_OK(fg_adamw_step_clip(o[1], 1e-2, maxn[step], &nb));
+        ck_assert_msg(memcmp(&na, &nb, sizeof na) == 0,
+                      "step %d: norm %.17g, fused %.17g", step, na, nb);
+        double *g1 = fgt_host(fg_tensor_grad(p[1][0]));
+        ck_assert(memcmp(g0, g1, sizeof(double) * (size_t)len[0]) == 0);
+        free(g0);
+        free(g1);
+        for (int f = 0; f < 2; f++)
+            FGT_OK(fg_zero_grad(p[f], NP));
+    }
+    for (int i = 0; i < NP; i++) {
+        fg_tensor *st[2][3];
+        for (int f = 0; f < 2; f++) {
+            st[f][0] = p[f][i];
+            FGT_OK(fg_adamw_state(o[f], i, &st[f][1], &st[f][2]));
+        }
+        for (int w = 0; w < 3; w++) {
+            double *a = fgt_host(st[0][w]), *b = fgt_host(st[1][w]);
+            ck_assert_msg(memcmp(a, b, sizeof(double) * (size_t)len[i]) == 0,
+                          "param %d, tensor %d: fused differs", i, w);
+            free(a);
+            free(b);
+        }
+    }
+    for (int f = 0; f < 2; f++) {
+        fg_adamw_free(o[f]);
+        fgt_free_all(p[f], NP);
+    }
+}
+END_TEST
+
 int main(void)
 {
     if (!fgt_gpu_present()) {
@@ -573,6 +651,7 @@ int main(void)
     tcase_add_test(tc, test_cast_backward_direct);
     tcase_add_test(tc, test_adamw_writes_copies);
     tcase_add_test(tc, test_adamw_matches_cpu);
+    tcase_add_test(tc, test_adamw_clip_fused);
     tcase_add_test(tc, test_linear_epilogue);
     tcase_add_test(tc, test_linear_bgrad_accumulates);
     tcase_add_test(tc, test_mlp_epilogues);

@@ -221,6 +221,11 @@ extern "C" {
       (fg_cuda_optim_cache * *cache, const fg_cuda_adamw_param *ps, int n,     \
        const fg_cuda_adamw_hparams *h),                                        \
       (cache, ps, n, h), fg_cuda_backend_fail("fg_adamw_step"))                \
+    F(fg_status, fg_cuda_adamw_step_clip,                                      \
+      (fg_cuda_optim_cache * *cache, const fg_cuda_adamw_param *ps, int n,     \
+       const fg_cuda_adamw_hparams *h, double max_norm, double *norm),         \
+      (cache, ps, n, h, max_norm, norm),                                       \
+      fg_cuda_backend_fail("fg_adamw_step"))                                   \
     F(fg_status, fg_cuda_clip_grad_norm,                                       \
       (const fg_cuda_grad *gs, int n, double max_norm, double *norm),          \
       (gs, n, max_norm, norm), fg_cuda_backend_fail("fg_clip_grad_norm"))    \

@@ -119,6 +119,7 @@ __device__ int find_desc(const Desc *d, int n)
 
 struct Hp {
     double lr, b1, omb1, b2, omb2, eps, bc1, bc2, decay;
+    const double *gscale; /* the clip factor on the device, or NULL (1) */
 };
 
 __device__ inline float to_t(double x, float *) { return __double2float_rn(x); }
@@ -143,8 +144,10 @@ __device__ inline double sqrt_t(double x) { return __dsqrt_rn(x); }
  * m and v are updated in place; returns the new p. */
 template <typename T>
 __device__ __forceinline__ T adamw_elem(T p, T g, T &m, T &v, double decay,
-                                        const Hp &h)
+                                        double k, const Hp &h)
 {
+    if (k != 1.0) /* the clip's scaling, rounded as scale_range stores it */
+        g = to_t(__dmul_rn((double)g, k), (T *)nullptr);
     const double gj = (double)g;
     const T mj = to_t(__dadd_rn(__dmul_rn(h.b1, (double)m), __dmul_rn(h.omb1, gj)),
                       (T *)nullptr);
@@ -186,7 +189,7 @@ template <typename T> __device__ __forceinline__ void st16(T *q, const Vec16<T> 
  * quarter of the load and store instructions; the rest one at a time. */
 template <typename T>
 __device__ void adamw_range(const Desc &d, long long begin, long long end,
-                            const Hp &h)
+                            double k, const Hp &h)
 {
     T *p = (T *)d.p;
     const T *g = (const T *)d.g;
@@ -195,8 +198,7 @@ __device__ void adamw_range(const Desc &d, long long begin, long long end,
     constexpr int kV = Vec16<T>::n;
     const uintptr_t al = (uintptr_t)(p + begin) | (uintptr_t)(g + begin) |
                          (uintptr_t)(m + begin) | (uintptr_t)(v + begin);
-    const bool vec = al % 16 == 0 &&
-                     (!d.lp || (uintptr_t)d.lp % (2 * kV) == 0);
+    const bool vec = al % 16 == 0;
     long long j0 = begin;
     if (vec) {
         const long long nv = (end - begin) / kV;
@@ -205,21 +207,21 @@ __device__ void adamw_range(const Desc &d, long long begin, long long end,
             Vec16<T> pv = ld16(p + j), mv = ld16(m + j), vv = ld16(v + j);
             const Vec16<T> gv = ld16(g + j);
 #pragma unroll
-            for (int k = 0; k < kV; k++)
-                pv.e[k] = adamw_elem(pv.e[k], gv.e[k], mv.e[k], vv.e[k], decay, h);
+            for (int i = 0; i < kV; i++)
+                pv.e[i] = adamw_elem(pv.e[i], gv.e[i], mv.e[i], vv.e[i], decay, k, h);
             st16(m + j, mv);
             st16(v + j, vv);
             st16(p + j, pv);
             if (d.lp)
 #pragma unroll
-                for (int k = 0; k < kV; k++)
-                    store_lowp(d.lp, d.lp_dtype, j + k, (double)pv.e[k]);
+                for (int i = 0; i < kV; i++)
+                    store_lowp(d.lp, d.lp_dtype, j + i, (double)pv.e[i]);
         }
         j0 = begin + nv * kV;
     }
     for (long long j = j0 + threadIdx.x; j < end; j += blockDim.x) {
         T mj = m[j], vj = v[j];
-        const T pj = adamw_elem(p[j], g[j], mj, vj, decay, h);
+        const T pj = adamw_elem(p[j], g[j], mj, vj, decay, k, h);
         m[j] = mj;
         v[j] = vj;
         p[j] = pj;
@@ -237,10 +239,11 @@ __global__ void adamw_kernel(const Desc *descs, int n, Hp h)
     const Desc d = descs[s_i];
     const long long begin = ((long long)blockIdx.x - d.chunk0) * kChunk;
     const long long end = begin + kChunk < d.numel ? begin + kChunk : d.numel;
+    const double k = h.gscale ? *h.gscale : 1.0;
     if (d.dtype == FG_FP64)
-        adamw_range<double>(d, begin, end, h);
+        adamw_range<double>(d, begin, end, k, h);
     else
-        adamw_range<float>(d, begin, end, h);
+        adamw_range<float>(d, begin, end, k, h);
 }
 
 /* Sum of the block's values in a fixed order (warp tree, then warp 0). */
@@ -366,10 +369,15 @@ extern "C" void fg_cuda_optim_cache_free(fg_cuda_optim_cache *c)
     free(c);
 }
 
-extern "C" fg_status fg_cuda_adamw_step(fg_cuda_optim_cache **cache,
-                                        const fg_cuda_adamw_param *ps, int n,
-                                        const fg_cuda_adamw_hparams *h)
+/* The AdamW table of ps uploaded into *cache (k tensors with elements,
+ * *chunks blocks; 0: nothing to do) and the kernel's hyper-parameters. */
+static fg_status adamw_prepare(fg_cuda_optim_cache **cache,
+                               const fg_cuda_adamw_param *ps, int n,
+                               const fg_cuda_adamw_hparams *h, int *kout,
+                               long long *chunks, Hp *hp)
 {
+    *kout = 0;
+    *chunks = 0;
     if (!cache || !h || n < 0 || (n > 0 && !ps))
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "bad arguments");
     Desc *d = (Desc *)calloc(n > 0 ? (size_t)n : 1, sizeof(Desc));
@@ -399,9 +407,8 @@ extern "C" fg_status fg_cuda_adamw_step(fg_cuda_optim_cache **cache,
         d[k].lp_dtype = (int)ps[i].lowp_dtype;
         k++;
     }
-    long long chunks = 0;
-    fg_status s = number_chunks(d, k, &chunks);
-    if (s != FG_OK || chunks == 0) {
+    fg_status s = number_chunks(d, k, chunks);
+    if (s != FG_OK || *chunks == 0) {
         free(d);
         return s;
     }
@@ -411,20 +418,82 @@ extern "C" fg_status fg_cuda_adamw_step(fg_cuda_optim_cache **cache,
     else
         free(d);
     FG_TRY(s);
+    hp->lr = h->lr;
+    hp->b1 = h->beta1;
+    hp->omb1 = 1 - h->beta1; /* the CPU's (1 - b1), same double */
+    hp->b2 = h->beta2;
+    hp->omb2 = 1 - h->beta2;
+    hp->eps = h->eps;
+    hp->bc1 = h->bc1;
+    hp->bc2 = h->bc2;
+    hp->decay = h->decay;
+    hp->gscale = nullptr;
+    *kout = k;
+    return FG_OK;
+}
+
+extern "C" fg_status fg_cuda_adamw_step(fg_cuda_optim_cache **cache,
+                                        const fg_cuda_adamw_param *ps, int n,
+                                        const fg_cuda_adamw_hparams *h)
+{
+    int k = 0;
+    long long chunks = 0;
     Hp hp;
-    hp.lr = h->lr;
-    hp.b1 = h->beta1;
-    hp.omb1 = 1 - h->beta1; /* the CPU's (1 - b1), same double */
-    hp.b2 = h->beta2;
-    hp.omb2 = 1 - h->beta2;
-    hp.eps = h->eps;
-    hp.bc1 = h->bc1;
-    hp.bc2 = h->bc2;
-    hp.decay = h->decay;
+    FG_TRY(adamw_prepare(cache, ps, n, h, &k, &chunks, &hp));
+    if (chunks == 0)
+        return FG_OK;
     adamw_kernel<<<(unsigned)chunks, kBlock, 0, fg_cuda_stream()>>>(
         (const Desc *)(*cache)->dev, k, hp);
     FG_CUDA_TRY_LAUNCH();
     return FG_OK;
+}
+
+extern "C" fg_status fg_cuda_adamw_step_clip(fg_cuda_optim_cache **cache,
+                                             const fg_cuda_adamw_param *ps,
+                                             int n,
+                                             const fg_cuda_adamw_hparams *h,
+                                             double max_norm, double *norm)
+{
+    int k = 0;
+    long long chunks = 0;
+    Hp hp;
+    FG_TRY(adamw_prepare(cache, ps, n, h, &k, &chunks, &hp));
+    if (chunks == 0) {
+        if (norm)
+            *norm = 0;
+        return FG_OK;
+    }
+    /* The norm over the same table, in the same chunks and order as
+     * fg_cuda_clip_grad_norm's (the parameters with gradients, in order):
+     * the same bits. partials[chunks], then norm and factor. */
+    const Desc *table = (const Desc *)(*cache)->dev;
+    const size_t bytes = ((size_t)chunks + 2) * sizeof(double);
+    void *scratch = nullptr;
+    FG_TRY(fg_cuda_mem_alloc(bytes, &scratch));
+    double *partials = (double *)scratch, *out = partials + chunks;
+    cudaStream_t st = fg_cuda_stream();
+    hp.gscale = out + 1;
+    sumsq_kernel<<<(unsigned)chunks, kBlock, 0, st>>>(table, k, partials);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) {
+        finish_kernel<<<1, kFinishBlock, 0, st>>>(partials, chunks, max_norm,
+                                                  out);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess) {
+        adamw_kernel<<<(unsigned)chunks, kBlock, 0, st>>>(table, k, hp);
+        e = cudaGetLastError();
+    }
+    if (e != cudaSuccess) {
+        fg_cuda_mem_free(scratch, bytes);
+        return fg_cuda_status(e, "adamw_step_clip kernels", __FILE__,
+                              __LINE__);
+    }
+    fg_status s = FG_OK;
+    if (norm) /* waits for the kernels; the scratch stays live until then */
+        s = fg_cuda_memcpy_d2h(norm, out, sizeof(double));
+    fg_cuda_mem_free(scratch, bytes);
+    return s;
 }
 
 extern "C" fg_status fg_cuda_clip_grad_norm(const fg_cuda_grad *gs, int n,

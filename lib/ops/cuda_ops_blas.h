@@ -147,6 +147,18 @@ fg_status fg_cuda_adamw_step(fg_cuda_optim_cache **cache,
                              const fg_cuda_adamw_param *ps, int n,
                              const fg_cuda_adamw_hparams *h);
 
+/* fg_cuda_clip_grad_norm over the n gradients, then fg_cuda_adamw_step,
+ * with the same bits for the parameters, moments and norm, except that
+ * the gradients are not written: the update scales each one by the clip
+ * factor as it reads it (the factor stays on the device), so the clip's
+ * pass over every gradient (a read and a write) is gone. With norm
+ * non-NULL the norm is copied to the host after the update (this waits
+ * for the stream). */
+fg_status fg_cuda_adamw_step_clip(fg_cuda_optim_cache **cache,
+                                  const fg_cuda_adamw_param *ps, int n,
+                                  const fg_cuda_adamw_hparams *h,
+                                  double max_norm, double *norm);
+
 typedef struct fg_cuda_grad {
     void *data; /* contiguous */
     int64_t numel;

@@ -179,7 +179,7 @@ void fg_adamw_free(fg_adamw *o)
  * launch (the table is uploaded again only when it changed). Validates
  * every gradient before anything is updated. */
 static fg_status adamw_step_cuda(fg_adamw *o, double lr, double bc1,
-                                 double bc2)
+                                 double bc2, const double *clip, double *norm)
 {
     int k = 0;
     for (int i = 0; i < o->n; i++) {
@@ -215,7 +215,11 @@ static fg_status adamw_step_cuda(fg_adamw *o, double lr, double bc1,
     h.bc1 = bc1;
     h.bc2 = bc2;
     h.decay = 1 - lr * o->cfg.weight_decay; /* as the CPU loop's */
-    FG_TRY(fg_cuda_adamw_step(&o->cuda_cache, o->cuda_params, k, &h));
+    if (clip) /* the norm, then the update scaling as it reads */
+        FG_TRY(fg_cuda_adamw_step_clip(&o->cuda_cache, o->cuda_params, k, &h,
+                                       *clip, norm));
+    else
+        FG_TRY(fg_cuda_adamw_step(&o->cuda_cache, o->cuda_params, k, &h));
     for (int i = 0; i < o->n; i++) { /* the copies written are current */
         fg_tensor *pt = o->params[i].tensor;
         if (fg_tensor_grad(pt))
@@ -225,7 +229,13 @@ static fg_status adamw_step_cuda(fg_adamw *o, double lr, double bc1,
 }
 #endif
 
-static fg_status fg_adamw_step_impl(fg_adamw *o, double lr)
+static fg_status fg_clip_grad_norm_impl(const fg_param *params, int n,
+                                        double max_norm, double *norm);
+
+/* clip non-NULL: fg_clip_grad_norm over o's parameters with max_norm
+ * *clip first (on CUDA folded into the update, .grad left unscaled). */
+static fg_status adamw_step_any(fg_adamw *o, double lr, const double *clip,
+                                double *norm)
 {
     if (!o)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL optimizer");
@@ -233,13 +243,17 @@ static fg_status fg_adamw_step_impl(fg_adamw *o, double lr)
         lr = o->cfg.lr;
     if (!isfinite(lr)) /* NaN or inf: no step, and t stays */
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "learning rate %g", lr);
+    if (clip && isnan(*clip)) /* it would skip clipping silently */
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "max_norm is NaN");
+    if (clip && o->dev != FG_DEVICE_CUDA)
+        FG_TRY(fg_clip_grad_norm_impl(o->params, o->n, *clip, norm));
     o->t++;
     const double b1 = o->cfg.beta1, b2 = o->cfg.beta2, eps = o->cfg.eps;
     const double bc1 = 1 - pow(b1, (double)o->t),
                  bc2 = 1 - pow(b2, (double)o->t);
 #ifdef FG_HAVE_CUDA
     if (o->dev == FG_DEVICE_CUDA)
-        return adamw_step_cuda(o, lr, bc1, bc2);
+        return adamw_step_cuda(o, lr, bc1, bc2, clip, norm);
 #endif
     for (int i = 0; i < o->n; i++) {
         fg_tensor *pt = o->params[i].tensor, *gt = fg_tensor_grad(pt);
@@ -265,7 +279,19 @@ static fg_status fg_adamw_step_impl(fg_adamw *o, double lr)
 
 fg_status fg_adamw_step(fg_adamw *o, double lr)
 {
-    FG_PROF_RETURN(FG_PROF_OPTIMIZER, fg_adamw_step_impl(o, lr));
+    FG_PROF_RETURN(FG_PROF_OPTIMIZER, adamw_step_any(o, lr, NULL, NULL));
+}
+
+fg_status fg_adamw_step_clip(fg_adamw *o, double lr, double max_norm,
+                             double *norm)
+{
+    FG_PROF_RETURN(FG_PROF_OPTIMIZER, adamw_step_any(o, lr, &max_norm, norm));
+}
+
+const fg_param *fg_adamw_params(const fg_adamw *o, int *n)
+{
+    *n = o ? o->n : 0;
+    return o ? o->params : NULL;
 }
 
 int64_t fg_adamw_steps(const fg_adamw *o)

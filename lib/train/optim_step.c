@@ -94,10 +94,20 @@ fg_status fg_gpt_train_step(const fg_gpt *m, fg_adamw *opt, const int64_t *x,
     fg_status s = fg_gpt_accumulate(m, x, y, B, T, accum, rng, arena, NULL,
                                     NULL, &total);
     double norm = 0;
-    if (s == FG_OK)
+    /* the optimizer over exactly the model's parameters: clip and step in
+     * one (on CUDA without the clip's pass over the gradients) */
+    int no = 0;
+    const fg_param *po = fg_adamw_params(opt, &no);
+    int same = no == n;
+    for (int i = 0; same && i < n; i++)
+        same = po[i].tensor == ps[i].tensor;
+    if (s == FG_OK && same)
+        s = fg_adamw_step_clip(opt, lr, clip, &norm);
+    else if (s == FG_OK) {
         s = fg_clip_grad_norm(ps, n, clip, &norm);
-    if (s == FG_OK)
-        s = fg_adamw_step(opt, lr);
+        if (s == FG_OK)
+            s = fg_adamw_step(opt, lr);
+    }
     fg_status z = zero_grads(ps, n);
     if (s == FG_OK)
         s = z;

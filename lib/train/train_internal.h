@@ -6,6 +6,7 @@
 #define FG_LIB_TRAIN_INTERNAL_H
 
 #include "flashgrad/nn.h"
+#include "flashgrad/optim.h"
 #include "flashgrad/tensor.h"
 
 /* Called before the backward of micro-batch `micro` (0 .. accum-1). */
@@ -20,5 +21,16 @@ fg_status fg_gpt_accumulate(const fg_gpt *m, const int64_t *x,
                             fg_generator *rng, fg_arena *arena,
                             fg_micro_fn before_backward, void *user,
                             double *loss_sum);
+
+/* fg_clip_grad_norm(o's parameters, max_norm, norm) then fg_adamw_step(o,
+ * lr), with the same parameters and moments bit for bit; on CUDA the norm
+ * and the update share the optimizer's table and the update scales each
+ * gradient as it reads it, so the clip's pass over the gradients is gone
+ * and .grad keeps its unclipped values (fg_gpt_train_step zeroes them
+ * next). Elsewhere the two calls. */
+fg_status fg_adamw_step_clip(fg_adamw *o, double lr, double max_norm,
+                             double *norm);
+/* o's parameters (borrowed), n of them. */
+const fg_param *fg_adamw_params(const fg_adamw *o, int *n);
 
 #endif /* FG_LIB_TRAIN_INTERNAL_H */
