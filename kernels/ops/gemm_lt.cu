@@ -23,8 +23,6 @@
 
 namespace {
 
-constexpr size_t kWorkspace = (size_t)4 << 20; /* bytes, per call */
-
 std::mutex g_lt_mu; /* the handle and the algorithm cache */
 cublasLtHandle_t g_lt = nullptr; /* process-wide, as the cuBLAS handle */
 
@@ -99,7 +97,6 @@ struct LtCall {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulPreference_t pref = nullptr;
-    void *ws = nullptr;
     ~LtCall()
     {
         if (pref)
@@ -112,8 +109,6 @@ struct LtCall {
             cublasLtMatrixLayoutDestroy(a);
         if (op)
             cublasLtMatmulDescDestroy(op);
-        if (ws) /* the call is enqueued: single-stream reuse is safe */
-            fg_cuda_mem_free(ws, kWorkspace);
     }
 };
 
@@ -171,12 +166,11 @@ fg_status describe(const fg_cuda_lt_gemm *g, cudaDataType ty,
 /* The algorithm for g: from the cache, or asked of the heuristic (with
  * the pointers' alignments) and cached. entry->found 0: none. */
 fg_status choose(cublasLtHandle_t h, const fg_cuda_lt_gemm *g, LtCall *lc,
-                 const LtKey &key, LtEntry *entry)
+                 const LtKey &key, size_t ws, LtEntry *entry)
 {
     if (cache_get(key, entry))
         return FG_OK;
     FG_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&lc->pref));
-    const size_t ws = kWorkspace;
     FG_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
         lc->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     /* split-K partials summed in the compute type, never in bf16/fp16 (as
@@ -242,11 +236,16 @@ extern "C" fg_status fg_cuda_gemm_lt(const fg_cuda_lt_gemm *g, int *done)
                        g->M, g->N, g->K,
                        {align_of(g->B), align_of(g->A), align_of(g->C),
                         align_of(g->bias), align_of(g->aux)}};
+    /* cuBLAS's 32 MiB: split-K partials of a weight gradient (768 x 3072
+     * fp32 is 9.4 MB a split) need room, and the long-K, few-tile weight
+     * gradient GEMMs need split-K to fill the SMs */
+    void *ws = nullptr;
+    size_t ws_bytes = 0;
+    FG_TRY(fg_cuda_gemm_workspace(&ws, &ws_bytes));
     LtEntry e;
-    FG_TRY(choose(h, g, &lc, key, &e));
+    FG_TRY(choose(h, g, &lc, key, ws_bytes, &e));
     if (!e.found)
         return FG_OK; /* no fused kernel for this: *done stays 0 */
-    FG_TRY(fg_cuda_mem_alloc(kWorkspace, &lc.ws));
     const double ad = 1.0, bd = 0.0;
     const float af = 1.0f, bf = 0.0f;
     const int f64 = g->dt == FG_FP64;
@@ -261,8 +260,8 @@ extern "C" fg_status fg_cuda_gemm_lt(const fg_cuda_lt_gemm *g, int *done)
     if (g->epilogue == FG_LT_GELU_AUX_BIAS)
         fg_cuda_mark_written(g->aux, (size_t)(g->M * g->N) * es);
     FG_CUBLAS_TRY(cublasLtMatmul(h, lc.op, alpha, g->B, lc.a, g->A, lc.b,
-                                 beta, g->C, lc.c, g->C, lc.c, &e.algo, lc.ws,
-                                 kWorkspace, fg_cuda_stream()));
+                                 beta, g->C, lc.c, g->C, lc.c, &e.algo, ws,
+                                 ws_bytes, fg_cuda_stream()));
     if (g->epilogue == FG_LT_BGRAD_B)
         fg_cuda_mark_written(g->bias, (size_t)g->N * es);
     *done = 1;

@@ -88,6 +88,16 @@ fg_status fg_cuda_cublas(cublasHandle_t *out)
     return FG_OK;
 }
 
+fg_status fg_cuda_gemm_workspace(void **ws, size_t *bytes)
+{
+    cublasHandle_t h;
+    FG_TRY(fg_cuda_cublas(&h));
+    std::lock_guard<std::mutex> lock(g_mu);
+    *ws = g_cublas_ws;
+    *bytes = kCublasWorkspace;
+    return FG_OK;
+}
+
 extern "C" fg_status fg_cuda_set_stream(void *stream)
 {
     std::lock_guard<std::mutex> lock(g_mu);

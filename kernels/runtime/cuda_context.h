@@ -17,6 +17,10 @@ cudaStream_t fg_cuda_stream(void);
 /* The context's cuBLAS handle, created on first use and bound to the
  * current stream; FG_ERR_CUDA with cuBLAS's message if creation fails. */
 fg_status fg_cuda_cublas(cublasHandle_t *out);
+/* The cuBLAS handle's workspace (32 MiB), creating the handle if needed:
+ * cuBLASLt calls share it, as every GEMM is enqueued on the one stream
+ * and so never overlaps another. */
+fg_status fg_cuda_gemm_workspace(void **ws, size_t *bytes);
 /* 1 when the user allowed TF32 tensor-core math for fp32 GEMMs. */
 int fg_cuda_tf32_allowed(void);
 /* 1 when the user allowed TF32 tensor cores for fp32 attention
