@@ -32,7 +32,8 @@
 #                in cells: $OUT/ncu-NAME.txt (speed of light, scheduler and
 #                warp-state sections) and $OUT/ncu-NAME-sass.csv (stall
 #                samples per SASS instruction); clocks untouched
-#   suites       every GPU suite at once (make -j check), one line each
+#   suites       every GPU suite at once (make -j check), one line each;
+#                FG_SUITES="ops train" runs only test_gpu_ops, test_gpu_train
 #   san:TOOL     compute-sanitizer TOOL over every suite (gpu-sanitize.sh)
 #   sweep        all four tools over every suite in one parallel run
 #                (doc/reliability.md; about 8 minutes on 16 cores)
@@ -190,6 +191,10 @@ suites() {
     local s list=
     for s in "$B"/tests/test_gpu_*; do
         case $s in *.o | *.log | *.trs) continue ;; esac
+        # FG_SUITES: only these (names without test_gpu_, e.g. "ops train")
+        if [ -n "${FG_SUITES:-}" ]; then
+            case " $FG_SUITES " in *" ${s##*/test_gpu_} "*) ;; *) continue ;; esac
+        fi
         [ -x "$s" ] && list="$list tests/$(basename "$s")"
     done
     (cd "$B" && timeout "${FG_SUITE_TIMEOUT:-540}" make -j12 check TESTS="$list" \

@@ -13,7 +13,9 @@
  * for bit, forward and backward; a NaN stays in its row (y, dx) and
  * reaches every dw column; fg_nn_layernorm_forward under bf16 autocast
  * returns that bf16 tensor and the chain's gradients; and the backward
- * adding dx into a residual fork's pending gradient (residual_fork.h).
+ * adding dx into a residual fork's pending gradient (residual_fork.h);
+ * fg_dropout_add_layernorm's fused kernels equal to the two ops they
+ * replace, bit for bit, forward and backward.
  *
  * Tolerances, max-abs error relative to max |reference| (gpu_op_harness.c
  * explains them): fp64 1e-12, fp32 1e-5, bf16 / fp16 gph_tolerance(dt, 3)
@@ -408,6 +410,105 @@ START_TEST(test_ln_residual_fork)
 }
 END_TEST
 
+/* fg_dropout_add_layernorm against its chain, fg_dropout_add then
+ * fg_layernorm_cast: y, h and every gradient (x, b, weight, bias) equal
+ * bit for bit. Loss sum(h u) + sum(y v) (use 0), sum(h u) (1: no
+ * gradient reaches y itself), sum(y v) (2: none reaches h). The fused
+ * node must be the one recorded where the kernels apply (C % 4 == 0). */
+typedef struct dal_case {
+    int64_t R, C;
+    fg_dtype bt;
+    double p;
+    int use;
+} dal_case;
+
+static void dal_run(const dal_case *c, int fused, const double *hx,
+                    const double *hb, const double *hw, const double *hbias,
+                    const double *hu, const double *hv, fg_tensor **out)
+{
+    const int64_t shape[2] = {c->R, c->C};
+    fg_tensor *x = gph_tensor(FG_FP32, FG_DEVICE_CUDA, 2, shape, hx, 1),
+              *b = gph_tensor(c->bt, FG_DEVICE_CUDA, 2, shape, hb, 1),
+              *w = gph_tensor(FG_FP32, FG_DEVICE_CUDA, 1, &c->C, hw, 1),
+              *bias = gph_tensor(FG_FP32, FG_DEVICE_CUDA, 1, &c->C, hbias, 1),
+              *u = gph_tensor(c->bt, FG_DEVICE_CUDA, 2, shape, hu, 0),
+              *v = gph_tensor(FG_FP32, FG_DEVICE_CUDA, 2, shape, hv, 0);
+    fg_tensor *y = NULL, *h = NULL, *ph = NULL, *py = NULL, *sh = NULL,
+              *sy = NULL, *loss = NULL;
+    if (fused) {
+        FGT_OK(fg_dropout_add_layernorm(x, b, c->p, 0x5eed, 96, w, bias, 1e-5,
+                                        c->bt, &y, &h));
+        if (c->C % 4 == 0)
+            ck_assert_str_eq(fg_node_name(fg_tensor_grad_fn(h)),
+                             "DropoutAddLayerNormBackward");
+    } else {
+        FGT_OK(fg_dropout_add(x, b, c->p, 0x5eed, 96, &y));
+        FGT_OK(fg_layernorm_cast(y, w, bias, 1e-5, c->bt, &h));
+    }
+    FGT_OK(fg_mul(h, u, &ph));
+    FGT_OK(fg_sum(ph, NULL, 0, 0, &sh));
+    FGT_OK(fg_mul(y, v, &py));
+    FGT_OK(fg_sum(py, NULL, 0, 0, &sy));
+    fg_tensor *shf = NULL;
+    if (c->use == 0) {
+        FGT_OK(fg_cast(sh, FG_FP32, &shf));
+        FGT_OK(fg_add(shf, sy, &loss));
+    }
+    FGT_OK(fg_backward(c->use == 0 ? loss : c->use == 1 ? sh : sy));
+    out[0] = y;
+    out[1] = h;
+    out[2] = x;
+    out[3] = b;
+    out[4] = w;
+    out[5] = bias;
+    fg_tensor *all[] = {u, v, ph, py, sh, sy, shf, loss};
+    fgt_free_all(all, 8);
+}
+
+START_TEST(test_dropout_add_layernorm)
+{
+    static const dal_case cases[] = {
+        {300, 768, FG_BF16, 0.1, 0},  {37, 768, FG_FP16, 0.2, 0},
+        {2000, 768, FG_BF16, 0.1, 1}, {64, 768, FG_BF16, 0.1, 2},
+        {64, 768, FG_BF16, 0.0, 0},   {19, 771, FG_BF16, 0.1, 0},
+        {5, 3072, FG_FP16, 0.1, 0},
+    };
+    fgt_rng r = fgt_rng_for(0xda1);
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        const dal_case *c = &cases[k];
+        const ln_shape s = {c->R, c->C, 0, 0, 0};
+        const gph_input im = {.nd = 2, .shape = {c->R, c->C}, .amp = 2},
+                        ip = {.nd = 1, .shape = {c->C}, .amp = 1.5};
+        double *hx = gph_draw(&im, &r, FG_FP32), *hb = gph_draw(&im, &r, c->bt),
+               *hw = gph_draw(&ip, &r, FG_FP32),
+               *hbias = gph_draw(&ip, &r, FG_FP32),
+               *hu = gph_draw(&im, &r, c->bt), *hv = gph_draw(&im, &r, FG_FP32);
+        fg_tensor *t[2][6];
+        for (int f = 0; f < 2; f++)
+            dal_run(c, f, hx, hb, hw, hbias, hu, hv, t[f]);
+        expect_same("y", &s, FG_FP32, c->bt, t[1][0], t[0][0]);
+        expect_same("h", &s, FG_FP32, c->bt, t[1][1], t[0][1]);
+        static const char *names[] = {"dx", "db (branch)", "dweight",
+                                      "dbias"};
+        for (int i = 0; i < 4; i++) {
+            const fg_tensor *g0 = fg_tensor_grad(t[0][2 + i]),
+                            *g1 = fg_tensor_grad(t[1][2 + i]);
+            if (c->use == 2 && i >= 2) { /* no gradient reached h */
+                ck_assert_ptr_null(g1);
+                continue;
+            }
+            ck_assert_ptr_nonnull(g1);
+            expect_same(names[i], &s, FG_FP32, c->bt, g1, g0);
+        }
+        for (int f = 0; f < 2; f++)
+            fgt_free_all(t[f], 6);
+        double *hs[] = {hx, hb, hw, hbias, hu, hv};
+        for (int i = 0; i < 6; i++)
+            free(hs[i]);
+    }
+}
+END_TEST
+
 int main(void)
 {
     if (!fgt_gpu_present()) {
@@ -422,6 +523,7 @@ int main(void)
     tcase_add_test(tc, test_ln_nan);
     tcase_add_test(tc, test_ln_autocast);
     tcase_add_test(tc, test_ln_residual_fork);
+    tcase_add_test(tc, test_dropout_add_layernorm);
     suite_add_tcase(su, tc);
     return fgt_run_suite(su);
 }

@@ -2,7 +2,8 @@
 /* tests/test_ops_nn.c - the neural-network ops: gradcheck in fp64 (eps
  * 1e-6, |a - n| <= 1e-5 + 1e-3 |n|) of softmax, log_softmax, layernorm
  * (also through fg_layernorm_cast's same-dtype path),
- * embedding, cross-entropy, dropout and attention on random shapes; their
+ * embedding, cross-entropy, dropout, dropout + add (+ layernorm) and
+ * attention on random shapes; their
  * forward values against naive formulas (fp64 within 1e-12); the dropout
  * mask statistics; and the attention node's memory: it saves Q, K, V, O,
  * m, l and its parameters, nothing of size N^2. */
@@ -507,6 +508,65 @@ START_TEST(test_dropout_add)
 }
 END_TEST
 
+/* h + y of fg_dropout_add_layernorm (x, b, weight, bias), so both outputs
+ * carry a gradient. */
+static fg_status dal_fn(fg_tensor *const *in, int n, fg_tensor **out, void *u)
+{
+    const nn_ctx *c = u;
+    (void)n;
+    fg_tensor *y = NULL, *h = NULL;
+    FGT_TRY(fg_dropout_add_layernorm(in[0], in[1], c->p, c->seed, c->offset,
+                                     in[2], in[3], 1e-5, FG_FP64, &y, &h));
+    fg_status s = fg_add(h, y, out);
+    fg_tensor_free(y);
+    fg_tensor_free(h);
+    return s;
+}
+
+/* fg_dropout_add_layernorm on the CPU (the two ops in turn): fp64
+ * gradcheck through both outputs, the outputs equal to the chain's bit for
+ * bit, and bad arguments rejected with the ops' messages (the CUDA
+ * kernels: tests/test_gpu_layernorm.c). */
+START_TEST(test_dropout_add_layernorm)
+{
+    fgt_rng r = fgt_rng_for(0xda1 + (uint64_t)_i);
+    const int64_t C = 3 + _i, s[2] = {4, C};
+    nn_ctx c = {.p = _i == 0 ? 0.0 : 0.3, .seed = fgt_next(&r),
+                .offset = fgt_next(&r) % 1000};
+    fg_tensor *in[4] = {fgt_rand(&r, FG_FP64, 2, s, 1, 0.01, 1),
+                        fgt_rand(&r, FG_FP64, 2, s, 1, 0.01, 1),
+                        fgt_rand(&r, FG_FP64, 1, &C, 1, 0.5, 1),
+                        fgt_rand(&r, FG_FP64, 1, &C, 1, 0.01, 1)};
+    fgt_gradcheck("dropout_add_layernorm", dal_fn, &c, in, 4, 0);
+    fg_tensor *y = NULL, *h = NULL, *yr = NULL, *hr = NULL, *bad = NULL;
+    FGT_OK(fg_dropout_add_layernorm(in[0], in[1], c.p, c.seed, c.offset,
+                                    in[2], in[3], 1e-5, FG_FP64, &y, &h));
+    FGT_OK(fg_dropout_add(in[0], in[1], c.p, c.seed, c.offset, &yr));
+    FGT_OK(fg_layernorm_cast(yr, in[2], in[3], 1e-5, FG_FP64, &hr));
+    same_bits("y", y, yr);
+    same_bits("h", h, hr);
+    FGT_FAILS(fg_dropout_add_layernorm(in[0], in[1], 1.0, 0, 0, in[2], in[3],
+                                       1e-5, FG_FP64, &bad, &bad),
+              FG_ERR_INVALID_ARGUMENT);
+    FGT_FAILS(fg_dropout_add_layernorm(in[0], in[1], 0.1, 0, 0, in[2], in[3],
+                                       0.0, FG_FP64, &bad, &bad),
+              FG_ERR_INVALID_ARGUMENT);
+    FGT_FAILS(fg_dropout_add_layernorm(in[0], in[1], 0.1, 0, 0, in[1], in[3],
+                                       1e-5, FG_FP64, &bad, &bad),
+              FG_ERR_INVALID_ARGUMENT);
+    FGT_FAILS(fg_dropout_add_layernorm(in[0], in[1], 0.1, 0, 0, in[2], in[3],
+                                       1e-5, FG_FP64, &bad, NULL),
+              FG_ERR_INVALID_ARGUMENT);
+    FGT_FAILS(fg_dropout_add_layernorm(in[0], in[1], 0.1, 0, 0, in[2], in[3],
+                                       1e-5, FG_BF16, &bad, &bad),
+              FG_ERR_INVALID_ARGUMENT);
+    ck_assert(bad == NULL);
+    fg_tensor *all[] = {y, h, yr, hr};
+    fgt_free_all(all, 4);
+    fgt_free_all(in, 4);
+}
+END_TEST
+
 /* ---- attention ------------------------------------------------------------- */
 
 /* in: q, k, v  or (fused) one qkv [B, N, (H + 2 Hk) d] split into views */
@@ -694,6 +754,7 @@ FGT_LOOP(test_embedding, LOOPS)
 FGT_LOOP(test_cross_entropy, LOOPS)
 FGT_LOOP(test_dropout, LOOPS)
 FGT_LOOP(test_dropout_add, LOOPS)
+FGT_LOOP(test_dropout_add_layernorm, 3)
 FGT_LOOP(test_attention_grad, LOOPS)
 FGT_TEST(test_attention_memory)
 FGT_MAIN_END()

@@ -324,6 +324,22 @@ FG_API fg_status fg_dropout(fg_tensor *x, double p, uint64_t seed,
 FG_API fg_status fg_dropout_add(fg_tensor *x, fg_tensor *b, double p,
                                 uint64_t seed, uint64_t offset,
                                 fg_tensor **out);
+/* y = fg_dropout_add(x, b, p, seed, offset) and h =
+ * fg_layernorm_cast(y, weight, bias, eps, out_dtype): a residual branch
+ * joining the stream and the normalization the next sublayer reads, with
+ * both ops' rules and bit for bit their results, forward and backward.
+ * On CUDA, for an fp32 x with b and h both fp16 or both bf16 (autocast's
+ * residual stream), C % 4 == 0 and C <= 8192, one kernel each way instead
+ * of two: y is not read back to be normalized, and the backward makes
+ * y's total gradient (the incoming one plus the layernorm's) and b's in
+ * one pass. Elsewhere the two ops run in turn (the same results). On
+ * failure neither output is set. */
+FG_API fg_status fg_dropout_add_layernorm(fg_tensor *x, fg_tensor *b,
+                                          double p, uint64_t seed,
+                                          uint64_t offset, fg_tensor *weight,
+                                          fg_tensor *bias, double eps,
+                                          fg_dtype out_dtype, fg_tensor **y,
+                                          fg_tensor **h);
 
 /* Options of fg_attention (fill with fg_attention_options_init(), which
  * zeroes them: no mask, no dropout, default scale, tiles and threads). */

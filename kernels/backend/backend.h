@@ -207,6 +207,21 @@ extern "C" {
       (const fg_tensor *x, const fg_tensor *b, fg_tensor *y, double p,         \
        uint64_t seed, uint64_t offset),                                        \
       (x, b, y, p, seed, offset), fg_cuda_backend_fail("fg_dropout_add"))      \
+    F(fg_status, fg_cuda_dropout_add_layernorm_forward,                        \
+      (const fg_tensor *x, const fg_tensor *b, double p, uint64_t seed,        \
+       uint64_t offset, const fg_tensor *weight, const fg_tensor *bias,        \
+       double eps, fg_tensor *y, fg_tensor *h, fg_tensor *mean,                \
+       fg_tensor *rstd, int *done),                                            \
+      (x, b, p, seed, offset, weight, bias, eps, y, h, mean, rstd, done),      \
+      fg_cuda_backend_fail("fg_dropout_add_layernorm"))                        \
+    F(fg_status, fg_cuda_dropout_add_layernorm_backward,                       \
+      (const fg_tensor *y, const fg_tensor *weight, const fg_tensor *mean,     \
+       const fg_tensor *rstd, const fg_tensor *gh, fg_tensor *dx, int dx_acc,  \
+       fg_tensor *db, double p, uint64_t seed, uint64_t offset,                \
+       fg_tensor *dw, fg_tensor *dbias, int *done),                            \
+      (y, weight, mean, rstd, gh, dx, dx_acc, db, p, seed, offset, dw, dbias,  \
+       done),                                                                  \
+      fg_cuda_backend_fail("fg_dropout_add_layernorm"))                        \
     /* lib/ops/cuda_ops_blas.h */                                              \
     F(fg_status, fg_cuda_gemm,                                                 \
       (fg_dtype dt, int64_t M, int64_t N, int64_t K, double alpha,             \

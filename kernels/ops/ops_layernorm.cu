@@ -17,7 +17,12 @@
  * x (fg_layernorm_cast). Every kernel is one template for both cases and
  * only the store of y (load of g) differs, and every product that meets an
  * add is an explicit fma or rounded multiply, so the narrow y is bit for
- * bit the rounding of the same-dtype kernel's y. */
+ * bit the rounding of the same-dtype kernel's y.
+ *
+ * fg_dropout_add_layernorm's kernels are the register kernels with a
+ * residual join (LnJoin): the forward first makes x + dropout(b) (stored,
+ * then normalized from the registers), the backward ends with the
+ * branch's gradient from the final dx; one pass each way instead of two. */
 #include <atomic>
 
 #include "ops_nn_common.cuh"
@@ -87,6 +92,75 @@ __device__ __forceinline__ void load_par(const T *p, int64_t s, int64_t j,
     }
 }
 
+/* The residual join of fg_dropout_add_layernorm (fg_dropout_add's roundings,
+ * ops_nn.cu's dropout_add_kernel, so the fused op equals the chain bit for
+ * bit): forward x' = x + round_v(b * (keep ? scale : 0)), stored to xo;
+ * backward db = round_v(round_v(dx) * (keep ? scale : 0)) from the final
+ * dx. Applied per 4-element vector (V = 4, C % 4 == 0): one Philox group,
+ * word k for element k, as fg_dropout's mask. */
+template <typename T, typename Tv> struct LnJoin {
+    const Tv *b; /* forward: the branch [R, C] */
+    T *xo;       /* forward: x + dropout(b) [R, C] */
+    Tv *db;      /* backward: the branch's gradient [R, C] */
+    uint2 key;
+    uint32_t off_lo, thr;
+    double scale;
+};
+
+/* The keep bits of elements e .. e + 3 (e % 4 == 0): bit k for element
+ * e + k (a mask, not four factors: registers are the backward's limit). */
+template <typename T, typename Tv>
+__device__ __forceinline__ unsigned join_keep(const LnJoin<T, Tv> &J,
+                                              int64_t e)
+{
+    if (J.thr >= (1u << 24))
+        return 0xfu; /* p = 0: keep all, no draw */
+    const uint64_t g = (uint64_t)e >> 2;
+    const uint4 r = curand_Philox4x32_10(
+        make_uint4((uint32_t)g, (uint32_t)(g >> 32), FG_NN_DROPOUT_TAG,
+                   J.off_lo),
+        J.key);
+    return ((r.x >> 8) < J.thr ? 1u : 0u) | ((r.y >> 8) < J.thr ? 2u : 0u) |
+           ((r.z >> 8) < J.thr ? 4u : 0u) | ((r.w >> 8) < J.thr ? 8u : 0u);
+}
+
+/* v (x's 4 elements from e) += the dropped branch; stores the sum to xo.
+ * __dmul_rn: never contracted with the add (as in the chain). */
+template <typename T, typename Tv, typename A>
+__device__ __forceinline__ void join_forward(const LnJoin<T, Tv> &J,
+                                             int64_t e, A *v)
+{
+    const unsigned keep = join_keep(J, e);
+    typedef typename Bytes<4 * sizeof(Tv)>::type R;
+    const R raw = *reinterpret_cast<const R *>(J.b + e);
+    const Tv *bv = reinterpret_cast<const Tv *>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const Tv d = Num<Tv>::st_d(__dmul_rn(
+            (double)Num<Tv>::ld(bv[k]), (keep >> k) & 1u ? J.scale : 0.0));
+        v[k] = Num<T>::ld(Num<T>::st(v[k] + (A)Num<Tv>::ld(d)));
+    }
+    store_n<T, 4>(J.xo + e, v);
+}
+
+/* The branch's gradient from the final dx (d, as stored) at e .. e + 3. */
+template <typename T, typename Tv, typename A>
+__device__ __forceinline__ void join_backward(const LnJoin<T, Tv> &J,
+                                              int64_t e, const A *d)
+{
+    const unsigned keep = join_keep(J, e);
+    typedef typename Bytes<4 * sizeof(Tv)>::type R;
+    R raw;
+    Tv *o = reinterpret_cast<Tv *>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const Tv g = Num<Tv>::st(Num<T>::ld(Num<T>::st(d[k])));
+        o[k] = Num<Tv>::st_d(__dmul_rn((double)Num<Tv>::ld(g),
+                                       (keep >> k) & 1u ? J.scale : 0.0));
+    }
+    *reinterpret_cast<R *>(J.db + e) = raw;
+}
+
 /* N sums over the blockDim.x threads of one row (threadIdx.y picks the
  * row); every thread gets them, added in a fixed order. Barriers: every
  * thread of the block calls it. sh: 32 * N entries. */
@@ -138,14 +212,15 @@ __device__ __forceinline__ void for_own(int64_t C, F f)
     }
 }
 
-/* Mean and variance in two passes over the registers. */
-template <typename T, typename To, int V>
+/* Mean and variance in two passes over the registers. JOIN: the row is
+ * x + dropout(J.b) (join_forward; V == 4). */
+template <typename T, typename To, int V, bool JOIN = false>
 __global__ void __launch_bounds__(LN_TPR_MAX)
 ln_fwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
            const T *__restrict__ b, int64_t bs, int64_t R, int64_t C,
            typename Num<T>::A eps, To *__restrict__ y,
            typename Num<T>::A *__restrict__ mean,
-           typename Num<T>::A *__restrict__ rstd)
+           typename Num<T>::A *__restrict__ rstd, LnJoin<T, To> J)
 {
     typedef typename Num<T>::A A;
     constexpr int NV = ln_elems<A>() / V;
@@ -157,12 +232,17 @@ ln_fwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
 #pragma unroll
     for (int i = 0; i < NV; i++) {
         const int64_t j = ((int64_t)i * blockDim.x + threadIdx.x) * V;
-        if (live && j < C)
+        if (live && j < C) {
             load_n<T, V>(xr + j, v[i]);
-        else
+            if constexpr (JOIN) {
+                static_assert(V == 4, "one Philox group per vector");
+                join_forward(J, row * C + j, v[i]);
+            }
+        } else {
 #pragma unroll
             for (int k = 0; k < V; k++)
                 v[i][k] = A(0);
+        }
 #pragma unroll
         for (int k = 0; k < V; k++)
             s[0] += v[i][k];
@@ -206,15 +286,17 @@ ln_fwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
  * live in shared memory (ln_bwd_smem: slot s of thread t at s * threads +
  * t, private to the thread, so no barrier guards them), not registers:
  * in registers they took 32 of the kernel's 101 and held it to two
- * 256-thread blocks an SM, half the forward's loads in flight. */
-template <typename T, typename Tg, int V>
-__global__ void __launch_bounds__(LN_TPR_MAX)
+ * 256-thread blocks an SM, half the forward's loads in flight. JOIN:
+ * the branch's gradient from the final dx too (join_backward; V == 4, dx
+ * non-NULL). */
+template <typename T, typename Tg, int V, bool JOIN = false>
+__global__ void __launch_bounds__(LN_TPR_MAX, JOIN ? 2 : 0)
 ln_bwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
            const typename Num<T>::A *__restrict__ mean,
            const typename Num<T>::A *__restrict__ rstd,
            const Tg *__restrict__ g, int64_t R, int64_t C,
            T *__restrict__ dx, bool dx_acc, typename Num<T>::A *__restrict__ pw,
-           typename Num<T>::A *__restrict__ pb)
+           typename Num<T>::A *__restrict__ pb, LnJoin<T, Tg> J)
 {
     typedef typename Num<T>::A A;
     constexpr int NV = ln_elems<A>() / V;
@@ -285,6 +367,10 @@ ln_bwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
                         d[k] = add_rn(old[k], Num<T>::ld(Num<T>::st(d[k])));
                 }
                 store_n<T, V>(dx + row * C + j, d);
+                if constexpr (JOIN) {
+                    static_assert(V == 4, "one Philox group per vector");
+                    join_backward(J, row * C + j, d);
+                }
             }
         });
     }
@@ -541,10 +627,10 @@ fg_status ln_fwd_t(const fg_tensor *x, const fg_tensor *w, const fg_tensor *b,
     if (C % VW == 0 && aligned16(xp) && aligned16(yp) && par_vec_ok(wp, ws) &&
         par_vec_ok(bp, bs))
         ln_fwd_reg<T, To, VW><<<(unsigned)grid, block, 0, st>>>(
-            xp, wp, ws, bp, bs, R, C, (A)eps, yp, mp, rp);
+            xp, wp, ws, bp, bs, R, C, (A)eps, yp, mp, rp, LnJoin<T, To>{});
     else
         ln_fwd_reg<T, To, 1><<<(unsigned)grid, block, 0, st>>>(
-            xp, wp, ws, bp, bs, R, C, (A)eps, yp, mp, rp);
+            xp, wp, ws, bp, bs, R, C, (A)eps, yp, mp, rp, LnJoin<T, To>{});
     FG_CUDA_TRY_LAUNCH();
     return FG_OK;
 }
@@ -635,17 +721,18 @@ fg_status ln_with_partials(int64_t n, int64_t C, fg_tensor *dw, fg_tensor *db,
     return s;
 }
 
-template <typename T, typename Tg, int V>
+template <typename T, typename Tg, int V, bool JOIN = false>
 fg_status ln_bwd_reg_launch(const T *xp, const T *wp, int64_t ws,
                             const typename Num<T>::A *mp,
                             const typename Num<T>::A *rp, const Tg *gp,
                             int64_t R, int64_t C, T *dp, bool dx_acc,
-                            fg_tensor *dw, fg_tensor *db)
+                            fg_tensor *dw, fg_tensor *db,
+                            LnJoin<T, Tg> J = LnJoin<T, Tg>{})
 {
     typedef typename Num<T>::A A;
     const LnShape S = ln_shape(C, ln_elems<A>());
     const size_t smem = ln_bwd_smem<A>(S, C, dw || db);
-    auto kernel = ln_bwd_reg<T, Tg, V>;
+    auto kernel = ln_bwd_reg<T, Tg, V, JOIN>;
     FG_TRY(ln_bwd_smem_allow(kernel, smem));
     FG_TRY(ln_bwd_smem_allow(ln_bwd_reg<T, T, V>, smem));
     /* The wave of the same-dtype kernel, so that a narrow g gives the same
@@ -657,7 +744,8 @@ fg_status ln_bwd_reg_launch(const T *xp, const T *wp, int64_t ws,
     return ln_with_partials<T>(grid, C, dw, db, [&](A *pw, A *pb) {
         fg_status s = FG_OK;
         kernel<<<grid, dim3((unsigned)S.tpr, (unsigned)S.rpb), smem,
-                 fg_cuda_stream()>>>(xp, wp, ws, mp, rp, gp, R, C, dp, dx_acc, pw, pb);
+                 fg_cuda_stream()>>>(xp, wp, ws, mp, rp, gp, R, C, dp, dx_acc, pw,
+                                     pb, J);
         LN_LAUNCHED(s, "ln_bwd_reg launch");
         return s;
     });
@@ -729,6 +817,76 @@ fg_status ln_bwd_t(const fg_tensor *x, const fg_tensor *w,
                                        dx_acc, dw, db);
 }
 
+/* ---- fg_dropout_add_layernorm: the join kernels ---------------------------- */
+
+/* Where the join kernels apply: an fp32 stream, rows of C % 4 == 0 within
+ * the register kernels, 16-byte aligned operands (vectors of 4 elements,
+ * one Philox group each). Elsewhere the caller runs the two ops' kernels. */
+inline bool join_ok(int64_t R, int64_t C, const void *const *ptrs, int n)
+{
+    if (R <= 0 || C <= 0 || C % 4 != 0 || C > ln_reg_max<float>())
+        return false;
+    for (int i = 0; i < n; i++)
+        if (!aligned16(ptrs[i]))
+            return false;
+    return true;
+}
+
+template <typename Tv>
+LnJoin<float, Tv> make_join(double p, uint64_t seed, uint64_t offset)
+{
+    LnJoin<float, Tv> J{};
+    J.key = make_uint2((uint32_t)seed,
+                       (uint32_t)(seed >> 32) ^ (uint32_t)(offset >> 32));
+    J.off_lo = (uint32_t)offset;
+    J.thr = fg_dropout_threshold(p);
+    J.scale = 1.0 / (1.0 - p);
+    return J;
+}
+
+template <typename Tv>
+fg_status join_fwd_t(const fg_tensor *x, const fg_tensor *b, double p,
+                     uint64_t seed, uint64_t offset, const fg_tensor *w,
+                     const fg_tensor *bias, double eps, fg_tensor *y,
+                     fg_tensor *h, fg_tensor *mean, fg_tensor *rstd)
+{
+    const int64_t C = x->shape[x->nd - 1], R = x->numel / C;
+    const LnShape S = ln_shape(C, ln_elems<float>());
+    const int64_t grid = (R + S.rpb - 1) / S.rpb;
+    if (grid > 0x7fffffff)
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "fg_dropout_add_layernorm: too many rows (%lld)",
+                        (long long)R);
+    LnJoin<float, Tv> J = make_join<Tv>(p, seed, offset);
+    J.b = dptr<Tv>(b);
+    J.xo = dptr<float>(y);
+    const int64_t ws = w ? w->stride[0] : 0, bs = bias ? bias->stride[0] : 0;
+    ln_fwd_reg<float, Tv, 4, true>
+        <<<(unsigned)grid, dim3((unsigned)S.tpr, (unsigned)S.rpb), 0,
+           fg_cuda_stream()>>>(dptr<float>(x), dptr<float>(w), ws,
+                               dptr<float>(bias), bs, R, C, (float)eps,
+                               dptr<Tv>(h), dptr<float>(mean),
+                               dptr<float>(rstd), J);
+    FG_CUDA_TRY_LAUNCH();
+    return FG_OK;
+}
+
+template <typename Tv>
+fg_status join_bwd_t(const fg_tensor *y, const fg_tensor *w,
+                     const fg_tensor *mean, const fg_tensor *rstd,
+                     const fg_tensor *gh, fg_tensor *dx, bool dx_acc,
+                     fg_tensor *db, double p, uint64_t seed, uint64_t offset,
+                     fg_tensor *dw, fg_tensor *dbias)
+{
+    const int64_t C = y->shape[y->nd - 1], R = y->numel / C;
+    LnJoin<float, Tv> J = make_join<Tv>(p, seed, offset);
+    J.db = dptr<Tv>(db);
+    return ln_bwd_reg_launch<float, Tv, 4, true>(
+        dptr<float>(y), dptr<float>(w), w ? w->stride[0] : 0,
+        dptr<float>(mean), dptr<float>(rstd), dptr<Tv>(gh), R, C,
+        dptr<float>(dx), dx_acc, dw, dbias, J);
+}
+
 /* Calls F<T, Ty>(args...) for x's storage type T and y's Ty: equal, or
  * fp16/bf16 for fp32, or fp32 for fp64. */
 #define LN_BY_DTYPES(xdt, ydt, fn, F, ...)                                  \
@@ -781,4 +939,65 @@ extern "C" fg_status fg_cuda_layernorm_backward(
     }
     LN_BY_DTYPES(x->dtype, g->dtype, "layernorm backward", ln_bwd_t, x,
                  weight, mean, rstd, g, dx, dx && dx_acc, dw, db);
+}
+
+extern "C" fg_status fg_cuda_dropout_add_layernorm_forward(
+    const fg_tensor *x, const fg_tensor *b, double p, uint64_t seed,
+    uint64_t offset, const fg_tensor *weight, const fg_tensor *bias,
+    double eps, fg_tensor *y, fg_tensor *h, fg_tensor *mean, fg_tensor *rstd,
+    int *done)
+{
+    *done = 0;
+    const int64_t C = x->nd ? x->shape[x->nd - 1] : 0;
+    const void *ptrs[4] = {fg_tensor_base(x), fg_tensor_base(b),
+                           fg_tensor_base(y), fg_tensor_base(h)};
+    if (x->dtype != FG_FP32 || b->dtype != h->dtype ||
+        !join_ok(C ? x->numel / C : 0, C, ptrs, 4) ||
+        !par_vec_ok(weight ? fg_tensor_base(weight) : nullptr,
+                    weight ? weight->stride[0] : 0) ||
+        !par_vec_ok(bias ? fg_tensor_base(bias) : nullptr,
+                    bias ? bias->stride[0] : 0))
+        return FG_OK;
+    fg_status s = FG_OK;
+    if (b->dtype == FG_BF16)
+        s = join_fwd_t<__nv_bfloat16>(x, b, p, seed, offset, weight, bias,
+                                      eps, y, h, mean, rstd);
+    else if (b->dtype == FG_FP16)
+        s = join_fwd_t<__half>(x, b, p, seed, offset, weight, bias, eps, y, h,
+                               mean, rstd);
+    else
+        return FG_OK;
+    if (s == FG_OK)
+        *done = 1;
+    return s;
+}
+
+extern "C" fg_status fg_cuda_dropout_add_layernorm_backward(
+    const fg_tensor *y, const fg_tensor *weight, const fg_tensor *mean,
+    const fg_tensor *rstd, const fg_tensor *gh, fg_tensor *dx, int dx_acc,
+    fg_tensor *db, double p, uint64_t seed, uint64_t offset, fg_tensor *dw,
+    fg_tensor *dbias, int *done)
+{
+    *done = 0;
+    const int64_t C = y->nd ? y->shape[y->nd - 1] : 0;
+    const void *ptrs[4] = {fg_tensor_base(y), fg_tensor_base(gh),
+                           fg_tensor_base(dx), fg_tensor_base(db)};
+    if (y->dtype != FG_FP32 || gh->dtype != db->dtype ||
+        !join_ok(C ? y->numel / C : 0, C, ptrs, 4) ||
+        !par_vec_ok(weight ? fg_tensor_base(weight) : nullptr,
+                    weight ? weight->stride[0] : 0))
+        return FG_OK;
+    fg_status s = FG_OK;
+    if (gh->dtype == FG_BF16)
+        s = join_bwd_t<__nv_bfloat16>(y, weight, mean, rstd, gh, dx,
+                                      dx_acc != 0, db, p, seed, offset, dw,
+                                      dbias);
+    else if (gh->dtype == FG_FP16)
+        s = join_bwd_t<__half>(y, weight, mean, rstd, gh, dx, dx_acc != 0, db,
+                               p, seed, offset, dw, dbias);
+    else
+        return FG_OK;
+    if (s == FG_OK)
+        *done = 1;
+    return s;
 }

@@ -39,6 +39,7 @@ static int op_family(const fg_op_def *op)
                  {"AttentionBackward", FG_PROF_ATTENTION},
                  {"AttentionQKVPackedBackward", FG_PROF_ATTENTION},
                  {"LayerNormBackward", FG_PROF_LAYERNORM},
+                 {"DropoutAddLayerNormBackward", FG_PROF_LAYERNORM},
                  {"CrossEntropyBackward", FG_PROF_XENT}};
     for (size_t i = 0; i < sizeof known / sizeof *known; i++)
         if (!strcmp(op->name, known[i].name))
@@ -82,11 +83,7 @@ static int push_node(engine *e, fg_node ***v, int64_t *n, int64_t *cap,
 }
 
 /* Only a gradient nobody else can see may be summed into in place. */
-static int exclusive(const fg_tensor *t)
-{
-    return t->obj.refcount == 1 && t->storage->obj.refcount == 1 &&
-           !t->grad_fn && fg_tensor_is_contiguous(t);
-}
+#define exclusive fg_grad_exclusive
 
 typedef struct add_ctx {
     fg_dtype dst, src;

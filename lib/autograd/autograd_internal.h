@@ -118,6 +118,13 @@ static inline fg_tensor *fg_node_saved(const fg_node *n, int i)
 {
     return n->saved[i].t;
 }
+/* Only a gradient nobody else can see may be summed into (or written) in
+ * place: the engine's pending gradients, a backward's incoming ones. */
+static inline int fg_grad_exclusive(const fg_tensor *t)
+{
+    return t->obj.refcount == 1 && t->storage->obj.refcount == 1 &&
+           !t->grad_fn && fg_tensor_is_contiguous(t);
+}
 static inline int fg_node_needs_grad(const fg_node *n, int i)
 {
     return n->edges[i].node != NULL || n->edges[i].leaf != NULL;

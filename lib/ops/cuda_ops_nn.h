@@ -89,6 +89,27 @@ fg_status fg_cuda_layernorm_backward(const fg_tensor *x,
                                      int dx_acc, fg_tensor *dw,
                                      fg_tensor *db);
 
+/* fg_dropout_add_layernorm in one kernel each way, where it applies (an
+ * fp32 x and y, b / h / gh / db fp16 or bf16 of one dtype, C % 4 == 0 and
+ * C <= 8192, 16-byte aligned contiguous operands); elsewhere *done = 0 and
+ * nothing is written (the caller runs fg_cuda_dropout_add and the
+ * layernorm kernels, the same bits). Forward: y = x + dropout(b) (as
+ * fg_cuda_dropout_add), h, mean, rstd = the layernorm of y (as
+ * fg_cuda_layernorm_forward with h's dtype). Backward: dx (+= with dx_acc)
+ * as fg_cuda_layernorm_backward's for x = y and g = gh, then db = the
+ * dropout-add backward of the final dx (fg_cuda_dropout_add with x NULL);
+ * dw, dbias as the layernorm's. */
+fg_status fg_cuda_dropout_add_layernorm_forward(
+    const fg_tensor *x, const fg_tensor *b, double p, uint64_t seed,
+    uint64_t offset, const fg_tensor *weight, const fg_tensor *bias,
+    double eps, fg_tensor *y, fg_tensor *h, fg_tensor *mean, fg_tensor *rstd,
+    int *done);
+fg_status fg_cuda_dropout_add_layernorm_backward(
+    const fg_tensor *y, const fg_tensor *weight, const fg_tensor *mean,
+    const fg_tensor *rstd, const fg_tensor *gh, fg_tensor *dx, int dx_acc,
+    fg_tensor *db, double p, uint64_t seed, uint64_t offset, fg_tensor *dw,
+    fg_tensor *dbias, int *done);
+
 /* y[i, :] = weight[indices[i], :] for the n host indices (validated).
  * weight: [V, C], any strides; y: contiguous [n, C] (any leading shape)
  * of weight's dtype. */

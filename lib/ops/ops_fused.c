@@ -2,8 +2,11 @@
 /* lib/ops/ops_fused.c - fused ops that replace chains of small kernels in
  * the GPT step: fg_dropout_add (a branch's dropout, its cast into the
  * residual stream's dtype and the residual add; one kernel forward, one
- * backward). Results equal the unfused chain's bit for bit: every rounding
- * of the chain is kept. CUDA tensors go to kernels/ops/ops_nn.cu. */
+ * backward) and fg_dropout_add_layernorm (that join and the layernorm of
+ * its result, which the GPT's next sublayer reads: one kernel each way
+ * instead of two). Results equal the unfused chain's bit for bit: every
+ * rounding of the chain is kept. CUDA tensors go to kernels/ops/ops_nn.cu
+ * and ops_layernorm.cu. */
 #include "config.h"
 
 #include "cuda_ops_nn.h" /* the CUDA entry points, FG_NN_DROPOUT_TAG */
@@ -171,4 +174,157 @@ fg_status fg_dropout_add(fg_tensor *x, fg_tensor *b, double p, uint64_t seed,
 {
     FG_PROF_RETURN(FG_PROF_OTHER,
                    fg_dropout_add_impl(x, b, p, seed, offset, out));
+}
+
+/* ---- fg_dropout_add_layernorm ------------------------------------------- */
+
+#ifdef FG_HAVE_CUDA
+/* The fused node exists only on CUDA (the CPU runs the two ops).
+ * saved: y = x + dropout(b), weight (or NULL), mean, rstd (fp32 [R]).
+ * y's total gradient dx = g_y + the layernorm's (in place in g_y when
+ * nobody else holds it, as the engine would sum them), then b's from dx:
+ * one kernel where it applies, else the two ops' kernels in turn. */
+static fg_status dal_backward(fg_node *n, fg_tensor *const *g,
+                              fg_tensor **gin)
+{
+    const dadd_extra *ex = fg_node_extra(n);
+    const fg_tensor *y = fg_node_saved(n, 0), *w = fg_node_saved(n, 1),
+                    *mean = fg_node_saved(n, 2), *rstd = fg_node_saved(n, 3);
+    fg_arena *dom = fg_bw_domain();
+    fg_tensor *dx = NULL, *gh = NULL, *db = NULL, *dw = NULL, *dbias = NULL;
+    fg_status s = FG_OK;
+    const int acc = g[0] != NULL;
+    if (g[0] && fg_grad_exclusive(g[0]) && g[0]->dtype == y->dtype)
+        dx = fg_tensor_retain(g[0]);
+    else if (g[0])
+        s = fg_copy_raw(g[0], y->dtype, dom, &dx);
+    else
+        s = fg_tensor_new_like(dom, y, 0, &dx);
+    fg_meta m;
+    fg_node_input_meta(n, 1, &m);
+    if (s == FG_OK) /* the fused kernel writes it even when unwanted */
+        s = fg_tensor_new(dom, m.dtype, m.device, m.nd, m.shape, &db);
+    if (s == FG_OK && g[1])
+        s = fg_contiguous_raw(g[1], dom, &gh);
+    if (s == FG_OK && gh && fg_node_needs_grad(n, 2))
+        s = fg_tensor_new_like(dom, w, 0, &dw);
+    if (s == FG_OK && gh && fg_node_needs_grad(n, 3)) {
+        fg_node_input_meta(n, 3, &m);
+        s = fg_tensor_new(dom, m.dtype, m.device, m.nd, m.shape, &dbias);
+    }
+    int done = 0;
+    if (s == FG_OK && gh)
+        s = fg_cuda_dropout_add_layernorm_backward(
+            y, w, mean, rstd, gh, dx, acc, db, ex->p, ex->seed, ex->offset,
+            dw, dbias, &done);
+    if (s == FG_OK && gh && !done)
+        s = fg_cuda_layernorm_backward(y, w, mean, rstd, gh, dx, acc, dw,
+                                       dbias);
+    if (s == FG_OK && !done)
+        s = fg_cuda_dropout_add(NULL, dx, db, ex->p, ex->seed, ex->offset);
+    fg_tensor_free(gh);
+    fg_tensor *d[4] = {dx, db, dw, dbias};
+    for (int i = 0; i < 4; i++) {
+        if (s != FG_OK || !fg_node_needs_grad(n, i)) {
+            fg_tensor_free(d[i]);
+            d[i] = NULL;
+        }
+        gin[i] = d[i];
+    }
+    return s;
+}
+
+static const fg_op_def dal_def = {"DropoutAddLayerNormBackward", dal_backward,
+                                  NULL};
+#endif
+
+/* The two ops, one after the other: the CPU, and CUDA where the fused
+ * kernels do not apply. */
+static fg_status dal_chain(fg_tensor *x, fg_tensor *b, double p, uint64_t seed,
+                           uint64_t offset, fg_tensor *weight,
+                           fg_tensor *bias, double eps, fg_dtype out_dtype,
+                           fg_tensor **y, fg_tensor **h)
+{
+    fg_tensor *yy = NULL;
+    FG_TRY(fg_dropout_add_impl(x, b, p, seed, offset, &yy));
+    fg_status s = fg_layernorm_cast(yy, weight, bias, eps, out_dtype, h);
+    if (s != FG_OK) {
+        fg_tensor_free(yy);
+        return s;
+    }
+    *y = yy;
+    return FG_OK;
+}
+
+static fg_status dal_impl(fg_tensor *x, fg_tensor *b, double p, uint64_t seed,
+                          uint64_t offset, fg_tensor *weight, fg_tensor *bias,
+                          double eps, fg_dtype out_dtype, fg_tensor **y,
+                          fg_tensor **h)
+{
+    static const char fn[] = "fg_dropout_add_layernorm";
+    FG_TRY(fg_op_check_out(fn, y));
+    FG_TRY(fg_op_check_out(fn, h));
+    FG_TRY(check_dadd(fn, x, b, p));
+    if ((int)out_dtype < 0)
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "%s: out_dtype %d is not a dtype", fn, (int)out_dtype);
+    FG_TRY(fg_layernorm_check(fn, x, weight, bias, eps, out_dtype));
+#ifdef FG_HAVE_CUDA
+    if (x->device == FG_DEVICE_CUDA && x->numel > 0) {
+        fg_tensor *in[4] = {x, b, weight, bias};
+        fg_arena *dom = fg_alloc_domain(in, 4);
+        const int64_t C = x->shape[x->nd - 1], R = x->numel / C;
+        fg_tensor *xc = NULL, *bc = NULL, *yy = NULL, *hh = NULL,
+                  *mean = NULL, *rstd = NULL;
+        fg_status s = fg_contiguous_raw(x, dom, &xc);
+        if (s == FG_OK)
+            s = fg_contiguous_raw(b, dom, &bc);
+        if (s == FG_OK)
+            s = fg_tensor_new_like(dom, x, 0, &yy);
+        if (s == FG_OK)
+            s = fg_tensor_new(dom, out_dtype, x->device, x->nd, x->shape, &hh);
+        if (s == FG_OK)
+            s = fg_tensor_new(dom, FG_FP32, x->device, 1, &R, &mean);
+        if (s == FG_OK)
+            s = fg_tensor_new(dom, FG_FP32, x->device, 1, &R, &rstd);
+        int done = 0;
+        if (s == FG_OK)
+            s = fg_cuda_dropout_add_layernorm_forward(
+                xc, bc, p, seed, offset, weight, bias, eps, yy, hh, mean, rstd,
+                &done);
+        fg_tensor_free(xc);
+        fg_tensor_free(bc);
+        if (s == FG_OK && done && fg_ag_should_record(in, 4)) {
+            fg_tensor *outs[2] = {yy, hh}, *saved[4] = {yy, weight, mean, rstd};
+            const dadd_extra ex = {p, seed, offset};
+            s = fg_ag_record(&dal_def, in, 4, outs, 2, saved, 4, &ex,
+                             sizeof ex, NULL);
+        }
+        fg_tensor_free(mean);
+        fg_tensor_free(rstd);
+        if (s != FG_OK || !done) {
+            fg_tensor_free(yy);
+            fg_tensor_free(hh);
+            if (s != FG_OK)
+                return s;
+        } else {
+            *y = yy;
+            *h = hh;
+            return FG_OK;
+        }
+    }
+#endif
+    return dal_chain(x, b, p, seed, offset, weight, bias, eps, out_dtype, y,
+                     h);
+}
+
+fg_status fg_dropout_add_layernorm(fg_tensor *x, fg_tensor *b, double p,
+                                   uint64_t seed, uint64_t offset,
+                                   fg_tensor *weight, fg_tensor *bias,
+                                   double eps, fg_dtype out_dtype,
+                                   fg_tensor **y, fg_tensor **h)
+{
+    FG_PROF_RETURN(FG_PROF_LAYERNORM,
+                   dal_impl(x, b, p, seed, offset, weight, bias, eps,
+                            out_dtype, y, h));
 }

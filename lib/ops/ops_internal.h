@@ -47,6 +47,11 @@ fg_status fg_cast_param(fg_tensor *x, fg_dtype dt, fg_tensor **out);
  * fp16/bf16 for fp32, fp32 for fp64 (the device may still refuse fp16/bf16
  * on the CPU). */
 int fg_layernorm_out_ok(fg_dtype xt, fg_dtype yt);
+/* fg_layernorm_cast's checks of x, weight, bias, eps and the output dtype
+ * ydt (fn names the caller in the messages). */
+fg_status fg_layernorm_check(const char *fn, const fg_tensor *x,
+                             const fg_tensor *weight, const fg_tensor *bias,
+                             double eps, fg_dtype ydt);
 
 /* x [..., K] w [K, N] + b [N] (b NULL: fg_matmul), recorded. On CUDA
  * with contiguous operands of one dtype: one cuBLASLt GEMM with the bias

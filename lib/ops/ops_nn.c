@@ -236,16 +236,14 @@ static void layernorm_cpu_forward(const fg_tensor *xc, const fg_tensor *weight,
     }
 }
 
-static fg_status fg_layernorm_impl(const char *fn, fg_tensor *x,
-                                   fg_tensor *weight, fg_tensor *bias,
-                                   double eps, int out_dtype, fg_tensor **out)
+fg_status fg_layernorm_check(const char *fn, const fg_tensor *x,
+                             const fg_tensor *weight, const fg_tensor *bias,
+                             double eps, fg_dtype ydt)
 {
-    FG_TRY(fg_op_check_out(fn, out));
     FG_TRY(fg_op_check(fn, x, "x"));
     if (x->nd < 1)
         return fg_error(FG_ERR_INVALID_ARGUMENT, "%s: x needs >= 1 dimension",
                         fn);
-    const fg_dtype ydt = out_dtype < 0 ? x->dtype : (fg_dtype)out_dtype;
     if (!fg_layernorm_out_ok(x->dtype, ydt))
         return fg_error(FG_ERR_INVALID_ARGUMENT,
                         "%s: out_dtype %s for a %s x (it must be x's dtype, "
@@ -272,6 +270,18 @@ static fg_status fg_layernorm_impl(const char *fn, fg_tensor *x,
                         "(%g)",
                         fn, eps, x->dtype == FG_FP64 ? "fp64" : "fp32",
                         eps_min);
+    return FG_OK;
+}
+
+static fg_status fg_layernorm_impl(const char *fn, fg_tensor *x,
+                                   fg_tensor *weight, fg_tensor *bias,
+                                   double eps, int out_dtype, fg_tensor **out)
+{
+    FG_TRY(fg_op_check_out(fn, out));
+    FG_TRY(fg_op_check(fn, x, "x"));
+    const fg_dtype ydt = out_dtype < 0 ? x->dtype : (fg_dtype)out_dtype;
+    FG_TRY(fg_layernorm_check(fn, x, weight, bias, eps, ydt));
+    const int64_t C = x->shape[x->nd - 1];
     int on_cuda = 0; /* the per-device dispatch point */
 #ifdef FG_HAVE_CUDA
     on_cuda = x->device == FG_DEVICE_CUDA;

@@ -256,22 +256,35 @@ fg_status fg_gpt_forward(const fg_gpt *m, const int64_t *tokens, int64_t B,
     FG_TRY(fg_gpt_check_tokens(m, tokens, B * T));
     int64_t *pos = NULL;
     FG_TRY(check_seqs(mode ? mode->seqs : NULL, B, T, &pos));
-    fg_tensor *x = NULL, *y = NULL, *lg = NULL;
+    fg_tensor *x = NULL, *y = NULL, *h = NULL, *lg = NULL;
     fg_status s = fg_nn_embedding_forward_at(&m->emb, tokens, pos, B, T, &x);
     free(pos);
     NN_T(fg_nn_dropout(x, m->cfg.dropout, mode, &y));
     fg_tensor_free(x);
     x = y;
+    /* Each block also makes the layernorm after it (the next ln1, or
+     * ln_f), fused with its last residual join; h carries it over. */
+    if (m->cfg.n_layer > 0)
+        NN_T(fg_nn_layernorm_forward(&m->blocks[0].ln1, x, &h));
     for (int i = 0; i < m->cfg.n_layer && s == FG_OK; i++) {
+        const fg_nn_layernorm *next =
+            i + 1 < m->cfg.n_layer ? &m->blocks[i + 1].ln1 : &m->ln_f;
+        fg_tensor *hn = NULL;
         y = NULL;
-        s = fg_nn_block_forward(&m->blocks[i], x, mode, &y);
+        s = fg_nn_block_forward_ln(&m->blocks[i], x, h, next, mode, &y, &hn);
         fg_tensor_free(x);
+        fg_tensor_free(h);
         x = y;
+        h = hn;
     }
-    NN_T(fg_gpt_head(m, x, &lg));
+    if (m->cfg.n_layer > 0)
+        NN_T(fg_gpt_head_normed(m, h, &lg));
+    else
+        NN_T(fg_gpt_head(m, x, &lg));
     if (loss)
         NN_T(fg_cross_entropy(lg, targets, B * T, -1, loss));
     fg_tensor_free(x);
+    fg_tensor_free(h);
     if (s == FG_OK && logits)
         *logits = lg;
     else
@@ -281,8 +294,18 @@ fg_status fg_gpt_forward(const fg_gpt *m, const int64_t *tokens, int64_t B,
 
 fg_status fg_gpt_head(const fg_gpt *m, fg_tensor *x, fg_tensor **logits)
 {
-    fg_tensor *h = NULL, *lg = NULL;
-    fg_status s = fg_nn_layernorm_forward(&m->ln_f, x, &h);
+    fg_tensor *h = NULL;
+    FG_TRY(fg_nn_layernorm_forward(&m->ln_f, x, &h));
+    fg_status s = fg_gpt_head_normed(m, h, logits);
+    fg_tensor_free(h);
+    return s;
+}
+
+fg_status fg_gpt_head_normed(const fg_gpt *m, fg_tensor *h,
+                             fg_tensor **logits)
+{
+    fg_tensor *lg = NULL;
+    fg_status s = FG_OK;
     if (m->head.weight) {
         NN_T(fg_nn_linear_forward(&m->head, h, &lg));
     } else { /* tied: h wte^T, in the autocast dtype when one is active */
@@ -299,7 +322,6 @@ fg_status fg_gpt_head(const fg_gpt *m, fg_tensor *x, fg_tensor **logits)
         fg_tensor_free(lg);
         lg = lf;
     }
-    fg_tensor_free(h);
     if (s == FG_OK)
         *logits = lg;
     else

@@ -36,6 +36,15 @@ typedef struct fg_nn_kv {
 fg_status fg_nn_block_forward_kv(const fg_nn_block *b, fg_tensor *x,
                                  fg_nn_kv *kv, int64_t len, fg_tensor **y);
 
+/* fg_nn_block_forward, and next (a layernorm) of the block's output y in
+ * *h_next, the last residual join and next fused where they can be
+ * (fg_dropout_add_layernorm); h_in: ln1(x) already made (by the previous
+ * block's call), or NULL. */
+fg_status fg_nn_block_forward_ln(const fg_nn_block *b, fg_tensor *x,
+                                 fg_tensor *h_in, const fg_nn_layernorm *next,
+                                 const fg_nn_mode *mode, fg_tensor **y,
+                                 fg_tensor **h_next);
+
 struct fg_gpt {
     fg_gpt_config cfg;
     fg_nn_embedding emb;
@@ -54,5 +63,8 @@ fg_status fg_gpt_check_tokens(const fg_gpt *m, const int64_t *tokens,
 /* Final LayerNorm and LM head: x [..., C] -> logits [..., vocab] in the
  * parameters' dtype. */
 fg_status fg_gpt_head(const fg_gpt *m, fg_tensor *x, fg_tensor **logits);
+/* The LM head alone, on h = ln_f(x) already made. */
+fg_status fg_gpt_head_normed(const fg_gpt *m, fg_tensor *h,
+                             fg_tensor **logits);
 
 #endif /* FG_LIB_NN_INTERNAL_H */

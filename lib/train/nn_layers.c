@@ -288,6 +288,42 @@ static fg_status dropout_add(fg_tensor *x, fg_tensor *b, double p,
     return fg_dropout_add(x, b, p, seed, off, y);
 }
 
+/* y = x + dropout(b) and h = ln(y) as dropout_add then
+ * fg_nn_layernorm_forward would make them, in one fused op when the
+ * layernorm would be fg_layernorm_cast's and the join fg_dropout_add's
+ * (fg_dropout_add_layernorm: one kernel each way on CUDA, the same bits
+ * and the same draw from mode->rng). */
+static fg_status dropout_add_ln(fg_tensor *x, fg_tensor *b, double p,
+                                const fg_nn_mode *mode,
+                                const fg_nn_layernorm *ln, fg_tensor **y,
+                                fg_tensor **h)
+{
+    const fg_dtype xt = fg_tensor_dtype(x), bt = fg_tensor_dtype(b);
+    fg_dtype ac;
+    if (!fg_autocast_get(&ac) || fg_tensor_device(x) != FG_DEVICE_CUDA ||
+        ac == xt || !fg_layernorm_out_ok(xt, ac) ||
+        !(bt == xt || (xt == FG_FP32 && (bt == FG_BF16 || bt == FG_FP16)))) {
+        FG_TRY(dropout_add(x, b, p, mode, y));
+        fg_status s = fg_nn_layernorm_forward(ln, *y, h);
+        if (s != FG_OK) {
+            fg_tensor_free(*y);
+            *y = NULL;
+        }
+        return s;
+    }
+    uint64_t seed = 0, off = 0;
+    if (dropping(p, mode)) {
+        if (!mode->rng)
+            return FG_FAIL(FG_ERR_INVALID_ARGUMENT,
+                           "training mode needs an rng");
+        FG_TRY(fg_generator_next(mode->rng, &seed, &off));
+    } else {
+        p = 0.0;
+    }
+    return fg_dropout_add_layernorm(x, b, p, seed, off, ln->weight, ln->bias,
+                                    ln->eps, ac, y, h);
+}
+
 /* ---- attention ---------------------------------------------------------------- */
 
 fg_status fg_nn_attention_init(fg_nn_attention *a, int64_t C, int64_t n_head,
@@ -539,21 +575,31 @@ fg_status fg_nn_block_init(fg_nn_block *b, int64_t C, int64_t n_head,
     return s;
 }
 
+/* h_in: ln1(x) when the caller made it (NULL: made here). next: the
+ * layernorm that follows the block (the next block's ln1, or ln_f), whose
+ * output goes to *h_next, fused with the last join; NULL: none. */
 static fg_status block_core(const fg_nn_block *b, fg_tensor *x,
+                            fg_tensor *h_in, const fg_nn_layernorm *next,
                             const fg_nn_mode *mode, fg_nn_kv *kv, int64_t len,
-                            fg_tensor **y)
+                            fg_tensor **y, fg_tensor **h_next)
 {
     fg_tensor *h1 = NULL, *a = NULL, *x1 = NULL, *h2 = NULL, *m = NULL;
     fg_status s = FG_OK;
     NN_T(b ? FG_OK : FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL layer"));
     /* branches join the residual stream in its dtype, dropout, cast and
-     * add fused (one kernel each way instead of three and two) */
-    NN_T(fg_nn_layernorm_forward(&b->ln1, x, &h1));
+     * add fused (one kernel each way instead of three and two), with the
+     * layernorm that reads the result where it can (dropout_add_ln) */
+    if (h_in)
+        h1 = fg_tensor_retain(h_in);
+    else
+        NN_T(fg_nn_layernorm_forward(&b->ln1, x, &h1));
     NN_T(attention_core(&b->attn, h1, mode, kv, len, &a));
-    NN_T(dropout_add(x, a, b->attn.dropout, mode, &x1));
-    NN_T(fg_nn_layernorm_forward(&b->ln2, x1, &h2));
+    NN_T(dropout_add_ln(x, a, b->attn.dropout, mode, &b->ln2, &x1, &h2));
     NN_T(mlp_core(&b->mlp, h2, &m));
-    NN_T(dropout_add(x1, m, b->mlp.dropout, mode, y));
+    if (next)
+        NN_T(dropout_add_ln(x1, m, b->mlp.dropout, mode, next, y, h_next));
+    else
+        NN_T(dropout_add(x1, m, b->mlp.dropout, mode, y));
     fg_tensor *all[] = {h1, a, x1, h2, m};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         fg_tensor_free(all[i]);
@@ -563,7 +609,17 @@ static fg_status block_core(const fg_nn_block *b, fg_tensor *x,
 fg_status fg_nn_block_forward(const fg_nn_block *b, fg_tensor *x,
                               const fg_nn_mode *mode, fg_tensor **y)
 {
-    return block_core(b, x, mode, NULL, 0, y);
+    return block_core(b, x, NULL, NULL, mode, NULL, 0, y, NULL);
+}
+
+fg_status fg_nn_block_forward_ln(const fg_nn_block *b, fg_tensor *x,
+                                 fg_tensor *h_in, const fg_nn_layernorm *next,
+                                 const fg_nn_mode *mode, fg_tensor **y,
+                                 fg_tensor **h_next)
+{
+    if (!h_next || !next)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL argument");
+    return block_core(b, x, h_in, next, mode, NULL, 0, y, h_next);
 }
 
 fg_status fg_nn_block_forward_kv(const fg_nn_block *b, fg_tensor *x,
@@ -571,7 +627,7 @@ fg_status fg_nn_block_forward_kv(const fg_nn_block *b, fg_tensor *x,
 {
     if (!kv)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL cache");
-    return block_core(b, x, NULL, kv, len, y);
+    return block_core(b, x, NULL, NULL, NULL, kv, len, y, NULL);
 }
 
 void fg_nn_block_release(fg_nn_block *b)
