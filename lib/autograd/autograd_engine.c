@@ -82,9 +82,6 @@ static int push_node(engine *e, fg_node ***v, int64_t *n, int64_t *cap,
     return 1;
 }
 
-/* Only a gradient nobody else can see may be summed into in place. */
-#define exclusive fg_grad_exclusive
-
 typedef struct add_ctx {
     fg_dtype dst, src;
 } add_ctx;
@@ -167,10 +164,10 @@ static fg_status accumulate(fg_arena *a, fg_tensor **slot, fg_tensor *g)
         return FG_OK;
     }
     fg_status st;
-    if (exclusive(s)) {
+    if (fg_grad_exclusive(s)) {
         st = add_into(s, g);
         fg_tensor_free(g);
-    } else if (exclusive(g)) {
+    } else if (fg_grad_exclusive(g)) {
         st = add_into(g, s);
         fg_tensor_free(s);
         *slot = g;
@@ -348,7 +345,7 @@ static fg_status finish_leaf(engine *e, fg_tensor *leaf)
                 e->captured[j] = fg_tensor_retain(g);
     } else if (s == FG_OK) {
         if (!leaf->grad) {
-            if (exclusive(g) && g->obj.arena == leaf->obj.arena) {
+            if (fg_grad_exclusive(g) && g->obj.arena == leaf->obj.arena) {
                 leaf->grad = g; /* adopt: nobody else sees it */
                 g = NULL;
             } else {
@@ -408,7 +405,8 @@ static fg_tensor *direct_target(const engine *e, const fg_node *n, int i)
         g = leaf->grad;
     } else if (ed->node) {
         g = ed->node->grad_buf[ed->output_nr];
-        if (!g || !exclusive(g) || has_hook(ed->node->hooks, FG_HOOK_TENSOR))
+        if (!g || !fg_grad_exclusive(g) ||
+            has_hook(ed->node->hooks, FG_HOOK_TENSOR))
             return NULL;
         for (int j = 0; j < n->n_inputs; j++)
             if (j != i && n->edges[j].node == ed->node &&
