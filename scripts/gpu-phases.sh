@@ -58,7 +58,8 @@
 #                $OUT/train.txt
 #   quality      the baby GPT for 2000 steps, validation loss every 500
 #                (issue 22's bar: <= 1.48 at 2000); $OUT/quality.txt
-#   trainab      the build's flashgrad-train against ref's (buildref),
+#   trainab      the build's flashgrad-train against ref's (buildref;
+#                FG_AB_BUILD_ENV="VAR=1 ..." set for the build's runs only),
 #                interleaved over two rounds, then each one's profiled
 #                GPT-2-small step: a training-side change A/B in one call;
 #                $OUT/trainab.txt
@@ -389,6 +390,14 @@ quality() {
 # over two rounds: the GPT-2-small shape and the baby GPT (ms/step), then
 # each tree's profiled GPT-2-small step; $OUT/trainab.txt. A training-side
 # change timed without the twin (whose times vary more between runs).
+# ab_env on|off: FG_AB_BUILD_ENV's assignments (e.g. "FG_GEMM_AUTOTUNE=1")
+# exported for the build's runs only, then unset (trainab)
+ab_env() {
+    local kv
+    for kv in ${FG_AB_BUILD_ENV:-}; do
+        if [ "$1" = on ]; then export "${kv?}"; else unset "${kv%%=*}"; fi
+    done
+}
 trainab() {
     log "training, build against ref: GPT-2-small shape and baby GPT, two rounds"
     [ -x "$R/tools/train/flashgrad-train" ] || { echo "trainab: no ref build (buildref)"; return 1; }
@@ -398,20 +407,24 @@ trainab() {
         for tree in "$B" "$R"; do
             tag=$([ "$tree" = "$B" ] && echo build || echo ref)
             T=$tree/tools/train/flashgrad-train
+            [ "$tag" = build ] && ab_env on
             # shellcheck disable=SC2086
             fgt "g2s-$tag-$round" $G2 --dropout 0.1 --batch "$g2b" --steps 60 \
                 --print-interval 20 | tee -a "$OUT/trainab.txt"
             # shellcheck disable=SC2086
             fgt "baby-$tag-$round" $BABY --dropout 0.2 --batch 64 --steps 300 \
                 --print-interval 50 | tee -a "$OUT/trainab.txt"
+            ab_env off
         done
     done
     for tree in "$B" "$R"; do
         tag=$([ "$tree" = "$B" ] && echo build || echo ref)
         T=$tree/tools/train/flashgrad-train
+        [ "$tag" = build ] && ab_env on
         # shellcheck disable=SC2086
         fgt "g2s-prof-$tag" $G2 --dropout 0.1 --batch "$g2b" --steps 30 --print-interval 30 \
             --profile-steps 10 >/dev/null
+        ab_env off
         echo "== $tag" >>"$OUT/trainab.txt"
         sed -n '/^profile of/,/^step/p' "$W/g2s-prof-$tag.log" | grep -v '^step' >>"$OUT/trainab.txt"
     done
