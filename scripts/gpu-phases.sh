@@ -52,7 +52,8 @@
 #                (FG_ATTN_BIAS_TMA=0), twice, interleaved
 #   train        issue 22 side by side: flashgrad-train, the PyTorch twin
 #                (bench/train_gpt_torch.py --both: eager, torch.compile),
-#                flashgrad-train again; the baby GPT, then a GPT-2-small
+#                flashgrad-train again (FG_TWIN_ROUNDS=2: twin and
+#                flashgrad-train once more); the baby GPT, then a GPT-2-small
 #                shape (batch FG_G2_BATCH, default 16), and that shape's
 #                --profile-steps table (other kernels by operation);
 #                $OUT/train.txt
@@ -358,18 +359,28 @@ fgt() {
 }
 train() {
     log "training speed (issue 22): flashgrad-train, the PyTorch twin, flashgrad-train again"
-    local g2b=${FG_G2_BATCH:-16}
+    local g2b=${FG_G2_BATCH:-16} rounds=${FG_TWIN_ROUNDS:-1} i sfx
     : >"$OUT/train.txt"
+    # FG_TWIN_ROUNDS=2: the twin twice, each between flashgrad runs (its
+    # times vary more than flashgrad's between runs of one call)
     # shellcheck disable=SC2086
     fgt fg-baby-1 $BABY --dropout 0.2 --batch 64 --steps 300 --print-interval 50
-    twin torch-baby --layers 6 --heads 6 --width 384 --ctx 256 --batch 64 --dropout 0.2
-    # shellcheck disable=SC2086
-    fgt fg-baby-2 $BABY --dropout 0.2 --batch 64 --steps 300 --print-interval 50
+    for i in $(seq 1 "$rounds"); do
+        sfx=""
+        if [ "$i" -gt 1 ]; then sfx="-$i"; fi
+        twin "torch-baby$sfx" --layers 6 --heads 6 --width 384 --ctx 256 --batch 64 --dropout 0.2
+        # shellcheck disable=SC2086
+        fgt "fg-baby-$((i + 1))" $BABY --dropout 0.2 --batch 64 --steps 300 --print-interval 50
+    done
     # shellcheck disable=SC2086
     fgt fg-g2s-1 $G2 --dropout 0.1 --batch "$g2b" --steps 60 --print-interval 20
-    twin torch-g2s --layers 12 --heads 12 --width 768 --ctx 1024 --batch "$g2b" --dropout 0.1
-    # shellcheck disable=SC2086
-    fgt fg-g2s-2 $G2 --dropout 0.1 --batch "$g2b" --steps 60 --print-interval 20
+    for i in $(seq 1 "$rounds"); do
+        sfx=""
+        if [ "$i" -gt 1 ]; then sfx="-$i"; fi
+        twin "torch-g2s$sfx" --layers 12 --heads 12 --width 768 --ctx 1024 --batch "$g2b" --dropout 0.1
+        # shellcheck disable=SC2086
+        fgt "fg-g2s-$((i + 1))" $G2 --dropout 0.1 --batch "$g2b" --steps 60 --print-interval 20
+    done
     # where its step goes: the families and the other kernels by operation
     # shellcheck disable=SC2086
     fgt fg-g2s-prof $G2 --dropout 0.1 --batch "$g2b" --steps 30 --print-interval 30 \
