@@ -30,7 +30,13 @@ set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$src/.devkit}
 cd "$src"
-[ -x configure ] || autoreconf -fi
+# Regenerate when configure is missing or older than what makes it (a
+# branch switch that touched configure.ac or a Makefile.am: the machine
+# there has no Autotools to catch up).
+if [ ! -x configure ] || [ configure.ac -nt configure ] ||
+    [ -n "$(find . -name Makefile.am -not -path './.devkit/*' -newer Makefile.in -print -quit)" ]; then
+    autoreconf -fi
+fi
 rm -rf "$out"
 mkdir -p "$out/src" "$out/check/include" "$out/check/lib"
 # pack_tree DEST [GIT_LS_FILES_OPTIONS]: the files git lists in the current
