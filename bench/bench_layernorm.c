@@ -8,15 +8,19 @@
  *   bench_layernorm [--reps R] [--batch K] [--rows N] [--cols C]
  *   default: rows 16384 (GPT-2-small: batch 16 x context 1024), C = 768
  *   and 3072, modes fp32 (x, y, g fp32), fp32->bf16 (fp32 x, bf16 y and
- *   g: the autocast path) and bf16; R = 30 repetitions of K = 20 calls
+ *   g: the autocast path), bf16, and join (fg_dropout_add_layernorm: fp32
+ *   x, a bf16 branch b with dropout 0.1, bf16 h; the backward from h's
+ *   gradient alone, so without the GPT's pending gradient of the fp32
+ *   output); R = 30 repetitions of K = 20 calls
  *   each between two CUDA events, after a warm-up; the median
  *   repetition / K is printed.
  *
  * Output, one line a (shape, mode):
  *   shape        mode          fwd_us  fwd_GB/s   bwd_us  bwd_GB/s
  * GB/s = the bytes the kernels must move / time: forward x read, y
- * written; backward x and g read, dx written (the [C] vectors, mean and
- * rstd are left out: < 0.1%). Inputs are rotated over three sets so that
+ * written; backward x and g read, dx written (join: forward x and b read,
+ * the fp32 sum and h written; backward the sum and g read, dx and db
+ * written); the [C] vectors, mean and rstd are left out (< 0.1%). Inputs are rotated over three sets so that
  * no call finds its operands in L2. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,12 +38,13 @@
 typedef struct mode {
     const char *name;
     fg_dtype x, y;
+    int join; /* fg_dropout_add_layernorm with a branch in y's dtype */
 } mode;
 
 /* One set of operands: x, weight, bias (requiring grad) and g in y's
  * dtype; y = the recorded forward (kept for the backward). */
 typedef struct set {
-    fg_tensor *x, *w, *b, *g, *y;
+    fg_tensor *x, *w, *b, *g, *y, *br; /* br: join's branch */
 } set;
 
 static void set_make(set *s, const mode *m, int64_t R, int64_t C,
@@ -53,20 +58,29 @@ static void set_make(set *s, const mode *m, int64_t R, int64_t C,
     FG(fg_tensor_set_requires_grad(s->x, 1));
     FG(fg_tensor_set_requires_grad(s->w, 1));
     FG(fg_tensor_set_requires_grad(s->b, 1));
-    s->y = NULL;
+    s->y = s->br = NULL;
+    if (m->join) {
+        FG(fg_tensor_rand_normal(gen, 0.0, 1.0, m->y, dev, FG_SHAPE(R, C),
+                                 &s->br));
+        FG(fg_tensor_set_requires_grad(s->br, 1));
+    }
 }
 
 static void set_free(set *s)
 {
-    fg_tensor *all[] = {s->x, s->w, s->b, s->g, s->y};
-    for (int i = 0; i < 5; i++)
+    fg_tensor *all[] = {s->x, s->w, s->b, s->g, s->y, s->br};
+    for (int i = 0; i < 6; i++)
         fg_tensor_free(all[i]);
 }
 
 static fg_tensor *forward(set *s, const mode *m)
 {
-    fg_tensor *y = NULL;
-    if (m->y == m->x)
+    fg_tensor *y = NULL, *sum = NULL;
+    if (m->join) {
+        FG(fg_dropout_add_layernorm(s->x, s->br, 0.1, 2205, 0, s->w, s->b,
+                                    1e-5, m->y, &sum, &y));
+        fg_tensor_free(sum); /* the node keeps what its backward needs */
+    } else if (m->y == m->x)
         FG(fg_layernorm(s->x, s->w, s->b, 1e-5, &y));
     else
         FG(fg_layernorm_cast(s->x, s->w, s->b, 1e-5, m->y, &y));
@@ -75,9 +89,10 @@ static fg_tensor *forward(set *s, const mode *m)
 
 static void backward(set *s)
 {
-    fg_tensor *in[3] = {s->x, s->w, s->b}, *gr[3] = {NULL, NULL, NULL};
-    FG(fg_grad(s->y, s->g, in, 3, gr, FG_BACKWARD_RETAIN_GRAPH));
-    for (int i = 0; i < 3; i++)
+    fg_tensor *in[4] = {s->x, s->w, s->b, s->br}, *gr[4] = {NULL};
+    const int n = s->br ? 4 : 3;
+    FG(fg_grad(s->y, s->g, in, n, gr, FG_BACKWARD_RETAIN_GRAPH));
+    for (int i = 0; i < n; i++)
         fg_tensor_free(gr[i]);
 }
 
@@ -128,7 +143,9 @@ static void bench(int64_t R, int64_t C, const mode *m, int reps, int K)
                  sy = (double)fg_dtype_size(m->y), n = (double)R * (double)C;
     const double fwd = time_calls(sets, m, 0, reps, K);
     const double bwd = time_calls(sets, m, 1, reps, K);
-    const double fb = n * (sx + sy), bb = n * (2 * sx + sy);
+    /* join: + the branch read (forward) and its gradient written */
+    const double fb = n * (sx + sy + (m->join ? sx + sy : 0)),
+                 bb = n * (2 * sx + sy + (m->join ? sy : 0));
     char shape[32];
     snprintf(shape, sizeof shape, "%lldx%lld", (long long)R, (long long)C);
     printf("%-12s %-12s %8.1f %9.0f %8.1f %9.0f\n", shape, m->name, fwd,
@@ -167,13 +184,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "no CUDA device\n");
         return 77;
     }
-    const mode modes[3] = {{"fp32", FG_FP32, FG_FP32},
-                           {"fp32->bf16", FG_FP32, FG_BF16},
-                           {"bf16", FG_BF16, FG_BF16}};
+    const mode modes[4] = {{"fp32", FG_FP32, FG_FP32, 0},
+                           {"fp32->bf16", FG_FP32, FG_BF16, 0},
+                           {"bf16", FG_BF16, FG_BF16, 0},
+                           {"join", FG_FP32, FG_BF16, 1}};
     printf("%-12s %-12s %8s %9s %8s %9s\n", "shape", "mode", "fwd_us",
            "fwd_GB/s", "bwd_us", "bwd_GB/s");
     for (int c = 0; c < ncols; c++)
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < 4; k++)
             bench(R, cols[c], &modes[k], reps, K);
     return 0;
 }
