@@ -179,6 +179,11 @@ fg_status fg_dropout_add(fg_tensor *x, fg_tensor *b, double p, uint64_t seed,
 /* ---- fg_dropout_add_layernorm ------------------------------------------- */
 
 #ifdef FG_HAVE_CUDA
+typedef struct dal_extra {
+    dadd_extra dadd;
+    fg_dtype bt; /* b's dtype (an input without grad has no meta) */
+} dal_extra;
+
 /* The fused node exists only on CUDA (the CPU runs the two ops).
  * saved: y = x + dropout(b), weight (or NULL), mean, rstd (fp32 [R]).
  * y's total gradient dx = g_y + the layernorm's (in place in g_y when
@@ -187,7 +192,8 @@ fg_status fg_dropout_add(fg_tensor *x, fg_tensor *b, double p, uint64_t seed,
 static fg_status dal_backward(fg_node *n, fg_tensor *const *g,
                               fg_tensor **gin)
 {
-    const dadd_extra *ex = fg_node_extra(n);
+    const dal_extra *dex = fg_node_extra(n);
+    const dadd_extra *ex = &dex->dadd;
     const fg_tensor *y = fg_node_saved(n, 0), *w = fg_node_saved(n, 1),
                     *mean = fg_node_saved(n, 2), *rstd = fg_node_saved(n, 3);
     fg_arena *dom = fg_bw_domain();
@@ -200,15 +206,14 @@ static fg_status dal_backward(fg_node *n, fg_tensor *const *g,
         s = fg_copy_raw(g[0], y->dtype, dom, &dx);
     else
         s = fg_tensor_new_like(dom, y, 0, &dx);
-    fg_meta m;
-    fg_node_input_meta(n, 1, &m);
     if (s == FG_OK) /* the fused kernel writes it even when unwanted */
-        s = fg_tensor_new(dom, m.dtype, m.device, m.nd, m.shape, &db);
+        s = fg_tensor_new(dom, dex->bt, y->device, y->nd, y->shape, &db);
     if (s == FG_OK && g[1])
         s = fg_contiguous_raw(g[1], dom, &gh);
     if (s == FG_OK && gh && fg_node_needs_grad(n, 2))
         s = fg_tensor_new_like(dom, w, 0, &dw);
     if (s == FG_OK && gh && fg_node_needs_grad(n, 3)) {
+        fg_meta m;
         fg_node_input_meta(n, 3, &m);
         s = fg_tensor_new(dom, m.dtype, m.device, m.nd, m.shape, &dbias);
     }
@@ -296,7 +301,7 @@ static fg_status dal_impl(fg_tensor *x, fg_tensor *b, double p, uint64_t seed,
         fg_tensor_free(bc);
         if (s == FG_OK && done && fg_ag_should_record(in, 4)) {
             fg_tensor *outs[2] = {yy, hh}, *saved[4] = {yy, weight, mean, rstd};
-            const dadd_extra ex = {p, seed, offset};
+            const dal_extra ex = {{p, seed, offset}, b->dtype};
             s = fg_ag_record(&dal_def, in, 4, outs, 2, saved, 4, &ex,
                              sizeof ex, NULL);
         }
