@@ -369,6 +369,43 @@ extern "C" void fg_cuda_optim_cache_free(fg_cuda_optim_cache *c)
     free(c);
 }
 
+/* The global norm of table's k gradients (chunks blocks) on the context
+ * stream, out[0] = the norm and out[1] = the clip factor for max_norm,
+ * then then(out), which launches the kernel that uses them (returning
+ * its launch error, or cudaSuccess for none); *norm (optional) = the
+ * norm, copied back after (this waits for the stream). what names the
+ * kernels in an error. Shared by the clip and the clip folded into AdamW,
+ * so both compute the norm with the same chunks and order: the same bits. */
+template <typename F>
+static fg_status norm_then(const Desc *table, int k, long long chunks,
+                           double max_norm, const char *what, F then,
+                           double *norm)
+{
+    const size_t bytes = ((size_t)chunks + 2) * sizeof(double);
+    void *scratch = nullptr;
+    FG_TRY(fg_cuda_mem_alloc(bytes, &scratch));
+    double *partials = (double *)scratch, *out = partials + chunks;
+    cudaStream_t st = fg_cuda_stream();
+    sumsq_kernel<<<(unsigned)chunks, kBlock, 0, st>>>(table, k, partials);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) {
+        finish_kernel<<<1, kFinishBlock, 0, st>>>(partials, chunks, max_norm,
+                                                  out);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess)
+        e = then(out);
+    if (e != cudaSuccess) {
+        fg_cuda_mem_free(scratch, bytes);
+        return fg_cuda_status(e, what, __FILE__, __LINE__);
+    }
+    fg_status s = FG_OK;
+    if (norm) /* waits for the kernels; the scratch stays live until then */
+        s = fg_cuda_memcpy_d2h(norm, out, sizeof(double));
+    fg_cuda_mem_free(scratch, bytes);
+    return s;
+}
+
 /* The AdamW table of ps uploaded into *cache (k tensors with elements,
  * *chunks blocks; 0: nothing to do) and the kernel's hyper-parameters. */
 static fg_status adamw_prepare(fg_cuda_optim_cache **cache,
@@ -465,35 +502,17 @@ extern "C" fg_status fg_cuda_adamw_step_clip(fg_cuda_optim_cache **cache,
     }
     /* The norm over the same table, in the same chunks and order as
      * fg_cuda_clip_grad_norm's (the parameters with gradients, in order):
-     * the same bits. partials[chunks], then norm and factor. */
+     * the same bits; the update reads the factor from the device. */
     const Desc *table = (const Desc *)(*cache)->dev;
-    const size_t bytes = ((size_t)chunks + 2) * sizeof(double);
-    void *scratch = nullptr;
-    FG_TRY(fg_cuda_mem_alloc(bytes, &scratch));
-    double *partials = (double *)scratch, *out = partials + chunks;
-    cudaStream_t st = fg_cuda_stream();
-    hp.gscale = out + 1;
-    sumsq_kernel<<<(unsigned)chunks, kBlock, 0, st>>>(table, k, partials);
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) {
-        finish_kernel<<<1, kFinishBlock, 0, st>>>(partials, chunks, max_norm,
-                                                  out);
-        e = cudaGetLastError();
-    }
-    if (e == cudaSuccess) {
-        adamw_kernel<<<(unsigned)chunks, kBlock, 0, st>>>(table, k, hp);
-        e = cudaGetLastError();
-    }
-    if (e != cudaSuccess) {
-        fg_cuda_mem_free(scratch, bytes);
-        return fg_cuda_status(e, "adamw_step_clip kernels", __FILE__,
-                              __LINE__);
-    }
-    fg_status s = FG_OK;
-    if (norm) /* waits for the kernels; the scratch stays live until then */
-        s = fg_cuda_memcpy_d2h(norm, out, sizeof(double));
-    fg_cuda_mem_free(scratch, bytes);
-    return s;
+    return norm_then(
+        table, k, chunks, max_norm, "adamw_step_clip kernels",
+        [&](double *out) {
+            hp.gscale = out + 1;
+            adamw_kernel<<<(unsigned)chunks, kBlock, 0, fg_cuda_stream()>>>(
+                table, k, hp);
+            return cudaGetLastError();
+        },
+        norm);
 }
 
 extern "C" fg_status fg_cuda_clip_grad_norm(const fg_cuda_grad *gs, int n,
@@ -535,31 +554,14 @@ extern "C" fg_status fg_cuda_clip_grad_norm(const fg_cuda_grad *gs, int n,
         free(d);
     FG_TRY(s);
     const Desc *table = (const Desc *)g_norm_cache->dev;
-    /* partials[chunks], then norm and factor. */
-    const size_t bytes = ((size_t)chunks + 2) * sizeof(double);
-    void *scratch = nullptr;
-    FG_TRY(fg_cuda_mem_alloc(bytes, &scratch));
-    double *partials = (double *)scratch, *out = partials + chunks;
-    cudaStream_t st = fg_cuda_stream();
-    sumsq_kernel<<<(unsigned)chunks, kBlock, 0, st>>>(table, k, partials);
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) {
-        finish_kernel<<<1, kFinishBlock, 0, st>>>(partials, chunks, max_norm,
-                                                  out);
-        e = cudaGetLastError();
-    }
-    if (e == cudaSuccess && max_norm > 0) {
-        scale_kernel<<<(unsigned)chunks, kBlock, 0, st>>>(table, k, out);
-        e = cudaGetLastError();
-    }
-    if (e != cudaSuccess) {
-        fg_cuda_mem_free(scratch, bytes);
-        return fg_cuda_status(e, "clip_grad_norm kernels", __FILE__,
-                              __LINE__);
-    }
-    s = FG_OK;
-    if (norm) /* waits for the kernels; the scratch stays live until then */
-        s = fg_cuda_memcpy_d2h(norm, out, sizeof(double));
-    fg_cuda_mem_free(scratch, bytes);
-    return s;
+    return norm_then(
+        table, k, chunks, max_norm, "clip_grad_norm kernels",
+        [&](double *out) {
+            if (!(max_norm > 0))
+                return cudaSuccess;
+            scale_kernel<<<(unsigned)chunks, kBlock, 0, fg_cuda_stream()>>>(
+                table, k, out);
+            return cudaGetLastError();
+        },
+        norm);
 }
