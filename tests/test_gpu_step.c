@@ -24,6 +24,7 @@
 #include "kernels/runtime/device.h"
 #include "lib/autograd/cuda_backend.h"
 #include "lib/ops/ops_internal.h"
+#include "lib/ops/ops_linear_internal.h"
 #include "lib/train/train_internal.h"
 
 START_TEST(test_zero_many)
@@ -488,6 +489,204 @@ START_TEST(test_linear_epilogue)
 }
 END_TEST
 
+/* 0 if the two tensors hold the same bits (compared as fp64 on the host:
+ * exact for fp32, bf16). */
+static int same_bits(const fg_tensor *a, const fg_tensor *b)
+{
+    const int64_t n = fg_tensor_numel(a);
+    double *ha = fgt_host(a), *hb = fgt_host(b);
+    const int d = n != fg_tensor_numel(b) ||
+                  memcmp(ha, hb, sizeof(double) * (size_t)n) != 0;
+    free(ha);
+    free(hb);
+    return d;
+}
+
+/* fg_linear_master (the nn Linear under bf16 autocast): y and dx are the
+ * cast path's bits (fg_cast_param + fg_linear: the same cached copies and
+ * GEMMs); dW and db reach the fp32 parameters unrounded. Reference: fp64
+ * sums over the bf16 values of x and u (the fp32 GEMM's error is about
+ * rows * 2^-24 relative: 1e-5 bounds it at 8192 rows). Two backwards of
+ * two graphs: the second adds into .grad inside the GEMM (C += x^T gy,
+ * out-of-place split-K); parameters with a tensor hook take the general
+ * path (a fresh fp32 gradient, then the engine's addition), and the two
+ * must agree bit for bit (the engine's backward_acc contract). 8192 rows
+ * against a 128 x 192 weight: the long-K shape that uses split-K. */
+START_TEST(test_linear_master)
+{
+    enum { B = 4, T = 2048, K = 128, N = 192, MR = B * T };
+    fgt_rng r = fgt_rng_for(0x2e66);
+    fg_tensor *xc = fgt_rand(&r, FG_FP64, FG_SHAPE(B, T, K), 1.0, 0.01, 0);
+    fg_tensor *wc = fgt_rand(&r, FG_FP64, FG_SHAPE(K, N), 0.2, 0.001, 0);
+    fg_tensor *bc = fgt_rand(&r, FG_FP64, FG_SHAPE(N), 1.0, 0.01, 0);
+    fg_tensor *uc = fgt_rand(&r, FG_FP64, FG_SHAPE(B, T, N), 1.0, 0.01, 0);
+    fg_tensor *x = to_dev(xc, FG_BF16, 1), *xr = to_dev(xc, FG_BF16, 1),
+              *u = to_dev(uc, FG_BF16, 0);
+    /* p[0], p[1]: w, b; p[2], p[3]: hooked twins; p[4], p[5]: cast path */
+    fg_tensor *p[6];
+    for (int i = 0; i < 6; i++)
+        p[i] = to_dev(i % 2 ? bc : wc, FG_FP32, 1);
+    fg_hook *hk[2] = {NULL, NULL};
+    FGT_OK(fg_tensor_register_hook(p[2], noop_hook, NULL, &hk[0]));
+    FGT_OK(fg_tensor_register_hook(p[3], noop_hook, NULL, &hk[1]));
+    double *hx = fgt_host(x), *hu = fgt_host(u);
+    double *dwr = calloc(K * N, 8), *dbr = calloc(N, 8);
+    for (int m = 0; m < MR; m++)
+        for (int n = 0; n < N; n++) {
+            dbr[n] += hu[m * N + n];
+            for (int k = 0; k < K; k++)
+                dwr[k * N + n] += hx[m * K + k] * hu[m * N + n];
+        }
+    for (int pass = 1; pass <= 2; pass++) {
+        fg_tensor *y = NULL, *y2 = NULL, *yc = NULL, *wa = NULL, *ba = NULL;
+        FGT_OK(fg_linear_master(x, p[0], p[1], &y));
+        ck_assert_str_eq(fg_node_name(fg_tensor_grad_fn(y)), "LinearBackward");
+        FGT_OK(fg_linear_master(x, p[2], p[3], &y2));
+        FGT_OK(fg_cast_param(p[4], FG_BF16, &wa));
+        FGT_OK(fg_cast_param(p[5], FG_BF16, &ba));
+        FGT_OK(fg_linear(xr, wa, ba, &yc));
+        ck_assert(fg_tensor_dtype(y) == FG_BF16);
+        ck_assert_msg(!same_bits(y, yc), "y differs from the cast path");
+        FGT_OK(fg_backward_with(y, u));
+        FGT_OK(fg_backward_with(y2, u));
+        FGT_OK(fg_backward_with(yc, u));
+        ck_assert_msg(!same_bits(fg_tensor_grad(x), fg_tensor_grad(xr)),
+                      "pass %d: dx differs from the cast path", pass);
+        const double *refs[2] = {dwr, dbr};
+        const int64_t ns[2] = {K * N, N};
+        for (int i = 0; i < 2; i++) {
+            const fg_tensor *g = fg_tensor_grad(p[i]);
+            ck_assert(fg_tensor_dtype(g) == FG_FP32);
+            ck_assert_msg(!same_bits(g, fg_tensor_grad(p[2 + i])),
+                          "pass %d: %s by the GEMM's C += differs from the "
+                          "engine's addition",
+                          pass, i ? "db" : "dw");
+            double *got = fgt_host(g);
+            for (int j = 0; j < ns[i]; j++)
+                got[j] /= pass;
+            const double err = fgt_max_diff(got, refs[i], ns[i]) /
+                               fgt_max_abs(refs[i], (size_t)ns[i]);
+            fprintf(stderr, "fg_linear_master pass %d %s: error %.3g\n",
+                    pass, i ? "db" : "dw", err);
+            ck_assert_msg(err <= 1e-5, "pass %d %s: error %.3g", pass,
+                          i ? "db" : "dw", err);
+            free(got);
+        }
+        fg_tensor *all[] = {y, y2, yc, wa, ba};
+        fgt_free_all(all, 5);
+    }
+    fg_hook_remove(hk[0]);
+    fg_hook_remove(hk[1]);
+    double *bufs[] = {hx, hu, dwr, dbr};
+    for (int i = 0; i < 4; i++)
+        free(bufs[i]);
+    fgt_free_all(p, 6);
+    fg_tensor *all[] = {xc, wc, bc, uc, x, xr, u};
+    fgt_free_all(all, 7);
+}
+END_TEST
+
+/* fg_mlp_master against fg_mlp on the cast parameters: y and dx bit for
+ * bit; the four parameter gradients in fp32 within the bf16 bound of
+ * check_mlp (2^-5 of the largest entry: h, gelu(h) and dh are bf16 on
+ * both paths) of the fp64 reference, and hooked twins (general path) bit
+ * for bit equal, over two backwards. */
+START_TEST(test_mlp_master)
+{
+    static const int64_t shapes[5][3] = {
+        {MB, MT, MC}, {MC, MH, 0}, {MH, 0, 0}, {MH, MD, 0}, {MD, 0, 0}};
+    static const int nds[5] = {3, 2, 1, 2, 1};
+    static const double amp[5] = {1.5, 0.25, 0.5, 0.1, 0.5};
+    static const char *const names[5] = {"dx", "dw1", "db1", "dw2", "db2"};
+    fgt_rng r = fgt_rng_for(0x2e67);
+    fg_tensor *hc[5], *m[5], *t[5], *c[5];
+    double *hv[5];
+    for (int i = 0; i < 5; i++) {
+        hc[i] = fgt_rand(&r, FG_FP64, nds[i], shapes[i], amp[i], 0.001, 0);
+        const fg_dtype dt = i ? FG_FP32 : FG_BF16;
+        m[i] = to_dev(hc[i], dt, 1);
+        t[i] = to_dev(hc[i], dt, 1); /* hooked twins (t[0]: x unused) */
+        c[i] = to_dev(hc[i], dt, 1); /* the cast path */
+        double *h = fgt_host(m[i]);
+        if (i) { /* the reference uses the bf16 copies' values */
+            fg_tensor *lo = NULL;
+            FGT_OK(fg_cast(m[i], FG_BF16, &lo));
+            free(h);
+            h = fgt_host(lo);
+            fg_tensor_free(lo);
+        }
+        hv[i] = h;
+    }
+    fg_hook *hk[4];
+    for (int i = 0; i < 4; i++)
+        FGT_OK(fg_tensor_register_hook(t[i + 1], noop_hook, NULL, &hk[i]));
+    fg_tensor *uc = fgt_rand(&r, FG_FP64, FG_SHAPE(MB, MT, MD), 1.0, 0.01, 0);
+    fg_tensor *u = to_dev(uc, FG_BF16, 0);
+    double *hu = fgt_host(u);
+    const int64_t n[6] = {MR * MD, MR * MC, MC * MH, MH, MH * MD, MD};
+    double *ref[6];
+    for (int i = 0; i < 6; i++)
+        ref[i] = calloc((size_t)n[i], 8);
+    mlp_reference(hv, hu, ref);
+    for (int pass = 1; pass <= 2; pass++) {
+        fg_tensor *y = NULL, *y2 = NULL, *yc = NULL, *ca[4] = {NULL};
+        FGT_OK(fg_mlp_master(m[0], m[1], m[2], m[3], m[4], &y));
+        ck_assert_str_eq(fg_node_name(fg_tensor_grad_fn(y)), "MlpBackward");
+        FGT_OK(fg_mlp_master(m[0], t[1], t[2], t[3], t[4], &y2));
+        for (int i = 0; i < 4; i++)
+            FGT_OK(fg_cast_param(c[i + 1], FG_BF16, &ca[i]));
+        FGT_OK(fg_mlp(c[0], ca[0], ca[1], ca[2], ca[3], &yc));
+        ck_assert_msg(!same_bits(y, yc), "y differs from the cast path");
+        FGT_OK(fg_backward_with(y, u));
+        FGT_OK(fg_backward_with(y2, u));
+        FGT_OK(fg_backward_with(yc, u));
+        for (int i = 0; i < 5; i++) {
+            const fg_tensor *g = fg_tensor_grad(m[i]);
+            if (i == 0) { /* x got both y's and y2's gradients */
+                fg_tensor *half = NULL;
+                FGT_OK(fg_scale(fg_tensor_grad(m[0]), 0.5, &half));
+                ck_assert_msg(!same_bits(half, fg_tensor_grad(c[0])),
+                              "pass %d: dx differs from the cast path", pass);
+                fg_tensor_free(half);
+                continue;
+            }
+            ck_assert(fg_tensor_dtype(g) == FG_FP32);
+            ck_assert_msg(!same_bits(g, fg_tensor_grad(t[i])),
+                          "pass %d: %s by backward_acc differs from the "
+                          "general path",
+                          pass, names[i]);
+            double *got = fgt_host(g);
+            for (int j = 0; j < n[i + 1]; j++)
+                got[j] /= pass;
+            const double err =
+                fgt_max_diff(got, ref[i + 1], n[i + 1]) /
+                fgt_max_abs(ref[i + 1], (size_t)n[i + 1]);
+            fprintf(stderr, "fg_mlp_master pass %d %s: error %.3g\n", pass,
+                    names[i], err);
+            ck_assert_msg(err <= 0.03125, "pass %d %s: error %.3g", pass,
+                          names[i], err);
+            free(got);
+        }
+        fg_tensor *all[] = {y, y2, yc};
+        fgt_free_all(all, 3);
+        fgt_free_all(ca, 4);
+    }
+    for (int i = 0; i < 4; i++)
+        fg_hook_remove(hk[i]);
+    for (int i = 0; i < 6; i++)
+        free(ref[i]);
+    for (int i = 0; i < 5; i++)
+        free(hv[i]);
+    free(hu);
+    fgt_free_all(hc, 5);
+    fgt_free_all(m, 5);
+    fgt_free_all(t, 5);
+    fgt_free_all(c, 5);
+    fg_tensor *all[] = {uc, u};
+    fgt_free_all(all, 2);
+}
+END_TEST
+
 /* The GPU AdamW against the CPU's, bit for bit (optim_cuda.cu mirrors
  * lib/train/optim.c rounding by rounding): fp32 and fp64 parameters whose
  * lengths leave tails past the 16-byte vectors and cross the 4096-element
@@ -655,6 +854,8 @@ int main(void)
     tcase_add_test(tc, test_linear_epilogue);
     tcase_add_test(tc, test_linear_bgrad_accumulates);
     tcase_add_test(tc, test_mlp_epilogues);
+    tcase_add_test(tc, test_linear_master);
+    tcase_add_test(tc, test_mlp_master);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }

@@ -54,7 +54,7 @@
 extern "C" {
 #endif
 
-#define FG_CUDA_BACKEND_ABI 4
+#define FG_CUDA_BACKEND_ABI 5
 #define FG_CUDA_BACKEND_NAME "libflashgrad-cuda.so"
 
 /* F(ret, name, params, args, fallback): an entry point returning a value;
@@ -188,9 +188,9 @@ extern "C" {
       fg_cuda_backend_fail("fg_layernorm"))                                    \
     F(fg_status, fg_cuda_layernorm_backward,                                   \
       (const fg_tensor *x, const fg_tensor *weight, const fg_tensor *mean,     \
-       const fg_tensor *rstd, const fg_tensor *g, fg_tensor *dx, int dx_acc,   \
+       const fg_tensor *rstd, const fg_tensor *g, fg_tensor *dx, int acc,      \
        fg_tensor *dw, fg_tensor *db),                                          \
-      (x, weight, mean, rstd, g, dx, dx_acc, dw, db),                          \
+      (x, weight, mean, rstd, g, dx, acc, dw, db),                             \
       fg_cuda_backend_fail("fg_layernorm"))                                    \
     F(fg_status, fg_cuda_embedding_forward,                                    \
       (const fg_tensor *weight, const int64_t *indices, int64_t n,             \
@@ -216,10 +216,10 @@ extern "C" {
       fg_cuda_backend_fail("fg_dropout_add_layernorm"))                        \
     F(fg_status, fg_cuda_dropout_add_layernorm_backward,                       \
       (const fg_tensor *y, const fg_tensor *weight, const fg_tensor *mean,     \
-       const fg_tensor *rstd, const fg_tensor *gh, fg_tensor *dx, int dx_acc,  \
+       const fg_tensor *rstd, const fg_tensor *gh, fg_tensor *dx, int acc,     \
        fg_tensor *db, double p, uint64_t seed, uint64_t offset,                \
        fg_tensor *dw, fg_tensor *dbias, int *done),                            \
-      (y, weight, mean, rstd, gh, dx, dx_acc, db, p, seed, offset, dw, dbias,  \
+      (y, weight, mean, rstd, gh, dx, acc, db, p, seed, offset, dw, dbias,     \
        done),                                                                  \
       fg_cuda_backend_fail("fg_dropout_add_layernorm"))                        \
     /* lib/ops/cuda_ops_blas.h */                                              \

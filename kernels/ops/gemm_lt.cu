@@ -48,14 +48,14 @@ uint32_t align_of(const void *p)
  * key holds everything the descriptors say, pointer alignments included
  * (the heuristic reads the bias and aux pointers' alignment). */
 struct LtKey {
-    int dt, ct, epi, ta, tb;
+    int dt, ct, epi, ta, tb, c32; /* not beta1: see choose() */
     int64_t M, N, K;
     uint32_t align[5]; /* cuBLASLt's A (our B), its B (our A), C, bias,
                           aux */
     bool operator==(const LtKey &o) const
     {
         if (dt != o.dt || ct != o.ct || epi != o.epi || ta != o.ta ||
-            tb != o.tb || M != o.M || N != o.N || K != o.K)
+            tb != o.tb || c32 != o.c32 || M != o.M || N != o.N || K != o.K)
             return false;
         for (int i = 0; i < 5; i++)
             if (align[i] != o.align[i])
@@ -145,6 +145,9 @@ fg_status describe(const fg_cuda_lt_gemm *g, cudaDataType ty,
                     lt_epilogue(g->epilogue)));
     if (g->epilogue != FG_LT_DEFAULT && g->epilogue != FG_LT_DGELU)
         FG_TRY(set_attr(lc->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g->bias));
+    if (g->c32 && g->epilogue == FG_LT_BGRAD_B) /* stated, not defaulted */
+        FG_TRY(set_attr(lc->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                        (int32_t)CUDA_R_32F));
     if (g->aux) {
         const int64_t ld = g->N;
         FG_TRY(set_attr(lc->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
@@ -159,7 +162,8 @@ fg_status describe(const fg_cuda_lt_gemm *g, cudaDataType ty,
                         : cublasLtMatrixLayoutCreate(&lc->a, ty, N, K, N));
     FG_CUBLAS_TRY(g->ta ? cublasLtMatrixLayoutCreate(&lc->b, ty, M, K, M)
                         : cublasLtMatrixLayoutCreate(&lc->b, ty, K, M, K));
-    FG_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&lc->c, ty, N, M, N));
+    FG_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&lc->c, g->c32 ? CUDA_R_32F : ty,
+                                             N, M, N));
     return FG_OK;
 }
 
@@ -174,9 +178,15 @@ fg_status choose(cublasLtHandle_t h, const fg_cuda_lt_gemm *g, LtCall *lc,
     FG_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
         lc->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     /* split-K partials summed in the compute type, never in bf16/fp16 (as
-     * gemm_cuda.cu's DISALLOW_REDUCED_PRECISION_REDUCTION) */
-    const uint32_t red = CUBLASLT_REDUCTION_SCHEME_INPLACE |
-                         CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+     * gemm_cuda.cu's DISALLOW_REDUCED_PRECISION_REDUCTION). An fp32 C
+     * (c32) is summed out of place only: C += product (beta1) then gives
+     * round(C + the finished sum), the bits of C = product and a separate
+     * add, which the engine's backward_acc contract needs; in place the
+     * partials would be added to C one by one. The key leaves beta out,
+     * so both forms take the same algorithm (same sum). */
+    const uint32_t red = key.c32 ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
+                                 : CUBLASLT_REDUCTION_SCHEME_INPLACE |
+                                       CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     FG_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
         lc->pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red,
         sizeof red));
@@ -225,6 +235,10 @@ extern "C" fg_status fg_cuda_gemm_lt(const fg_cuda_lt_gemm *g, int *done)
         return FG_OK;
     if (g->epilogue == FG_LT_BGRAD_B && g->tb)
         return FG_OK; /* BGRADA takes cuBLASLt's A untransposed only */
+    if (g->c32 && ((g->dt != FG_BF16 && g->dt != FG_FP16) ||
+                   (g->epilogue != FG_LT_DEFAULT &&
+                    g->epilogue != FG_LT_BGRAD_B)))
+        return FG_OK; /* fp32 C: for low-precision weight gradients only */
     cudaDataType ty;
     cublasComputeType_t ct;
     fg_gemm_types(g->dt, &ty, &ct);
@@ -233,7 +247,7 @@ extern "C" fg_status fg_cuda_gemm_lt(const fg_cuda_lt_gemm *g, int *done)
     LtCall lc;
     FG_TRY(describe(g, ty, ct, &lc));
     const LtKey key = {(int)g->dt, (int)ct, (int)g->epilogue, g->ta, g->tb,
-                       g->M, g->N, g->K,
+                       g->c32 != 0, g->M, g->N, g->K,
                        {align_of(g->B), align_of(g->A), align_of(g->C),
                         align_of(g->bias), align_of(g->aux)}};
     /* cuBLAS's 32 MiB: split-K partials of a weight gradient (768 x 3072
@@ -246,17 +260,19 @@ extern "C" fg_status fg_cuda_gemm_lt(const fg_cuda_lt_gemm *g, int *done)
     FG_TRY(choose(h, g, &lc, key, ws_bytes, &e));
     if (!e.found)
         return FG_OK; /* no fused kernel for this: *done stays 0 */
-    const double ad = 1.0, bd = 0.0;
-    const float af = 1.0f, bf = 0.0f;
+    const double ad = 1.0, bd = g->beta1 ? 1.0 : 0.0;
+    const float af = 1.0f, bf = g->beta1 ? 1.0f : 0.0f;
     const int f64 = g->dt == FG_FP64;
     const void *alpha = f64 ? (const void *)&ad : (const void *)&af;
     const void *beta = f64 ? (const void *)&bd : (const void *)&bf;
     /* What the call writes (see fg_cuda_mark_written), C and aux marked
      * before it: a second cuBLASLt kernel of the same call may read them
      * back (the bias-gradient epilogue sums the C that the GEMM kernel
-     * wrote), and beta = 0 means their old contents are never read. */
-    const size_t es = fg_dtype_size(g->dt);
-    fg_cuda_mark_written(g->C, (size_t)(g->M * g->N) * es);
+     * wrote), and beta = 0 means their old contents are never read (with
+     * beta1 C holds the caller's data already). */
+    const size_t es = g->c32 ? 4 : fg_dtype_size(g->dt);
+    if (!g->beta1)
+        fg_cuda_mark_written(g->C, (size_t)(g->M * g->N) * es);
     if (g->epilogue == FG_LT_GELU_AUX_BIAS)
         fg_cuda_mark_written(g->aux, (size_t)(g->M * g->N) * es);
     FG_CUBLAS_TRY(cublasLtMatmul(h, lc.op, alpha, g->B, lc.a, g->A, lc.b,

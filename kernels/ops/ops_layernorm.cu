@@ -542,14 +542,24 @@ __global__ void ln_bwd_cols(const T *__restrict__ x,
  * rows l, l + LN_SUM_Y, ... in order, then the lanes in order (many
  * short chains: a column's few hundred dependent loads in one thread
  * would take longer than the backward itself). Either output may be
- * NULL. */
+ * NULL. With acc the sums are added to dw / db (in T, as
+ * fg_grad_accumulate adds the rounded sums). */
 #define LN_SUM_Y 32
+
+/* *d = t rounded to T, or *d += that (the rounded sum added in T's
+ * compute type, as fg_grad_accumulate adds). */
+template <typename T>
+__device__ __forceinline__ void ln_put(T *d, double t, bool acc)
+{
+    const T r = Num<T>::st_d(t);
+    *d = acc ? Num<T>::st(Num<T>::ld(*d) + Num<T>::ld(r)) : r;
+}
 
 template <typename T, typename P>
 __global__ void ln_partials_sum(const P *__restrict__ pw,
                                 const P *__restrict__ pb, int64_t n,
                                 int64_t C, T *__restrict__ dw,
-                                T *__restrict__ db)
+                                T *__restrict__ db, bool acc)
 {
     const int64_t col = (int64_t)blockIdx.x * 32 + threadIdx.x;
     double tw = 0.0, tb = 0.0;
@@ -562,9 +572,9 @@ __global__ void ln_partials_sum(const P *__restrict__ pw,
     if (threadIdx.y != 0 || col >= C)
         return;
     if (dw)
-        dw[col] = Num<T>::st_d(tw);
+        ln_put(dw + col, tw, acc);
     if (db)
-        db[col] = Num<T>::st_d(tb);
+        ln_put(db + col, tb, acc);
 }
 
 /* ---- host side ------------------------------------------------------------ */
@@ -693,10 +703,10 @@ fg_status ln_bwd_smem_allow(K kernel, size_t smem)
 
 /* Runs fill(pw, pb), the kernel writing n partial rows [n, C] of dw / db
  * into scratch (NULL, NULL when neither is wanted), then sums them into
- * dw / db; frees the scratch. */
+ * dw / db (added to them with acc); frees the scratch. */
 template <typename T, typename F>
 fg_status ln_with_partials(int64_t n, int64_t C, fg_tensor *dw, fg_tensor *db,
-                           F fill)
+                           bool acc, F fill)
 {
     typedef typename Num<T>::A A;
     const bool cols = dw || db;
@@ -713,7 +723,8 @@ fg_status ln_with_partials(int64_t n, int64_t C, fg_tensor *dw, fg_tensor *db,
     if (s == FG_OK && cols) { /* (C + 31) / 32 < 2^31: the callers checked */
         ln_partials_sum<T, A>
             <<<(unsigned)((C + 31) / 32), dim3(32, LN_SUM_Y), 0,
-               fg_cuda_stream()>>>(pw, pb, n, C, dptr<T>(dw), dptr<T>(db));
+               fg_cuda_stream()>>>(pw, pb, n, C, dptr<T>(dw), dptr<T>(db),
+                                   acc);
         LN_LAUNCHED(s, "ln_partials_sum launch");
     }
     scratch_free(pw, bytes);
@@ -726,7 +737,7 @@ fg_status ln_bwd_reg_launch(const T *xp, const T *wp, int64_t ws,
                             const typename Num<T>::A *mp,
                             const typename Num<T>::A *rp, const Tg *gp,
                             int64_t R, int64_t C, T *dp, bool dx_acc,
-                            fg_tensor *dw, fg_tensor *db,
+                            fg_tensor *dw, fg_tensor *db, bool cols_acc,
                             LnJoin<T, Tg> J = LnJoin<T, Tg>{})
 {
     typedef typename Num<T>::A A;
@@ -741,7 +752,7 @@ fg_status ln_bwd_reg_launch(const T *xp, const T *wp, int64_t ws,
     int grid = 0;
     FG_TRY(ln_bwd_grid(ln_bwd_reg<T, T, V>, S.tpr * S.rpb, smem,
                        (R + S.rpb - 1) / S.rpb, wave_cache, &grid));
-    return ln_with_partials<T>(grid, C, dw, db, [&](A *pw, A *pb) {
+    return ln_with_partials<T>(grid, C, dw, db, cols_acc, [&](A *pw, A *pb) {
         fg_status s = FG_OK;
         kernel<<<grid, dim3((unsigned)S.tpr, (unsigned)S.rpb), smem,
                  fg_cuda_stream()>>>(xp, wp, ws, mp, rp, gp, R, C, dp, dx_acc, pw,
@@ -757,7 +768,7 @@ fg_status ln_bwd_general(const T *xp, const T *wp, int64_t ws,
                          const typename Num<T>::A *mp,
                          const typename Num<T>::A *rp, const Tg *gp, int64_t R,
                          int64_t C, T *dp, bool dx_acc, fg_tensor *dw,
-                         fg_tensor *db)
+                         fg_tensor *db, bool cols_acc)
 {
     typedef typename Num<T>::A A;
     cudaStream_t st = fg_cuda_stream();
@@ -780,7 +791,8 @@ fg_status ln_bwd_general(const T *xp, const T *wp, int64_t ws,
     if (R > rpc * 1024)
         rpc = (R + 1023) / 1024;
     const int64_t nchunks = (R + rpc - 1) / rpc;
-    return ln_with_partials<T>(nchunks, C, dw, db, [&](A *pw, A *pb) {
+    return ln_with_partials<T>(nchunks, C, dw, db, cols_acc,
+                               [&](A *pw, A *pb) {
         fg_status s = FG_OK;
         ln_bwd_cols<T, Tg><<<dim3((unsigned)gx, (unsigned)nchunks),
                              dim3(32, LN_COL_Y), 0, st>>>(xp, mp, rp, gp, R, C,
@@ -794,7 +806,7 @@ template <typename T, typename Tg = T>
 fg_status ln_bwd_t(const fg_tensor *x, const fg_tensor *w,
                    const fg_tensor *mean, const fg_tensor *rstd,
                    const fg_tensor *g, fg_tensor *dx, bool dx_acc,
-                   fg_tensor *dw, fg_tensor *db)
+                   fg_tensor *dw, fg_tensor *db, bool cols_acc)
 {
     typedef typename Num<T>::A A;
     const int64_t C = x->shape[x->nd - 1], R = x->numel / C;
@@ -807,14 +819,14 @@ fg_status ln_bwd_t(const fg_tensor *x, const fg_tensor *w,
         return FG_OK;
     if (C > ln_reg_max<A>())
         return ln_bwd_general<T, Tg>(xp, wp, ws, mp, rp, gp, R, C, dp, dx_acc,
-                                     dw, db);
+                                     dw, db, cols_acc);
     constexpr int VW = vec_width<T>();
     if (C % VW == 0 && aligned16(xp) && aligned16(gp) &&
         (!dp || aligned16(dp)) && par_vec_ok(wp, ws))
         return ln_bwd_reg_launch<T, Tg, VW>(xp, wp, ws, mp, rp, gp, R, C, dp,
-                                            dx_acc, dw, db);
+                                            dx_acc, dw, db, cols_acc);
     return ln_bwd_reg_launch<T, Tg, 1>(xp, wp, ws, mp, rp, gp, R, C, dp,
-                                       dx_acc, dw, db);
+                                       dx_acc, dw, db, cols_acc);
 }
 
 /* ---- fg_dropout_add_layernorm: the join kernels ---------------------------- */
@@ -876,7 +888,7 @@ fg_status join_bwd_t(const fg_tensor *y, const fg_tensor *w,
                      const fg_tensor *mean, const fg_tensor *rstd,
                      const fg_tensor *gh, fg_tensor *dx, bool dx_acc,
                      fg_tensor *db, double p, uint64_t seed, uint64_t offset,
-                     fg_tensor *dw, fg_tensor *dbias)
+                     fg_tensor *dw, fg_tensor *dbias, bool cols_acc)
 {
     const int64_t C = y->shape[y->nd - 1], R = y->numel / C;
     LnJoin<float, Tv> J = make_join<Tv>(p, seed, offset);
@@ -884,7 +896,7 @@ fg_status join_bwd_t(const fg_tensor *y, const fg_tensor *w,
     return ln_bwd_reg_launch<float, Tv, 4, true>(
         dptr<float>(y), dptr<float>(w), w ? w->stride[0] : 0,
         dptr<float>(mean), dptr<float>(rstd), dptr<Tv>(gh), R, C,
-        dptr<float>(dx), dx_acc, dw, dbias, J);
+        dptr<float>(dx), dx_acc, dw, dbias, cols_acc, J);
 }
 
 /* Calls F<T, Ty>(args...) for x's storage type T and y's Ty: equal, or
@@ -923,11 +935,12 @@ extern "C" fg_status fg_cuda_layernorm_forward(const fg_tensor *x,
 
 extern "C" fg_status fg_cuda_layernorm_backward(
     const fg_tensor *x, const fg_tensor *weight, const fg_tensor *mean,
-    const fg_tensor *rstd, const fg_tensor *g, fg_tensor *dx, int dx_acc,
+    const fg_tensor *rstd, const fg_tensor *g, fg_tensor *dx, int acc,
     fg_tensor *dw, fg_tensor *db)
 {
     const int64_t C = x->shape[x->nd - 1];
-    if (C == 0)
+    const bool cols_acc = (acc & FG_LN_ACC_COLS) != 0;
+    if (C == 0 || (x->numel == 0 && cols_acc)) /* nothing to add */
         return FG_OK;
     if (x->numel == 0) { /* no rows: the column sums are 0 */
         const size_t bytes = (size_t)C * fg_esize(x->dtype);
@@ -938,7 +951,8 @@ extern "C" fg_status fg_cuda_layernorm_backward(
         return FG_OK;
     }
     LN_BY_DTYPES(x->dtype, g->dtype, "layernorm backward", ln_bwd_t, x,
-                 weight, mean, rstd, g, dx, dx && dx_acc, dw, db);
+                 weight, mean, rstd, g, dx, dx && (acc & FG_LN_ACC_DX), dw, db,
+                 cols_acc);
 }
 
 extern "C" fg_status fg_cuda_dropout_add_layernorm_forward(
@@ -974,10 +988,12 @@ extern "C" fg_status fg_cuda_dropout_add_layernorm_forward(
 
 extern "C" fg_status fg_cuda_dropout_add_layernorm_backward(
     const fg_tensor *y, const fg_tensor *weight, const fg_tensor *mean,
-    const fg_tensor *rstd, const fg_tensor *gh, fg_tensor *dx, int dx_acc,
+    const fg_tensor *rstd, const fg_tensor *gh, fg_tensor *dx, int acc,
     fg_tensor *db, double p, uint64_t seed, uint64_t offset, fg_tensor *dw,
     fg_tensor *dbias, int *done)
 {
+    const bool dx_acc = (acc & FG_LN_ACC_DX) != 0,
+               cols_acc = (acc & FG_LN_ACC_COLS) != 0;
     *done = 0;
     const int64_t C = y->nd ? y->shape[y->nd - 1] : 0;
     const void *ptrs[4] = {fg_tensor_base(y), fg_tensor_base(gh),
@@ -989,12 +1005,12 @@ extern "C" fg_status fg_cuda_dropout_add_layernorm_backward(
         return FG_OK;
     fg_status s = FG_OK;
     if (gh->dtype == FG_BF16)
-        s = join_bwd_t<__nv_bfloat16>(y, weight, mean, rstd, gh, dx,
-                                      dx_acc != 0, db, p, seed, offset, dw,
-                                      dbias);
+        s = join_bwd_t<__nv_bfloat16>(y, weight, mean, rstd, gh, dx, dx_acc,
+                                      db, p, seed, offset, dw, dbias,
+                                      cols_acc);
     else if (gh->dtype == FG_FP16)
-        s = join_bwd_t<__half>(y, weight, mean, rstd, gh, dx, dx_acc != 0, db,
-                               p, seed, offset, dw, dbias);
+        s = join_bwd_t<__half>(y, weight, mean, rstd, gh, dx, dx_acc, db, p,
+                               seed, offset, dw, dbias, cols_acc);
     else
         return FG_OK;
     if (s == FG_OK)

@@ -557,8 +557,9 @@ static fg_status run_node(engine *e, fg_node *n)
                                  ? fg_prof_enter_slow(op_family(n->op),
                                                       n->op->name)
                                  : -1;
-            s = n_acc ? n->op->backward_acc(n, g, gin, acc)
-                      : n->op->backward(n, g, gin);
+            s = n_acc || !n->op->backward
+                    ? n->op->backward_acc(n, g, gin, n_acc ? acc : NULL)
+                    : n->op->backward(n, g, gin);
             fg_prof_leave(prof);
             fg_arena_pop(n->obj.arena);
         }

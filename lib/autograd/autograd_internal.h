@@ -25,14 +25,16 @@ typedef fg_status (*fg_backward_fn)(fg_node *n, fg_tensor *const *grad_out,
  * that add is all the leaf would do with the gradient (its last edge, no
  * tensor hooks, nothing else pending), and it must give the same bits as
  * backward followed by .grad += grad_in[i]: it saves the launch and the
- * temporary of a separate accumulation (the cast of a weight). */
+ * temporary of a separate accumulation (the cast of a weight). An op
+ * whose backward is NULL gets this one with acc NULL where nothing is
+ * offered (one function for both). */
 typedef fg_status (*fg_backward_acc_fn)(fg_node *n, fg_tensor *const *grad_out,
                                         fg_tensor **grad_in,
                                         fg_tensor *const *acc);
 
 typedef struct fg_op_def {
     const char *name;        /* "AddBackward" */
-    fg_backward_fn backward;
+    fg_backward_fn backward; /* NULL: backward_acc with acc NULL */
     fg_backward_acc_fn backward_acc; /* NULL: none */
 } fg_op_def;
 

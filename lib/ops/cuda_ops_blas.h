@@ -75,7 +75,7 @@ fg_status fg_cuda_gemm(fg_dtype dt, int64_t M, int64_t N, int64_t K,
  *     C [M, N] = op(A) [M, K] op(B) [K, N]   then the epilogue below,
  * every matrix row-major and contiguous: A is stored [M, K] (ta 0) or
  * [K, M] (ta 1), B [K, N] (tb 0) or [N, K] (tb 1). One dtype dt for A, B,
- * C, bias and aux; compute as fg_cuda_gemm (fp32 accumulation for
+ * C, bias and aux (C and bias fp32 with c32); compute as fg_cuda_gemm (fp32 accumulation for
  * fp16/bf16, TF32 only when allowed, fp64 for fp64; no reduced-precision
  * split-K). "Per column" means a vector [N] indexed by C's column. */
 typedef enum fg_lt_epilogue {
@@ -101,6 +101,11 @@ typedef struct fg_cuda_lt_gemm {
     fg_lt_epilogue epilogue;
     void *bias; /* read (BIAS, GELU_AUX_BIAS) or overwritten (BGRAD_B) */
     void *aux;  /* [M, N] like C (the GELU epilogues); N % 8 == 0 */
+    int c32;    /* fp16/bf16 A, B with an fp32 C and bias: a master
+                   weight's gradient straight from the product, never
+                   rounded to dt (FG_LT_DEFAULT and FG_LT_BGRAD_B only) */
+    int beta1;  /* C += the product (C is read: a parameter's .grad);
+                   else C = the product */
 } fg_cuda_lt_gemm;
 
 /* Runs g on the context stream. *done = 0 (FG_OK, nothing enqueued)

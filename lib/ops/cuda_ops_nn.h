@@ -78,16 +78,18 @@ fg_status fg_cuda_layernorm_forward(const fg_tensor *x, const fg_tensor *weight,
  * wanted); all three have x's dtype. dw, db ([C], contiguous) are column
  * sums over the rows in a fixed order (per-block partials in the compute
  * type, summed in fp64): bitwise reproducible on one device configuration
- * (visible SMs) and build. With dx_acc, dx (contiguous) is added to:
- * dx += the gradient rounded to x's dtype, the bits of writing it and then
- * fg_grad_accumulate (one pass over dx instead of three). */
+ * (visible SMs) and build. acc (FG_LN_ACC_* flags): with FG_LN_ACC_DX,
+ * dx (contiguous) is added to: dx += the gradient rounded to x's dtype, the
+ * bits of writing it and then fg_grad_accumulate (one pass over dx instead
+ * of three); with FG_LN_ACC_COLS, dw and db likewise (the parameters'
+ * .grad, without a temporary and an accumulation launch each). */
+enum { FG_LN_ACC_DX = 1, FG_LN_ACC_COLS = 2 };
 fg_status fg_cuda_layernorm_backward(const fg_tensor *x,
                                      const fg_tensor *weight,
                                      const fg_tensor *mean,
                                      const fg_tensor *rstd,
                                      const fg_tensor *g, fg_tensor *dx,
-                                     int dx_acc, fg_tensor *dw,
-                                     fg_tensor *db);
+                                     int acc, fg_tensor *dw, fg_tensor *db);
 
 /* fg_dropout_add_layernorm in one kernel each way, where it applies (an
  * fp32 x and y, b / h / gh / db fp16 or bf16 of one dtype, C % 4 == 0 and
@@ -95,10 +97,10 @@ fg_status fg_cuda_layernorm_backward(const fg_tensor *x,
  * nothing is written (the caller runs fg_cuda_dropout_add and the
  * layernorm kernels, the same bits). Forward: y = x + dropout(b) (as
  * fg_cuda_dropout_add), h, mean, rstd = the layernorm of y (as
- * fg_cuda_layernorm_forward with h's dtype). Backward: dx (+= with dx_acc)
- * as fg_cuda_layernorm_backward's for x = y and g = gh, then db = the
+ * fg_cuda_layernorm_forward with h's dtype). Backward: dx as
+ * fg_cuda_layernorm_backward's for x = y and g = gh, then db = the
  * dropout-add backward of the final dx (fg_cuda_dropout_add with x NULL);
- * dw, dbias as the layernorm's. */
+ * dw, dbias as the layernorm's; acc as the layernorm's flags. */
 fg_status fg_cuda_dropout_add_layernorm_forward(
     const fg_tensor *x, const fg_tensor *b, double p, uint64_t seed,
     uint64_t offset, const fg_tensor *weight, const fg_tensor *bias,
@@ -106,7 +108,7 @@ fg_status fg_cuda_dropout_add_layernorm_forward(
     int *done);
 fg_status fg_cuda_dropout_add_layernorm_backward(
     const fg_tensor *y, const fg_tensor *weight, const fg_tensor *mean,
-    const fg_tensor *rstd, const fg_tensor *gh, fg_tensor *dx, int dx_acc,
+    const fg_tensor *rstd, const fg_tensor *gh, fg_tensor *dx, int acc,
     fg_tensor *db, double p, uint64_t seed, uint64_t offset, fg_tensor *dw,
     fg_tensor *dbias, int *done);
 

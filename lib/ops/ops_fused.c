@@ -188,9 +188,12 @@ typedef struct dal_extra {
  * saved: y = x + dropout(b), weight (or NULL), mean, rstd (fp32 [R]).
  * y's total gradient dx = g_y + the layernorm's (in place in g_y when
  * nobody else holds it, as the engine would sum them), then b's from dx:
- * one kernel where it applies, else the two ops' kernels in turn. */
-static fg_status dal_backward(fg_node *n, fg_tensor *const *g,
-                              fg_tensor **gin)
+ * one kernel where it applies, else the two ops' kernels in turn. acc:
+ * NULL, or the engine's targets (fg_backward_acc_fn); the layernorm's dw
+ * and dbias go straight into theirs when every wanted one has one, any
+ * other target gets its gradient added after. */
+static fg_status dal_grads(fg_node *n, fg_tensor *const *g, fg_tensor **gin,
+                           fg_tensor *const *acc)
 {
     const dal_extra *dex = fg_node_extra(n);
     const dadd_extra *ex = &dex->dadd;
@@ -199,7 +202,12 @@ static fg_status dal_backward(fg_node *n, fg_tensor *const *g,
     fg_arena *dom = fg_bw_domain();
     fg_tensor *dx = NULL, *gh = NULL, *db = NULL, *dw = NULL, *dbias = NULL;
     fg_status s = FG_OK;
-    const int acc = g[0] != NULL;
+    const int need_w = fg_node_needs_grad(n, 2),
+              need_b = fg_node_needs_grad(n, 3);
+    const int cols_acc = acc && (acc[2] || acc[3]) && (!need_w || acc[2]) &&
+                         (!need_b || acc[3]);
+    const int flags = (g[0] ? FG_LN_ACC_DX : 0) |
+                      (cols_acc ? FG_LN_ACC_COLS : 0);
     if (g[0] && fg_grad_exclusive(g[0]) && g[0]->dtype == y->dtype)
         dx = fg_tensor_retain(g[0]);
     else if (g[0])
@@ -210,9 +218,13 @@ static fg_status dal_backward(fg_node *n, fg_tensor *const *g,
         s = fg_tensor_new(dom, dex->bt, y->device, y->nd, y->shape, &db);
     if (s == FG_OK && g[1])
         s = fg_contiguous_raw(g[1], dom, &gh);
-    if (s == FG_OK && gh && fg_node_needs_grad(n, 2))
+    if (cols_acc && gh) {
+        dw = need_w ? fg_tensor_retain(acc[2]) : NULL;
+        dbias = need_b ? fg_tensor_retain(acc[3]) : NULL;
+    }
+    if (s == FG_OK && gh && need_w && !cols_acc)
         s = fg_tensor_new_like(dom, w, 0, &dw);
-    if (s == FG_OK && gh && fg_node_needs_grad(n, 3)) {
+    if (s == FG_OK && gh && need_b && !cols_acc) {
         fg_meta m;
         fg_node_input_meta(n, 3, &m);
         s = fg_tensor_new(dom, m.dtype, m.device, m.nd, m.shape, &dbias);
@@ -220,17 +232,20 @@ static fg_status dal_backward(fg_node *n, fg_tensor *const *g,
     int done = 0;
     if (s == FG_OK && gh)
         s = fg_cuda_dropout_add_layernorm_backward(
-            y, w, mean, rstd, gh, dx, acc, db, ex->p, ex->seed, ex->offset,
+            y, w, mean, rstd, gh, dx, flags, db, ex->p, ex->seed, ex->offset,
             dw, dbias, &done);
     if (s == FG_OK && gh && !done)
-        s = fg_cuda_layernorm_backward(y, w, mean, rstd, gh, dx, acc, dw,
+        s = fg_cuda_layernorm_backward(y, w, mean, rstd, gh, dx, flags, dw,
                                        dbias);
     if (s == FG_OK && !done)
         s = fg_cuda_dropout_add(NULL, dx, db, ex->p, ex->seed, ex->offset);
     fg_tensor_free(gh);
     fg_tensor *d[4] = {dx, db, dw, dbias};
     for (int i = 0; i < 4; i++) {
-        if (s != FG_OK || !fg_node_needs_grad(n, i)) {
+        const int in_acc = cols_acc && i >= 2; /* already added */
+        if (s == FG_OK && d[i] && acc && acc[i] && !in_acc)
+            s = fg_grad_accumulate(acc[i], d[i]);
+        if (s != FG_OK || !fg_node_needs_grad(n, i) || (acc && acc[i])) {
             fg_tensor_free(d[i]);
             d[i] = NULL;
         }
@@ -239,8 +254,10 @@ static fg_status dal_backward(fg_node *n, fg_tensor *const *g,
     return s;
 }
 
-static const fg_op_def dal_def = {"DropoutAddLayerNormBackward", dal_backward,
-                                  NULL};
+/* the GPT's layernorm parameters get dw / dbias from the column-sum
+ * kernel: no temporaries, no fg_grad_accumulate launches */
+static const fg_op_def dal_def = {"DropoutAddLayerNormBackward", NULL,
+                                  dal_grads};
 #endif
 
 /* The two ops, one after the other: the CPU, and CUDA where the fused

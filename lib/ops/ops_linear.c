@@ -9,8 +9,7 @@
 
 #include "config.h"
 
-#include "ops_internal.h"
-#include "cuda_ops_blas.h" /* fg_lt_epilogue (plain C) */
+#include "ops_linear_internal.h"
 #include "kernels/runtime/profile.h"
 
 #ifdef FG_HAVE_CUDA
@@ -20,12 +19,10 @@ static int64_t rows(const fg_tensor *t)
 }
 #endif
 
-/* c = op(a) op(b) and epilogue e in one cuBLASLt GEMM, every tensor
- * contiguous on CUDA (a matrix is [rows, last dim]). *done 0 where it does
- * not apply (not CUDA, or no cuBLASLt kernel): nothing written. */
-static fg_status lt(fg_lt_epilogue e, const fg_tensor *a, int ta,
+fg_status fg_lin_lt(fg_lt_epilogue e, const fg_tensor *a, int ta,
                     const fg_tensor *b, int tb, fg_tensor *c,
-                    const fg_tensor *bias, fg_tensor *aux, int *done)
+                    const fg_tensor *bias, fg_tensor *aux, int beta1,
+                    int *done)
 {
     *done = 0;
 #ifdef FG_HAVE_CUDA
@@ -33,7 +30,9 @@ static fg_status lt(fg_lt_epilogue e, const fg_tensor *a, int ta,
         return FG_OK;
     fg_cuda_lt_gemm q;
     memset(&q, 0, sizeof q);
-    q.dt = c->dtype;
+    q.dt = a->dtype;
+    q.c32 = c->dtype == FG_FP32 && a->dtype != FG_FP32;
+    q.beta1 = beta1;
     q.M = rows(c);
     q.N = c->shape[c->nd - 1];
     q.K = ta ? rows(a) : a->shape[a->nd - 1];
@@ -48,13 +47,12 @@ static fg_status lt(fg_lt_epilogue e, const fg_tensor *a, int ta,
     return fg_cuda_gemm_lt(&q, done);
 #else
     (void)e, (void)a, (void)ta, (void)b, (void)tb, (void)c, (void)bias;
-    (void)aux;
+    (void)aux, (void)beta1;
     return FG_OK;
 #endif
 }
 
-/* A new contiguous tensor like t with its last dimension n, in dom. */
-static fg_status new_last(fg_arena *dom, const fg_tensor *t, int64_t n,
+fg_status fg_lin_new_last(fg_arena *dom, const fg_tensor *t, int64_t n,
                           fg_tensor **out)
 {
     int64_t shape[FG_MAX_DIMS];
@@ -69,14 +67,12 @@ static fg_status new_meta(const fg_meta *m, fg_tensor **out)
                          m->shape, out);
 }
 
-/* y = x w + b (x [..., K], w [K, N], b [N], contiguous): one GEMM with
- * the bias epilogue, else fg_matmul's product then fg_add's kernel. */
-static fg_status affine(fg_arena *dom, fg_tensor *x, fg_tensor *w,
+fg_status fg_lin_affine(fg_arena *dom, fg_tensor *x, fg_tensor *w,
                         fg_tensor *b, fg_tensor **y)
 {
-    FG_TRY(new_last(dom, x, w->shape[1], y));
+    FG_TRY(fg_lin_new_last(dom, x, w->shape[1], y));
     int done = 0;
-    fg_status s = lt(FG_LT_BIAS, x, 0, w, 0, *y, b, NULL, &done);
+    fg_status s = fg_lin_lt(FG_LT_BIAS, x, 0, w, 0, *y, b, NULL, 0, &done);
     if (s == FG_OK && !done) {
         s = fg_matmul_raw(x, 0, w, 0, *y, 0);
         fg_tensor *t = *y;
@@ -92,12 +88,7 @@ static fg_status affine(fg_arena *dom, fg_tensor *x, fg_tensor *w,
     return s;
 }
 
-/* The gradients of y = x w (+ b) for gy (all contiguous): *dx = gy w^T
- * (nx), *dw = x^T gy (nw), *db = gy's column sums (nb; b's meta bm). On
- * CUDA two GEMMs writing fresh tensors, db in dw's epilogue (no memset, no
- * reduction kernel); whatever cuBLASLt declines as fg_matmul's backward
- * and fg_add's reduction compute it. */
-static fg_status linear_grads(fg_tensor *x, fg_tensor *w, fg_tensor *gy,
+fg_status fg_lin_grads(fg_tensor *x, fg_tensor *w, fg_tensor *gy,
                               int nx, int nw, int nb, const fg_meta *bm,
                               fg_tensor **dx, fg_tensor **dw, fg_tensor **db)
 {
@@ -109,14 +100,14 @@ static fg_status linear_grads(fg_tensor *x, fg_tensor *w, fg_tensor *gy,
         if (s == FG_OK && nb)
             s = new_meta(bm, db);
         if (s == FG_OK)
-            s = lt(nb ? FG_LT_BGRAD_B : FG_LT_DEFAULT, x, 1, gy, 0, *dw,
-                   nb ? *db : NULL, NULL, &dw_done);
+            s = fg_lin_lt(nb ? FG_LT_BGRAD_B : FG_LT_DEFAULT, x, 1, gy, 0, *dw,
+                   nb ? *db : NULL, NULL, 0, &dw_done);
         db_done = !nb || dw_done;
     }
     if (s == FG_OK && nx && x->device == FG_DEVICE_CUDA) {
-        s = new_last(dom, gy, w->shape[0], dx);
+        s = fg_lin_new_last(dom, gy, w->shape[0], dx);
         if (s == FG_OK)
-            s = lt(FG_LT_DEFAULT, gy, 0, w, 1, *dx, NULL, NULL, &dx_done);
+            s = fg_lin_lt(FG_LT_DEFAULT, gy, 0, w, 1, *dx, NULL, NULL, 0, &dx_done);
     }
     if (s == FG_OK && (!dx_done || !dw_done)) {
         fg_tensor *gx = NULL, *gw = NULL;
@@ -157,7 +148,7 @@ static fg_status linear_backward(fg_node *n, fg_tensor *const *g,
     fg_meta bm; /* an input without grad has no meta */
     if (fg_node_needs_grad(n, 2))
         fg_node_input_meta(n, 2, &bm);
-    fg_status s = linear_grads(fg_node_saved(n, 0), fg_node_saved(n, 1), gy,
+    fg_status s = fg_lin_grads(fg_node_saved(n, 0), fg_node_saved(n, 1), gy,
                                fg_node_needs_grad(n, 0),
                                fg_node_needs_grad(n, 1),
                                fg_node_needs_grad(n, 2), &bm, &gin[0],
@@ -191,9 +182,9 @@ static fg_status linear_fused(fg_tensor *x, fg_tensor *w, fg_tensor *b,
     if (x->device != FG_DEVICE_CUDA || !linear_shapes(x, w, b))
         return FG_OK;
     fg_tensor *in[3] = {x, w, b}, *out;
-    FG_TRY(new_last(fg_alloc_domain(in, 3), x, w->shape[1], &out));
+    FG_TRY(fg_lin_new_last(fg_alloc_domain(in, 3), x, w->shape[1], &out));
     int done = 0;
-    fg_status s = lt(FG_LT_BIAS, x, 0, w, 0, out, b, NULL, &done);
+    fg_status s = fg_lin_lt(FG_LT_BIAS, x, 0, w, 0, out, b, NULL, 0, &done);
     if (s != FG_OK || !done) {
         fg_tensor_free(out);
         return s;
@@ -236,13 +227,7 @@ fg_status fg_linear(fg_tensor *x, fg_tensor *w, fg_tensor *b, fg_tensor **out)
  * pre-activation h = x w1 + b1 and a = gelu(h). */
 enum { MLP_X, MLP_W1, MLP_B1, MLP_W2, MLP_B2 };
 
-/* dh = (gy w2^T) gelu'(h): one GEMM with the DGELU epilogue on CUDA; else
- * fg_matmul's backward for a's gradient and fg_gelu's backward kernel. b1's
- * gradient, dh's column sums, comes from the dW1 GEMM's BGRAD_B epilogue
- * (linear_grads): with DGELU_BGRAD here instead, cuBLASLt's kernel for the
- * [tokens, 4 width] dh ran the MLP's backward at about 400 TFLOP/s against
- * 540 for the linear layers' (GPT-2-small, H200). */
-static fg_status gelu_grads(fg_tensor *a, fg_tensor *h, fg_tensor *w2,
+fg_status fg_lin_gelu_grads(fg_tensor *a, fg_tensor *h, fg_tensor *w2,
                             fg_tensor *gy, fg_tensor **dh)
 {
     int done = 0;
@@ -250,7 +235,7 @@ static fg_status gelu_grads(fg_tensor *a, fg_tensor *h, fg_tensor *w2,
     if (h->device == FG_DEVICE_CUDA) {
         s = fg_tensor_new_like(fg_bw_domain(), h, 0, dh);
         if (s == FG_OK)
-            s = lt(FG_LT_DGELU, gy, 0, w2, 1, *dh, NULL, h, &done);
+            s = fg_lin_lt(FG_LT_DGELU, gy, 0, w2, 1, *dh, NULL, h, 0, &done);
         if (s != FG_OK || done)
             return s;
         fg_tensor_free(*dh);
@@ -279,12 +264,12 @@ static fg_status mlp_backward(fg_node *n, fg_tensor *const *g,
     if (need[MLP_B2])
         fg_node_input_meta(n, MLP_B2, &m2);
     FG_TRY(fg_contiguous_raw(g[0], fg_bw_domain(), &gy));
-    fg_status s = linear_grads(a, w2, gy, 0, need[MLP_W2], need[MLP_B2], &m2,
+    fg_status s = fg_lin_grads(a, w2, gy, 0, need[MLP_W2], need[MLP_B2], &m2,
                                NULL, &gin[MLP_W2], &gin[MLP_B2]);
     if (s == FG_OK && (need[MLP_X] || need[MLP_W1] || need[MLP_B1])) {
-        s = gelu_grads(a, h, w2, gy, &dh);
+        s = fg_lin_gelu_grads(a, h, w2, gy, &dh);
         if (s == FG_OK)
-            s = linear_grads(x, w1, dh, need[MLP_X], need[MLP_W1],
+            s = fg_lin_grads(x, w1, dh, need[MLP_X], need[MLP_W1],
                              need[MLP_B1], &m1, &gin[MLP_X], &gin[MLP_W1],
                              &gin[MLP_B1]);
     }
@@ -297,30 +282,28 @@ static fg_status mlp_backward(fg_node *n, fg_tensor *const *g,
 
 static const fg_op_def mlp_def = {"MlpBackward", mlp_backward, NULL};
 
-/* h = x w1 + b1 and a = gelu(h): one GEMM with the GELU_AUX_BIAS
- * epilogue, else fg_matmul's product, fg_add's and fg_gelu's kernels. */
-static fg_status mlp_hidden(fg_arena *dom, fg_tensor *x, fg_tensor *w1,
+fg_status fg_lin_mlp_hidden(fg_arena *dom, fg_tensor *x, fg_tensor *w1,
                             fg_tensor *b1, fg_tensor **h, fg_tensor **a)
 {
     const int64_t H = w1->shape[1];
-    fg_status s = new_last(dom, x, H, h);
+    fg_status s = fg_lin_new_last(dom, x, H, h);
     if (s == FG_OK)
-        s = new_last(dom, x, H, a);
+        s = fg_lin_new_last(dom, x, H, a);
     int done = 0;
     if (s == FG_OK)
-        s = lt(FG_LT_GELU_AUX_BIAS, x, 0, w1, 0, *a, b1, *h, &done);
+        s = fg_lin_lt(FG_LT_GELU_AUX_BIAS, x, 0, w1, 0, *a, b1, *h, 0, &done);
     if (s == FG_OK && !done) {
         fg_tensor_free(*h);
         fg_tensor_free(*a);
         *h = *a = NULL;
-        s = affine(dom, x, w1, b1, h);
+        s = fg_lin_affine(dom, x, w1, b1, h);
         if (s == FG_OK)
             s = fg_ew_unary_raw(FG_EW_GELU, *h, 0, dom, a);
     }
     return s;
 }
 
-static fg_status check_mlp(const char *fn, fg_tensor *const *in)
+fg_status fg_lin_check_mlp(const char *fn, fg_tensor *const *in)
 {
     static const char *const names[5] = {"x", "w1", "b1", "w2", "b2"};
     for (int i = 0; i < 5; i++) {
@@ -357,16 +340,16 @@ static fg_status fg_mlp_impl(fg_tensor *x, fg_tensor *w1, fg_tensor *b1,
     static const char fn[] = "fg_mlp";
     FG_TRY(fg_op_check_out(fn, out));
     fg_tensor *in[5] = {x, w1, b1, w2, b2}, *c[5] = {NULL};
-    FG_TRY(check_mlp(fn, in));
+    FG_TRY(fg_lin_check_mlp(fn, in));
     fg_arena *dom = fg_alloc_domain(in, 5);
     fg_status s = FG_OK;
     for (int i = 0; i < 5 && s == FG_OK; i++)
         s = fg_contiguous_raw(in[i], dom, &c[i]);
     fg_tensor *h = NULL, *a = NULL, *y = NULL;
     if (s == FG_OK)
-        s = mlp_hidden(dom, c[MLP_X], c[MLP_W1], c[MLP_B1], &h, &a);
+        s = fg_lin_mlp_hidden(dom, c[MLP_X], c[MLP_W1], c[MLP_B1], &h, &a);
     if (s == FG_OK)
-        s = affine(dom, a, c[MLP_W2], c[MLP_B2], &y);
+        s = fg_lin_affine(dom, a, c[MLP_W2], c[MLP_B2], &y);
     if (s == FG_OK) {
         fg_tensor *saved[5] = {c[MLP_X], c[MLP_W1], c[MLP_W2], h, a};
         s = fg_op_finish(&mlp_def, in, 5, &y, 1, saved, 5, NULL, 0);

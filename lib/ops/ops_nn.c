@@ -152,8 +152,9 @@ static fg_status layernorm_backward_impl(fg_node *n, fg_tensor *const *g,
     }
 #ifdef FG_HAVE_CUDA
     if (s == FG_OK && on_cuda)
-        s = fg_cuda_layernorm_backward(x, w, mean, rstd, gc, dx, dx_in_place,
-                                       dw, db);
+        s = fg_cuda_layernorm_backward(x, w, mean, rstd, gc, dx,
+                                       dx_in_place ? FG_LN_ACC_DX : 0, dw,
+                                       db);
 #endif
     if (s == FG_OK && !on_cuda)
         layernorm_cpu_backward(x, w, mean, rstd, gc, dx, dw, db);

@@ -9,6 +9,7 @@
 #include "flashgrad/nn.h"
 #include "lib/core/error.h"
 #include "lib/ops/ops_internal.h"
+#include "lib/ops/ops_linear_internal.h" /* fg_linear_master */
 #include "nn_internal.h"
 
 /* Runs `expr` only while s is FG_OK (a chain of ops with one exit). */
@@ -65,6 +66,15 @@ fg_status fg_nn_ac_cast(fg_tensor *x, fg_tensor **y)
     return FG_OK;
 }
 
+/* Under autocast on CUDA, p is an fp32 parameter: the layer runs on its
+ * cached copy with the gradient in fp32 (fg_linear_master, fg_mlp_master). */
+static int ac_master(const fg_tensor *p)
+{
+    fg_dtype dt;
+    return p && fg_autocast_get(&dt) && fg_tensor_device(p) == FG_DEVICE_CUDA &&
+           fg_tensor_dtype(p) == FG_FP32 && dt != FG_FP32;
+}
+
 fg_status fg_nn_to_dtype(fg_tensor *x, fg_dtype dt, fg_tensor **y)
 {
     if (fg_tensor_dtype(x) != dt)
@@ -101,6 +111,12 @@ fg_status fg_nn_linear_forward(const fg_nn_linear *l, fg_tensor *x,
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "uninitialised layer");
     fg_tensor *xa = NULL, *wa = NULL, *ba = NULL;
     fg_status s = fg_nn_ac_cast(x, &xa);
+    if (s == FG_OK && l->bias && ac_master(l->weight)) {
+        /* fp32 weight gradients straight from the GEMMs (no casts back) */
+        s = fg_linear_master(xa, l->weight, l->bias, y);
+        fg_tensor_free(xa);
+        return s;
+    }
     NN_T(fg_nn_ac_cast(l->weight, &wa));
     NN_T(fg_nn_ac_cast(l->bias, &ba));
     /* the bias in the GEMM's epilogue on CUDA; matmul + add on the CPU */
@@ -509,6 +525,12 @@ static fg_status mlp_fused(const fg_nn_mlp *m, fg_tensor *x, fg_tensor **y)
                         m->proj.bias},
               *c[5] = {NULL};
     fg_status s = FG_OK;
+    if (ac_master(m->fc.weight)) { /* fp32 gradients, as the Linear's */
+        s = fg_nn_ac_cast(x, &c[0]);
+        NN_T(fg_mlp_master(c[0], in[1], in[2], in[3], in[4], y));
+        fg_tensor_free(c[0]);
+        return s;
+    }
     for (int i = 0; i < 5; i++)
         NN_T(fg_nn_ac_cast(in[i], &c[i]));
     NN_T(fg_mlp(c[0], c[1], c[2], c[3], c[4], y));

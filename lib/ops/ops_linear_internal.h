@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/* lib/ops/ops_linear_internal.h - the GEMM steps that fg_linear and fg_mlp
+ * (ops_linear.c) share with their master-weight forms
+ * (ops_linear_master.c). Every tensor contiguous; a matrix is
+ * [rows, last dim]. */
+#ifndef FG_LIB_OPS_LINEAR_INTERNAL_H
+#define FG_LIB_OPS_LINEAR_INTERNAL_H
+
+#include "ops_internal.h"
+#include "cuda_ops_blas.h" /* fg_lt_epilogue (plain C) */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* c = op(a) op(b) (c += with beta1) and epilogue e in one cuBLASLt GEMM
+ * on CUDA; a fp32 c (and bias) for fp16/bf16 a, b gives the product
+ * unrounded (fg_cuda_lt_gemm's c32). *done 0 where it does not apply (not
+ * CUDA, or no cuBLASLt kernel): nothing written. */
+fg_status fg_lin_lt(fg_lt_epilogue e, const fg_tensor *a, int ta,
+                    const fg_tensor *b, int tb, fg_tensor *c,
+                    const fg_tensor *bias, fg_tensor *aux, int beta1,
+                    int *done);
+
+/* A new contiguous tensor like t with its last dimension n, in dom. */
+fg_status fg_lin_new_last(fg_arena *dom, const fg_tensor *t, int64_t n,
+                          fg_tensor **out);
+
+/* y = x w + b (x [..., K], w [K, N], b [N]): one GEMM with the bias
+ * epilogue, else fg_matmul's product then fg_add's kernel. */
+fg_status fg_lin_affine(fg_arena *dom, fg_tensor *x, fg_tensor *w,
+                        fg_tensor *b, fg_tensor **y);
+
+/* The gradients of y = x w (+ b) for gy: *dx = gy w^T (nx), *dw = x^T gy
+ * (nw), *db = gy's column sums (nb; b's meta bm). On CUDA two GEMMs
+ * writing fresh tensors, db in dw's epilogue (no memset, no reduction
+ * kernel); whatever cuBLASLt declines as fg_matmul's backward and fg_add's
+ * reduction compute it. */
+fg_status fg_lin_grads(fg_tensor *x, fg_tensor *w, fg_tensor *gy, int nx,
+                       int nw, int nb, const fg_meta *bm, fg_tensor **dx,
+                       fg_tensor **dw, fg_tensor **db);
+
+/* dh = (gy w2^T) gelu'(h): one GEMM with the DGELU epilogue on CUDA; else
+ * fg_matmul's backward for a's gradient and fg_gelu's backward kernel. b1's
+ * gradient, dh's column sums, comes from the dW1 GEMM's BGRAD_B epilogue
+ * (fg_lin_grads): with DGELU_BGRAD here instead, cuBLASLt's kernel for the
+ * [tokens, 4 width] dh ran the MLP's backward at about 400 TFLOP/s against
+ * 540 for the linear layers' (GPT-2-small, H200). */
+fg_status fg_lin_gelu_grads(fg_tensor *a, fg_tensor *h, fg_tensor *w2,
+                            fg_tensor *gy, fg_tensor **dh);
+
+/* h = x w1 + b1 and a = gelu(h): one GEMM with the GELU_AUX_BIAS
+ * epilogue, else fg_matmul's product, fg_add's and fg_gelu's kernels. */
+fg_status fg_lin_mlp_hidden(fg_arena *dom, fg_tensor *x, fg_tensor *w1,
+                            fg_tensor *b1, fg_tensor **h, fg_tensor **a);
+
+/* fg_mlp's argument checks of in = {x, w1, b1, w2, b2} (one dtype and
+ * device, shapes x [..., C], w1 [C, H], b1 [H], w2 [H, D], b2 [D]). */
+fg_status fg_lin_check_mlp(const char *fn, fg_tensor *const *in);
+
+/* ---- master-weight forms (ops_linear_master.c) ----------------------------
+ * For autocast on CUDA: x in a low-precision dtype dt, w and b the fp32
+ * parameters (leaves requiring grad, contiguous). The products run on the
+ * parameters' cached dt copies (fg_tensor_lowp: the bits of fg_cast_param
+ * + fg_linear / fg_mlp forward), but the node's edges go to the fp32
+ * parameters themselves: their gradients come out of the weight-gradient
+ * GEMMs in fp32 (never rounded to dt), added straight into .grad when the
+ * engine offers it, with no CastBackward nodes. Where an operand does not
+ * qualify (another device or dtype, a strided or non-leaf parameter) they
+ * run as fg_cast_param then fg_linear / fg_mlp. */
+fg_status fg_linear_master(fg_tensor *x, fg_tensor *w, fg_tensor *b,
+                           fg_tensor **out);
+fg_status fg_mlp_master(fg_tensor *x, fg_tensor *w1, fg_tensor *b1,
+                        fg_tensor *w2, fg_tensor *b2, fg_tensor **out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FG_LIB_OPS_LINEAR_INTERNAL_H */
