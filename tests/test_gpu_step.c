@@ -520,9 +520,10 @@ START_TEST(test_linear_master)
     fg_tensor *wc = fgt_rand(&r, FG_FP64, FG_SHAPE(K, N), 0.2, 0.001, 0);
     fg_tensor *bc = fgt_rand(&r, FG_FP64, FG_SHAPE(N), 1.0, 0.01, 0);
     fg_tensor *uc = fgt_rand(&r, FG_FP64, FG_SHAPE(B, T, N), 1.0, 0.01, 0);
-    fg_tensor *x = to_dev(xc, FG_BF16, 1), *xr = to_dev(xc, FG_BF16, 1),
-              *u = to_dev(uc, FG_BF16, 0);
-    /* p[0], p[1]: w, b; p[2], p[3]: hooked twins; p[4], p[5]: cast path */
+    /* x, p[0], p[1]: x, w, b; xh, p[2], p[3]: hooked twins; xr, p[4],
+     * p[5]: the cast path */
+    fg_tensor *x = to_dev(xc, FG_BF16, 1), *xh = to_dev(xc, FG_BF16, 1),
+              *xr = to_dev(xc, FG_BF16, 1), *u = to_dev(uc, FG_BF16, 0);
     fg_tensor *p[6];
     for (int i = 0; i < 6; i++)
         p[i] = to_dev(i % 2 ? bc : wc, FG_FP32, 1);
@@ -541,7 +542,7 @@ START_TEST(test_linear_master)
         fg_tensor *y = NULL, *y2 = NULL, *yc = NULL, *wa = NULL, *ba = NULL;
         FGT_OK(fg_linear_master(x, p[0], p[1], &y));
         ck_assert_str_eq(fg_node_name(fg_tensor_grad_fn(y)), "LinearBackward");
-        FGT_OK(fg_linear_master(x, p[2], p[3], &y2));
+        FGT_OK(fg_linear_master(xh, p[2], p[3], &y2));
         FGT_OK(fg_cast_param(p[4], FG_BF16, &wa));
         FGT_OK(fg_cast_param(p[5], FG_BF16, &ba));
         FGT_OK(fg_linear(xr, wa, ba, &yc));
@@ -581,8 +582,8 @@ START_TEST(test_linear_master)
     for (int i = 0; i < 4; i++)
         free(bufs[i]);
     fgt_free_all(p, 6);
-    fg_tensor *all[] = {xc, wc, bc, uc, x, xr, u};
-    fgt_free_all(all, 7);
+    fg_tensor *all[] = {xc, wc, bc, uc, x, xh, xr, u};
+    fgt_free_all(all, 8);
 }
 END_TEST
 
