@@ -10,6 +10,8 @@
  * of our C. Hence FG_LT_BGRAD_B is CUBLASLT_EPILOGUE_BGRADA (the sums of
  * cuBLASLt's A over k, which must be op N there: our B untransposed), and
  * the aux matrix is C-shaped with leading dimension N. */
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 #include <cublasLt.h>
@@ -167,10 +169,136 @@ fg_status describe(const fg_cuda_lt_gemm *g, cudaDataType ty,
     return FG_OK;
 }
 
+constexpr int kCand = 8; /* heuristic answers FG_GEMM_AUTOTUNE times */
+
+/* FG_GEMM_AUTOTUNE: 1 on, 2 on and each shape's timings on stderr (a
+ * measurement aid, like the profiler's table). */
+int autotune_level()
+{
+    static const int level = [] {
+        const char *v = getenv("FG_GEMM_AUTOTUNE");
+        return v && (v[0] == '1' || v[0] == '2') && !v[1] ? v[0] - '0' : 0;
+    }();
+    return level;
+}
+bool autotune_on() { return autotune_level() > 0; }
+
+/* Scratch outputs for timing g (beta 0): what the call would write. */
+struct TuneScratch {
+    void *c = nullptr, *bias = nullptr, *aux = nullptr;
+    size_t cb = 0, bb = 0, ab = 0;
+    ~TuneScratch()
+    {
+        if (c)
+            fg_cuda_mem_free(c, cb);
+        if (bias)
+            fg_cuda_mem_free(bias, bb);
+        if (aux)
+            fg_cuda_mem_free(aux, ab);
+    }
+};
+
+/* The fastest of the n candidates on g's operands (median of three after
+ * a warm-up, on scratch outputs so the caller's C, bias gradient and aux
+ * are untouched): *best its index. Blocks on the stream, once per shape
+ * and process. */
+fg_status autotune(cublasLtHandle_t h, const fg_cuda_lt_gemm *g,
+                   const LtCall *lc, const cublasLtMatmulHeuristicResult_t *hr,
+                   int n, void *ws, size_t ws_bytes, int *best)
+{
+    *best = 0;
+    const size_t es = g->c32 ? 4 : fg_dtype_size(g->dt);
+    TuneScratch t;
+    t.cb = (size_t)(g->M * g->N) * es;
+    FG_TRY(fg_cuda_mem_alloc(t.cb, &t.c));
+    const void *bias = g->bias, *aux = g->aux;
+    if (g->epilogue == FG_LT_BGRAD_B) {
+        t.bb = (size_t)g->N * es;
+        FG_TRY(fg_cuda_mem_alloc(t.bb, &t.bias));
+        bias = t.bias;
+    }
+    if (g->epilogue == FG_LT_GELU_AUX_BIAS) {
+        t.ab = (size_t)(g->M * g->N) * fg_dtype_size(g->dt);
+        FG_TRY(fg_cuda_mem_alloc(t.ab, &t.aux));
+        aux = t.aux;
+    }
+    if (bias != g->bias)
+        FG_TRY(set_attr(lc->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias));
+    if (aux != g->aux)
+        FG_TRY(set_attr(lc->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                        aux));
+    cudaStream_t st = fg_cuda_stream();
+    cudaEvent_t ev[2];
+    FG_CUDA_TRY(cudaEventCreate(&ev[0]));
+    fg_status s = fg_cuda_status(cudaEventCreate(&ev[1]), "cudaEventCreate",
+                                 __FILE__, __LINE__);
+    if (s != FG_OK) {
+        cudaEventDestroy(ev[0]);
+        return s;
+    }
+    const double ad = 1.0, bd = 0.0;
+    const float af = 1.0f, bf = 0.0f;
+    const int f64 = g->dt == FG_FP64;
+    const void *alpha = f64 ? (const void *)&ad : (const void *)&af;
+    const void *beta = f64 ? (const void *)&bd : (const void *)&bf;
+    float best_ms = 0.0f;
+    bool have = false;
+    for (int i = 0; i < n && s == FG_OK; i++) {
+        float ms[3] = {0, 0, 0};
+        bool ok = true;
+        for (int r = 0; r < 4 && ok && s == FG_OK; r++) {
+            s = fg_cuda_status(cudaEventRecord(ev[0], st), "cudaEventRecord",
+                               __FILE__, __LINE__);
+            ok = cublasLtMatmul(h, lc->op, alpha, g->B, lc->a, g->A, lc->b,
+                                beta, t.c, lc->c, t.c, lc->c, &hr[i].algo,
+                                ws, ws_bytes, st) == CUBLAS_STATUS_SUCCESS;
+            if (s == FG_OK)
+                s = fg_cuda_status(cudaEventRecord(ev[1], st),
+                                   "cudaEventRecord", __FILE__, __LINE__);
+            if (s == FG_OK)
+                s = fg_cuda_status(cudaEventSynchronize(ev[1]),
+                                   "cudaEventSynchronize", __FILE__,
+                                   __LINE__);
+            if (s == FG_OK && ok && r > 0)
+                s = fg_cuda_status(cudaEventElapsedTime(&ms[r - 1], ev[0],
+                                                        ev[1]),
+                                   "cudaEventElapsedTime", __FILE__,
+                                   __LINE__);
+        }
+        if (!ok || s != FG_OK)
+            continue; /* a candidate that fails to launch is skipped */
+        const float lo = fminf(ms[0], fminf(ms[1], ms[2])),
+                    hi = fmaxf(ms[0], fmaxf(ms[1], ms[2])),
+                    med = ms[0] + ms[1] + ms[2] - lo - hi;
+        if (autotune_level() > 1)
+            fprintf(stderr,
+                    "gemm_lt autotune M %lld N %lld K %lld epilogue %d%s: "
+                    "candidate %d %.4f ms\n",
+                    (long long)g->M, (long long)g->N, (long long)g->K,
+                    (int)g->epilogue, g->c32 ? " c32" : "", i, med);
+        if (!have || med < best_ms) {
+            best_ms = med;
+            *best = i;
+            have = true;
+        }
+    }
+    cudaEventDestroy(ev[0]);
+    cudaEventDestroy(ev[1]);
+    /* the real call's pointers back */
+    if (s == FG_OK && bias != g->bias)
+        s = set_attr(lc->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g->bias);
+    if (s == FG_OK && aux != g->aux)
+        s = set_attr(lc->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                     g->aux);
+    return s;
+}
+
 /* The algorithm for g: from the cache, or asked of the heuristic (with
- * the pointers' alignments) and cached. entry->found 0: none. */
+ * the pointers' alignments; with FG_GEMM_AUTOTUNE=1 its first kCand
+ * answers timed, the fastest kept: the choice, and so the bits, may then
+ * differ between processes) and cached. entry->found 0: none. */
 fg_status choose(cublasLtHandle_t h, const fg_cuda_lt_gemm *g, LtCall *lc,
-                 const LtKey &key, size_t ws, LtEntry *entry)
+                 const LtKey &key, void *ws_ptr, size_t ws, LtEntry *entry)
 {
     if (cache_get(key, entry))
         return FG_OK;
@@ -200,16 +328,19 @@ fg_status choose(cublasLtHandle_t h, const fg_cuda_lt_gemm *g, LtCall *lc,
     FG_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
         lc->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align[2],
         sizeof key.align[2]));
-    cublasLtMatmulHeuristicResult_t hr;
-    int found = 0;
+    cublasLtMatmulHeuristicResult_t hr[kCand];
+    int found = 0, pick = 0;
     const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(
-        h, lc->op, lc->a, lc->b, lc->c, lc->c, lc->pref, 1, &hr, &found);
+        h, lc->op, lc->a, lc->b, lc->c, lc->c, lc->pref,
+        autotune_on() ? kCand : 1, hr, &found);
     if (hs != CUBLAS_STATUS_NOT_SUPPORTED)
         FG_CUBLAS_TRY(hs);
     entry->key = key;
     entry->found = hs == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (entry->found && found > 1)
+        FG_TRY(autotune(h, g, lc, hr, found, ws_ptr, ws, &pick));
     if (entry->found)
-        entry->algo = hr.algo;
+        entry->algo = hr[pick].algo;
     cache_put(*entry);
     return FG_OK;
 }
@@ -257,7 +388,7 @@ extern "C" fg_status fg_cuda_gemm_lt(const fg_cuda_lt_gemm *g, int *done)
     size_t ws_bytes = 0;
     FG_TRY(fg_cuda_gemm_workspace(&ws, &ws_bytes));
     LtEntry e;
-    FG_TRY(choose(h, g, &lc, key, ws_bytes, &e));
+    FG_TRY(choose(h, g, &lc, key, ws, ws_bytes, &e));
     if (!e.found)
         return FG_OK; /* no fused kernel for this: *done stays 0 */
     const double ad = 1.0, bd = g->beta1 ? 1.0 : 0.0;
