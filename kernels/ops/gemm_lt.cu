@@ -183,6 +183,14 @@ int autotune_level()
 }
 bool autotune_on() { return autotune_level() > 0; }
 
+/* FG_OK, or the status of a failed CUDA call (fg_cuda_status always
+ * reports a failure). */
+fg_status lt_cu(cudaError_t e, const char *what, int line)
+{
+    return e == cudaSuccess ? FG_OK : fg_cuda_status(e, what, __FILE__, line);
+}
+#define LT_CU(call) lt_cu((call), #call, __LINE__)
+
 /* Scratch outputs for timing g (beta 0): what the call would write. */
 struct TuneScratch {
     void *c = nullptr, *bias = nullptr, *aux = nullptr;
@@ -230,8 +238,7 @@ fg_status autotune(cublasLtHandle_t h, const fg_cuda_lt_gemm *g,
     cudaStream_t st = fg_cuda_stream();
     cudaEvent_t ev[2];
     FG_CUDA_TRY(cudaEventCreate(&ev[0]));
-    fg_status s = fg_cuda_status(cudaEventCreate(&ev[1]), "cudaEventCreate",
-                                 __FILE__, __LINE__);
+    fg_status s = LT_CU(cudaEventCreate(&ev[1]));
     if (s != FG_OK) {
         cudaEventDestroy(ev[0]);
         return s;
@@ -247,23 +254,16 @@ fg_status autotune(cublasLtHandle_t h, const fg_cuda_lt_gemm *g,
         float ms[3] = {0, 0, 0};
         bool ok = true;
         for (int r = 0; r < 4 && ok && s == FG_OK; r++) {
-            s = fg_cuda_status(cudaEventRecord(ev[0], st), "cudaEventRecord",
-                               __FILE__, __LINE__);
+            s = LT_CU(cudaEventRecord(ev[0], st));
             ok = cublasLtMatmul(h, lc->op, alpha, g->B, lc->a, g->A, lc->b,
                                 beta, t.c, lc->c, t.c, lc->c, &hr[i].algo,
                                 ws, ws_bytes, st) == CUBLAS_STATUS_SUCCESS;
             if (s == FG_OK)
-                s = fg_cuda_status(cudaEventRecord(ev[1], st),
-                                   "cudaEventRecord", __FILE__, __LINE__);
+                s = LT_CU(cudaEventRecord(ev[1], st));
             if (s == FG_OK)
-                s = fg_cuda_status(cudaEventSynchronize(ev[1]),
-                                   "cudaEventSynchronize", __FILE__,
-                                   __LINE__);
+                s = LT_CU(cudaEventSynchronize(ev[1]));
             if (s == FG_OK && ok && r > 0)
-                s = fg_cuda_status(cudaEventElapsedTime(&ms[r - 1], ev[0],
-                                                        ev[1]),
-                                   "cudaEventElapsedTime", __FILE__,
-                                   __LINE__);
+                s = LT_CU(cudaEventElapsedTime(&ms[r - 1], ev[0], ev[1]));
         }
         if (!ok || s != FG_OK)
             continue; /* a candidate that fails to launch is skipped */
