@@ -230,6 +230,27 @@ START_TEST(test_attention_tf32_switch)
 }
 END_TEST
 
+/* The GEMM autotune switch, likewise (unless FG_GEMM_AUTOTUNE is set in
+ * the environment, which turns it on whatever the switch says). */
+START_TEST(test_gemm_autotune_switch)
+{
+    if (getenv("FG_GEMM_AUTOTUNE"))
+        return;
+    ck_assert_int_eq(fg_cuda_get_gemm_autotune(), 0);
+    fg_clear_error();
+    const fg_status s = fg_cuda_set_gemm_autotune(1);
+    if (s == FG_OK) {
+        ck_assert_int_eq(fg_cuda_get_gemm_autotune(), 1);
+        ck_assert_int_eq(fg_cuda_set_gemm_autotune(0), FG_OK);
+    } else {
+        ck_assert_msg(s == FG_ERR_UNSUPPORTED, "got %s", fg_status_string(s));
+        ck_assert(strstr(fg_last_error(), "fg_cuda_set_gemm_autotune") !=
+                  NULL);
+    }
+    ck_assert_int_eq(fg_cuda_get_gemm_autotune(), 0);
+}
+END_TEST
+
 START_TEST(test_null_structs)
 {
     fixture f;
@@ -300,6 +321,7 @@ int main(void)
     tcase_add_loop_test(tc, test_bad_input, 0, (int)(sizeof bad / sizeof bad[0]));
     tcase_add_test(tc, test_cuda_device_host_pointer);
     tcase_add_test(tc, test_attention_tf32_switch);
+    tcase_add_test(tc, test_gemm_autotune_switch);
     tcase_add_test(tc, test_null_structs);
     tcase_add_test(tc, test_thread_local);
     tcase_add_test(tc, test_status_strings);

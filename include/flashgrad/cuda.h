@@ -51,6 +51,18 @@ FG_API fg_status fg_cuda_set_attention_allow_tf32(int allow);
 /* 1 when fp32 attention may use TF32 (the switch above), else 0; 0 too
  * when CUDA cannot be used. */
 FG_API int fg_cuda_get_attention_allow_tf32(void);
+/* Times cuBLASLt's candidate algorithms for each new GEMM shape of the
+ * fused linear layers (fg_linear, fg_mlp, the nn layers under autocast)
+ * on its first call and keeps the fastest (like PyTorch's
+ * cudnn.benchmark): 0-13% faster GEMMs on an H200, but the choice, and so
+ * the results' last bits, may differ between processes. Off by default
+ * (the heuristic's first answer: reproducible); the environment variable
+ * FG_GEMM_AUTOTUNE=1 turns it on too. Shapes already chosen keep their
+ * algorithm. */
+FG_API fg_status fg_cuda_set_gemm_autotune(int on);
+/* 1 when the switch above (or FG_GEMM_AUTOTUNE=1) is on, else 0; 0 too
+ * when CUDA cannot be used. */
+FG_API int fg_cuda_get_gemm_autotune(void);
 
 typedef struct fg_cuda_memory_stats {
     uint64_t device_mallocs; /* cudaMalloc calls made by the allocator */

@@ -74,6 +74,9 @@ extern "C" {
     F(fg_status, fg_cuda_set_attention_allow_tf32, (int allow), (allow),       \
       fg_cuda_backend_fail("fg_cuda_set_attention_allow_tf32"))                \
     F(int, fg_cuda_get_attention_allow_tf32, (void), (), 0)                    \
+    F(fg_status, fg_cuda_set_gemm_autotune, (int on), (on),                    \
+      fg_cuda_backend_fail("fg_cuda_set_gemm_autotune"))                       \
+    F(int, fg_cuda_get_gemm_autotune, (void), (), 0)                           \
     F(fg_status, fg_cuda_memory_get_stats, (fg_cuda_memory_stats * st), (st), \
       fg_cuda_backend_fail_stats(st))                                          \
     F(fg_status, fg_cuda_memory_reset_peak, (void), (),                        \

@@ -10,6 +10,7 @@
  * of our C. Hence FG_LT_BGRAD_B is CUBLASLT_EPILOGUE_BGRADA (the sums of
  * cuBLASLt's A over k, which must be op N there: our B untransposed), and
  * the aux matrix is C-shaped with leading dimension N. */
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -172,14 +173,20 @@ fg_status describe(const fg_cuda_lt_gemm *g, cudaDataType ty,
 constexpr int kCand = 8; /* heuristic answers FG_GEMM_AUTOTUNE times */
 
 /* FG_GEMM_AUTOTUNE: 1 on, 2 on and each shape's timings on stderr (a
- * measurement aid, like the profiler's table). */
-int autotune_level()
+ * measurement aid, like the profiler's table); else 0. */
+int autotune_env()
 {
     static const int level = [] {
         const char *v = getenv("FG_GEMM_AUTOTUNE");
         return v && (v[0] == '1' || v[0] == '2') && !v[1] ? v[0] - '0' : 0;
     }();
     return level;
+}
+std::atomic<int> g_autotune{0}; /* fg_cuda_set_gemm_autotune */
+int autotune_level()
+{
+    const int e = autotune_env();
+    return e ? e : g_autotune.load(std::memory_order_relaxed);
 }
 bool autotune_on() { return autotune_level() > 0; }
 
@@ -346,6 +353,14 @@ fg_status choose(cublasLtHandle_t h, const fg_cuda_lt_gemm *g, LtCall *lc,
 }
 
 } // namespace
+
+extern "C" fg_status fg_cuda_set_gemm_autotune(int on)
+{
+    g_autotune.store(on != 0, std::memory_order_relaxed);
+    return FG_OK;
+}
+
+extern "C" int fg_cuda_get_gemm_autotune(void) { return autotune_on(); }
 
 extern "C" fg_status fg_cuda_gemm_lt(const fg_cuda_lt_gemm *g, int *done)
 {

@@ -46,6 +46,14 @@ fg_status fg_cuda_set_attention_allow_tf32(int allow)
 
 int fg_cuda_get_attention_allow_tf32(void) { return 0; }
 
+fg_status fg_cuda_set_gemm_autotune(int on)
+{
+    (void)on;
+    return FG_NO_CUDA("fg_cuda_set_gemm_autotune");
+}
+
+int fg_cuda_get_gemm_autotune(void) { return 0; }
+
 fg_status fg_cuda_memory_get_stats(fg_cuda_memory_stats *st)
 {
     if (st)

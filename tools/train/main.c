@@ -385,6 +385,12 @@ static int setup(run *r, int argc, char **argv)
     r->bf16 = !strcmp(o->dtype, "bf16") || (!strcmp(o->dtype, "auto") && cuda);
     if (!rc && r->bf16 && !cuda)
         rc = complain(EXIT_USAGE, "--dtype bf16 needs --device cuda");
+    if (!rc && o->gemm_autotune && o->deterministic)
+        rc = complain(EXIT_USAGE, "--gemm-autotune 1 picks GEMM algorithms "
+                                  "by timing: not with --deterministic 1");
+    if (!rc && o->gemm_autotune && cuda &&
+        fg_cuda_set_gemm_autotune(1) != FG_OK)
+        rc = lib_error(EXIT_FAIL);
     if (!rc && r->bf16 && fg_autocast_begin(FG_BF16) != FG_OK) /* the whole run */
         rc = lib_error(EXIT_FAIL);
     if (!rc)

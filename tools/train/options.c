@@ -106,6 +106,10 @@ static const spec SPECS[] = {
                 "nothing from more than 1"),
     INT("--deterministic", deterministic, 0, 1, BOTH,
         .help = "bitwise-reproducible CUDA steps (the CPU always is)"),
+    INT("--gemm-autotune", gemm_autotune, 0, 1, BOTH,
+        .help = "1: time cuBLASLt's candidate algorithms for each GEMM\n"
+                "shape on its first call and keep the fastest (cuda;\n"
+                "the last bits may then differ between runs)"),
     INT("--zero1", zero1, 0, 1, BOTH,
         .help = "with several ranks (mpirun, --rendezvous): shard\n"
                 "the AdamW moments across them (ZeRO-1)"),

@@ -33,7 +33,7 @@ typedef struct opts {
     double lr, min_lr, wd, beta2, clip;
     /* machine */
     char device[8], dtype[8];
-    int64_t threads, deterministic, zero1;
+    int64_t threads, deterministic, gemm_autotune, zero1;
     double bucket_mb; /* data parallel: all-reduce bucket MiB (0: the library's) */
     /* progress and evaluation */
     int64_t print_interval, eval_interval, eval_batches, eval_examples,
