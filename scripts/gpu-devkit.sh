@@ -55,6 +55,10 @@ pack_tree() {
 }
 # Tracked and new (untracked, not ignored) files.
 pack_tree "$out/src" --cached --others --exclude-standard
+# Which packing this is: gpu-phases.sh's build phase rebuilds a build
+# folder made from another one (a machine kept warm between calls keeps
+# /tmp, and with it the last call's build).
+echo "$(git rev-parse HEAD) $(date +%s%N)" >"$out/src/.kit-stamp"
 cp /usr/include/check.h /usr/include/check_stdint.h "$out/check/include/"
 for a in libcheck_pic.a libsubunit.a; do
     cp "$(gcc -print-file-name=$a)" "$out/check/lib/"

@@ -109,7 +109,12 @@ cfg() {
 # bld SRC BUILDDIR JOBS (a subshell: its cd stays inside)
 bld() (
     src=$1 bd=$2 jobs=$3
-    if [ -x "$bd/tools/train/flashgrad-train" ]; then echo "$bd: kept"; exit 0; fi
+    if [ -x "$bd/tools/train/flashgrad-train" ] &&
+        cmp -s "$src/.kit-stamp" "$bd/.kit-stamp"; then
+        echo "$bd: kept (built from this kit)"
+        exit 0
+    fi
+    rm -rf "$bd" # another kit's build, or a partial one
     mkdir -p "$bd" && cd "$bd" || exit 1
     cfg "$src" || exit 1
     export LIBRARY_PATH="$K/check/lib"
@@ -121,6 +126,7 @@ bld() (
     # from (or FG_CUDA_BACKEND): the benchmarks load the link.
     ln -sf .libs/libflashgrad.so libflashgrad-bench.so
     ln -sf .libs/libflashgrad-cuda.so libflashgrad-cuda.so
+    cp "$src/.kit-stamp" .kit-stamp 2>/dev/null || true
     echo "$bd: built, module $(stat -c %s .libs/libflashgrad-cuda.so) bytes"
 )
 build() { log "build $K/src -> $B (arch $ARCH)"; bld "$K/src" "$B" "$(nproc)"; }
