@@ -57,8 +57,8 @@ FG_API int fg_cuda_get_attention_allow_tf32(void);
  * cudnn.benchmark): 0-13% faster GEMMs on an H200, but the choice, and so
  * the results' last bits, may differ between processes. Off by default
  * (the heuristic's first answer: reproducible); the environment variable
- * FG_GEMM_AUTOTUNE=1 turns it on too. Shapes already chosen keep their
- * algorithm. */
+ * FG_GEMM_AUTOTUNE=1 turns it on too; fg_set_deterministic(1) keeps it
+ * off whatever both say. Shapes already chosen keep their algorithm. */
 FG_API fg_status fg_cuda_set_gemm_autotune(int on);
 /* 1 when the switch above (or FG_GEMM_AUTOTUNE=1) is on, else 0; 0 too
  * when CUDA cannot be used. */

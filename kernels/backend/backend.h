@@ -286,6 +286,7 @@ extern "C" {
     F(const char *, fg_device_name, (fg_device dev), (dev))                    \
     F(int, fg_tensor_is_contiguous, (const fg_tensor *t), (t))                 \
     F(uint32_t, fg_dropout_threshold, (double p), (p))                         \
+    F(int, fg_get_deterministic, (void), ())                                   \
     V(fg_broadcast_strides,                                                    \
       (const fg_tensor *t, int nd, const int64_t *shape, int64_t *strides),    \
       (t, nd, shape, strides))                                                 \

@@ -183,8 +183,12 @@ int autotune_env()
     return level;
 }
 std::atomic<int> g_autotune{0}; /* fg_cuda_set_gemm_autotune */
+/* Never in deterministic mode (fg_set_deterministic): reruns there must
+ * give the same bits, and the timed choice may differ between runs. */
 int autotune_level()
 {
+    if (fg_get_deterministic())
+        return 0;
     const int e = autotune_env();
     return e ? e : g_autotune.load(std::memory_order_relaxed);
 }
