@@ -288,6 +288,34 @@ static void check_linear(fg_dtype dt, double tol)
     fgt_free_all(all, 9);
 }
 
+/* A Linear test's fp64 operands, drawn in this order: x [B, T, K], w
+ * [K, N], b [N] and the upstream gradient u [B, T, N]. */
+static void linear_draw(fgt_rng *r, int64_t B, int64_t T, int64_t K,
+                        int64_t N, fg_tensor **xc, fg_tensor **wc,
+                        fg_tensor **bc, fg_tensor **uc)
+{
+    *xc = fgt_rand(r, FG_FP64, FG_SHAPE(B, T, K), 1.0, 0.01, 0);
+    *wc = fgt_rand(r, FG_FP64, FG_SHAPE(K, N), 0.2, 0.001, 0);
+    *bc = fgt_rand(r, FG_FP64, FG_SHAPE(N), 1.0, 0.01, 0);
+    *uc = fgt_rand(r, FG_FP64, FG_SHAPE(B, T, N), 1.0, 0.01, 0);
+}
+
+/* dw = x^T u ([K, N]) and db = u's column sums ([N]) in fp64 over the
+ * host values hx [MR, K], hu [MR, N]; calloc'd. */
+static void weight_grad_ref(const double *hx, const double *hu, int MR,
+                            int K, int N, double **dwr, double **dbr)
+{
+    double *dw = calloc((size_t)K * N, 8), *db = calloc((size_t)N, 8);
+    for (int m = 0; m < MR; m++)
+        for (int n = 0; n < N; n++) {
+            db[n] += hu[m * N + n];
+            for (int k = 0; k < K; k++)
+                dw[k * N + n] += hx[m * K + k] * hu[m * N + n];
+        }
+    *dwr = dw;
+    *dbr = db;
+}
+
 /* The bias gradient from the weight gradient's epilogue (BGRADA) under
  * bf16 autocast: fp32 master w and b used through their cached bf16
  * copies, so the bf16 db the epilogue writes (overwriting a fresh buffer)
@@ -300,20 +328,12 @@ START_TEST(test_linear_bgrad_accumulates)
 {
     enum { B = 2, T = 45, K = 64, N = 72, MR = B * T };
     fgt_rng r = fgt_rng_for(0x2e64);
-    fg_tensor *xc = fgt_rand(&r, FG_FP64, FG_SHAPE(B, T, K), 1.0, 0.01, 0);
-    fg_tensor *wc = fgt_rand(&r, FG_FP64, FG_SHAPE(K, N), 0.2, 0.001, 0);
-    fg_tensor *bc = fgt_rand(&r, FG_FP64, FG_SHAPE(N), 1.0, 0.01, 0);
-    fg_tensor *uc = fgt_rand(&r, FG_FP64, FG_SHAPE(B, T, N), 1.0, 0.01, 0);
+    fg_tensor *xc, *wc, *bc, *uc;
+    linear_draw(&r, B, T, K, N, &xc, &wc, &bc, &uc);
     fg_tensor *x = to_dev(xc, FG_BF16, 0), *u = to_dev(uc, FG_BF16, 0),
               *w = to_dev(wc, FG_FP32, 1), *b = to_dev(bc, FG_FP32, 1);
-    double *hx = fgt_host(x), *hu = fgt_host(u);
-    double *dwr = calloc(K * N, 8), *dbr = calloc(N, 8);
-    for (int m = 0; m < MR; m++)
-        for (int n = 0; n < N; n++) {
-            dbr[n] += hu[m * N + n];
-            for (int k = 0; k < K; k++)
-                dwr[k * N + n] += hx[m * K + k] * hu[m * N + n];
-        }
+    double *hx = fgt_host(x), *hu = fgt_host(u), *dwr, *dbr;
+    weight_grad_ref(hx, hu, MR, K, N, &dwr, &dbr);
     for (int pass = 1; pass <= 2; pass++) {
         fg_tensor *wa = NULL, *ba = NULL, *y = NULL;
         FGT_OK(fg_cast_param(w, FG_BF16, &wa));
@@ -516,10 +536,8 @@ START_TEST(test_linear_master)
 {
     enum { B = 4, T = 2048, K = 128, N = 192, MR = B * T };
     fgt_rng r = fgt_rng_for(0x2e66);
-    fg_tensor *xc = fgt_rand(&r, FG_FP64, FG_SHAPE(B, T, K), 1.0, 0.01, 0);
-    fg_tensor *wc = fgt_rand(&r, FG_FP64, FG_SHAPE(K, N), 0.2, 0.001, 0);
-    fg_tensor *bc = fgt_rand(&r, FG_FP64, FG_SHAPE(N), 1.0, 0.01, 0);
-    fg_tensor *uc = fgt_rand(&r, FG_FP64, FG_SHAPE(B, T, N), 1.0, 0.01, 0);
+    fg_tensor *xc, *wc, *bc, *uc;
+    linear_draw(&r, B, T, K, N, &xc, &wc, &bc, &uc);
     /* x, p[0], p[1]: x, w, b; xh, p[2], p[3]: hooked twins; xr, p[4],
      * p[5]: the cast path */
     fg_tensor *x = to_dev(xc, FG_BF16, 1), *xh = to_dev(xc, FG_BF16, 1),
@@ -530,14 +548,8 @@ START_TEST(test_linear_master)
     fg_hook *hk[2] = {NULL, NULL};
     FGT_OK(fg_tensor_register_hook(p[2], noop_hook, NULL, &hk[0]));
     FGT_OK(fg_tensor_register_hook(p[3], noop_hook, NULL, &hk[1]));
-    double *hx = fgt_host(x), *hu = fgt_host(u);
-    double *dwr = calloc(K * N, 8), *dbr = calloc(N, 8);
-    for (int m = 0; m < MR; m++)
-        for (int n = 0; n < N; n++) {
-            dbr[n] += hu[m * N + n];
-            for (int k = 0; k < K; k++)
-                dwr[k * N + n] += hx[m * K + k] * hu[m * N + n];
-        }
+    double *hx = fgt_host(x), *hu = fgt_host(u), *dwr, *dbr;
+    weight_grad_ref(hx, hu, MR, K, N, &dwr, &dbr);
     for (int pass = 1; pass <= 2; pass++) {
         fg_tensor *y = NULL, *y2 = NULL, *yc = NULL, *wa = NULL, *ba = NULL;
         FGT_OK(fg_linear_master(x, p[0], p[1], &y));

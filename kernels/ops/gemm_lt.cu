@@ -170,6 +170,28 @@ fg_status describe(const fg_cuda_lt_gemm *g, cudaDataType ty,
     return FG_OK;
 }
 
+/* Bytes per element of g's C (and of its bias with BGRAD_B). */
+size_t c_esize(const fg_cuda_lt_gemm *g)
+{
+    return g->c32 ? sizeof(float) : fg_dtype_size(g->dt);
+}
+
+/* alpha = 1 and beta (0, or 1 for C +=) in the scale type of g's
+ * descriptor (fp64 for fp64, else fp32), kept alive with the struct. */
+struct LtScalars {
+    double ad, bd;
+    float af, bf;
+    const void *alpha, *beta;
+    LtScalars(const fg_cuda_lt_gemm *g, bool beta1)
+        : ad(1.0), bd(beta1 ? 1.0 : 0.0), af(1.0f), bf(beta1 ? 1.0f : 0.0f)
+    {
+        const bool f64 = g->dt == FG_FP64;
+        alpha = f64 ? (const void *)&ad : (const void *)&af;
+        beta = f64 ? (const void *)&bd : (const void *)&bf;
+    }
+    LtScalars(const LtScalars &) = delete; /* the pointers are to this */
+};
+
 constexpr int kCand = 8; /* heuristic answers FG_GEMM_AUTOTUNE times */
 
 /* FG_GEMM_AUTOTUNE: 1 on, 2 on and each shape's timings on stderr (a
@@ -226,7 +248,7 @@ fg_status autotune(cublasLtHandle_t h, const fg_cuda_lt_gemm *g,
                    int n, void *ws, size_t ws_bytes, int *best)
 {
     *best = 0;
-    const size_t es = g->c32 ? 4 : fg_dtype_size(g->dt);
+    const size_t es = c_esize(g);
     TuneScratch t;
     t.cb = (size_t)(g->M * g->N) * es;
     FG_TRY(fg_cuda_mem_alloc(t.cb, &t.c));
@@ -254,11 +276,7 @@ fg_status autotune(cublasLtHandle_t h, const fg_cuda_lt_gemm *g,
         cudaEventDestroy(ev[0]);
         return s;
     }
-    const double ad = 1.0, bd = 0.0;
-    const float af = 1.0f, bf = 0.0f;
-    const int f64 = g->dt == FG_FP64;
-    const void *alpha = f64 ? (const void *)&ad : (const void *)&af;
-    const void *beta = f64 ? (const void *)&bd : (const void *)&bf;
+    const LtScalars sc(g, false);
     float best_ms = 0.0f;
     bool have = false;
     for (int i = 0; i < n && s == FG_OK; i++) {
@@ -266,8 +284,8 @@ fg_status autotune(cublasLtHandle_t h, const fg_cuda_lt_gemm *g,
         bool ok = true;
         for (int r = 0; r < 4 && ok && s == FG_OK; r++) {
             s = LT_CU(cudaEventRecord(ev[0], st));
-            ok = cublasLtMatmul(h, lc->op, alpha, g->B, lc->a, g->A, lc->b,
-                                beta, t.c, lc->c, t.c, lc->c, &hr[i].algo,
+            ok = cublasLtMatmul(h, lc->op, sc.alpha, g->B, lc->a, g->A, lc->b,
+                                sc.beta, t.c, lc->c, t.c, lc->c, &hr[i].algo,
                                 ws, ws_bytes, st) == CUBLAS_STATUS_SUCCESS;
             if (s == FG_OK)
                 s = LT_CU(cudaEventRecord(ev[1], st));
@@ -410,23 +428,20 @@ extern "C" fg_status fg_cuda_gemm_lt(const fg_cuda_lt_gemm *g, int *done)
     FG_TRY(choose(h, g, &lc, key, ws, ws_bytes, &e));
     if (!e.found)
         return FG_OK; /* no fused kernel for this: *done stays 0 */
-    const double ad = 1.0, bd = g->beta1 ? 1.0 : 0.0;
-    const float af = 1.0f, bf = g->beta1 ? 1.0f : 0.0f;
-    const int f64 = g->dt == FG_FP64;
-    const void *alpha = f64 ? (const void *)&ad : (const void *)&af;
-    const void *beta = f64 ? (const void *)&bd : (const void *)&bf;
+    const LtScalars sc(g, g->beta1 != 0);
     /* What the call writes (see fg_cuda_mark_written), C and aux marked
      * before it: a second cuBLASLt kernel of the same call may read them
      * back (the bias-gradient epilogue sums the C that the GEMM kernel
      * wrote), and beta = 0 means their old contents are never read (with
      * beta1 C holds the caller's data already). */
-    const size_t es = g->c32 ? 4 : fg_dtype_size(g->dt);
+    const size_t es = c_esize(g);
     if (!g->beta1)
         fg_cuda_mark_written(g->C, (size_t)(g->M * g->N) * es);
     if (g->epilogue == FG_LT_GELU_AUX_BIAS)
-        fg_cuda_mark_written(g->aux, (size_t)(g->M * g->N) * es);
-    FG_CUBLAS_TRY(cublasLtMatmul(h, lc.op, alpha, g->B, lc.a, g->A, lc.b,
-                                 beta, g->C, lc.c, g->C, lc.c, &e.algo, ws,
+        fg_cuda_mark_written(g->aux, (size_t)(g->M * g->N) *
+                                         fg_dtype_size(g->dt));
+    FG_CUBLAS_TRY(cublasLtMatmul(h, lc.op, sc.alpha, g->B, lc.a, g->A, lc.b,
+                                 sc.beta, g->C, lc.c, g->C, lc.c, &e.algo, ws,
                                  ws_bytes, fg_cuda_stream()));
     if (g->epilogue == FG_LT_BGRAD_B)
         fg_cuda_mark_written(g->bias, (size_t)g->N * es);

@@ -107,7 +107,8 @@ fg_status fg_lin_grads(fg_tensor *x, fg_tensor *w, fg_tensor *gy,
     if (s == FG_OK && nx && x->device == FG_DEVICE_CUDA) {
         s = fg_lin_new_last(dom, gy, w->shape[0], dx);
         if (s == FG_OK)
-            s = fg_lin_lt(FG_LT_DEFAULT, gy, 0, w, 1, *dx, NULL, NULL, 0, &dx_done);
+            s = fg_lin_lt(FG_LT_DEFAULT, gy, 0, w, 1, *dx, NULL, NULL, 0,
+                          &dx_done);
     }
     if (s == FG_OK && (!dx_done || !dw_done)) {
         fg_tensor *gx = NULL, *gw = NULL;
@@ -129,7 +130,7 @@ fg_status fg_lin_grads(fg_tensor *x, fg_tensor *w, fg_tensor *gy,
     return s;
 }
 
-static void free_grads(fg_tensor **gin, int n)
+void fg_lin_free_grads(fg_tensor **gin, int n)
 {
     for (int i = 0; i < n; i++) {
         fg_tensor_free(gin[i]);
@@ -155,7 +156,7 @@ static fg_status linear_backward(fg_node *n, fg_tensor *const *g,
                                &gin[1], &gin[2]);
     fg_tensor_free(gy);
     if (s != FG_OK)
-        free_grads(gin, 3);
+        fg_lin_free_grads(gin, 3);
     return s;
 }
 
@@ -225,7 +226,6 @@ fg_status fg_linear(fg_tensor *x, fg_tensor *w, fg_tensor *b, fg_tensor **out)
 
 /* Inputs x, w1, b1, w2, b2; saved x, w1, w2 (contiguous), the
  * pre-activation h = x w1 + b1 and a = gelu(h). */
-enum { MLP_X, MLP_W1, MLP_B1, MLP_W2, MLP_B2 };
 
 fg_status fg_lin_gelu_grads(fg_tensor *a, fg_tensor *h, fg_tensor *w2,
                             fg_tensor *gy, fg_tensor **dh)
@@ -276,11 +276,33 @@ static fg_status mlp_backward(fg_node *n, fg_tensor *const *g,
     fg_tensor_free(gy);
     fg_tensor_free(dh);
     if (s != FG_OK)
-        free_grads(gin, 5);
+        fg_lin_free_grads(gin, 5);
     return s;
 }
 
 static const fg_op_def mlp_def = {"MlpBackward", mlp_backward, NULL};
+
+fg_status fg_lin_mlp_record(const fg_op_def *def, fg_tensor *const *in,
+                            fg_tensor *const *c, fg_arena *dom,
+                            fg_tensor **out)
+{
+    fg_tensor *h = NULL, *a = NULL, *y = NULL;
+    fg_status s = fg_lin_mlp_hidden(dom, c[MLP_X], c[MLP_W1], c[MLP_B1], &h,
+                                    &a);
+    if (s == FG_OK)
+        s = fg_lin_affine(dom, a, c[MLP_W2], c[MLP_B2], &y);
+    if (s == FG_OK) {
+        fg_tensor *saved[5] = {c[MLP_X], c[MLP_W1], c[MLP_W2], h, a};
+        s = fg_op_finish(def, in, 5, &y, 1, saved, 5, NULL, 0);
+        if (s == FG_OK)
+            *out = y;
+    } else {
+        fg_tensor_free(y);
+    }
+    fg_tensor_free(h);
+    fg_tensor_free(a);
+    return s;
+}
 
 fg_status fg_lin_mlp_hidden(fg_arena *dom, fg_tensor *x, fg_tensor *w1,
                             fg_tensor *b1, fg_tensor **h, fg_tensor **a)
@@ -345,21 +367,8 @@ static fg_status fg_mlp_impl(fg_tensor *x, fg_tensor *w1, fg_tensor *b1,
     fg_status s = FG_OK;
     for (int i = 0; i < 5 && s == FG_OK; i++)
         s = fg_contiguous_raw(in[i], dom, &c[i]);
-    fg_tensor *h = NULL, *a = NULL, *y = NULL;
     if (s == FG_OK)
-        s = fg_lin_mlp_hidden(dom, c[MLP_X], c[MLP_W1], c[MLP_B1], &h, &a);
-    if (s == FG_OK)
-        s = fg_lin_affine(dom, a, c[MLP_W2], c[MLP_B2], &y);
-    if (s == FG_OK) {
-        fg_tensor *saved[5] = {c[MLP_X], c[MLP_W1], c[MLP_W2], h, a};
-        s = fg_op_finish(&mlp_def, in, 5, &y, 1, saved, 5, NULL, 0);
-        if (s == FG_OK)
-            *out = y;
-    } else {
-        fg_tensor_free(y);
-    }
-    fg_tensor_free(h);
-    fg_tensor_free(a);
+        s = fg_lin_mlp_record(&mlp_def, in, c, dom, out);
     for (int i = 0; i < 5; i++)
         fg_tensor_free(c[i]);
     return s;

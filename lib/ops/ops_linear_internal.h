@@ -58,6 +58,19 @@ fg_status fg_lin_mlp_hidden(fg_arena *dom, fg_tensor *x, fg_tensor *w1,
  * device, shapes x [..., C], w1 [C, H], b1 [H], w2 [H, D], b2 [D]). */
 fg_status fg_lin_check_mlp(const char *fn, fg_tensor *const *in);
 
+/* The MLP's inputs, in the order of its node's edges. */
+enum { MLP_X, MLP_W1, MLP_B1, MLP_W2, MLP_B2 };
+
+/* The MLP's forward on the contiguous operands c (the GEMMs' inputs,
+ * ordered as MLP_*) recorded as def's node with edges to in: saved c[X],
+ * c[W1], c[W2], the pre-activation h and a = gelu(h). *out the output. */
+fg_status fg_lin_mlp_record(const fg_op_def *def, fg_tensor *const *in,
+                            fg_tensor *const *c, fg_arena *dom,
+                            fg_tensor **out);
+
+/* Frees and clears gin[0..n-1] (a failed backward's partial results). */
+void fg_lin_free_grads(fg_tensor **gin, int n);
+
 /* ---- master-weight forms (ops_linear_master.c) ----------------------------
  * For autocast on CUDA: x in a low-precision dtype dt, w and b the fp32
  * parameters (leaves requiring grad, contiguous). The products run on the

@@ -115,15 +115,7 @@ static fg_status add_to_target(fg_tensor *const *acc, fg_tensor **gin)
     return s;
 }
 
-static void free_grads(fg_tensor **gin, int n)
-{
-    for (int i = 0; i < n; i++) {
-        fg_tensor_free(gin[i]);
-        gin[i] = NULL;
-    }
-}
-
-/* ---- fg_linear_master ---------------------------------------------------- */
+/* ---- fg_linear_master --------------------------------------------------- */
 
 /* Inputs x, w, b (the fp32 parameters); saved x and w's copy wl. acc:
  * NULL or the engine's targets (fg_backward_acc_fn); every acc[i] is
@@ -146,7 +138,7 @@ static fg_status lm_grads(fg_node *n, fg_tensor *const *g, fg_tensor **gin,
         s = add_to_target(acc, gin);
     fg_tensor_free(gy);
     if (s != FG_OK)
-        free_grads(gin, 3);
+        fg_lin_free_grads(gin, 3);
     return s;
 }
 
@@ -198,9 +190,7 @@ fg_status fg_linear_master(fg_tensor *x, fg_tensor *w, fg_tensor *b,
     FG_PROF_RETURN(FG_PROF_GEMM, linear_master_impl(x, w, b, out));
 }
 
-/* ---- fg_mlp_master ------------------------------------------------------- */
-
-enum { MLP_X, MLP_W1, MLP_B1, MLP_W2, MLP_B2 };
+/* ---- fg_mlp_master ------------------------------------------------------ */
 
 /* Inputs x, w1, b1, w2, b2 (fp32 parameters); saved x, the copies w1l and
  * w2l, the pre-activation h and a = gelu(h). acc as lm_grads's. */
@@ -233,7 +223,7 @@ static fg_status mm_grads(fg_node *n, fg_tensor *const *g, fg_tensor **gin,
     fg_tensor_free(gy);
     fg_tensor_free(dh);
     if (s != FG_OK)
-        free_grads(gin, 5);
+        fg_lin_free_grads(gin, 5);
     return s;
 }
 
@@ -262,22 +252,7 @@ static fg_status mlp_master_impl(fg_tensor *x, fg_tensor *w1, fg_tensor *b1,
     fg_tensor *in[5] = {x, w1, b1, w2, b2},
               *lin[5] = {x, l[0], l[1], l[2], l[3]};
     FG_TRY(fg_lin_check_mlp(fn, lin));
-    fg_arena *dom = fg_alloc_domain(in, 5);
-    fg_tensor *h = NULL, *a = NULL, *y = NULL;
-    fg_status s = fg_lin_mlp_hidden(dom, x, l[0], l[1], &h, &a);
-    if (s == FG_OK)
-        s = fg_lin_affine(dom, a, l[2], l[3], &y);
-    if (s == FG_OK) {
-        fg_tensor *saved[5] = {x, l[0], l[2], h, a};
-        s = fg_op_finish(&mm_def, in, 5, &y, 1, saved, 5, NULL, 0);
-        if (s == FG_OK)
-            *out = y;
-    } else {
-        fg_tensor_free(y);
-    }
-    fg_tensor_free(h);
-    fg_tensor_free(a);
-    return s;
+    return fg_lin_mlp_record(&mm_def, in, lin, fg_alloc_domain(in, 5), out);
 }
 
 fg_status fg_mlp_master(fg_tensor *x, fg_tensor *w1, fg_tensor *b1,
