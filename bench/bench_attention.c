@@ -8,6 +8,9 @@
  *   bench_attention [--csv FILE] [--reps R] [--quick] [--d D] [--N N]
  *                   [--causal 0|1]   (the last three select one cell)
  *                   [--dropout P]    dropout probability (default 0)
+ *                   [--tokens T] [--hidden W]  B = T / N, H = W / d
+ *                              (default 16384 and 2048; GPT-2-small's
+ *                              attention: --tokens 16384 --hidden 768)
  *                   [--check]  also compare every cell's O, dQ, dK, dV with
  *                              the general kernels (fp32 inside; slow)
  *                   [--mem]    peak memory of fwd+bwd at N = 16k and 64k
@@ -279,7 +282,7 @@ int main(int argc, char **argv)
 {
     const char *csv_path = NULL;
     int reps = 10, quick = 0, one_d = 0, one_n = 0, one_causal = -1;
-    int check = 0, mem = 0;
+    int check = 0, mem = 0, tokens = 16384, hidden = 2048;
     double dropout = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--csv") && i + 1 < argc)
@@ -300,13 +303,21 @@ int main(int argc, char **argv)
             one_causal = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--dropout") && i + 1 < argc)
             dropout = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
+            tokens = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--hidden") && i + 1 < argc)
+            hidden = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: %s [--csv FILE] [--reps R] [--quick] "
-                            "[--d D] [--N N] [--causal 0|1] [--dropout P] [--check] "
-                            "[--mem]\n",
+                            "[--d D] [--N N] [--causal 0|1] [--dropout P] "
+                            "[--tokens T] [--hidden W] [--check] [--mem]\n",
                     argv[0]);
             return 2;
         }
+    }
+    if (tokens <= 0 || hidden <= 0) {
+        fprintf(stderr, "bench_attention: --tokens and --hidden must be positive\n");
+        return 2;
     }
     if (!(dropout >= 0 && dropout < 1)) {
         fprintf(stderr, "bench_attention: --dropout must be in [0, 1)\n");
@@ -348,7 +359,9 @@ int main(int argc, char **argv)
                     if ((one_d && d != one_d) || (one_n && N != one_n) ||
                         (one_causal >= 0 && causal != one_causal))
                         continue;
-                    const int B = 16384 / N, H = 2048 / d;
+                    const int B = tokens / N, H = hidden / d;
+                    if (B < 1 || H < 1)
+                        continue;
                     result r = run(dts[di], B, N, H, d, causal, dropout, reps, check);
                     printf("%-5s %4d %6d %4d %4d %6d %9.3f %9.3f %8.1f %8.1f %10.2e%s\n",
                            fg_dtype_name(dts[di]), d, N, B, H, causal, r.fwd_ms,

@@ -173,7 +173,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                       const __grid_constant__ CUtensorMap tmV,
                       const __grid_constant__ CUtensorMap tmO,
                       const __grid_constant__ CUtensorMap tmB,
-                      const __grid_constant__ CUtensorMap tmDB, const int bias_flags)
+                      const __grid_constant__ CUtensorMap tmDB, const int bias_flags,
+                      const int order)
 {
 #ifdef FG_WGMMA_ENABLED
     /* kModes 3 and 7 run the key blocks of sequence b of a packed or key-padded
@@ -192,9 +193,20 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * 268 MB of sums per batch). The blocks of one (batch, head) keep
      * their order, as the deterministic dQ needs. */
     const bool bfirst = kMode == 5 && (bias_flags & 8);
-    const int gx = bfirst ? (int)blockIdx.y : (int)blockIdx.x;
-    const int hk = bfirst ? (int)blockIdx.z : (int)blockIdx.y;
-    const int b = bfirst ? (int)blockIdx.x : (int)blockIdx.z;
+    /* otherwise (key block, head, batch), longest first under a mask
+     * (grid_pos; order 0, the natural order, in deterministic mode, whose
+     * dQ turns wait on the later key blocks of the same head) */
+    int gx, hk, b;
+    if (bfirst) {
+        gx = (int)blockIdx.y;
+        hk = (int)blockIdx.z;
+        b = (int)blockIdx.x;
+    } else {
+        int pair;
+        grid_pos(order, &gx, &pair);
+        hk = pair % args.Hk;
+        b = pair / args.Hk;
+    }
     AttnArgs seq;
     int64_t q_row0 = 0, k_row0 = 0;
     int tb = b, nk_rows = args.Nk; /* TMA batch coordinate; key rows */
@@ -1167,8 +1179,13 @@ fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
     const unsigned nkb = (unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc);
     const dim3 grid = kMode == 5 && (m.bias_flags & 8) ? dim3((unsigned)a.B, nkb, (unsigned)a.Hk)
                                                        : dim3(nkb, (unsigned)a.Hk, (unsigned)a.B);
+    /* longest first under a mask (grid_pos); never with the deterministic
+     * dQ's turns or the batch-first grid */
+    int order = 0;
+    if (!a.dq_sem && !(kMode == 5 && (m.bias_flags & 8)))
+        FG_TRY(grid_order((int)nkb, a.Hk * a.B, 1, kMode != 0, &order));
     kern<<<grid, BwdSpec<D, kDr>::kThreads, smem, st>>>(a, m.q, m.k, m.v, m.o, m.bias, m.dbias,
-                                                         kMode == 5 ? m.bias_flags : 0);
+                                                         kMode == 5 ? m.bias_flags : 0, order);
     FG_CUDA_TRY_LAUNCH();
     return FG_OK;
 }

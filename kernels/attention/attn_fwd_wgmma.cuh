@@ -86,7 +86,8 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                       const __grid_constant__ CUtensorMap tmQ,
                       const __grid_constant__ CUtensorMap tmK,
                       const __grid_constant__ CUtensorMap tmV,
-                      const __grid_constant__ CUtensorMap tmB, const int bias_tma)
+                      const __grid_constant__ CUtensorMap tmB, const int bias_tma,
+                      const int order)
 {
 #ifdef FG_WGMMA_ENABLED
     /* kMode 3 runs sequence b of a packed or key-padded batch as a problem
@@ -97,15 +98,18 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * modes read args itself, as before. */
     constexpr bool kRagged = kmode_ragged(kMode);
     constexpr bool kMods = kmode_mods(kMode); /* softcap, ALiBi, bias */
+    int blk, pair; /* grid_pos: the query block (before reversal), b H + h */
+    grid_pos(order, &blk, &pair);
+    const int h = pair % args.H, b = pair / args.H;
     AttnArgs seq;
     int64_t q_row0 = 0, k_row0 = 0;
-    int tb = blockIdx.z; /* the TMA batch coordinate */
+    int tb = b; /* the TMA batch coordinate */
     if constexpr (kRagged) {
         int nk_rows;
-        seq = seq_args<T, float>(args, blockIdx.z, &nk_rows);
+        seq = seq_args<T, float>(args, b, &nk_rows);
         if (args.cu_q) {
-            q_row0 = args.cu_q[blockIdx.z];
-            k_row0 = args.cu_k[blockIdx.z];
+            q_row0 = args.cu_q[b];
+            k_row0 = args.cu_k[b];
             tb = 0;
         }
     }
@@ -129,9 +133,10 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     const int wg = WG == 1 ? 0 : __shfl_sync(0xffffffffu, (int)threadIdx.x >> 7, 0);
     const int warp = (threadIdx.x >> 5) & 3;
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    const int mblk = kMode != 0 ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    /* masked: the longest query blocks (the last) first */
+    const int mblk = kMode != 0 ? gridDim.x - 1 - blk : blk;
     const int64_t i0 = (int64_t)mblk * Br;
-    const int h = blockIdx.y, b = blockIdx.z, hk = h / a.group;
+    const int hk = h / a.group;
     const int64_t bh = (int64_t)b * a.H + h;
     if (kRagged && i0 >= a.Nq) /* past this sequence: the grid fits the longest */
         return;
@@ -525,7 +530,11 @@ fg_status launch(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
                                      (int)smem));
     dim3 grid((unsigned)((a.Nq + Tile::kBr - 1) / Tile::kBr), (unsigned)a.H,
               (unsigned)a.B);
-    kern<<<grid, FwdSpec<WG, kDr>::kThreads, smem, st>>>(a, m.q, m.k, m.v, m.bias, btma);
+    /* the natural order unless FG_ATTN_LPT says otherwise (grid_order) */
+    int order = 0;
+    FG_TRY(grid_order((int)grid.x, a.H * a.B, Tile::kMinBlocks, false, &order));
+    kern<<<grid, FwdSpec<WG, kDr>::kThreads, smem, st>>>(a, m.q, m.k, m.v, m.bias, btma,
+                                                         order);
     FG_CUDA_TRY_LAUNCH();
     return FG_OK;
 }
