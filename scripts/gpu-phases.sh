@@ -64,6 +64,9 @@
 #                interleaved over two rounds, then each one's profiled
 #                GPT-2-small step: a training-side change A/B in one call;
 #                $OUT/trainab.txt
+#   gemms        the GPT-2-small step's GEMM shapes timed by the autotune
+#                (FG_GEMM_AUTOTUNE=2): each shape's heuristic first choice
+#                and its best of eight, with TFLOP/s; $OUT/gemms.txt
 #   benchab      FG_AB_CMD (e.g. "bench/bench_layernorm --reps 10") in the
 #                build tree and in ref's, two rounds; $OUT/benchab.txt
 #   dpspeed      flashgrad-train data parallel over --rendezvous, 1, 2, 4
@@ -205,13 +208,29 @@ suites() {
         fi
         [ -x "$s" ] && list="$list tests/$(basename "$s")"
     done
-    (cd "$B" && timeout "${FG_SUITE_TIMEOUT:-540}" make -j12 check TESTS="$list" \
-        >"$W/suites.log" 2>&1)
+    # Check's XML report into each suite's log: the time of every test
+    (cd "$B" && CK_XML_LOG_FILE_NAME=/dev/stdout timeout "${FG_SUITE_TIMEOUT:-540}" \
+        make -j12 check TESTS="$list" >"$W/suites.log" 2>&1)
     echo "make check: exit $?"
     for s in $list; do
         printf '%-28s %s %s\n' "$s" "$(sed -n 's/^:test-result: //p' "$B/$s.trs" 2>/dev/null | head -n 1)" \
             "$(grep -Eo 'Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' "$B/$s.log" | tail -n 1)"
     done
+    # where the device time went: each suite's summed test time and its
+    # three slowest tests (all iterations of a loop test together)
+    for s in $list; do
+        awk -v name="${s#tests/}" '
+            /<id>/ { gsub(/.*<id>|<\/id>.*/, ""); id = $0 }
+            /<test / { intest = 1 }
+            intest && /<duration>/ { gsub(/.*<duration>|<\/duration>.*/, "")
+                t[id] += $0; n[id]++; tot += $0; intest = 0 }
+            END { if (!tot) exit
+                printf "%-22s %6.1f s:", name, tot
+                for (k = 0; k < 3; k++) { b = ""; for (i in t) if (b == "" || t[i] > t[b]) b = i
+                    if (b == "") break
+                    printf " %s %.1f s (%d)", b, t[b], n[b]; delete t[b] }
+                printf "\n" }' "$B/$s.log"
+    done | tee "$OUT/suite-times.txt"
     # the suites without Check's summary (test_gpu_dist) and any failure:
     # their logs come back in $OUT/suites/
     mkdir -p "$OUT/suites"
@@ -448,6 +467,23 @@ trainab() {
     T=$keep
     grep -A8 '^== ' "$OUT/trainab.txt"
 }
+# gemms: the autotune's per-shape medians of a short GPT-2-small run
+gemms() {
+    log "GEMM shapes of the GPT-2-small step (autotune timings)"
+    # shellcheck disable=SC2086 # G2: words
+    FG_GEMM_AUTOTUNE=2 fgt g2s-gemms $G2 --dropout 0.1 --batch "${FG_G2_BATCH:-16}" \
+        --steps 3 --print-interval 1
+    grep '^gemm_lt autotune' "$W/g2s-gemms.log" | awk '
+        { key = $0; sub(/: candidate.*/, "", key); ms = $(NF - 1); c = $(NF - 2)
+          sub(/:/, "", c)
+          if (!(key in first)) { first[key] = ms; order[++n] = key }
+          if (!(key in best) || ms < best[key]) best[key] = ms }
+        END { for (i = 1; i <= n; i++) { k = order[i]; split(k, f, " ")
+                fl = 2 * f[4] * f[6] * f[8]
+                printf "%-60s first %.4f ms (%.0f TF/s) best %.4f ms (%.0f TF/s)\n",
+                       k, first[k], fl / first[k] / 1e9, best[k], fl / best[k] / 1e9 } }' \
+        | tee "$OUT/gemms.txt"
+}
 # benchab: FG_AB_CMD (a program of the build tree and its arguments, e.g.
 # "bench/bench_layernorm --reps 10") on the build and on ref, two rounds
 # interleaved; $OUT/benchab.txt.
@@ -486,7 +522,7 @@ rings() {
 
 for ph in "$@"; do # every phase known before any runs
     case $ph in
-    san:?* | build | buildref | modules | cells | ncu | suites | sweep | variants | det | detsan | bias | modes | torch | train | quality | trainab | benchab | dpspeed | dpeq | rings) ;;
+    san:?* | build | buildref | modules | cells | ncu | suites | sweep | variants | det | detsan | bias | modes | torch | train | quality | trainab | gemms | benchab | dpspeed | dpeq | rings) ;;
     *) echo "gpu-phases.sh: unknown phase '$ph'" >&2; exit 2 ;;
     esac
 done
