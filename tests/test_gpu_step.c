@@ -531,9 +531,18 @@ static int same_bits(const fg_tensor *a, const fg_tensor *b)
  * out-of-place split-K); parameters with a tensor hook take the general
  * path (a fresh fp32 gradient, then the engine's addition), and the two
  * must agree bit for bit (the engine's backward_acc contract). 8192 rows
- * against a 128 x 192 weight: the long-K shape that uses split-K. */
+ * against a 128 x 192 weight: the long-K shape that uses split-K. Loop
+ * index: cuBLASLt's own split (FG_WGRAD_SPLITK unset), then the batched
+ * split of gemm_lt.cu (auto: 8 slices of 1024 rows here; 4), whose
+ * switch is read once per process: each test runs in a child of its own
+ * (under CK_FORK=no, the sanitizer runs', the first setting holds). */
 START_TEST(test_linear_master)
 {
+    static const char *const split[3] = {NULL, "auto", "4"};
+    if (split[_i])
+        setenv("FG_WGRAD_SPLITK", split[_i], 1);
+    else
+        unsetenv("FG_WGRAD_SPLITK");
     enum { B = 4, T = 2048, K = 128, N = 192, MR = B * T };
     fgt_rng r = fgt_rng_for(0x2e66);
     fg_tensor *xc, *wc, *bc, *uc;
@@ -579,8 +588,8 @@ START_TEST(test_linear_master)
                 got[j] /= pass;
             const double err = fgt_max_diff(got, refs[i], ns[i]) /
                                fgt_max_abs(refs[i], (size_t)ns[i]);
-            fprintf(stderr, "fg_linear_master pass %d %s: error %.3g\n",
-                    pass, i ? "db" : "dw", err);
+            fprintf(stderr, "fg_linear_master (split %s) pass %d %s: error %.3g\n",
+                    split[_i] ? split[_i] : "cuBLASLt", pass, i ? "db" : "dw", err);
             ck_assert_msg(err <= 1e-5, "pass %d %s: error %.3g", pass,
                           i ? "db" : "dw", err);
             free(got);
@@ -867,7 +876,7 @@ int main(void)
     tcase_add_test(tc, test_linear_epilogue);
     tcase_add_test(tc, test_linear_bgrad_accumulates);
     tcase_add_test(tc, test_mlp_epilogues);
-    tcase_add_test(tc, test_linear_master);
+    tcase_add_loop_test(tc, test_linear_master, 0, 3);
     tcase_add_test(tc, test_mlp_master);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
