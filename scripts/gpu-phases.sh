@@ -63,7 +63,8 @@
 #                FG_AB_BUILD_ENV="VAR=1 ..." set for the build's runs only),
 #                interleaved over two rounds, then each one's profiled
 #                GPT-2-small step: a training-side change A/B in one call;
-#                $OUT/trainab.txt
+#                $OUT/trainab.txt. FG_REF=/tmp/fg-b (no buildref): the
+#                build against itself, FG_AB_BUILD_ENV the only difference
 #   gemms        the GPT-2-small step's GEMM shapes timed by the autotune
 #                (FG_GEMM_AUTOTUNE=2): each shape's heuristic first choice
 #                and its best of eight, with TFLOP/s; $OUT/gemms.txt
@@ -81,7 +82,7 @@ set -uo pipefail
 export NCCL_NVLS_ENABLE=0 # NVLink multicast stays off (the device notes)
 K=$(cd "$(dirname "$0")/../.." && pwd)
 B=${FG_B:-/tmp/fg-b}
-R=/tmp/fg-ref
+R=${FG_REF:-/tmp/fg-ref} # FG_REF=/tmp/fg-b: trainab / benchab against the build itself (an A/B of FG_AB_BUILD_ENV alone)
 W=/tmp/fg-out
 OUT=${OUT:-$W}
 mkdir -p "$W" "$OUT"
