@@ -28,7 +28,9 @@
 #                dropout kernels); $OUT/cells.txt
 #   ncu          Nsight Compute on one kernel of one cell (FG_NCU_CELL,
 #                default "--d 128 --N 8192 --causal 0"; FG_NCU_KERNEL, a
-#                regex, default attn_bwd_wgmma_kernel) with each module as
+#                regex, default attn_bwd_wgmma_kernel; FG_NCU_CMD another
+#                program of the build, e.g. "bench/bench_layernorm --cols
+#                768 --reps 3" with FG_NCU_KERNEL=ln_bwd_reg) with each module as
 #                in cells: $OUT/ncu-NAME.txt (speed of light, scheduler and
 #                warp-state sections) and $OUT/ncu-NAME-sass.csv (stall
 #                samples per SASS instruction); clocks untouched
@@ -180,14 +182,18 @@ cells() {
 
 ncu_phase() {
     local m n mods cell=${FG_NCU_CELL:---d 128 --N 8192 --causal 0}
-    log "ncu: ${FG_NCU_KERNEL:-attn_bwd_wgmma_kernel} of $cell with each module"
+    # FG_NCU_CMD: another program of the build tree and its arguments
+    # (e.g. "bench/bench_layernorm --cols 768 --reps 3" with
+    # FG_NCU_KERNEL=ln_bwd_reg); default bench_attention on the cell
+    local cmd=${FG_NCU_CMD:-bench/bench_attention $cell --reps 3}
+    log "ncu: ${FG_NCU_KERNEL:-attn_bwd_wgmma_kernel} of $cmd with each module"
     modlist
     for m in "${mods[@]}"; do
         n=$(modname "$m")
-        # shellcheck disable=SC2086 # a cell: words
+        # shellcheck disable=SC2086 # a command: words
         FG_CUDA_BACKEND=$m timeout 240 ncu --clock-control none \
             -k "regex:${FG_NCU_KERNEL:-attn_bwd_wgmma_kernel}" -s 2 -c 1 --set full \
-            --import-source no -o "$W/ncu-$n" -f "$B/bench/bench_attention" $cell --reps 3 \
+            --import-source no -o "$W/ncu-$n" -f "$B"/$cmd \
             >"$W/ncu-$n.log" 2>&1 || { echo "$n: ncu failed"; tail -n 5 "$W/ncu-$n.log"; continue; }
         ncu -i "$W/ncu-$n.ncu-rep" --page details --section SpeedOfLight --section Occupancy \
             --section SchedulerStats --section WarpStateStats --section InstructionStats \
