@@ -60,6 +60,17 @@ __device__ __forceinline__ void load_n(const S *p, A *out)
         out[k] = (A)Num<S>::ld(e[k]);
 }
 
+/* The V elements of S held in raw (as load_n reads them), in A. */
+template <typename S, int V, typename R, typename A>
+__device__ __forceinline__ void raw_n(const R &raw, A *out)
+{
+    static_assert(sizeof(R) == sizeof(S) * V, "one vector");
+    const S *e = reinterpret_cast<const S *>(&raw);
+#pragma unroll
+    for (int k = 0; k < V; k++)
+        out[k] = (A)Num<S>::ld(e[k]);
+}
+
 template <typename S, int V, typename A>
 __device__ __forceinline__ void store_n(S *p, const A *in)
 {
@@ -124,15 +135,15 @@ __device__ __forceinline__ unsigned join_keep(const LnJoin<T, Tv> &J,
            ((r.z >> 8) < J.thr ? 4u : 0u) | ((r.w >> 8) < J.thr ? 8u : 0u);
 }
 
-/* v (x's 4 elements from e) += the dropped branch; stores the sum to xo.
- * __dmul_rn: never contracted with the add (as in the chain). */
+/* v (x's 4 elements from e) += the dropped branch (its 4 elements at e,
+ * raw as loaded: the caller loads every vector first); stores the sum to
+ * xo. __dmul_rn: never contracted with the add (as in the chain). */
 template <typename T, typename Tv, typename A>
 __device__ __forceinline__ void join_forward(const LnJoin<T, Tv> &J,
-                                             int64_t e, A *v)
+                                             int64_t e, A *v,
+                                             const typename Bytes<4 * sizeof(Tv)>::type &raw)
 {
     const unsigned keep = join_keep(J, e);
-    typedef typename Bytes<4 * sizeof(Tv)>::type R;
-    const R raw = *reinterpret_cast<const R *>(J.b + e);
     const Tv *bv = reinterpret_cast<const Tv *>(&raw);
 #pragma unroll
     for (int k = 0; k < 4; k++) {
@@ -212,6 +223,11 @@ __device__ __forceinline__ void for_own(int64_t C, F f)
     }
 }
 
+/* The raw vector of the branch's 4 elements (JOIN only; a placeholder
+ * otherwise, where 4 elements of y may have no vector type). */
+template <bool JOIN, size_t N> struct JoinRaw { typedef int type; };
+template <size_t N> struct JoinRaw<true, N> { typedef typename Bytes<N>::type type; };
+
 /* Mean and variance in two passes over the registers. JOIN: the row is
  * x + dropout(J.b) (join_forward; V == 4). */
 template <typename T, typename To, int V, bool JOIN = false>
@@ -228,20 +244,31 @@ ln_fwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
     const int64_t row = row_index();
     const bool live = row < R;
     const T *xr = x + (live ? row : 0) * C;
+    /* every load first, branch-free (lanes past the row read its start
+     * and zero it), then the arithmetic: as in ln_bwd_reg, one round trip
+     * for the row instead of one per vector */
+    typedef typename JoinRaw<JOIN, 4 * sizeof(To)>::type Rb;
     A v[NV][V], s[1] = {A(0)};
+    Rb braw[NV];
 #pragma unroll
     for (int i = 0; i < NV; i++) {
         const int64_t j = ((int64_t)i * blockDim.x + threadIdx.x) * V;
-        if (live && j < C) {
-            load_n<T, V>(xr + j, v[i]);
-            if constexpr (JOIN) {
-                static_assert(V == 4, "one Philox group per vector");
-                join_forward(J, row * C + j, v[i]);
-            }
-        } else {
+        const bool own = live && j < C;
+        load_n<T, V>(xr + (own ? j : 0), v[i]);
+        if constexpr (JOIN) {
+            static_assert(V == 4, "one Philox group per vector");
+            braw[i] = *reinterpret_cast<const Rb *>(J.b + (own ? row * C + j : 0));
+        }
 #pragma unroll
-            for (int k = 0; k < V; k++)
-                v[i][k] = A(0);
+        for (int k = 0; k < V; k++)
+            v[i][k] = own ? v[i][k] : A(0);
+    }
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        if constexpr (JOIN) {
+            const int64_t j = ((int64_t)i * blockDim.x + threadIdx.x) * V;
+            if (live && j < C)
+                join_forward(J, row * C + j, v[i], braw[i]);
         }
 #pragma unroll
         for (int k = 0; k < V; k++)
@@ -290,7 +317,7 @@ ln_fwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
  * the branch's gradient from the final dx too (join_backward; V == 4, dx
  * non-NULL). */
 template <typename T, typename Tg, int V, bool JOIN = false>
-__global__ void __launch_bounds__(LN_TPR_MAX, JOIN ? 2 : 0)
+__global__ void __launch_bounds__(LN_TPR_MAX, JOIN || V > 1 ? 2 : 0)
 ln_bwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
            const typename Num<T>::A *__restrict__ mean,
            const typename Num<T>::A *__restrict__ rstd,
@@ -320,14 +347,30 @@ ln_bwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
         const A mu = live ? mean[row] : A(0), rs = live ? rstd[row] : A(0);
         const T *xr = x + (live ? row : 0) * C;
         const Tg *gr = g + (live ? row : 0) * C;
+        /* Every load of the row group first, then the arithmetic. Loaded
+         * and used vector by vector, each vector's loads sat behind a
+         * branch after the last one's math: one DRAM round trip per
+         * vector (H200, 16384 x 768: 2.2 TB/s). Branch-free loads (lanes
+         * past the row read its start and zero it) keep them in flight
+         * together. */
         A xh[NV][V], gv[NV][V], s[2] = {A(0), A(0)};
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            const int64_t j = ((int64_t)i * blockDim.x + threadIdx.x) * V;
+            const bool own = live && j < C;
+            load_n<T, V>(xr + (own ? j : 0), xh[i]);
+            load_n<Tg, V>(gr + (own ? j : 0), gv[i]);
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                xh[i][k] = own ? xh[i][k] : A(0);
+                gv[i][k] = own ? gv[i][k] : A(0);
+            }
+        }
 #pragma unroll
         for (int i = 0; i < NV; i++) {
             const int64_t j = ((int64_t)i * blockDim.x + threadIdx.x) * V;
             if (live && j < C) {
                 A wv[V];
-                load_n<T, V>(xr + j, xh[i]);
-                load_n<Tg, V>(gr + j, gv[i]);
                 load_par<T, V>(w, ws, j, A(1), wv);
 #pragma unroll
                 for (int k = 0; k < V; k++) {
@@ -336,10 +379,6 @@ ln_bwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
                     s[0] += wg;
                     s[1] = d_fma(wg, xh[i][k], s[1]);
                 }
-            } else {
-#pragma unroll
-                for (int k = 0; k < V; k++)
-                    xh[i][k] = gv[i][k] = A(0);
             }
         }
         group_sums(s, sh);
