@@ -215,9 +215,12 @@ suites() {
         fi
         [ -x "$s" ] && list="$list tests/$(basename "$s")"
     done
-    # Check's XML report into each suite's log: the time of every test
-    (cd "$B" && CK_XML_LOG_FILE_NAME=/dev/stdout timeout "${FG_SUITE_TIMEOUT:-540}" \
-        make -j12 check TESTS="$list" >"$W/suites.log" 2>&1)
+    # Check's XML report beside each suite's log (tests/NAME.xml; the
+    # harness's $log): the time of every test
+    # shellcheck disable=SC2016 # expanded by the harness's shell, not here
+    (cd "$B" && timeout "${FG_SUITE_TIMEOUT:-540}" make -j12 check TESTS="$list" \
+        TESTS_ENVIRONMENT='CK_XML_LOG_FILE_NAME=$${log%.log}.xml; export CK_XML_LOG_FILE_NAME;' \
+        >"$W/suites.log" 2>&1)
     echo "make check: exit $?"
     for s in $list; do
         printf '%-28s %s %s\n' "$s" "$(sed -n 's/^:test-result: //p' "$B/$s.trs" 2>/dev/null | head -n 1)" \
@@ -236,7 +239,7 @@ suites() {
                 for (k = 0; k < 3; k++) { b = ""; for (i in t) if (b == "" || t[i] > t[b]) b = i
                     if (b == "") break
                     printf " %s %.1f s (%d)", b, t[b], n[b]; delete t[b] }
-                printf "\n" }' "$B/$s.log"
+                printf "\n" }' "$B/$s.xml" 2>/dev/null
     done | tee "$OUT/suite-times.txt"
     # the suites without Check's summary (test_gpu_dist) and any failure:
     # their logs come back in $OUT/suites/
