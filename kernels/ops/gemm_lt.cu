@@ -222,7 +222,8 @@ struct LtScalars {
 constexpr int kCand = 8; /* heuristic answers FG_GEMM_AUTOTUNE times */
 
 /* FG_GEMM_AUTOTUNE: 1 on, 2 on and each shape's timings on stderr (a
- * measurement aid, like the profiler's table); else 0. */
+ * measurement aid, like the profiler's table; with FG_WGRAD_SPLITK also
+ * each split shape's slices, or that cuBLASLt refused them); else 0. */
 int autotune_env()
 {
     static const int level = [] {
@@ -397,6 +398,10 @@ fg_status choose(cublasLtHandle_t h, const fg_cuda_lt_gemm *g, LtCall *lc,
         FG_CUBLAS_TRY(hs);
     entry->key = key;
     entry->found = hs == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (key.splits > 1 && autotune_level() > 1) /* which path ran */
+        fprintf(stderr, "gemm_lt split-K M %lld N %lld K %lld: %d slices%s\n",
+                (long long)key.M, (long long)key.N, (long long)key.K,
+                key.splits, entry->found ? "" : " refused, one piece");
     if (entry->found && found > 1)
         FG_TRY(autotune(h, g, lc, hr, found, ws_ptr, ws, &pick));
     if (entry->found)
