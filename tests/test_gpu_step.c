@@ -493,8 +493,12 @@ static void check_mlp(fg_dtype dt, double tol)
     fgt_free_all(all, 6);
 }
 
+/* Loop index 1 of both: FG_GEMM_LT=0, the unfused paths (where cuBLASLt
+ * has no algorithm), against the same references. */
 START_TEST(test_mlp_epilogues)
 {
+    if (_i == 1)
+        setenv("FG_GEMM_LT", "0", 1);
     check_mlp(FG_FP64, 1e-12);
     check_mlp(FG_FP32, 1e-3);
     check_mlp(FG_BF16, 0.03125);
@@ -503,6 +507,8 @@ END_TEST
 
 START_TEST(test_linear_epilogue)
 {
+    if (_i == 1)
+        setenv("FG_GEMM_LT", "0", 1);
     check_linear(FG_FP64, 1e-12);
     check_linear(FG_FP32, 1e-5);
     check_linear(FG_BF16, 3 * 0.0078125);
@@ -533,16 +539,20 @@ static int same_bits(const fg_tensor *a, const fg_tensor *b)
  * must agree bit for bit (the engine's backward_acc contract). 8192 rows
  * against a 128 x 192 weight: the long-K shape that uses split-K. Loop
  * index: cuBLASLt's own split (FG_WGRAD_SPLITK unset), then the batched
- * split of gemm_lt.cu (auto: 8 slices of 1024 rows here; 4), whose
- * switch is read once per process: each test runs in a child of its own
- * (under CK_FORK=no, the sanitizer runs', the first setting holds). */
+ * split of gemm_lt.cu (auto: 8 slices of 1024 rows here; 4), then the
+ * unfused path that runs where cuBLASLt has no algorithm (FG_GEMM_LT=0).
+ * The switches are read once per process: each test runs in a child of
+ * its own (under CK_FORK=no, the sanitizer runs', the first setting
+ * holds). */
 START_TEST(test_linear_master)
 {
     static const char *const split[3] = {NULL, "auto", "4"};
-    if (split[_i])
+    if (_i < 3 && split[_i])
         setenv("FG_WGRAD_SPLITK", split[_i], 1);
     else
         unsetenv("FG_WGRAD_SPLITK");
+    if (_i == 3) /* the unfused path (cuBLASLt refused) */
+        setenv("FG_GEMM_LT", "0", 1);
     enum { B = 4, T = 2048, K = 128, N = 192, MR = B * T };
     fgt_rng r = fgt_rng_for(0x2e66);
     fg_tensor *xc, *wc, *bc, *uc;
@@ -588,8 +598,9 @@ START_TEST(test_linear_master)
                 got[j] /= pass;
             const double err = fgt_max_diff(got, refs[i], ns[i]) /
                                fgt_max_abs(refs[i], (size_t)ns[i]);
-            fprintf(stderr, "fg_linear_master (split %s) pass %d %s: error %.3g\n",
-                    split[_i] ? split[_i] : "cuBLASLt", pass, i ? "db" : "dw", err);
+            fprintf(stderr, "fg_linear_master (%s) pass %d %s: error %.3g\n",
+                    _i == 3 ? "unfused" : split[_i] ? split[_i] : "cuBLASLt",
+                    pass, i ? "db" : "dw", err);
             ck_assert_msg(err <= 1e-5, "pass %d %s: error %.3g", pass,
                           i ? "db" : "dw", err);
             free(got);
@@ -612,9 +623,12 @@ END_TEST
  * bit; the four parameter gradients in fp32 within the bf16 bound of
  * check_mlp (2^-5 of the largest entry: h, gelu(h) and dh are bf16 on
  * both paths) of the fp64 reference, and hooked twins (general path) bit
- * for bit equal, over two backwards. */
+ * for bit equal, over two backwards. Loop index 1: the unfused path
+ * (FG_GEMM_LT=0, as where cuBLASLt has no algorithm). */
 START_TEST(test_mlp_master)
 {
+    if (_i == 1)
+        setenv("FG_GEMM_LT", "0", 1);
     static const int64_t shapes[5][3] = {
         {MB, MT, MC}, {MC, MH, 0}, {MH, 0, 0}, {MH, MD, 0}, {MD, 0, 0}};
     static const int nds[5] = {3, 2, 1, 2, 1};
@@ -873,11 +887,11 @@ int main(void)
     tcase_add_test(tc, test_adamw_writes_copies);
     tcase_add_test(tc, test_adamw_matches_cpu);
     tcase_add_test(tc, test_adamw_clip_fused);
-    tcase_add_test(tc, test_linear_epilogue);
+    tcase_add_loop_test(tc, test_linear_epilogue, 0, 2);
     tcase_add_test(tc, test_linear_bgrad_accumulates);
-    tcase_add_test(tc, test_mlp_epilogues);
-    tcase_add_loop_test(tc, test_linear_master, 0, 3);
-    tcase_add_test(tc, test_mlp_master);
+    tcase_add_loop_test(tc, test_mlp_epilogues, 0, 2);
+    tcase_add_loop_test(tc, test_linear_master, 0, 4);
+    tcase_add_loop_test(tc, test_mlp_master, 0, 2);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }
