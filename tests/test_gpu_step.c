@@ -425,6 +425,34 @@ static void mlp_reference(double *const *in, const double *u, double **out)
     free(dh);
 }
 
+/* Element counts of the MLP reference's outputs: y, dx, dw1, db1, dw2, db2. */
+static const int64_t mlp_n[6] = {MR * MD, MR * MC, MC * MH, MH, MH * MD, MD};
+
+/* The upstream gradient: *uc drawn from r (fp64), *u on the device in dt,
+ * *hu its rounded values; ref[0..5] the fp64 reference of y and the five
+ * gradients from the inputs' values hv and hu (mlp_ref_free). */
+static void mlp_upstream_ref(fgt_rng *r, fg_dtype dt, double *const *hv,
+                             fg_tensor **uc, fg_tensor **u, double **hu,
+                             double **ref)
+{
+    *uc = fgt_rand(r, FG_FP64, FG_SHAPE(MB, MT, MD), 1.0, 0.01, 0);
+    *u = to_dev(*uc, dt, 0);
+    *hu = fgt_host(*u);
+    for (int i = 0; i < 6; i++)
+        ref[i] = calloc((size_t)mlp_n[i], 8);
+    mlp_reference(hv, *hu, ref);
+}
+
+/* The host buffers of mlp_upstream_ref and the inputs' values. */
+static void mlp_ref_free(double **ref, double **hv, double *hu)
+{
+    for (int i = 0; i < 6; i++)
+        free(ref[i]);
+    for (int i = 0; i < 5; i++)
+        free(hv[i]);
+    free(hu);
+}
+
 /* fg_mlp on the GPU (GELU_AUX_BIAS and BIAS forward; BGRADA for dw2/db2
  * and dw1/db1, DGELU and a plain GEMM backward) against the fp64
  * reference on the same rounded values and against the unfused kernels (fg_linear, fg_gelu,
@@ -450,14 +478,10 @@ static void check_mlp(fg_dtype dt, double tol)
         uf[i] = to_dev(hc[i], dt, 1);
         hv[i] = fgt_host(f[i]); /* the values as rounded to dt */
     }
-    fg_tensor *uc = fgt_rand(&r, FG_FP64, FG_SHAPE(MB, MT, MD), 1.0, 0.01, 0);
-    fg_tensor *u = to_dev(uc, dt, 0);
-    double *hu = fgt_host(u);
-    const int64_t n[6] = {MR * MD, MR * MC, MC * MH, MH, MH * MD, MD};
-    double *ref[6];
-    for (int i = 0; i < 6; i++)
-        ref[i] = calloc((size_t)n[i], 8);
-    mlp_reference(hv, hu, ref);
+    fg_tensor *uc, *u;
+    double *hu, *ref[6];
+    mlp_upstream_ref(&r, dt, hv, &uc, &u, &hu, ref);
+    const int64_t *n = mlp_n;
     fg_tensor *y = NULL, *yu = NULL, *h = NULL, *a = NULL;
     FGT_OK(fg_mlp(f[0], f[1], f[2], f[3], f[4], &y));
     ck_assert_str_eq(fg_node_name(fg_tensor_grad_fn(y)), "MlpBackward");
@@ -481,11 +505,7 @@ static void check_mlp(fg_dtype dt, double tol)
         free(g);
         free(gu);
     }
-    for (int i = 0; i < 6; i++)
-        free(ref[i]);
-    for (int i = 0; i < 5; i++)
-        free(hv[i]);
-    free(hu);
+    mlp_ref_free(ref, hv, hu);
     fgt_free_all(f, 5);
     fgt_free_all(uf, 5);
     fgt_free_all(hc, 5);
@@ -656,14 +676,10 @@ START_TEST(test_mlp_master)
     fg_hook *hk[4];
     for (int i = 0; i < 4; i++)
         FGT_OK(fg_tensor_register_hook(t[i + 1], noop_hook, NULL, &hk[i]));
-    fg_tensor *uc = fgt_rand(&r, FG_FP64, FG_SHAPE(MB, MT, MD), 1.0, 0.01, 0);
-    fg_tensor *u = to_dev(uc, FG_BF16, 0);
-    double *hu = fgt_host(u);
-    const int64_t n[6] = {MR * MD, MR * MC, MC * MH, MH, MH * MD, MD};
-    double *ref[6];
-    for (int i = 0; i < 6; i++)
-        ref[i] = calloc((size_t)n[i], 8);
-    mlp_reference(hv, hu, ref);
+    fg_tensor *uc, *u;
+    double *hu, *ref[6];
+    mlp_upstream_ref(&r, FG_BF16, hv, &uc, &u, &hu, ref);
+    const int64_t *n = mlp_n;
     for (int pass = 1; pass <= 2; pass++) {
         fg_tensor *y = NULL, *y2 = NULL, *yc = NULL, *ca[4] = {NULL};
         FGT_OK(fg_mlp_master(m[0], m[1], m[2], m[3], m[4], &y));
@@ -709,11 +725,7 @@ START_TEST(test_mlp_master)
     }
     for (int i = 0; i < 4; i++)
         fg_hook_remove(hk[i]);
-    for (int i = 0; i < 6; i++)
-        free(ref[i]);
-    for (int i = 0; i < 5; i++)
-        free(hv[i]);
-    free(hu);
+    mlp_ref_free(ref, hv, hu);
     fgt_free_all(hc, 5);
     fgt_free_all(m, 5);
     fgt_free_all(t, 5);
