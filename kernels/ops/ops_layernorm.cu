@@ -315,8 +315,10 @@ ln_fwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
  * in registers they took 32 of the kernel's 101 and held it to two
  * 256-thread blocks an SM, half the forward's loads in flight. JOIN:
  * the branch's gradient from the final dx too (join_backward; V == 4, dx
- * non-NULL). */
-template <typename T, typename Tg, int V, bool JOIN = false>
+ * non-NULL). NVX: vectors per thread when fewer than ln_elems / V cover
+ * the row (3 at C = 768 with 64 threads of 4: the registers a fourth
+ * would hold let the accumulating backward load its old dx at once). */
+template <typename T, typename Tg, int V, bool JOIN = false, int NVX = 0>
 __global__ void __launch_bounds__(LN_TPR_MAX, JOIN || V > 1 ? 2 : 0)
 ln_bwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
            const typename Num<T>::A *__restrict__ mean,
@@ -326,7 +328,10 @@ ln_bwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
            typename Num<T>::A *__restrict__ pb, LnJoin<T, Tg> J)
 {
     typedef typename Num<T>::A A;
-    constexpr int NV = ln_elems<A>() / V;
+    constexpr int NV = NVX ? NVX : ln_elems<A>() / V;
+    /* the old dx of the accumulation loaded at once where registers allow
+     * (ptxas: 64 a thread, no spill), else vector by vector */
+    constexpr bool kOldAtOnce = NV * V <= 12;
     __shared__ A sh[64];
     extern __shared__ __align__(16) unsigned char ln_smem[];
     const int nthr = (int)(blockDim.x * blockDim.y),
@@ -347,69 +352,71 @@ ln_bwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
         const A mu = live ? mean[row] : A(0), rs = live ? rstd[row] : A(0);
         const T *xr = x + (live ? row : 0) * C;
         const Tg *gr = g + (live ? row : 0) * C;
-        /* Every load of the row group first, then the arithmetic. Loaded
-         * and used vector by vector, each vector's loads sat behind a
-         * branch after the last one's math: one DRAM round trip per
-         * vector (H200, 16384 x 768: 2.2 TB/s). Branch-free loads (lanes
-         * past the row read its start and zero it) keep them in flight
-         * together. */
-        A xh[NV][V], gv[NV][V], s[2] = {A(0), A(0)};
+        /* Every load of the row group first (x, g and the weight), then
+         * the arithmetic. Loaded and used vector by vector, each vector's
+         * loads sat behind a branch after the last one's math: one round
+         * trip per vector (H200, 16384 x 768: 2.2 TB/s). Branch-free loads
+         * (lanes past the row read its start and zero it) keep them in
+         * flight together. */
+        A xh[NV][V], wg[NV][V], s[2] = {A(0), A(0)};
 #pragma unroll
         for (int i = 0; i < NV; i++) {
             const int64_t j = ((int64_t)i * blockDim.x + threadIdx.x) * V;
             const bool own = live && j < C;
+            A wv[V];
             load_n<T, V>(xr + (own ? j : 0), xh[i]);
-            load_n<Tg, V>(gr + (own ? j : 0), gv[i]);
+            load_n<Tg, V>(gr + (own ? j : 0), wg[i]);
+            load_par<T, V>(w, ws, own ? j : 0, A(1), wv);
 #pragma unroll
             for (int k = 0; k < V; k++) {
                 xh[i][k] = own ? xh[i][k] : A(0);
-                gv[i][k] = own ? gv[i][k] : A(0);
+                wg[i][k] = own ? wg[i][k] : A(0);
             }
-        }
-#pragma unroll
-        for (int i = 0; i < NV; i++) {
-            const int64_t j = ((int64_t)i * blockDim.x + threadIdx.x) * V;
-            if (live && j < C) {
-                A wv[V];
-                load_par<T, V>(w, ws, j, A(1), wv);
+            /* g's own sums (dw, db) now, then g w in its place: the only
+             * form the rest needs */
+            if (own) {
 #pragma unroll
                 for (int k = 0; k < V; k++) {
                     xh[i][k] = (xh[i][k] - mu) * rs;
-                    const A wg = mul_rn(gv[i][k], wv[k]);
-                    s[0] += wg;
-                    s[1] = d_fma(wg, xh[i][k], s[1]);
+                    const A gk = wg[i][k];
+                    if (pw) {
+                        const int e = (i * V + k) * nthr;
+                        aw[e] = d_fma(gk, xh[i][k], aw[e]);
+                        ab[e] += gk;
+                    }
+                    wg[i][k] = mul_rn(gk, wv[k]);
+                    s[0] += wg[i][k];
+                    s[1] = d_fma(wg[i][k], xh[i][k], s[1]);
                 }
             }
         }
         group_sums(s, sh);
         const A m1 = s[0] / (A)C, m2 = s[1] / (A)C;
-        if (!live)
+        if (!live || !dx)
             continue;
+        T *dr = dx + row * C;
+        A old[kOldAtOnce ? NV : 1][V];
+        if (kOldAtOnce && dx_acc)
+#pragma unroll
+            for (int i = 0; i < (kOldAtOnce ? NV : 1); i++) {
+                const int64_t j = ((int64_t)i * blockDim.x + threadIdx.x) * V;
+                load_n<T, V>(dr + (j < C ? j : 0), old[i]);
+            }
         for_own<NV, V>(C, [&](int i, int64_t j) {
-            if (pw)
+            A d[V];
+            if (!kOldAtOnce && dx_acc)
+                load_n<T, V>(dr + j, old[0]);
 #pragma unroll
-                for (int k = 0; k < V; k++) {
-                    const int e = (i * V + k) * nthr;
-                    aw[e] = d_fma(gv[i][k], xh[i][k], aw[e]);
-                    ab[e] += gv[i][k];
-                }
-            if (dx) {
-                A wv[V], d[V], old[V];
-                load_par<T, V>(w, ws, j, A(1), wv);
-                if (dx_acc)
-                    load_n<T, V>(dx + row * C + j, old);
-#pragma unroll
-                for (int k = 0; k < V; k++) {
-                    const A wg = mul_rn(gv[i][k], wv[k]);
-                    d[k] = mul_rn(rs, d_fma(-xh[i][k], m2, wg - m1));
-                    if (dx_acc) /* dx rounded, then the accumulation's add */
-                        d[k] = add_rn(old[k], Num<T>::ld(Num<T>::st(d[k])));
-                }
-                store_n<T, V>(dx + row * C + j, d);
-                if constexpr (JOIN) {
-                    static_assert(V == 4, "one Philox group per vector");
-                    join_backward(J, row * C + j, d);
-                }
+            for (int k = 0; k < V; k++) {
+                d[k] = mul_rn(rs, d_fma(-xh[i][k], m2, wg[i][k] - m1));
+                if (dx_acc) /* dx rounded, then the accumulation's add */
+                    d[k] = add_rn(old[kOldAtOnce ? i : 0][k],
+                                  Num<T>::ld(Num<T>::st(d[k])));
+            }
+            store_n<T, V>(dr + j, d);
+            if constexpr (JOIN) {
+                static_assert(V == 4, "one Philox group per vector");
+                join_backward(J, row * C + j, d);
             }
         });
     }
@@ -717,22 +724,23 @@ fg_status ln_bwd_grid(K kernel, int threads, size_t smem, int64_t groups,
 
 /* ln_bwd_reg's dynamic shared memory: the row groups' combination (2 C
  * values when a block has several rows) and every thread's running sums
- * (2 ln_elems each), when dw or db is wanted. */
-template <typename A>
-size_t ln_bwd_smem(const LnShape &S, int64_t C, bool cols)
+ * (2 e each, e its elements), when dw or db is wanted. */
+inline size_t ln_bwd_smem(size_t asize, const LnShape &S, int64_t C, int e,
+                          bool cols)
 {
     if (!cols)
         return 0;
     const size_t comb = S.rpb > 1 ? 2 * (size_t)C : 0;
-    return sizeof(A) * (comb + 2 * (size_t)ln_elems<A>() * (size_t)(S.tpr * S.rpb));
+    return asize * (comb + 2 * (size_t)e * (size_t)(S.tpr * S.rpb));
 }
 
-/* Lets kernel take smem bytes of dynamic shared memory (over 48 KB needs
- * the opt-in: a 512-thread row's sums take 64 KB). */
+/* Lets kernel take smem bytes of dynamic shared memory (over 48 KB with
+ * the static sh[64] needs the opt-in: a 512-thread row's sums take 48 KB
+ * with three vectors a thread, 64 KB with four). */
 template <typename K>
 fg_status ln_bwd_smem_allow(K kernel, size_t smem)
 {
-    if (smem <= 48 * 1024)
+    if (smem + 64 * sizeof(double) <= 48 * 1024)
         return FG_OK;
     FG_CUDA_TRY(cudaFuncSetAttribute(kernel,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -771,6 +779,41 @@ fg_status ln_with_partials(int64_t n, int64_t C, fg_tensor *dw, fg_tensor *db,
     return s;
 }
 
+template <typename T, typename Tg, int V, bool JOIN, int NVX>
+fg_status ln_bwd_reg_run(const T *xp, const T *wp, int64_t ws,
+                         const typename Num<T>::A *mp,
+                         const typename Num<T>::A *rp, const Tg *gp, int64_t R,
+                         int64_t C, T *dp, bool dx_acc, fg_tensor *dw,
+                         fg_tensor *db, bool cols_acc, LnJoin<T, Tg> J)
+{
+    typedef typename Num<T>::A A;
+    const LnShape S = ln_shape(C, ln_elems<A>());
+    const int e = NVX ? NVX * V : ln_elems<A>();
+    const size_t smem = ln_bwd_smem(sizeof(A), S, C, e, dw || db);
+    auto kernel = ln_bwd_reg<T, Tg, V, JOIN, NVX>;
+    auto same = ln_bwd_reg<T, T, V, false, NVX>;
+    FG_TRY(ln_bwd_smem_allow(kernel, smem));
+    FG_TRY(ln_bwd_smem_allow(same, smem));
+    /* The wave of the same-dtype kernel, so that a narrow g gives the same
+     * partial rows (and so the same dw / db bits) as that g widened. */
+    static std::atomic<unsigned long long> wave_cache{0};
+    int grid = 0;
+    FG_TRY(ln_bwd_grid(same, S.tpr * S.rpb, smem, (R + S.rpb - 1) / S.rpb,
+                       wave_cache, &grid));
+    return ln_with_partials<T>(grid, C, dw, db, cols_acc, [&](A *pw, A *pb) {
+        fg_status s = FG_OK;
+        kernel<<<grid, dim3((unsigned)S.tpr, (unsigned)S.rpb), smem,
+                 fg_cuda_stream()>>>(xp, wp, ws, mp, rp, gp, R, C, dp, dx_acc, pw,
+                                     pb, J);
+        LN_LAUNCHED(s, "ln_bwd_reg launch");
+        return s;
+    });
+}
+
+/* The register backward, with three vectors a thread where four are the
+ * default and three cover the row (C = 384, 768, 1536, 3072 in fp32):
+ * the same threads own the same elements and do the same arithmetic in
+ * the same order, so the bits do not change. */
 template <typename T, typename Tg, int V, bool JOIN = false>
 fg_status ln_bwd_reg_launch(const T *xp, const T *wp, int64_t ws,
                             const typename Num<T>::A *mp,
@@ -780,25 +823,14 @@ fg_status ln_bwd_reg_launch(const T *xp, const T *wp, int64_t ws,
                             LnJoin<T, Tg> J = LnJoin<T, Tg>{})
 {
     typedef typename Num<T>::A A;
-    const LnShape S = ln_shape(C, ln_elems<A>());
-    const size_t smem = ln_bwd_smem<A>(S, C, dw || db);
-    auto kernel = ln_bwd_reg<T, Tg, V, JOIN>;
-    FG_TRY(ln_bwd_smem_allow(kernel, smem));
-    FG_TRY(ln_bwd_smem_allow(ln_bwd_reg<T, T, V>, smem));
-    /* The wave of the same-dtype kernel, so that a narrow g gives the same
-     * partial rows (and so the same dw / db bits) as that g widened. */
-    static std::atomic<unsigned long long> wave_cache{0};
-    int grid = 0;
-    FG_TRY(ln_bwd_grid(ln_bwd_reg<T, T, V>, S.tpr * S.rpb, smem,
-                       (R + S.rpb - 1) / S.rpb, wave_cache, &grid));
-    return ln_with_partials<T>(grid, C, dw, db, cols_acc, [&](A *pw, A *pb) {
-        fg_status s = FG_OK;
-        kernel<<<grid, dim3((unsigned)S.tpr, (unsigned)S.rpb), smem,
-                 fg_cuda_stream()>>>(xp, wp, ws, mp, rp, gp, R, C, dp, dx_acc, pw,
-                                     pb, J);
-        LN_LAUNCHED(s, "ln_bwd_reg launch");
-        return s;
-    });
+    if constexpr (ln_elems<A>() / V == 4) {
+        const LnShape S = ln_shape(C, ln_elems<A>());
+        if ((int64_t)S.tpr * V * 3 >= C)
+            return ln_bwd_reg_run<T, Tg, V, JOIN, 3>(
+                xp, wp, ws, mp, rp, gp, R, C, dp, dx_acc, dw, db, cols_acc, J);
+    }
+    return ln_bwd_reg_run<T, Tg, V, JOIN, 0>(xp, wp, ws, mp, rp, gp, R, C, dp,
+                                             dx_acc, dw, db, cols_acc, J);
 }
 
 /* The general backward: dx by rows, dw / db by column chunks. */
