@@ -431,8 +431,10 @@ fg_status plan(cublasLtHandle_t h, const fg_cuda_lt_gemm *g, LtCall *lc,
  * batch of n products over K / n each, into fp32 partials, and sums the
  * partials in a fixed order (fg_cuda_splitk_sum): deterministic, and C += keeps
  * the bits of writing the sum and adding it. =auto picks n (a power of
- * two up to 8) for about two waves of tiles. Unset or 0: off. An
- * experiment until timed (the bits differ from the unsplit product). */
+ * two up to 8) for about two waves of tiles. Unset or 0: off. Timed on
+ * an H200 (doc/training.md, session 27): no gain over cuBLASLt's own
+ * split (GEMM 15.69 against 15.63 ms a GPT-2-small step), so opt-in
+ * only (the bits differ from the unsplit product). */
 int wgrad_split_env()
 {
     static const int v = [] {
