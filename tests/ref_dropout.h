@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/ref_dropout.h - the attention dropout mask rebuilt from its
- * documentation alone, as the tests' reference: Philox4x32-10 written from
+ * documentation alone, as the tests' reference: Philox4x32-7 written from
  * the Random123 specification (Salmon et al., SC'11; checked against the
  * Random123 known-answer vectors in test_philox.c) and the word mapping
  * stated in include/flashgrad/attention.h. Nothing here calls or includes
@@ -12,16 +12,16 @@
 #include <math.h>
 #include <stdint.h>
 
-/* Philox4x32-10: ctr[4], key[2] in, out[4] out. The round is Random123's
- * philox4x32round: (hi0, lo0) = 0xD2511F53 * c0, (hi1, lo1) = 0xCD9E8D57
- * * c2, c' = {hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0}; the key is bumped
- * by the Weyl constants between rounds. */
-static inline void ref_philox4x32_10(const uint32_t ctr[4],
-                                     const uint32_t key[2], uint32_t out[4])
+/* Philox4x32 with `rounds` rounds: ctr[4], key[2] in, out[4] out. The
+ * round is Random123's philox4x32round: (hi0, lo0) = 0xD2511F53 * c0,
+ * (hi1, lo1) = 0xCD9E8D57 * c2, c' = {hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1,
+ * lo0}; the key is bumped by the Weyl constants between rounds. */
+static inline void ref_philox4x32(const uint32_t ctr[4], const uint32_t key[2],
+                                  int rounds, uint32_t out[4])
 {
     uint32_t c[4] = {ctr[0], ctr[1], ctr[2], ctr[3]};
     uint32_t k0 = key[0], k1 = key[1];
-    for (int round = 0; round < 10; round++) {
+    for (int round = 0; round < rounds; round++) {
         if (round > 0) {
             k0 += 0x9E3779B9u;
             k1 += 0xBB67AE85u;
@@ -56,7 +56,7 @@ static inline double ref_keep_scale(double p)
  *   key     = { lo32(seed), hi32(seed) ^ hi32(offset) }
  *   counter = { (j / 32) * 4 + (j / 2) % 4, (i / 16) * 8 + i % 8,
  *               b * H + h, lo32(offset) }
- *   r       = word (j % 2 + 2 * ((j / 16) % 2)) of Philox4x32_10(counter, key)
+ *   r       = word (j % 2 + 2 * ((j / 16) % 2)) of Philox4x32_7(counter, key)
  *   u       = byte ((i / 8) % 2 + 2 * ((j / 8) % 2)) of r, byte 0 the low 8 bits
  *   keep   <=> u < T */
 static inline int ref_dropout_keep(uint64_t seed, uint64_t offset, double p,
@@ -70,7 +70,7 @@ static inline int ref_dropout_keep(uint64_t seed, uint64_t offset, double p,
                              (uint32_t)(b * H + h),
                              (uint32_t)(offset & 0xffffffffu)};
     uint32_t r[4];
-    ref_philox4x32_10(ctr, key, r);
+    ref_philox4x32(ctr, key, 7, r);
     const uint32_t word = r[j % 2 + 2 * ((j / 16) % 2)];
     const int byte = (int)((i / 8) % 2 + 2 * ((j / 8) % 2));
     return ((word >> (8 * byte)) & 0xffu) < ref_keep_threshold(p);

@@ -75,13 +75,14 @@
  * Dropout (probability p in [0, 1)) is applied to P after normalisation.
  * The keep decision for element (b, h, i, j) is a pure function of
  * (seed, offset, b, h, i, j): one 8-bit draw per element, 16 draws per
- * Philox4x32-10 call, computed exactly as cuRAND's device API does
- * (curand_kernel.h):
+ * Philox4x32-7 call (Random123's philox4x32 with 7 rounds, as
+ * FlashAttention-2's dropout; cuRAND's device API has only the 10-round
+ * generator):
  *
  *     key     = { lo32(seed), hi32(seed) ^ hi32(offset) }
  *     counter = { (j / 32) * 4 + (j / 2) % 4,  (i / 16) * 8 + i % 8,
  *                 b * H + h,  lo32(offset) }
- *     r       = word (j % 2 + 2 * ((j / 16) % 2)) of Philox4x32_10(counter, key)
+ *     r       = word (j % 2 + 2 * ((j / 16) % 2)) of Philox4x32_7(counter, key)
  *     u       = byte ((i / 8) % 2 + 2 * ((j / 8) % 2)) of r (byte 0 = low 8 bits)
  *     keep   <=> u < T,  T = round((1 - p) * 256)  (fg_attention_dropout_threshold)
  *

@@ -1,12 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* kernels/attention/attn_common.cuh - device pieces shared by the forward and backward
- * kernels: strided tile loads/stores, the causal mask, and dropout (cuRAND's
- * Philox4x32-10 with the counter/key mapping of lib/core/dropout_map.h, the same
- * the CPU reimplements). */
+ * kernels: strided tile loads/stores, the causal mask, and dropout (Philox4x32-7
+ * with the counter/key mapping of lib/core/dropout_map.h, the same code the CPU
+ * runs). */
 #ifndef FG_KERNELS_ATTN_COMMON_CUH
 #define FG_KERNELS_ATTN_COMMON_CUH
 
-#include <curand_kernel.h>
 #include <stdlib.h>
 
 #include "attn_traits.cuh"
@@ -494,11 +493,12 @@ __device__ __forceinline__ A max_nan(A x, A y)
 __device__ __forceinline__ uint4 dropout_call(const AttnArgs &a, int64_t bh,
                                               int64_t i, int64_t j)
 {
-    const uint2 key = make_uint2(fg_dropout_key_x(a.seed, a.offset),
-                                 fg_dropout_key_y(a.seed, a.offset));
-    return curand_Philox4x32_10(make_uint4(fg_dropout_ctr_x(j), fg_dropout_ctr_y(i),
-                                           fg_dropout_ctr_z(bh), fg_dropout_ctr_w(a.offset)),
-                                key);
+    const fg_u32x2 key = {fg_dropout_key_x(a.seed, a.offset),
+                          fg_dropout_key_y(a.seed, a.offset)};
+    const fg_u32x4 r = fg_dropout_philox({fg_dropout_ctr_x(j), fg_dropout_ctr_y(i),
+                                          fg_dropout_ctr_z(bh), fg_dropout_ctr_w(a.offset)},
+                                         key);
+    return make_uint4(r.x, r.y, r.z, r.w);
 }
 
 __device__ __forceinline__ uint32_t dropout_word(const uint4 &w, int k)

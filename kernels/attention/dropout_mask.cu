@@ -1,10 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* kernels/attention/dropout_mask.cu - the dropout keep-mask drawn on the GPU with
- * cuRAND's own Philox4x32-10, using the counter/word/byte mapping shared with the
- * CPU (lib/core/dropout_map.h). Used by tests to check that both devices draw the
- * same mask bit for bit; the attention kernels inline the same code. */
+ * the Philox4x32-7 and counter/word/byte mapping shared with the CPU
+ * (lib/core/dropout_map.h, philox.h). Used by tests to check that both devices
+ * draw the same mask bit for bit; the attention kernels inline the same code. */
 #include <cuda_runtime.h>
-#include <curand_kernel.h>
 
 #include "lib/attention/attention_internal.h"
 #include "kernels/runtime/cuda_check.h"
@@ -25,11 +24,11 @@ __global__ void fg_dropout_mask_kernel(uint8_t *mask, int64_t H, int64_t Nq,
     const int64_t rowsets = (Nq + 15) / 16 * 8;
     const int64_t bh = rs / rowsets, r8 = rs % rowsets;
     const int64_t i0 = (r8 >> 3) * 16 + (r8 & 7), jb = (call >> 2) * 32 + 2 * (call & 3);
-    const uint2 key = make_uint2(fg_dropout_key_x(seed, offset),
-                                 fg_dropout_key_y(seed, offset));
-    const uint4 ctr = make_uint4(fg_dropout_ctr_x(jb), fg_dropout_ctr_y(i0),
-                                 fg_dropout_ctr_z(bh), fg_dropout_ctr_w(offset));
-    const uint4 r = curand_Philox4x32_10(ctr, key);
+    const fg_u32x2 key = {fg_dropout_key_x(seed, offset),
+                          fg_dropout_key_y(seed, offset)};
+    const fg_u32x4 ctr = {fg_dropout_ctr_x(jb), fg_dropout_ctr_y(i0),
+                          fg_dropout_ctr_z(bh), fg_dropout_ctr_w(offset)};
+    const fg_u32x4 r = fg_dropout_philox(ctr, key);
     const uint32_t w[4] = {r.x, r.y, r.z, r.w};
     for (int half = 0; half < 2; half++) {
         const int64_t i = i0 + 8 * half;

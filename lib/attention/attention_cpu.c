@@ -105,7 +105,7 @@ void fg_dropout_row(const fg_attn_problem *pb, int64_t b, int64_t h, int64_t i,
             have = j >> 5;
             for (int q = 0; q < 4; q++) {
                 ctr.x = fg_dropout_ctr_x(32 * have + 2 * q);
-                const fg_u32x4 r = fg_philox4x32_10(ctr, key);
+                const fg_u32x4 r = fg_dropout_philox(ctr, key);
                 words[q][0] = r.x;
                 words[q][1] = r.y;
                 words[q][2] = r.z;

@@ -4,7 +4,7 @@
  * code and the CUDA kernels so both draw the same mask (documented in
  * attention.h and doc/design.md).
  *
- * One Philox4x32-10 call yields 16 bytes, one 8-bit draw per element, for
+ * One Philox4x32-7 call yields 16 bytes, one 8-bit draw per element, for
  * the 16 elements (i, j) with the same i / 16, i % 8, j / 32 and (j / 2) % 4:
  * rows i and i + 8, columns 32c + 8n + 2q + e for n = 0..3, e = 0..1. That
  * set is what one thread holds of a 16 x 32 tile in the mma/wgmma
@@ -17,11 +17,19 @@
 
 #include <stdint.h>
 
+#include "philox.h"
+
 #if defined(__CUDACC__)
 #  define FG_HD static __host__ __device__ __forceinline__
 #else
 #  define FG_HD static inline
 #endif
+
+/* The generator: Philox4x32-7 (philox.h) of (counter, key) below. */
+FG_HD fg_u32x4 fg_dropout_philox(fg_u32x4 ctr, fg_u32x2 key)
+{
+    return fg_philox4x32_7(ctr, key);
+}
 
 /* key = { lo32(seed), hi32(seed) ^ hi32(offset) } */
 FG_HD uint32_t fg_dropout_key_x(uint64_t seed, uint64_t offset)
