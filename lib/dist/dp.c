@@ -561,7 +561,7 @@ fg_status fg_dp_train_step(fg_dp *dp, const fg_gpt *m, const int64_t *x,
     FG_TRY(check_model(dp, m));
     double total = 0, norm = 0;
     fg_status s = fg_gpt_accumulate(m, x, y, B, T, accum, rng, arena,
-                                    before_backward, dp, &total);
+                                    before_backward, dp, &total, NULL);
     /* Reductions already started must complete on every rank, even when
      * this one failed. */
     fg_status f = fg_dp_finish_backward(dp);

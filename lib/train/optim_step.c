@@ -42,8 +42,10 @@ fg_status fg_gpt_accumulate(const fg_gpt *m, const int64_t *x,
                             const int64_t *y, int64_t B, int64_t T, int accum,
                             fg_generator *rng, fg_arena *arena,
                             fg_micro_fn before_backward, void *user,
-                            double *loss_sum)
+                            double *loss_sum, fg_tensor **last_loss)
 {
+    if (last_loss)
+        *last_loss = NULL;
     int n;
     const fg_param *ps = fg_gpt_params(m, &n);
     FG_TRY(ensure_grads(ps, n));
@@ -68,8 +70,11 @@ fg_status fg_gpt_accumulate(const fg_gpt *m, const int64_t *x,
             s = fg_backward(scaled);
         /* Read the loss only now: on a GPU the host has then enqueued the
          * whole backward while the forward ran, instead of idling the GPU
-         * at a sync between the two. */
-        if (s == FG_OK)
+         * at a sync between the two. The last one, for a caller that asks,
+         * later still (after the optimizer is queued). */
+        if (s == FG_OK && last_loss && a == accum - 1)
+            *last_loss = fg_tensor_retain(loss);
+        else if (s == FG_OK)
             s = fg_tensor_item(loss, &l);
         fg_tensor_free(scaled);
         fg_tensor_free(loss);
@@ -91,8 +96,12 @@ fg_status fg_gpt_train_step(const fg_gpt *m, fg_adamw *opt, const int64_t *x,
     int n;
     const fg_param *ps = fg_gpt_params(m, &n);
     double total = 0;
+    /* the last loss read after the optimizer and the zeroing are queued:
+     * the GPU then runs from the backward into them, and the step waits
+     * for the device once (the gradient norm) instead of twice */
+    fg_tensor *last = NULL;
     fg_status s = fg_gpt_accumulate(m, x, y, B, T, accum, rng, arena, NULL,
-                                    NULL, &total);
+                                    NULL, &total, &last);
     double norm = 0;
     /* the optimizer over exactly the model's parameters: clip and step in
      * one (on CUDA without the clip's pass over the gradients) */
@@ -111,6 +120,14 @@ fg_status fg_gpt_train_step(const fg_gpt *m, fg_adamw *opt, const int64_t *x,
     fg_status z = zero_grads(ps, n);
     if (s == FG_OK)
         s = z;
+    if (last) {
+        double l = 0;
+        fg_status r = fg_tensor_item(last, &l);
+        if (s == FG_OK)
+            s = r;
+        total += l;
+        fg_tensor_free(last);
+    }
     if (s == FG_OK && stats) {
         stats->loss = total / accum;
         stats->grad_norm = norm;

@@ -15,12 +15,16 @@ typedef fg_status (*fg_micro_fn)(void *user, int micro, int accum);
 /* The forward/backward loop of fg_gpt_train_step (optim.h): gradients of
  * loss / accum accumulate into the parameters' .grad (created zero first
  * where missing); *loss_sum receives the sum of the micro-batch losses.
- * before_backward may be NULL. */
+ * before_backward may be NULL. last_loss non-NULL: the last micro-batch's
+ * loss is not read (a wait for the GPU) but returned, a new reference
+ * that the caller reads after queueing more work (the optimizer), adds to
+ * *loss_sum last (the same sum) and frees before the arena's next reset;
+ * NULL on failure. */
 fg_status fg_gpt_accumulate(const fg_gpt *m, const int64_t *x,
                             const int64_t *y, int64_t B, int64_t T, int accum,
                             fg_generator *rng, fg_arena *arena,
                             fg_micro_fn before_backward, void *user,
-                            double *loss_sum);
+                            double *loss_sum, fg_tensor **last_loss);
 
 /* fg_clip_grad_norm(o's parameters, max_norm, norm) then fg_adamw_step(o,
  * lr), with the same parameters and moments bit for bit; on CUDA the norm
