@@ -33,7 +33,9 @@
 #                768 --reps 3" with FG_NCU_KERNEL=ln_bwd_reg) with each module as
 #                in cells: $OUT/ncu-NAME.txt (speed of light, scheduler and
 #                warp-state sections) and $OUT/ncu-NAME-sass.csv (stall
-#                samples per SASS instruction); clocks untouched
+#                samples per SASS instruction); clocks untouched; NAME is
+#                the module's, plus -FG_NCU_TAG when set (several kernels
+#                in one call: FG_NCU_TAG=bwd ... ncu, then FG_NCU_TAG=fwd)
 #   suites       every GPU suite at once (make -j check), one line each;
 #                FG_SUITES="ops train" runs only test_gpu_ops, test_gpu_train
 #   san:TOOL     compute-sanitizer TOOL over every suite (gpu-sanitize.sh)
@@ -189,7 +191,9 @@ ncu_phase() {
     log "ncu: ${FG_NCU_KERNEL:-attn_bwd_wgmma_kernel} of $cmd with each module"
     modlist
     for m in "${mods[@]}"; do
-        n=$(modname "$m")
+        # FG_NCU_TAG: a suffix of this run's files, so that several ncu
+        # runs of one call (one kernel each) keep their reports apart
+        n=$(modname "$m")${FG_NCU_TAG:+-$FG_NCU_TAG}
         # shellcheck disable=SC2086 # a command: words
         FG_CUDA_BACKEND=$m timeout 240 ncu --clock-control none \
             -k "regex:${FG_NCU_KERNEL:-attn_bwd_wgmma_kernel}" -s 2 -c 1 --set full \
