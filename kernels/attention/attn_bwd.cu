@@ -250,7 +250,6 @@ static fg_status launch_bwd(fg_dtype dt, AttnArgs a, size_t smem_limit, cudaStre
                         "memory than this GPU has",
                         a.d);
     a.Br = a.Bc = t;
-    FG_TRY(launch_bwd_preprocess<T>(a, st)); /* nothing for an empty packed batch */
     bool fp32 = false; /* the fp32 kernels ran, deterministic dQ included */
     bool det_tiles = false; /* the wgmma kernel summed dQ in a fixed order */
     /* The sm90 wgmma kernels (fp16/bf16; their TMA maps built here) */
@@ -258,6 +257,18 @@ static fg_status launch_bwd(fg_dtype dt, AttnArgs a, size_t smem_limit, cudaStre
     const bool wg = sizeof(T) == 2 && a.lse2p && mma_path_ok(a, true) && wgmma_usable() &&
                     attn_bwd_wgmma_smem(a) <= smem_limit &&
                     attn_bwd_wgmma_maps_size() <= sizeof maps && attn_bwd_wgmma_maps(a, maps);
+    if (wg)
+        a.dq_tile_d = attn_bwd_wgmma_dpad(a.d); /* the layout it accumulates dQ in */
+    /* D, the wgmma path's padded stats and the zeroed dq_acc: one pass
+     * where it applies, else a memset, D, and the stats below */
+    bool prepped = false;
+    if (wg)
+        FG_TRY(launch_bwd_prep_tiled<T>(a, st, &prepped));
+    if (!prepped) {
+        if (a.dq_zero)
+            FG_CUDA_TRY(cudaMemsetAsync(a.dq_acc, 0, a.dq_zero, st));
+        FG_TRY(launch_bwd_preprocess<T>(a, st)); /* nothing for an empty packed batch */
+    }
     /* dbias zeroed before the main kernel, unless that kernel writes all of it */
     if (!(wg && attn_bwd_wgmma_covers_dbias(a, maps)))
         FG_TRY(attn_dbias_before(dt, a, st));
@@ -270,10 +281,11 @@ static fg_status launch_bwd(fg_dtype dt, AttnArgs a, size_t smem_limit, cudaStre
         if (a.deterministic)
             return FG_OK;
     } else if (wg) {
-        const int64_t n = (int64_t)a.B * a.H * a.nq_pad;
-        attn_bwd_pad_stats<<<(unsigned)min((n + 255) / 256, (int64_t)65535), 256, 0, st>>>(a);
-        FG_CUDA_TRY_LAUNCH();
-        a.dq_tile_d = attn_bwd_wgmma_dpad(a.d); /* the layout it accumulates dQ in */
+        if (!prepped) {
+            const int64_t n = (int64_t)a.B * a.H * a.nq_pad;
+            attn_bwd_pad_stats<<<(unsigned)min((n + 255) / 256, (int64_t)65535), 256, 0, st>>>(a);
+            FG_CUDA_TRY_LAUNCH();
+        }
         /* Deterministic: dQ summed in a fixed order by the kernel itself
          * where it has turn counters (attn_launch.cu: d <= 128, no block
          * mask); FG_ATTN_DET_DQ=0 keeps the strict dQ kernel (comparisons). */

@@ -3,6 +3,8 @@
  * backward kernel (attn_bwd.cu launches them):
  *  - attn_bwd_preprocess: D = rowsum(dO * O) per query row (FA2);
  *  - attn_bwd_pad_stats: lse2 and D into the wgmma backward's padded rows;
+ *  - attn_bwd_prep_tiled: both and dq_acc's zeroing in one pass (the
+ *    wgmma backward of a dense batch);
  *  - attn_bwd_write_dq(_tiled): the fp32 dQ accumulator converted to dQ's
  *    dtype and strides.
  * They move O(B H N d) bytes once, so they should run at memory speed: no
@@ -90,6 +92,55 @@ __global__ void attn_bwd_pad_stats(const AttnArgs a)
         ((float *)a.lse2p)[idx] = lse;
         ((float *)a.Dp)[idx] = dd;
     }
+}
+
+/* The wgmma backward's prologue of a dense batch in one pass (what
+ * attn_bwd_preprocess, attn_bwd_pad_stats and a memset of dq_acc do, for
+ * one launch instead of three; GPT-2-small's attention spent about a tenth
+ * of its backward in them): block (tile t, head h, batch b) takes query
+ * rows 64 t .. 64 t + 63, 8 lanes a row, writes D, lse2p and Dp (padding
+ * rows +inf / 0), and zeroes the tile's 64 x Dp floats of dq_acc in
+ * every copy. O, dO: vec16_ok, d % 8 == 0. */
+template <typename T>
+__global__ void __launch_bounds__(256) attn_bwd_prep_tiled(const AttnArgs a)
+{
+    const int h = blockIdx.y, b = blockIdx.z, lane = threadIdx.x % 8;
+    const int64_t bh = (int64_t)b * a.H + h, i0 = (int64_t)blockIdx.x * 64;
+    for (int r = threadIdx.x / 8; r < 64; r += 32) {
+        const int64_t i = i0 + r;
+        float acc = 0.f;
+        if (i < a.Nq) {
+            const uint4 *o = reinterpret_cast<const uint4 *>(elem<T>(a.o, b, i, h)),
+                        *g = reinterpret_cast<const uint4 *>(elem<T>(a.dout, b, i, h));
+            for (int x = lane; x < a.d / 8; x += 8) {
+                const uint4 ov = o[x], gv = g[x];
+                const T *oe = reinterpret_cast<const T *>(&ov),
+                        *ge = reinterpret_cast<const T *>(&gv);
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    acc += to_acc(oe[e]) * to_acc(ge[e]);
+            }
+        }
+#pragma unroll
+        for (int s = 4; s > 0; s >>= 1)
+            acc += __shfl_xor_sync(0xffffffffu, acc, s, 8);
+        if (lane == 0) {
+            const int64_t idx = bh * a.nq_pad + i, row = bh * a.Nq + i;
+            float lse = INFINITY;
+            if (i < a.Nq) {
+                lse = stat_lse2(a, row);
+                ((float *)a.D)[row] = acc;
+            }
+            ((float *)a.lse2p)[idx] = lse;
+            ((float *)a.Dp)[idx] = acc;
+        }
+    }
+    const int64_t n4 = 64 * (int64_t)a.dq_tile_d / 4,
+                  cs = (int64_t)a.B * a.H * a.nq_pad * a.dq_tile_d / 4; /* copy stride */
+    float4 *tile = reinterpret_cast<float4 *>(a.dq_acc) + (bh * a.nq_pad + i0) * a.dq_tile_d / 4;
+    for (int c = 0; c < max(a.dq_copies, 1); c++)
+        for (int64_t w = threadIdx.x; w < n4; w += blockDim.x)
+            tile[c * cs + w] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
 /* dQ from the accumulator, a warp per row (its coordinates once), lanes
@@ -222,6 +273,29 @@ fg_status launch_bwd_preprocess(const AttnArgs &a, cudaStream_t st)
     if (!vec)
         attn_bwd_preprocess<T, false><<<rows_grid(rows * 32), 256, 0, st>>>(a);
     FG_CUDA_TRY_LAUNCH();
+    return FG_OK;
+}
+
+/* attn_bwd_prep_tiled where it applies (fp16/bf16 on the wgmma path with
+ * dq_tile_d set: a dense batch whose dq_acc holds exactly the tiles, no
+ * turn counters, 16-byte rows); *done = false otherwise, nothing
+ * launched. */
+template <typename T>
+fg_status launch_bwd_prep_tiled(const AttnArgs &a, cudaStream_t st, bool *done)
+{
+    *done = false;
+    if constexpr (sizeof(T) == 2) {
+        const size_t tiles = sizeof(float) * (size_t)a.B * a.H * a.nq_pad * a.dq_tile_d *
+                             (size_t)(a.dq_copies > 1 ? a.dq_copies : 1);
+        if (a.cu_q || a.seqused_k || a.dq_sem || a.dq_zero != tiles || a.d % 8 != 0 ||
+            !vec16_ok(a.o) || !vec16_ok(a.dout) || a.H > 65535 || a.B > 65535 ||
+            a.nq_pad / 64 > INT32_MAX || stat_rows(a) <= 0)
+            return FG_OK;
+        dim3 grid((unsigned)(a.nq_pad / 64), (unsigned)a.H, (unsigned)a.B);
+        attn_bwd_prep_tiled<T><<<grid, 256, 0, st>>>(a);
+        FG_CUDA_TRY_LAUNCH();
+        *done = true;
+    }
     return FG_OK;
 }
 

@@ -271,9 +271,10 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
     }
     if (bias_bytes)
         a.dbias_acc = (char *)ws + d_bytes + dq_bytes + pad_bytes;
-    cudaError_t e = dq_bytes ? cudaMemsetAsync(a.dq_acc, 0, dq_bytes, s) : cudaSuccess;
-    if (e == cudaSuccess && bias_bytes)
-        e = cudaMemsetAsync(a.dbias_acc, 0, bias_bytes, s);
+    /* dq_acc is zeroed by launch_bwd: with the padded stats on the wgmma
+     * path, else by a memset */
+    a.dq_zero = dq_bytes;
+    cudaError_t e = bias_bytes ? cudaMemsetAsync(a.dbias_acc, 0, bias_bytes, s) : cudaSuccess;
     fg_status status = FG_OK;
     if (e != cudaSuccess)
         status = fg_cuda_status(e, "cudaMemsetAsync", __FILE__, __LINE__);

@@ -95,6 +95,7 @@ struct AttnArgs {
     void *lse2p, *Dp;
     int64_t nq_pad;
     void *dq_acc;         /* [B, H, Nq, d] dQ accumulator, backward */
+    size_t dq_zero;       /* bytes of dq_acc (and dq_sem) launch_bwd zeroes */
     /* 0: dq_acc is row-major [B, H, Nq, d]. D (64/128/256, the wgmma
      * backward): per (b, h), nq_pad / 64 tiles of 64 x D floats in the
      * wgmma accumulator order (dq_tiled_index), so each warp's share of a
