@@ -15,8 +15,7 @@
  * returns that bf16 tensor and the chain's gradients; and the backward
  * adding dx into a residual fork's pending gradient (residual_fork.h);
  * fg_dropout_add_layernorm's fused kernels equal to the two ops they
- * replace, bit for bit, forward and backward; the register kernels with
- * FG_LN_ROW_BARRIERS=1 (per-row barriers) on the shapes it touches.
+ * replace, bit for bit, forward and backward.
  *
  * Tolerances, max-abs error relative to max |reference| (gpu_op_harness.c
  * explains them): fp64 1e-12, fp32 1e-5, bf16 / fp16 gph_tolerance(dt, 3)
@@ -235,12 +234,11 @@ static void expect_same_outputs(const char *when, const ln_shape *s,
     }
 }
 
-/* Case i of test_ln_kernels: shape i / N_PAIRS, dtype pair i % N_PAIRS. */
-static void ln_kernels_case(int i)
+START_TEST(test_ln_kernels)
 {
-    const ln_shape *s = &shapes[i / N_PAIRS];
-    const fg_dtype xt = pairs[i % N_PAIRS][0], yt = pairs[i % N_PAIRS][1];
-    fgt_rng r = fgt_rng_for(2200 + (uint64_t)i);
+    const ln_shape *s = &shapes[_i / N_PAIRS];
+    const fg_dtype xt = pairs[_i % N_PAIRS][0], yt = pairs[_i % N_PAIRS][1];
+    fgt_rng r = fgt_rng_for(2200 + (uint64_t)_i);
     ln_inputs in;
     inputs_make(s, xt, yt, &r, &in);
     const int64_t RC = s->R * s->C;
@@ -289,29 +287,6 @@ static void ln_kernels_case(int i)
     free(rstd);
     free(dw);
     free(db);
-}
-
-START_TEST(test_ln_kernels)
-{
-    ln_kernels_case(_i);
-}
-END_TEST
-
-/* FG_LN_ROW_BARRIERS=1 (each row's warps meet at a named barrier of their
- * own): the same checks on the shapes whose rows span several warps with
- * several rows a block (C = 768: 4 rows of 2 warps; 771 scalar), one row
- * a block (3072 and 8192: 8 and 16 warps) and one warp a row (64), fp32
- * and the autocast pair.
- * The switch is read once per process (each test runs in a child of its
- * own; under CK_FORK=no the first setting holds). */
-START_TEST(test_ln_row_barriers)
-{
-    static const int cases[] = {0 * N_PAIRS + 0, 0 * N_PAIRS + 1, 1 * N_PAIRS + 1,
-                                2 * N_PAIRS + 0, 3 * N_PAIRS + 1, 4 * N_PAIRS + 0,
-                                5 * N_PAIRS + 0, 9 * N_PAIRS + 1};
-    setenv("FG_LN_ROW_BARRIERS", "1", 1);
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
-        ln_kernels_case(cases[k]);
 }
 END_TEST
 
@@ -503,11 +478,8 @@ static void dal_run(const dal_case *c, int fused, const double *hx,
     fgt_free_all(all, 2);
 }
 
-/* Loop index 1: FG_LN_ROW_BARRIERS=1 (as test_ln_row_barriers). */
 START_TEST(test_dropout_add_layernorm)
 {
-    if (_i == 1)
-        setenv("FG_LN_ROW_BARRIERS", "1", 1);
     static const dal_case cases[] = {
         {300, 768, FG_BF16, 0.1, 0, 0},  {37, 768, FG_FP16, 0.2, 0, 0},
         {2000, 768, FG_BF16, 0.1, 1, 0}, {64, 768, FG_BF16, 0.1, 2, 0},
@@ -565,8 +537,7 @@ int main(void)
     tcase_add_test(tc, test_ln_nan);
     tcase_add_test(tc, test_ln_autocast);
     tcase_add_test(tc, test_ln_residual_fork);
-    tcase_add_loop_test(tc, test_dropout_add_layernorm, 0, 2);
-    tcase_add_test(tc, test_ln_row_barriers);
+    tcase_add_test(tc, test_dropout_add_layernorm);
     suite_add_tcase(su, tc);
     return fgt_run_suite(su);
 }

@@ -158,28 +158,11 @@ __device__ __forceinline__ void join_backward(const LnJoin<T, Tv> &J,
     *reinterpret_cast<R *>(J.db + e) = raw;
 }
 
-/* The barrier of group_sums: the whole block (__syncthreads), or with
- * rowbar only the blockDim.x threads of this thread's row, at named
- * barrier 1 + threadIdx.y (a block has at most 8 rows: LN_BLOCK / 32), so
- * a row's warps wait for each other and not for the block's other rows
- * (FG_LN_ROW_BARRIERS=1, an experiment: ncu put 7% of the stall samples
- * of the GPT-2-small forward and backward kernels behind the block
- * barrier). The sums and their order are the same either way. */
-__device__ __forceinline__ void row_sync(bool rowbar)
-{
-    if (rowbar)
-        asm volatile("bar.sync %0, %1;" ::"r"(1 + (int)threadIdx.y), "r"((int)blockDim.x)
-                     : "memory");
-    else
-        __syncthreads();
-}
-
 /* N sums over the blockDim.x threads of one row (threadIdx.y picks the
  * row); every thread gets them, added in a fixed order. Barriers: every
- * thread of the block (rowbar: of the row) calls it. sh: 32 * N
- * entries. */
+ * thread of the block calls it. sh: 32 * N entries. */
 template <int N, typename A>
-__device__ __forceinline__ void group_sums(A (&v)[N], A *sh, bool rowbar)
+__device__ __forceinline__ void group_sums(A (&v)[N], A *sh)
 {
 #pragma unroll
     for (int n = 0; n < N; n++)
@@ -189,12 +172,12 @@ __device__ __forceinline__ void group_sums(A (&v)[N], A *sh, bool rowbar)
         return;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     A *part = sh + threadIdx.y * nw * N;
-    row_sync(rowbar); /* a previous call's readers are done */
+    __syncthreads(); /* a previous call's readers are done */
     if (lane == 0)
 #pragma unroll
         for (int n = 0; n < N; n++)
             part[w * N + n] = v[n];
-    row_sync(rowbar);
+    __syncthreads();
 #pragma unroll
     for (int n = 0; n < N; n++) {
         A t = part[n];
@@ -239,7 +222,7 @@ ln_fwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
            const T *__restrict__ b, int64_t bs, int64_t R, int64_t C,
            typename Num<T>::A eps, To *__restrict__ y,
            typename Num<T>::A *__restrict__ mean,
-           typename Num<T>::A *__restrict__ rstd, LnJoin<T, To> J, bool rowbar)
+           typename Num<T>::A *__restrict__ rstd, LnJoin<T, To> J)
 {
     typedef typename Num<T>::A A;
     constexpr int NV = ln_elems<A>() / V;
@@ -277,7 +260,7 @@ ln_fwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
         for (int k = 0; k < V; k++)
             s[0] += v[i][k];
     }
-    group_sums(s, sh, rowbar);
+    group_sums(s, sh);
     const A mu = s[0] / (A)C;
     s[0] = A(0);
     for_own<NV, V>(C, [&](int i, int64_t) {
@@ -287,7 +270,7 @@ ln_fwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
             s[0] = d_fma(d, d, s[0]);
         }
     });
-    group_sums(s, sh, rowbar);
+    group_sums(s, sh);
     const A rs = A(1) / d_sqrt(s[0] / (A)C + eps);
     if (!live)
         return;
@@ -328,7 +311,7 @@ ln_bwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
            const typename Num<T>::A *__restrict__ rstd,
            const Tg *__restrict__ g, int64_t R, int64_t C,
            T *__restrict__ dx, bool dx_acc, typename Num<T>::A *__restrict__ pw,
-           typename Num<T>::A *__restrict__ pb, LnJoin<T, Tg> J, bool rowbar)
+           typename Num<T>::A *__restrict__ pb, LnJoin<T, Tg> J)
 {
     typedef typename Num<T>::A A;
     constexpr int NV = NVX ? NVX : ln_elems<A>() / V;
@@ -393,7 +376,7 @@ ln_bwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
                 }
             }
         }
-        group_sums(s, sh, rowbar);
+        group_sums(s, sh);
         const A m1 = s[0] / (A)C, m2 = s[1] / (A)C;
         if (!live || !dx)
             continue;

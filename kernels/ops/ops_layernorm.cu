@@ -43,17 +43,6 @@ namespace {
             (s) = fg_cuda_status(e_, what, __FILE__, __LINE__);             \
     } while (0)
 
-/* FG_LN_ROW_BARRIERS=1: the register kernels' rows meet at barriers of
- * their own (row_sync), read once per process. */
-inline bool ln_row_barriers()
-{
-    static const bool on = [] {
-        const char *v = getenv("FG_LN_ROW_BARRIERS");
-        return v && v[0] == '1' && !v[1];
-    }();
-    return on;
-}
-
 /* Shape of the register kernels for rows of C: threads per row (a power of
  * two, 32 .. LN_TPR_MAX, C <= tpr * e, e elements per thread) and rows
  * per block. */
@@ -103,12 +92,10 @@ fg_status ln_fwd_t(const fg_tensor *x, const fg_tensor *w, const fg_tensor *b,
     if (C % VW == 0 && aligned16(xp) && aligned16(yp) && par_vec_ok(wp, ws) &&
         par_vec_ok(bp, bs))
         ln_fwd_reg<T, To, VW><<<(unsigned)grid, block, 0, st>>>(
-            xp, wp, ws, bp, bs, R, C, (A)eps, yp, mp, rp, LnJoin<T, To>{},
-            ln_row_barriers());
+            xp, wp, ws, bp, bs, R, C, (A)eps, yp, mp, rp, LnJoin<T, To>{});
     else
         ln_fwd_reg<T, To, 1><<<(unsigned)grid, block, 0, st>>>(
-            xp, wp, ws, bp, bs, R, C, (A)eps, yp, mp, rp, LnJoin<T, To>{},
-            ln_row_barriers());
+            xp, wp, ws, bp, bs, R, C, (A)eps, yp, mp, rp, LnJoin<T, To>{});
     FG_CUDA_TRY_LAUNCH();
     return FG_OK;
 }
@@ -226,7 +213,7 @@ fg_status ln_bwd_reg_run(const T *xp, const T *wp, int64_t ws,
         fg_status s = FG_OK;
         kernel<<<grid, dim3((unsigned)S.tpr, (unsigned)S.rpb), smem,
                  fg_cuda_stream()>>>(xp, wp, ws, mp, rp, gp, R, C, dp, dx_acc, pw,
-                                     pb, J, ln_row_barriers());
+                                     pb, J);
         LN_LAUNCHED(s, "ln_bwd_reg launch");
         return s;
     });
@@ -371,7 +358,7 @@ fg_status join_fwd_t(const fg_tensor *x, const fg_tensor *b, double p,
            fg_cuda_stream()>>>(dptr<float>(x), dptr<float>(w), ws,
                                dptr<float>(bias), bs, R, C, (float)eps,
                                dptr<Tv>(h), dptr<float>(mean),
-                               dptr<float>(rstd), J, ln_row_barriers());
+                               dptr<float>(rstd), J);
     FG_CUDA_TRY_LAUNCH();
     return FG_OK;
 }
