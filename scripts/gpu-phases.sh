@@ -69,6 +69,10 @@
 #                GPT-2-small step: a training-side change A/B in one call;
 #                $OUT/trainab.txt. FG_REF=/tmp/fg-b (no buildref): the
 #                build against itself, FG_AB_BUILD_ENV the only difference
+#   batches      issue 22's GPT-2-small shape at several batch sizes
+#                (FG_BATCHES, default "16 32 64 128"): flashgrad-train and
+#                the twin's torch.compile (--bench-only --compile) in turn
+#                per batch, ms/step and tokens/s; $OUT/batches.txt
 #   gemms        the GPT-2-small step's GEMM shapes timed by the autotune
 #                (FG_GEMM_AUTOTUNE=2): each shape's heuristic first choice
 #                and its best of eight, with TFLOP/s; $OUT/gemms.txt
@@ -481,6 +485,27 @@ trainab() {
     T=$keep
     grep -A8 '^== ' "$OUT/trainab.txt"
 }
+# batches: GPT-2-small against torch.compile at each of FG_BATCHES (the
+# issue's shape is "the largest batch that fits"); fewer steps at larger
+# batches keep each run near 5 s
+batches() {
+    log "GPT-2-small by batch size: flashgrad-train and torch.compile"
+    local b n line
+    : >"$OUT/batches.txt"
+    for b in ${FG_BATCHES:-16 32 64 128}; do
+        n=$((b <= 32 ? 40 : 20 + 10 * (b <= 64)))
+        # shellcheck disable=SC2086
+        line=$(fgt "g2s-b$b" $G2 --dropout 0.1 --batch "$b" --steps "$n" \
+            --print-interval 10)
+        echo "flashgrad batch $b: ${line#*: }" | tee -a "$OUT/batches.txt"
+        (cd "$K/src" && timeout 300 python3 bench/train_gpt_torch.py --data "$D" \
+            --bench-only --compile --steps "$n" --warm-steps 10 --layers 12 \
+            --heads 12 --width 768 --ctx 1024 --batch "$b" --dropout 0.1 \
+            >"$W/tw-b$b.log" 2>&1)
+        echo "torch.compile batch $b: $(grep -E '^torch .*ms/step' "$W/tw-b$b.log" ||
+            tail -n 1 "$W/tw-b$b.log")" | tee -a "$OUT/batches.txt"
+    done
+}
 # gemms: the autotune's per-shape medians of a short GPT-2-small run
 gemms() {
     log "GEMM shapes of the GPT-2-small step (autotune timings)"
@@ -537,7 +562,7 @@ rings() {
 
 for ph in "$@"; do # every phase known before any runs
     case $ph in
-    san:?* | build | buildref | modules | cells | ncu | suites | sweep | variants | det | detsan | bias | modes | torch | train | quality | trainab | gemms | benchab | dpspeed | dpeq | rings) ;;
+    san:?* | build | buildref | modules | cells | ncu | suites | sweep | variants | det | detsan | bias | modes | torch | train | quality | trainab | batches | gemms | benchab | dpspeed | dpeq | rings) ;;
     *) echo "gpu-phases.sh: unknown phase '$ph'" >&2; exit 2 ;;
     esac
 done
