@@ -318,6 +318,10 @@ ln_bwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
     /* the old dx of the accumulation loaded at once where registers allow
      * (ptxas: 64 a thread, no spill), else vector by vector */
     constexpr bool kOldAtOnce = NV * V <= 12;
+    /* and with x and g, before the sums, in the fp32 join kernels
+     * (training's: 64 registers, no spill; in fp64 all three spill 64-88
+     * bytes, the plain fp32 kernels 16 bytes on sm_80) */
+    constexpr bool kOldEarly = kOldAtOnce && JOIN && sizeof(A) == 4;
     __shared__ A sh[64];
     extern __shared__ __align__(16) unsigned char ln_smem[];
     const int nthr = (int)(blockDim.x * blockDim.y),
@@ -345,6 +349,17 @@ ln_bwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
          * (lanes past the row read its start and zero it) keep them in
          * flight together. */
         A xh[NV][V], wg[NV][V], s[2] = {A(0), A(0)};
+        /* the accumulation's old dx with them (kOldEarly): its loads in
+         * flight with x's and g's, not a second round trip after the sums */
+        A old[kOldAtOnce ? NV : 1][V];
+        if (kOldEarly && dx_acc && dx) {
+            const T *dl = dx + (live ? row : 0) * C;
+#pragma unroll
+            for (int i = 0; i < (kOldAtOnce ? NV : 1); i++) {
+                const int64_t j = ((int64_t)i * blockDim.x + threadIdx.x) * V;
+                load_n<T, V>(dl + (live && j < C ? j : 0), old[i]);
+            }
+        }
 #pragma unroll
         for (int i = 0; i < NV; i++) {
             const int64_t j = ((int64_t)i * blockDim.x + threadIdx.x) * V;
@@ -381,8 +396,7 @@ ln_bwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
         if (!live || !dx)
             continue;
         T *dr = dx + row * C;
-        A old[kOldAtOnce ? NV : 1][V];
-        if (kOldAtOnce && dx_acc)
+        if (kOldAtOnce && !kOldEarly && dx_acc)
 #pragma unroll
             for (int i = 0; i < (kOldAtOnce ? NV : 1); i++) {
                 const int64_t j = ((int64_t)i * blockDim.x + threadIdx.x) * V;
