@@ -257,13 +257,13 @@ static fg_status launch_bwd(fg_dtype dt, AttnArgs a, size_t smem_limit, cudaStre
     const bool wg = sizeof(T) == 2 && a.lse2p && mma_path_ok(a, true) && wgmma_usable() &&
                     attn_bwd_wgmma_smem(a) <= smem_limit &&
                     attn_bwd_wgmma_maps_size() <= sizeof maps && attn_bwd_wgmma_maps(a, maps);
-    if (wg)
-        a.dq_tile_d = attn_bwd_wgmma_dpad(a.d); /* the layout it accumulates dQ in */
     /* D, the wgmma path's padded stats and the zeroed dq_acc: one pass
      * where it applies, else a memset, D, and the stats below */
     bool prepped = false;
-    if (wg)
+    if (wg) {
+        a.dq_tile_d = attn_bwd_wgmma_dpad(a.d); /* the layout it accumulates dQ in */
         FG_TRY(launch_bwd_prep_tiled<T>(a, st, &prepped));
+    }
     if (!prepped) {
         if (a.dq_zero)
             FG_CUDA_TRY(cudaMemsetAsync(a.dq_acc, 0, a.dq_zero, st));

@@ -27,6 +27,24 @@ __host__ __forceinline__ bool vec16_ok(const Operand &t)
     return ((uintptr_t)t.ptr & 15) == 0 && t.sb % 8 == 0 && t.ss % 8 == 0 && t.sh % 8 == 0;
 }
 
+/* One lane's share of rowsum(dO * O) over a row of d (d % 8 == 0) 2-byte
+ * elements, 8 lanes a row: lane's 16-byte pieces lane, lane + 8, ... of
+ * O and dO (none unless on). The row's sum is the 8 lanes' shuffle sum. */
+template <typename T>
+__device__ __forceinline__ float row_dot_vec8(const T *o, const T *g, int d, int lane, bool on)
+{
+    float acc = 0.f;
+    for (int x = lane; on && x < d / 8; x += 8) {
+        const uint4 ov = reinterpret_cast<const uint4 *>(o)[x];
+        const uint4 gv = reinterpret_cast<const uint4 *>(g)[x];
+        const T *oe = reinterpret_cast<const T *>(&ov), *ge = reinterpret_cast<const T *>(&gv);
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            acc += to_acc(oe[e]) * to_acc(ge[e]);
+    }
+    return acc;
+}
+
 /* kVec (fp16/bf16, vec16_ok O and dO, d % 8 == 0): 8 lanes per row, 16
  * bytes of O and dO per lane and step; else a warp per row, one element
  * per lane and step. */
@@ -48,14 +66,7 @@ __global__ void __launch_bounds__(256) attn_bwd_preprocess(const AttnArgs a)
         const T *o = elem<T>(a.o, b, i, h), *g = elem<T>(a.dout, b, i, h);
         A acc = 0;
         if constexpr (kVec) {
-            for (int x = lane; owned && x < a.d / 8; x += L) {
-                const uint4 ov = reinterpret_cast<const uint4 *>(o)[x];
-                const uint4 gv = reinterpret_cast<const uint4 *>(g)[x];
-                const T *oe = reinterpret_cast<const T *>(&ov), *ge = reinterpret_cast<const T *>(&gv);
-#pragma unroll
-                for (int e = 0; e < 8; e++)
-                    acc += to_acc(oe[e]) * to_acc(ge[e]);
-            }
+            acc = row_dot_vec8(o, g, a.d, lane, owned);
         } else {
             for (int x = lane; owned && x < a.d; x += L)
                 acc += to_acc(o[x]) * to_acc(g[x]);
@@ -109,18 +120,8 @@ __global__ void __launch_bounds__(256) attn_bwd_prep_tiled(const AttnArgs a)
     for (int r = threadIdx.x / 8; r < 64; r += 32) {
         const int64_t i = i0 + r;
         float acc = 0.f;
-        if (i < a.Nq) {
-            const uint4 *o = reinterpret_cast<const uint4 *>(elem<T>(a.o, b, i, h)),
-                        *g = reinterpret_cast<const uint4 *>(elem<T>(a.dout, b, i, h));
-            for (int x = lane; x < a.d / 8; x += 8) {
-                const uint4 ov = o[x], gv = g[x];
-                const T *oe = reinterpret_cast<const T *>(&ov),
-                        *ge = reinterpret_cast<const T *>(&gv);
-#pragma unroll
-                for (int e = 0; e < 8; e++)
-                    acc += to_acc(oe[e]) * to_acc(ge[e]);
-            }
-        }
+        if (i < a.Nq)
+            acc = row_dot_vec8(elem<T>(a.o, b, i, h), elem<T>(a.dout, b, i, h), a.d, lane, true);
 #pragma unroll
         for (int s = 4; s > 0; s >>= 1)
             acc += __shfl_xor_sync(0xffffffffu, acc, s, 8);
