@@ -5,7 +5,6 @@
  * fp32 straight from the GEMMs into the parameters' .grad. Replaces, per
  * parameter and step, a CastBackward node, a bf16 gradient and the kernel
  * that widened it into .grad. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
@@ -32,54 +31,6 @@ static int master_ok(const fg_tensor *x, fg_tensor *const *params, int n)
     return 1;
 }
 
-/* FG_WGRAD_BF16=1 (opt-in, a measurement): master_wgrads_lowp. Read once
- * per process. */
-static int wgrad_lowp(void)
-{
-    static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("FG_WGRAD_BF16");
-        on = v && v[0] == '1' && !v[1];
-    }
-    return on;
-}
-
-/* master_wgrads as PyTorch's autocast computes it: dW and db come out of
- * the GEMM in x's dtype (written fresh: no fp32 C, whose GEMMs ran
- * 0.47-0.85 ms a GPT-2-small step slower on an H200, doc/training.md
- * sessions 25-26), then are widened into accw / accb by
- * fg_grad_accumulate, or into fresh fp32 *dw / *db. The gradients are
- * rounded to x's dtype once per backward. *done = 0 (nothing enqueued,
- * nothing returned) where cuBLASLt declines. */
-static fg_status master_wgrads_lowp(fg_tensor *x, fg_tensor *gy, int nb,
-                                    fg_tensor *accw, fg_tensor *accb,
-                                    fg_tensor **dw, fg_tensor **db, int *done)
-{
-    fg_arena *dom = fg_bw_domain();
-    const int64_t K = x->shape[x->nd - 1], N = gy->shape[gy->nd - 1],
-                  wshape[2] = {K, N};
-    fg_tensor *lw = NULL, *lb = NULL; /* [K, N], [N] in x's dtype */
-    *done = 0;
-    fg_status s = fg_tensor_new(dom, x->dtype, x->device, 2, wshape, &lw);
-    if (s == FG_OK && nb)
-        s = fg_tensor_new(dom, x->dtype, x->device, 1, &N, &lb);
-    if (s == FG_OK)
-        s = fg_lin_lt(nb ? FG_LT_BGRAD_B : FG_LT_DEFAULT, x, 1, gy, 0, lw, lb,
-                      NULL, 0, done);
-    fg_tensor *l[2] = {lw, lb}, *acc[2] = {accw, accb}, **out[2] = {dw, db};
-    for (int i = 0; i < 2 && s == FG_OK && *done; i++) {
-        if (!l[i])
-            continue;
-        if (acc[i])
-            s = fg_grad_accumulate(acc[i], l[i]);
-        else
-            s = fg_copy_raw(l[i], FG_FP32, dom, out[i]);
-    }
-    fg_tensor_free(lw);
-    fg_tensor_free(lb);
-    return s;
-}
-
 /* The fp32 gradients of w [K, N] and b [N] in y = x w + b for gy (x
  * [..., K], gy [..., N], low precision): *dw = x^T gy, added into accw
  * instead when non-NULL (*dw NULL then); *db = gy's column sums, likewise
@@ -98,12 +49,6 @@ static fg_status master_wgrads(fg_tensor *x, fg_tensor *gy, int nw, int nb,
     *dw = *db = NULL;
     if (!nw && !nb)
         return FG_OK;
-    if (nw && wgrad_lowp()) {
-        int done = 0;
-        FG_TRY(master_wgrads_lowp(x, gy, nb, accw, accb, dw, db, &done));
-        if (done)
-            return FG_OK;
-    }
     if (nw && accw)
         tw = fg_tensor_retain(accw);
     else if (nw)
