@@ -25,7 +25,8 @@
 #                a speed change bisected in one call. FG_CELLS: cells
 #                separated by ';' (default "--d 128 --N 8192 --causal 0;
 #                --d 64 --N 8192 --causal 0"; "--dropout 0.1" times the
-#                dropout kernels); $OUT/cells.txt
+#                dropout kernels); FG_CELLS_ENV="VAR=v": each module
+#                also with that environment; $OUT/cells.txt
 #   ncu          Nsight Compute on one kernel of one cell (FG_NCU_CELL,
 #                default "--d 128 --N 8192 --causal 0"; FG_NCU_KERNEL, a
 #                regex, default attn_bwd_wgmma_kernel; FG_NCU_CMD another
@@ -173,14 +174,19 @@ cells() {
     log "cells: bench_attention of $B with each module"
     modlist
     IFS=';' read -ra cl <<<"${FG_CELLS:---d 128 --N 8192 --causal 0;--d 64 --N 8192 --causal 0}"
+    # FG_CELLS_ENV="VAR=v ...": each module also run with it (a switch A/B)
+    local envs=("") e
+    [ -n "${FG_CELLS_ENV:-}" ] && envs+=("$FG_CELLS_ENV")
     : >"$OUT/cells.txt"
     for round in 1 2; do
         for m in "${mods[@]}"; do
-            for cell in "${cl[@]}"; do
-                # shellcheck disable=SC2086 # a cell: words
-                echo "$round $(modname "$m") $cell: $(FG_CUDA_BACKEND=$m \
-                    "$B/bench/bench_attention" $cell 2>&1 | grep -Ev '^(#|flashgrad|dtype)' |
-                    awk '{printf "%s fwd %s bwd %s  ", $1, $9, $10}')" | tee -a "$OUT/cells.txt"
+            for e in "${envs[@]}"; do
+                for cell in "${cl[@]}"; do
+                    # shellcheck disable=SC2086 # a cell, an environment: words
+                    echo "$round $(modname "$m")${e:+ [$e]} $cell: $(env $e FG_CUDA_BACKEND="$m" \
+                        "$B/bench/bench_attention" $cell 2>&1 | grep -Ev '^(#|flashgrad|dtype)' |
+                        awk '{printf "%s fwd %s bwd %s  ", $1, $9, $10}')" | tee -a "$OUT/cells.txt"
+                done
             done
         done
     done

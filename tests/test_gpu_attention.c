@@ -370,6 +370,36 @@ START_TEST(test_fast_path)
 }
 END_TEST
 
+/* d <= 64 without dropout: the Hopper backward's wide kernels (128
+ * queries a step, dQ split by queries) by default, then the 64-query ones
+ * (FG_ATTN_BWD_WIDE=0), each against the fp64 reference. Lengths around
+ * the 128-row step (the last step half or wholly past Nq), both causal
+ * alignments' shifts, GQA, d padded to 64, both layouts. */
+static const gcase wide_cases[] = {
+    /* B   Nq    Nk   H  Hk   d  causal bhsd  p */
+    {2, 129, 129, 4, 2, 64, 0, 0, 0.0},
+    {1, 200, 77, 2, 2, 64, 1, 1, 0.0},
+    {1, 77, 300, 2, 1, 64, 1, 0, 0.0},
+    {1, 256, 256, 3, 3, 64, 0, 1, 0.0},
+    {2, 1, 130, 2, 2, 64, 0, 0, 0.0},
+    {1, 1030, 1030, 2, 2, 48, 1, 0, 0.0},
+    {1, 65, 1000, 2, 2, 32, 0, 1, 0.0},
+};
+
+START_TEST(test_wide_d64)
+{
+    const gcase *c = &wide_cases[_i];
+    for (int narrow = 0; narrow < 2; narrow++) {
+        if (narrow)
+            setenv("FG_ATTN_BWD_WIDE", "0", 1);
+        run_case(c, FG_BF16, 7500 + 10 * (uint64_t)_i + (uint64_t)narrow);
+        run_case(c, FG_FP16, 7600 + 10 * (uint64_t)_i + (uint64_t)narrow);
+    }
+    /* Under CK_FORK=no (compute-sanitizer) tests share the environment. */
+    unsetenv("FG_ATTN_BWD_WIDE");
+}
+END_TEST
+
 /* Deterministic mode: dQ without atomics, reruns bitwise identical, and
  * still within the tolerances against the CPU reference. */
 START_TEST(test_deterministic)
@@ -1001,6 +1031,7 @@ int main(void)
         tcase_add_loop_test(tc, test_fast_variants, 0,
                             (int)(sizeof fast_vcases / sizeof fast_vcases[0]));
         tcase_add_loop_test(tc, test_fast_other_kernels, 0, 2);
+        tcase_add_loop_test(tc, test_wide_d64, 0, 2);
         suite_add_tcase(s, tc);
         TCase *tm = tcase_create("mma_variants");
         tcase_set_timeout(tm, 900);
@@ -1015,6 +1046,7 @@ int main(void)
     tcase_add_loop_test(tc, test_deterministic, 0, 3);
     tcase_add_loop_test(tc, test_deterministic_tiles, 0, sanitize ? 2 : 4);
     tcase_add_loop_test(tc, test_fast_path, 0, (int)(sizeof fast_cases / sizeof fast_cases[0]));
+    tcase_add_loop_test(tc, test_wide_d64, 0, (int)(sizeof wide_cases / sizeof wide_cases[0]));
     tcase_add_test(tc, test_dropout_mask);
     tcase_add_loop_test(tc, test_kernel_mask, 0, sanitize ? 1 : 3);
     tcase_add_test(tc, test_fully_masked);

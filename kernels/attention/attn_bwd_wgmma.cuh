@@ -47,11 +47,14 @@ namespace fg {
 /* Two warpgroups per block for every head dim (one-warpgroup blocks, two
  * per SM, measured 5-25% slower on an H100: the Q/dO tiles were streamed
  * twice and dQ got twice the atomics). */
-template <int D> struct BwdWgTile {
+/* BR: queries per step, 64, or 128 for the wide d = 64 kernels (kWide
+ * below). */
+template <int D, int BR = 64> struct BwdWgTile {
+    static_assert(BR == 64 || (BR == 128 && D == 64), "wide steps: d = 64 only");
     static constexpr bool kSplitD = D == 256;
     static constexpr int kWG = 2;
     static constexpr int kBc = kSplitD ? 64 : 64 * kWG; /* keys per block */
-    static constexpr int kBr = 64;                      /* queries per step */
+    static constexpr int kBr = BR;                      /* queries per step */
     static constexpr int kDH = kSplitD ? D / 2 : D;     /* dK/dV width per WG */
     static constexpr int kDQ = D / kWG;                 /* dQ width per WG */
     /* split d: P^T Z tile, and the P^T / dropout-bit exchange */
@@ -165,7 +168,20 @@ template <int D, int kMode> struct BwdDropRT {
         kMode >= 2 && D != 128 && !(kmode_ragged(kMode) && D == 64);
 };
 
-template <typename T, int D, int kMode, bool kDropout>
+/* kWide: 128 queries a step at d = 64 (kModes 0 and 1, no dropout, not
+ * deterministic; FG_ATTN_BWD_WIDE=0 turns it off). With 64-query steps
+ * the d = 64 consumers spent their time in each step's hand-offs (the
+ * fences, arrivals and waits around P / dS^T and the ping-pong; ncu,
+ * H200, session 23) rather than in the 64 x 64 x 64 products;
+ * FlashAttention-3 runs d = 64 with 128-query steps. The same products
+ * on twice the queries: S^T and dP^T are 64 keys x 128 queries a
+ * warpgroup, dS^T is stored as two 64-query panels, and the dQ product is
+ * split by queries (warpgroup w: queries 64w.., all 64 columns, panel w
+ * of dS^T) instead of by columns, so each warp stages runs w and 4 + w of
+ * 64-row tile w (the same tiled dq_acc). dQ runs after dK's product
+ * (kEarlyDQ's 32 registers would not fit beside S^T and dP^T); nq_pad is
+ * a multiple of 128 so the last step's stats and dQ tiles stay inside. */
+template <typename T, int D, int kMode, bool kDropout, bool kWide>
 __global__ void __launch_bounds__(BwdSpec<D, kDropout>::kThreads, 1)
 attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                       const __grid_constant__ CUtensorMap tmQ,
@@ -227,7 +243,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         if ((int64_t)gx * BwdWgTile<D>::kBc >= nk_rows)
             return; /* past this sequence: the grid fits the longest */
     }
-    using Tile = BwdWgTile<D>;
+    static_assert(!kWide || (D == 64 && kMode <= 1 && !kDropout), "wide steps");
+    using Tile = BwdWgTile<D, kWide ? 128 : 64>;
     /* Two forms of 8aa980e measured on an H200 (session 22), kept where
      * each is faster: the warpgroup index by a shuffle from lane 0
      * (CUTLASS's canonical_warp_group_idx: the compiler knows it is
@@ -237,9 +254,10 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     constexpr bool kWgShfl = kDropout, kDescOnce = kDropout || D == 64;
     using Desc = WgDescAt<kDescOnce>;
     constexpr bool kSpec = BwdSpec<D, kDropout>::value;
-    constexpr bool kEarlyDQ = BwdSpec<D, kDropout>::kEarlyDQ;
+    constexpr bool kEarlyDQ = BwdSpec<D, kDropout>::kEarlyDQ && !kWide;
     const bool drop = kDropout && (!BwdDropRT<D, kMode>::value || args.dropout);
     constexpr int Bc = Tile::kBc, Br = Tile::kBr, DH = Tile::kDH, DQ = Tile::kDQ;
+    constexpr int DQW = kWide ? D : DQ; /* columns of a warpgroup's dQ product */
     constexpr uint32_t qtile = Br * D * 2;   /* bytes of one Q or dO tile */
     extern __shared__ unsigned char smem[];
     const uint32_t base = smem_u32(smem);
@@ -272,7 +290,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * fixed order of key blocks, from the last to the first (dq_writer);
      * blocks are numbered backwards so that, started in grid order, a
      * block only ever waits for blocks started before it. */
-    const bool det = kSpec && args.dq_sem != nullptr;
+    const bool det = kSpec && !kWide && args.dq_sem != nullptr;
     const int kb = det ? (nk_rows + Bc - 1) / Bc - 1 - gx : gx;
     const int64_t j0 = (int64_t)kb * Bc;
     const int kvalid = (int)min((int64_t)Bc, (int64_t)nk_rows - j0); /* rows stored */
@@ -296,11 +314,16 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * read them instead of locating the step themselves (a division, the
      * block list's global load and the band test on every step's path). */
     int4 *step_info = reinterpret_cast<int4 *>(smem + (bar_kv + 96 - base)); /* [2] */
-    auto tma_tile = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int rows,
+    /* A tile of `rows` rows in boxes of `box` (the map's: Bc for K and V,
+     * 64 for Q and dO, so a wide step's tile takes two) */
+    auto tma_tile = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int rows, int box,
                         int64_t row0, int head) {
 #pragma unroll
         for (int p = 0; p < D / 64; p++)
-            tma_load_4d(dst + p * rows * 128, map, bar, p * 64, (int)row0, head, tb);
+#pragma unroll
+            for (int r = 0; r < rows / box; r++)
+                tma_load_4d(dst + p * rows * 128 + r * box * 128, map, bar, p * 64,
+                            (int)row0 + box * r, head, tb);
     };
     if constexpr (SeqSmem::value) { /* args, a word a thread, then thread 0 moves it to b */
         const uint32_t *src = reinterpret_cast<const uint32_t *>(&args);
@@ -329,8 +352,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     const AttnArgs &a = SeqSmem::value ? *seq_s : kRagged ? seq : args;
     auto load_kv = [&]() {
         mbar_expect_tx(bar_kv, 2 * Bc * D * 2);
-        tma_tile(sK, &tmK, bar_kv, Bc, k_row0 + j0, hk);
-        tma_tile(sV, &tmV, bar_kv, Bc, k_row0 + j0, hk);
+        tma_tile(sK, &tmK, bar_kv, Bc, Bc, k_row0 + j0, hk);
+        tma_tile(sV, &tmV, bar_kv, Bc, Bc, k_row0 + j0, hk);
     };
     if (!kSpec && threadIdx.x == 0)
         load_kv();
@@ -367,8 +390,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         const uint32_t buf = sQ0 + (uint32_t)(st & 1) * 2 * qtile;
         const uint32_t bar = bar_q + 8 * (uint32_t)(st & 1);
         mbar_expect_tx(bar, 2 * qtile + 2 * Br * 4 + (btma ? (uint32_t)BiasTile::kStage : 0));
-        tma_tile(buf, &tmQ, bar, Br, q_row0 + i0, h);
-        tma_tile(buf + qtile, &tmO, bar, Br, q_row0 + i0, h);
+        tma_tile(buf, &tmQ, bar, Br, 64, q_row0 + i0, h);
+        tma_tile(buf + qtile, &tmO, bar, Br, 64, q_row0 + i0, h);
         if (btma) { /* bias rows i0.., keys j0..: Bc / 64 panels */
             const int hb = a.bias_s[1] ? h : 0, bb = a.bias_s[0] ? b : 0;
 #pragma unroll
@@ -460,16 +483,17 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     };
     /* dQ_i += scale dS K (Alg4 L.22) of step s: A = dS (queries x keys)
      * read MN-major from dS^T, B = K read MN-major; this WG's DQ columns. */
-    auto dq_issue = [&](float (&q)[DQ / 2], int64_t s) {
+    auto dq_issue = [&](float (&q)[DQW / 2], int64_t s) {
         /* column wg*DQ: panel (wg*DQ)/64, and for DQ = 32 half a 128-byte
-         * row into it (the swizzle is address-based) */
-        const uint32_t col = (uint32_t)(wg * DQ);
-        const Desc da0(step_sdS(s), Bc * 128, 1024),
+         * row into it (the swizzle is address-based); kWide: every column,
+         * the queries of dS^T's panel wg */
+        const uint32_t col = kWide ? 0u : (uint32_t)(wg * DQ);
+        const Desc da0(step_sdS(s) + (kWide ? (uint32_t)wg * Bc * 128 : 0u), Bc * 128, 1024),
             db0(sK + (col / 64) * Bc * 128 + (col % 64) * 2, Bc * 128, 1024);
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < Bc / 16; kk++)
-            WgmmaOp<T, DQ>::template ss<1, 1>(q, da0(kk * 16 * 128), db0(kk * 16 * 128), kk > 0);
+            WgmmaOp<T, DQW>::template ss<1, 1>(q, da0(kk * 16 * 128), db0(kk * 16 * 128), kk > 0);
         wg_commit();
     };
     /* Warp w of warpgroup g stages its 16 x DQ piece of step s's dQ_i as
@@ -478,20 +502,24 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * dq_acc. Split d: the run goes to a Q_i / dO_i panel that only this
      * warpgroup's (finished) dV/dK products read. det: writer s & 1
      * reduces the whole tile of step s once every thread has staged. */
-    auto dq_store = [&](const float (&q)[DQ / 2], int64_t s, int64_t i0, int64_t bh,
+    auto dq_store = [&](const float (&q)[DQW / 2], int64_t s, int64_t i0, int64_t bh,
                         uint32_t sQ) {
-        const int run = wg * 4 + warp;
+        /* kWide: runs warp and 4 + warp of 64-row tile wg (its queries,
+         * all D columns); otherwise run 4 wg + warp of the step's tile */
+        constexpr int RW = DQW / DQ; /* runs per warp */
+        const int run = kWide ? warp : wg * 4 + warp;
+        const int64_t t0 = i0 + (kWide ? 64 * wg : 0);
         uint32_t stage;
         if constexpr (Tile::kSplitD) {
             stage = sQ + (uint32_t)(warp >> 1) * qtile + (uint32_t)(wg * 2 + (warp & 1)) * Br * 128;
         } else {
-            stage = sStage + (uint32_t)run * DQ * 64;
+            stage = sStage + (kWide ? (uint32_t)wg * 64 * D * 4 : 0u) + (uint32_t)run * DQ * 64;
             if (det) {
                 if (s > 0) /* writer (s - 1) & 1 has read step s - 1's tile */
                     mbar_wait(dq_empty + 8 * (uint32_t)((s - 1) & 1), (uint32_t)((s - 1) >> 1) & 1);
             } else {
                 if (lane == 0)
-                    bulk_wait_read<0>(); /* the last reduce has read it */
+                    bulk_wait_read<0>(); /* the last reduces have read it */
                 __syncwarp();
             }
         }
@@ -499,8 +527,9 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
          * softmax scale once to each sum, not here to every product */
         float4 *sq = reinterpret_cast<float4 *>(smem + (stage - base)) + lane;
 #pragma unroll
-        for (int n = 0; n < DQ / 8; n++)
-            sq[32 * n] = make_float4(q[4 * n], q[4 * n + 1], q[4 * n + 2], q[4 * n + 3]);
+        for (int n = 0; n < DQW / 8; n++) /* kWide: run 4 (n / 4) on, fragment n % 4 */
+            sq[RW > 1 ? (n >> 2) * 4 * DQ * 4 + 32 * (n & 3) : 32 * n] =
+                make_float4(q[4 * n], q[4 * n + 1], q[4 * n + 2], q[4 * n + 3]);
         fence_proxy_async(); /* generic stores -> the bulk copy's reads */
         if (det) {
             mbar_arrive(dq_full + 8 * (uint32_t)(s & 1));
@@ -508,14 +537,17 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         }
         __syncwarp();
         if (lane == 0) {
-            bulk_reduce_add_f32((float *)a.dq_acc + (bh * a.nq_pad + i0) * D + run * DQ * 16,
-                                stage, DQ * 64);
+#pragma unroll
+            for (int h = 0; h < RW; h++) /* kWide: runs warp, 4 + warp */
+                bulk_reduce_add_f32((float *)a.dq_acc + (bh * a.nq_pad + t0) * D +
+                                        (run + 4 * h) * DQ * 16,
+                                    stage + (uint32_t)(4 * h * DQ * 64), DQ * 64);
             bulk_commit();
         }
     };
     /* The whole dQ product of step s, issued and waited for (with every
      * earlier product of this warpgroup), then staged and reduced. */
-    auto dq_now = [&](float (&q)[DQ / 2], int64_t s, int64_t i0, int64_t bh, uint32_t sQ) {
+    auto dq_now = [&](float (&q)[DQW / 2], int64_t s, int64_t i0, int64_t bh, uint32_t sQ) {
         dq_issue(q, s);
         wg_wait<0>();
         wg_fence_regs(q);
@@ -835,7 +867,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
          * One store instead of four, with one address. */
         auto store_t4 = [&](uint32_t buf, int kk, const uint32_t (&r)[4]) {
             const int key = key_base + 16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1);
-            stmatrix_x4(buf + pswz(key, (2 * kk + (lane >> 4)) & 7, Bc), r); /* chunk < 8: one panel */
+            /* chunk < Br / 8: Br / 64 panels */
+            stmatrix_x4(buf + pswz(key, (2 * kk + (lane >> 4)) & (Br / 8 - 1), Bc), r);
         };
         const uint32_t boff = (dslice / 64) * Br * 128; /* this WG's d panels */
         /* dV's and dK's B operands (dO_i, Q_i read MN-major, this WG's d
@@ -948,7 +981,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
            * compile-time flag, so that each wgmma wait has one meaning. */
           auto body = [&](auto prev_c) {
             constexpr bool kPrev = decltype(prev_c)::value;
-            float s[Br / 2], dp[Br / 2], qp[DQ / 2];
+            float s[Br / 2], dp[Br / 2], qp[DQW / 2];
             if constexpr (kSpec)
                 named_sync(1 + wg, 256);
             /* K-major tiles in 64-wide panels: k step kk is panel kk / 4,
@@ -982,23 +1015,34 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 mask(s);
             uint32_t keep;
             probs(s, keep); /* s keeps P^T before dropout, for dS^T */
+            /* dV += (P^T Z) dO_i (Alg4 L.17): B read MN-major, 16 queries
+             * per k-step, LBO = one d panel of Br rows. kWide: P^T packed
+             * with dS^T below and dV issued with dK, so that P^T (fp32),
+             * its packed copy and dP^T are never live together (64 + 32 +
+             * 64 registers: ptxas serialised the wgmma). */
+            auto dv_issue = [&]() {
+                wg_fence_regs(dv);
 #pragma unroll
-            for (int qt = 0; qt < Br / 8; qt++) {
+                for (int kk = 0; kk < Br / 16; kk++)
+                    WgmmaOp<T, DH>::template rs<1>(dv, pf[kk], dOp(kk * 2048), 1);
+            };
+            auto pack_p = [&](int qt) {
                 const int x = 4 * qt;
                 pf[qt >> 1][(qt & 1) * 2] = pack2<T>(s[x] * zf(keep, x), s[x + 1] * zf(keep, x + 1));
                 pf[qt >> 1][(qt & 1) * 2 + 1] =
                     pack2<T>(s[x + 2] * zf(keep, x + 2), s[x + 3] * zf(keep, x + 3));
-            }
-
-            /* dV += (P^T Z) dO_i (Alg4 L.17): B read MN-major, 16 queries
-             * per k-step, LBO = one d panel of Br rows. */
-            wg_fence();
-            wg_fence_regs(dv);
+            };
+            if constexpr (!kWide) {
 #pragma unroll
-            for (int kk = 0; kk < Br / 16; kk++)
-                WgmmaOp<T, DH>::template rs<1>(dv, pf[kk], dOp(kk * 2048), 1);
-            wg_commit();
-            if constexpr (kEarlyDQ && kPrev) /* dP^T (dQ's and dV's products may still run) */
+                for (int qt = 0; qt < Br / 8; qt++)
+                    pack_p(qt);
+                wg_fence();
+                dv_issue();
+                wg_commit();
+            }
+            if constexpr (kWide) /* dP^T */
+                wg_wait<0>();
+            else if constexpr (kEarlyDQ && kPrev) /* dP^T (dQ's and dV's products may still run) */
                 wg_wait<2>();
             else
                 wg_wait<1>();
@@ -1015,6 +1059,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 #pragma unroll
                 for (int qt = 0; qt < Br / 8; qt++) {
                     float ds[4], dls[4];
+                    if constexpr (kWide)
+                        pack_p(qt);
                     const float2 Dq = *reinterpret_cast<const float2 *>(Dv + 8 * qt + 2 * t4);
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
@@ -1056,6 +1102,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 
             /* dK += dS^T Q_i (Alg4 L.23). */
             wg_fence();
+            if constexpr (kWide)
+                dv_issue();
             wg_fence_regs(dk);
 #pragma unroll
             for (int kk = 0; kk < Br / 16; kk++)
@@ -1116,7 +1164,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             __syncthreads();
             /* dQ_i += scale dS K (Alg4 L.22) for this step. */
             if (!a.deterministic) {
-                float q[DQ / 2];
+                float q[DQW / 2];
                 dq_now(q, st, i0, bh, sQ);
             } else {
                 wg_wait<0>();
@@ -1128,7 +1176,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 
     if constexpr (kSpec) { /* the last step's dQ */
         if (total > 0 && !a.deterministic) {
-            float q[DQ / 2];
+            float q[DQW / 2];
             wait_ds(total - 1);
             dq_now(q, total - 1, prev_i0, prev_bh, 0);
         }
@@ -1165,13 +1213,13 @@ struct BwdMaps {
     int bias_flags;
 };
 
-template <typename T, int D, int kMode, bool kDropout>
+template <typename T, int D, int kMode, bool kDropout, bool kWide = false>
 fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
-    using Tile = BwdWgTile<D>;
+    using Tile = BwdWgTile<D, kWide ? 128 : 64>;
     /* BwdDropRT: the dropout kernel, told by a.dropout */
     constexpr bool kDr = kDropout || BwdDropRT<D, kMode>::value;
-    auto kern = attn_bwd_wgmma_kernel<T, D, kMode, kDr>;
+    auto kern = attn_bwd_wgmma_kernel<T, D, kMode, kDr, kWide>;
     const size_t smem = Tile::kSmem + BwdBiasTile<D, kMode>::kBytes + BwdSeqSmem<D, kMode>::kBytes +
                         BwdDropX<D, kMode, kDr>::kBytes;
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1204,8 +1252,14 @@ fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
     FG_BWD_WGMMA_LAUNCH(X, __nv_bfloat16, 64, M)                                        \
     FG_BWD_WGMMA_LAUNCH(X, __nv_bfloat16, 128, M)                                       \
     FG_BWD_WGMMA_LAUNCH(X, __nv_bfloat16, 256, M)
+/* kWide: d = 64, kModes 0 and 1, without dropout */
+#define FG_BWD_WGMMA_WIDE(X, M)                                                         \
+    X template fg_status launch<__half, 64, M, false, true>(FG_BWD_WGMMA_ARGS);         \
+    X template fg_status launch<__nv_bfloat16, 64, M, false, true>(FG_BWD_WGMMA_ARGS);
 FG_BWD_WGMMA_MODE(extern, 0)
 FG_BWD_WGMMA_MODE(extern, 1)
+FG_BWD_WGMMA_WIDE(extern, 0)
+FG_BWD_WGMMA_WIDE(extern, 1)
 FG_BWD_WGMMA_MODE(extern, 2)
 FG_BWD_WGMMA_MODE(extern, 3)
 FG_BWD_WGMMA_MODE(extern, 4)

@@ -10,6 +10,15 @@
 
 namespace fg {
 
+/* The wide d = 64 kernels (kWide, attn_bwd_wgmma.cuh) unless
+ * FG_ATTN_BWD_WIDE=0 (measurements; read per call, so a test can run
+ * both), as FG_ATTN_BIAS_TMA below. */
+static bool bwd_wide()
+{
+    const char *e = getenv("FG_ATTN_BWD_WIDE");
+    return !(e && strcmp(e, "0") == 0);
+}
+
 template <typename T, int D>
 static fg_status launch_opts(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
@@ -33,6 +42,10 @@ static fg_status launch_opts(const AttnArgs &a, const BwdMaps &m, cudaStream_t s
     if (a.variant)
         return a.dropout ? launch<T, D, 2, true>(a, m, st)
                          : launch<T, D, 2, false>(a, m, st);
+    if constexpr (D == 64)
+        if (!a.dropout && !a.deterministic && bwd_wide())
+            return a.causal ? launch<T, D, 1, false, true>(a, m, st)
+                            : launch<T, D, 0, false, true>(a, m, st);
     if (a.causal)
         return a.dropout ? launch<T, D, 1, true>(a, m, st)
                          : launch<T, D, 1, false>(a, m, st);
@@ -57,9 +70,11 @@ size_t attn_bwd_wgmma_smem(const AttnArgs &a)
     const bool ragged = a.cu_q || a.seqused_k; /* kMode 3 / 7's AttnArgs, at most */
     /* the dropout word exchange (BwdDropX) of the kernels without a bias,
      * whether or not this call drops (some serve both) */
-    if (a.d <= 64)
-        return BwdWgTile<64>::kSmem + (ragged ? BwdSeqSmem<64, 3>::kBytes : 0) +
-               (a.bias ? 0 : BwdDropX<64, 0, true>::kBytes);
+    if (a.d <= 64) { /* or the wide kernels' (no ragged or dropout parts) */
+        const size_t narrow = BwdWgTile<64>::kSmem + (ragged ? BwdSeqSmem<64, 3>::kBytes : 0) +
+                              (a.bias ? 0 : BwdDropX<64, 0, true>::kBytes);
+        return narrow > BwdWgTile<64, 128>::kSmem ? narrow : BwdWgTile<64, 128>::kSmem;
+    }
     if (a.d <= 128) /* kMode 5's bias stages at most */
         return BwdWgTile<128>::kSmem + (a.bias ? BwdBiasTile<128, 5>::kBytes : 0) +
                (ragged ? BwdSeqSmem<128, 3>::kBytes : 0) +

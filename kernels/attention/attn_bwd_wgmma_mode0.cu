@@ -7,5 +7,6 @@
 namespace fg {
 
 FG_BWD_WGMMA_MODE(, 0)
+FG_BWD_WGMMA_WIDE(, 0)
 
 } /* namespace fg */

@@ -7,5 +7,6 @@
 namespace fg {
 
 FG_BWD_WGMMA_MODE(, 1)
+FG_BWD_WGMMA_WIDE(, 1)
 
 } /* namespace fg */

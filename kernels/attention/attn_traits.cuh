@@ -90,8 +90,8 @@ struct AttnArgs {
     void *m, *l;          /* [B, H, Nq] stats, accumulator type */
     void *D;              /* [B, H, Nq] rowsum(dO * O), backward */
     /* wgmma backward only: lse2 = log2 of the softmax normaliser and D,
-     * float [B*H][nq_pad] with rows padded to a multiple of 64 (+inf / 0),
-     * so every 64-query block is one aligned bulk copy. */
+     * float [B*H][nq_pad] with rows padded to a multiple of 128 (+inf / 0),
+     * so every 64- or 128-query block is one aligned bulk copy. */
     void *lse2p, *Dp;
     int64_t nq_pad;
     void *dq_acc;         /* [B, H, Nq, d] dQ accumulator, backward */
