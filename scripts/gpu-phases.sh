@@ -38,7 +38,8 @@
 #                the module's, plus -FG_NCU_TAG when set (several kernels
 #                in one call: FG_NCU_TAG=bwd ... ncu, then FG_NCU_TAG=fwd)
 #   suites       every GPU suite at once (make -j check), one line each;
-#                FG_SUITES="ops train" runs only test_gpu_ops, test_gpu_train
+#                FG_SUITES="ops train" runs only test_gpu_ops, test_gpu_train;
+#                FG_CK_CASE=NAME only that Check test case of each
 #   san:TOOL     compute-sanitizer TOOL over every suite (gpu-sanitize.sh)
 #   sweep        all four tools over every suite in one parallel run
 #                (doc/reliability.md; about 8 minutes on 16 cores)
@@ -231,8 +232,11 @@ suites() {
     done
     # Check's XML report beside each suite's log (tests/NAME.xml; the
     # harness's $log): the time of every test
+    # FG_CK_CASE: only that test case of each suite (Check's CK_RUN_CASE,
+    # e.g. FG_SUITES=attention FG_CK_CASE=wide)
     # shellcheck disable=SC2016 # expanded by the harness's shell, not here
-    (cd "$B" && timeout "${FG_SUITE_TIMEOUT:-540}" make -j12 check TESTS="$list" \
+    (cd "$B" && if [ -n "${FG_CK_CASE:-}" ]; then export CK_RUN_CASE=$FG_CK_CASE; fi &&
+        timeout "${FG_SUITE_TIMEOUT:-540}" make -j12 check TESTS="$list" \
         TESTS_ENVIRONMENT='CK_XML_LOG_FILE_NAME=$${log%.log}.xml; export CK_XML_LOG_FILE_NAME;' \
         >"$W/suites.log" 2>&1)
     echo "make check: exit $?"

@@ -370,11 +370,11 @@ START_TEST(test_fast_path)
 }
 END_TEST
 
-/* d <= 64 without dropout: the Hopper backward's wide kernels (128
- * queries a step, dQ split by queries) by default, then the 64-query ones
- * (FG_ATTN_BWD_WIDE=0), each against the fp64 reference. Lengths around
- * the 128-row step (the last step half or wholly past Nq), both causal
- * alignments' shifts, GQA, d padded to 64, both layouts. */
+/* d <= 64, with and without dropout: the Hopper backward's wide kernels
+ * (128 queries a step, dQ split by queries) by default, then the 64-query
+ * ones (FG_ATTN_BWD_WIDE=0), each against the fp64 reference. Lengths
+ * around the 128-row step (the last step half or wholly past Nq), both
+ * causal alignments' shifts, GQA, d padded to 64, both layouts. */
 static const gcase wide_cases[] = {
     /* B   Nq    Nk   H  Hk   d  causal bhsd  p */
     {2, 129, 129, 4, 2, 64, 0, 0, 0.0},
@@ -384,6 +384,9 @@ static const gcase wide_cases[] = {
     {2, 1, 130, 2, 2, 64, 0, 0, 0.0},
     {1, 1030, 1030, 2, 2, 48, 1, 0, 0.0},
     {1, 65, 1000, 2, 2, 32, 0, 1, 0.0},
+    {2, 129, 129, 4, 2, 64, 0, 1, 0.2},
+    {1, 300, 300, 2, 1, 64, 1, 0, 0.1},
+    {1, 77, 300, 2, 2, 48, 1, 1, 0.15},
 };
 
 START_TEST(test_wide_d64)
@@ -524,6 +527,20 @@ START_TEST(test_kernel_mask)
     kernel_mask_case(256, 256, 0, FG_BF16, k, 9702); /* several tiles each way */
     kernel_mask_case(100, 128, 1, FG_BF16, k, 9703); /* partial tiles */
     kernel_mask_case(64, 64, 0, FG_FP16, k, 9704);
+}
+END_TEST
+
+/* The same for d = 64 on the default path: the wide backward, then the
+ * 64-query one (FG_ATTN_BWD_WIDE=0), causal and not, a partial step. */
+START_TEST(test_wide_mask)
+{
+    for (int narrow = 0; narrow < 2; narrow++) {
+        if (narrow)
+            setenv("FG_ATTN_BWD_WIDE", "0", 1);
+        kernel_mask_case(64, 64, 1, FG_BF16, NULL, 9710 + (uint64_t)narrow);
+        kernel_mask_case(50, 64, 0, FG_FP16, NULL, 9712 + (uint64_t)narrow);
+    }
+    unsetenv("FG_ATTN_BWD_WIDE");
 }
 END_TEST
 
@@ -1046,7 +1063,12 @@ int main(void)
     tcase_add_loop_test(tc, test_deterministic, 0, 3);
     tcase_add_loop_test(tc, test_deterministic_tiles, 0, sanitize ? 2 : 4);
     tcase_add_loop_test(tc, test_fast_path, 0, (int)(sizeof fast_cases / sizeof fast_cases[0]));
-    tcase_add_loop_test(tc, test_wide_d64, 0, (int)(sizeof wide_cases / sizeof wide_cases[0]));
+    /* a case of its own, so CK_RUN_CASE=wide runs it alone */
+    TCase *tw = tcase_create("wide");
+    tcase_set_timeout(tw, 900);
+    tcase_add_loop_test(tw, test_wide_d64, 0, (int)(sizeof wide_cases / sizeof wide_cases[0]));
+    tcase_add_test(tw, test_wide_mask);
+    suite_add_tcase(s, tw);
     tcase_add_test(tc, test_dropout_mask);
     tcase_add_loop_test(tc, test_kernel_mask, 0, sanitize ? 1 : 3);
     tcase_add_test(tc, test_fully_masked);

@@ -158,9 +158,10 @@ template <int D, int kMode> struct BwdSeqSmem {
  * through shared memory: [step parity][warpgroup][pair][Br / 16 calls][32
  * lanes] uint2, after the mbarriers. Not with a bias (kModes 4, 5: the bias
  * tile leaves no room at d = 128). */
-template <int D, int kMode, bool kDropout> struct BwdDropX {
+template <int D, int kMode, bool kDropout, bool kWide = false> struct BwdDropX {
     static constexpr bool value = kDropout && !BwdWgTile<D>::kSplitD && kMode != 4 && kMode != 5;
-    static constexpr size_t kBytes = value ? (size_t)2 * 2 * 2 * (BwdWgTile<D>::kBr / 16) * 32 * 8 : 0;
+    static constexpr int kBr = kWide ? 128 : 64; /* queries a step */
+    static constexpr size_t kBytes = value ? (size_t)2 * 2 * 2 * (kBr / 16) * 32 * 8 : 0;
 };
 
 template <int D, int kMode> struct BwdDropRT {
@@ -168,7 +169,7 @@ template <int D, int kMode> struct BwdDropRT {
         kMode >= 2 && D != 128 && !(kmode_ragged(kMode) && D == 64);
 };
 
-/* kWide: 128 queries a step at d = 64 (kModes 0 and 1, no dropout, not
+/* kWide: 128 queries a step at d = 64 (kModes 0 and 1, not
  * deterministic; FG_ATTN_BWD_WIDE=0 turns it off). With 64-query steps
  * the d = 64 consumers spent their time in each step's hand-offs (the
  * fences, arrivals and waits around P / dS^T and the ping-pong; ncu,
@@ -243,7 +244,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         if ((int64_t)gx * BwdWgTile<D>::kBc >= nk_rows)
             return; /* past this sequence: the grid fits the longest */
     }
-    static_assert(!kWide || (D == 64 && kMode <= 1 && !kDropout), "wide steps");
+    static_assert(!kWide || (D == 64 && kMode <= 1), "wide steps");
     using Tile = BwdWgTile<D, kWide ? 128 : 64>;
     /* Two forms of 8aa980e measured on an H200 (session 22), kept where
      * each is faster: the warpgroup index by a shuffle from lane 0
@@ -258,6 +259,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     const bool drop = kDropout && (!BwdDropRT<D, kMode>::value || args.dropout);
     constexpr int Bc = Tile::kBc, Br = Tile::kBr, DH = Tile::kDH, DQ = Tile::kDQ;
     constexpr int DQW = kWide ? D : DQ; /* columns of a warpgroup's dQ product */
+    /* dropout keep bits, one per score element of a thread (Br / 2) */
+    using Keep = typename std::conditional<kWide, uint64_t, uint32_t>::type;
     constexpr uint32_t qtile = Br * D * 2;   /* bytes of one Q or dO tile */
     extern __shared__ unsigned char smem[];
     const uint32_t base = smem_u32(smem);
@@ -796,10 +799,10 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         };
         /* P^T = exp2(S^T scale log2e - lse2) (Alg4 L.13-14) in place, and
          * the dropout decisions (L.15-16) as bits of `keep`. */
-        auto probs = [&](float (&x)[Br / 2], uint32_t &keep) {
+        auto probs = [&](float (&x)[Br / 2], Keep &keep) {
             keep = 0;
             const int64_t jw = j0 + key_base + 16 * warp;
-            if constexpr (BwdDropX<D, kMode, kDropout>::value) {
+            if constexpr (BwdDropX<D, kMode, kDropout, kWide>::value) {
                 if (drop) { /* element e: bit e; half the calls here (BwdDropX) */
                     constexpr int QB = Br / 16, HALF = QB / 2;
                     const int side = warp & 1, pair = warp >> 1;
@@ -821,13 +824,13 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                     for (int qb = 0; qb < QB; qb++) {
                         const uint2 ws = (qb < HALF) == (side == 0) ? own[qb % HALF]
                                                                      : other[qb % HALF];
-                        keep |= bwd_dropout_bits_of(a, ws.x, ws.y, g) << (8 * qb);
+                        keep |= (Keep)bwd_dropout_bits_of(a, ws.x, ws.y, g) << (8 * qb);
                     }
                 }
             } else if (drop) { /* element e: bit e (bwd_dropout_bits per 16 queries) */
 #pragma unroll
                 for (int qb = 0; qb < Br / 16; qb++)
-                    keep |= bwd_dropout_bits(a, bh, i0 + 16 * qb, jw, g, t4) << (8 * qb);
+                    keep |= (Keep)bwd_dropout_bits(a, bh, i0 + 16 * qb, jw, g, t4) << (8 * qb);
             }
             /* lse2 of queries 2 t4, 2 t4 + 1 as one float2 (elements e, e + 1)
              * saves 16 loads a step; with dropout at d >= 128 the pairs cost
@@ -849,7 +852,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 }
             }
         };
-        auto zf = [&](uint32_t keep, int e) {
+        auto zf = [&](Keep keep, int e) {
             return !drop ? 1.f : ((keep >> e) & 1) ? ks : 0.f;
         };
         /* Two packed 16-bit pairs of score tile qt into a [key][query] panel
@@ -1013,7 +1016,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 named_arrive(2 - wg, 256);
             if (need_mask || mods)
                 mask(s);
-            uint32_t keep;
+            Keep keep;
             probs(s, keep); /* s keeps P^T before dropout, for dS^T */
             /* dV += (P^T Z) dO_i (Alg4 L.17): B read MN-major, 16 queries
              * per k-step, LBO = one d panel of Br rows. kWide: P^T packed
@@ -1221,7 +1224,7 @@ fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
     constexpr bool kDr = kDropout || BwdDropRT<D, kMode>::value;
     auto kern = attn_bwd_wgmma_kernel<T, D, kMode, kDr, kWide>;
     const size_t smem = Tile::kSmem + BwdBiasTile<D, kMode>::kBytes + BwdSeqSmem<D, kMode>::kBytes +
-                        BwdDropX<D, kMode, kDr>::kBytes;
+                        BwdDropX<D, kMode, kDr, kWide>::kBytes;
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)smem));
     const unsigned nkb = (unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc);
@@ -1252,10 +1255,12 @@ fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
     FG_BWD_WGMMA_LAUNCH(X, __nv_bfloat16, 64, M)                                        \
     FG_BWD_WGMMA_LAUNCH(X, __nv_bfloat16, 128, M)                                       \
     FG_BWD_WGMMA_LAUNCH(X, __nv_bfloat16, 256, M)
-/* kWide: d = 64, kModes 0 and 1, without dropout */
+/* kWide: d = 64, kModes 0 and 1 */
 #define FG_BWD_WGMMA_WIDE(X, M)                                                         \
     X template fg_status launch<__half, 64, M, false, true>(FG_BWD_WGMMA_ARGS);         \
-    X template fg_status launch<__nv_bfloat16, 64, M, false, true>(FG_BWD_WGMMA_ARGS);
+    X template fg_status launch<__half, 64, M, true, true>(FG_BWD_WGMMA_ARGS);          \
+    X template fg_status launch<__nv_bfloat16, 64, M, false, true>(FG_BWD_WGMMA_ARGS);  \
+    X template fg_status launch<__nv_bfloat16, 64, M, true, true>(FG_BWD_WGMMA_ARGS);
 FG_BWD_WGMMA_MODE(extern, 0)
 FG_BWD_WGMMA_MODE(extern, 1)
 FG_BWD_WGMMA_WIDE(extern, 0)

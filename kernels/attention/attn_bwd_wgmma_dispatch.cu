@@ -43,9 +43,13 @@ static fg_status launch_opts(const AttnArgs &a, const BwdMaps &m, cudaStream_t s
         return a.dropout ? launch<T, D, 2, true>(a, m, st)
                          : launch<T, D, 2, false>(a, m, st);
     if constexpr (D == 64)
-        if (!a.dropout && !a.deterministic && bwd_wide())
-            return a.causal ? launch<T, D, 1, false, true>(a, m, st)
-                            : launch<T, D, 0, false, true>(a, m, st);
+        if (!a.deterministic && bwd_wide()) {
+            if (a.causal)
+                return a.dropout ? launch<T, D, 1, true, true>(a, m, st)
+                                 : launch<T, D, 1, false, true>(a, m, st);
+            return a.dropout ? launch<T, D, 0, true, true>(a, m, st)
+                             : launch<T, D, 0, false, true>(a, m, st);
+        }
     if (a.causal)
         return a.dropout ? launch<T, D, 1, true>(a, m, st)
                          : launch<T, D, 1, false>(a, m, st);
@@ -70,10 +74,11 @@ size_t attn_bwd_wgmma_smem(const AttnArgs &a)
     const bool ragged = a.cu_q || a.seqused_k; /* kMode 3 / 7's AttnArgs, at most */
     /* the dropout word exchange (BwdDropX) of the kernels without a bias,
      * whether or not this call drops (some serve both) */
-    if (a.d <= 64) { /* or the wide kernels' (no ragged or dropout parts) */
+    if (a.d <= 64) { /* or the wide kernels' (no ragged or bias parts) */
         const size_t narrow = BwdWgTile<64>::kSmem + (ragged ? BwdSeqSmem<64, 3>::kBytes : 0) +
                               (a.bias ? 0 : BwdDropX<64, 0, true>::kBytes);
-        return narrow > BwdWgTile<64, 128>::kSmem ? narrow : BwdWgTile<64, 128>::kSmem;
+        const size_t wide = BwdWgTile<64, 128>::kSmem + BwdDropX<64, 0, true, true>::kBytes;
+        return narrow > wide ? narrow : wide;
     }
     if (a.d <= 128) /* kMode 5's bias stages at most */
         return BwdWgTile<128>::kSmem + (a.bias ? BwdBiasTile<128, 5>::kBytes : 0) +
