@@ -532,7 +532,6 @@ gemms() {
                 printf "%-60s first %.4f ms (%.0f TF/s) best %.4f ms (%.0f TF/s)\n",
                        k, first[k], fl / first[k] / 1e9, best[k], fl / best[k] / 1e9 } }' \
         | tee "$OUT/gemms.txt"
-    grep '^gemm_lt split-K' "$W/g2s-gemms.log" | tee -a "$OUT/gemms.txt"
 }
 # benchab: FG_AB_CMD (a program of the build tree and its arguments, e.g.
 # "bench/bench_layernorm --reps 10") on the build and on ref, two rounds

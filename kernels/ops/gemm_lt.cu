@@ -13,7 +13,6 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 
 #include <cublasLt.h>
@@ -53,15 +52,13 @@ uint32_t align_of(const void *p)
  * (the heuristic reads the bias and aux pointers' alignment). */
 struct LtKey {
     int dt, ct, epi, ta, tb, c32; /* not beta1: see choose() */
-    int splits;                   /* wgrad_splits: K in this many batches */
     int64_t M, N, K;
     uint32_t align[5]; /* cuBLASLt's A (our B), its B (our A), C, bias,
                           aux */
     bool operator==(const LtKey &o) const
     {
         if (dt != o.dt || ct != o.ct || epi != o.epi || ta != o.ta ||
-            tb != o.tb || c32 != o.c32 || splits != o.splits || M != o.M ||
-            N != o.N || K != o.K)
+            tb != o.tb || c32 != o.c32 || M != o.M || N != o.N || K != o.K)
             return false;
         for (int i = 0; i < 5; i++)
             if (align[i] != o.align[i])
@@ -137,13 +134,9 @@ fg_status set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
     return FG_OK;
 }
 
-/* The descriptors of g (see the file's comment for the mapping); with
- * splits > 1 (wgrad_splits) a strided batch of splits products over
- * consecutive K / splits slices of the operands (leading dimensions those
- * of the whole K), each into its own fp32 [M, N] slice of a scratch C
- * and its own [N] slice of a scratch bias gradient. */
+/* The descriptors of g (see the file's comment for the mapping). */
 fg_status describe(const fg_cuda_lt_gemm *g, cudaDataType ty,
-                   cublasComputeType_t ct, LtCall *lc, int splits = 1)
+                   cublasComputeType_t ct, LtCall *lc)
 {
     const cudaDataType scale = g->dt == FG_FP64 ? CUDA_R_64F : CUDA_R_32F;
     FG_CUBLAS_TRY(cublasLtMatmulDescCreate(&lc->op, ct, scale));
@@ -165,35 +158,15 @@ fg_status describe(const fg_cuda_lt_gemm *g, cudaDataType ty,
         FG_TRY(set_attr(lc->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, ld));
     }
     const uint64_t M = (uint64_t)g->M, N = (uint64_t)g->N,
-                   K = (uint64_t)g->K, Ks = K / (uint64_t)splits;
+                   K = (uint64_t)g->K;
     /* cuBLASLt's A = our B^T: N x K (ld N) stored [K, N], or as op T of
      * K x N (ld K) stored [N, K]; its B = our A^T likewise. */
-    FG_CUBLAS_TRY(g->tb ? cublasLtMatrixLayoutCreate(&lc->a, ty, Ks, N, K)
-                        : cublasLtMatrixLayoutCreate(&lc->a, ty, N, Ks, N));
-    FG_CUBLAS_TRY(g->ta ? cublasLtMatrixLayoutCreate(&lc->b, ty, M, Ks, M)
-                        : cublasLtMatrixLayoutCreate(&lc->b, ty, Ks, M, K));
+    FG_CUBLAS_TRY(g->tb ? cublasLtMatrixLayoutCreate(&lc->a, ty, K, N, K)
+                        : cublasLtMatrixLayoutCreate(&lc->a, ty, N, K, N));
+    FG_CUBLAS_TRY(g->ta ? cublasLtMatrixLayoutCreate(&lc->b, ty, M, K, M)
+                        : cublasLtMatrixLayoutCreate(&lc->b, ty, K, M, K));
     FG_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&lc->c, g->c32 ? CUDA_R_32F : ty,
                                              N, M, N));
-    if (splits > 1) {
-        /* slice s starts Ks rows (stored [K, .]) or columns (stored [., K])
-         * further on */
-        const int32_t n = splits;
-        const int64_t sa = g->tb ? (int64_t)Ks : (int64_t)(Ks * N),
-                      sb = g->ta ? (int64_t)(Ks * M) : (int64_t)Ks,
-                      sc = (int64_t)(M * N);
-        cublasLtMatrixLayout_t ls[3] = {lc->a, lc->b, lc->c};
-        const int64_t st[3] = {sa, sb, sc};
-        for (int i = 0; i < 3; i++) {
-            FG_CUBLAS_TRY(cublasLtMatrixLayoutSetAttribute(
-                ls[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n, sizeof n));
-            FG_CUBLAS_TRY(cublasLtMatrixLayoutSetAttribute(
-                ls[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &st[i],
-                sizeof st[i]));
-        }
-        if (g->epilogue == FG_LT_BGRAD_B)
-            FG_TRY(set_attr(lc->op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE,
-                            (int64_t)N));
-    }
     return FG_OK;
 }
 
@@ -222,8 +195,7 @@ struct LtScalars {
 constexpr int kCand = 8; /* heuristic answers FG_GEMM_AUTOTUNE times */
 
 /* FG_GEMM_AUTOTUNE: 1 on, 2 on and each shape's timings on stderr (a
- * measurement aid, like the profiler's table; with FG_WGRAD_SPLITK also
- * each split shape's slices, or that cuBLASLt refused them); else 0. */
+ * measurement aid, like the profiler's table); else 0. */
 int autotune_env()
 {
     static const int level = [] {
@@ -387,21 +359,13 @@ fg_status choose(cublasLtHandle_t h, const fg_cuda_lt_gemm *g, LtCall *lc,
         sizeof key.align[2]));
     cublasLtMatmulHeuristicResult_t hr[kCand];
     int found = 0, pick = 0;
-    /* (the autotune's scratch outputs are one product's: not for a
-     * split batch) */
     const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(
         h, lc->op, lc->a, lc->b, lc->c, lc->c, lc->pref,
-        autotune_on() && key.splits == 1 ? kCand : 1, hr, &found);
-    /* a split batch that cuBLASLt refuses in any way falls back to the
-     * product in one piece */
-    if (hs != CUBLAS_STATUS_NOT_SUPPORTED && key.splits == 1)
+        autotune_on() ? kCand : 1, hr, &found);
+    if (hs != CUBLAS_STATUS_NOT_SUPPORTED)
         FG_CUBLAS_TRY(hs);
     entry->key = key;
     entry->found = hs == CUBLAS_STATUS_SUCCESS && found > 0;
-    if (key.splits > 1 && autotune_level() > 1) /* which path ran */
-        fprintf(stderr, "gemm_lt split-K M %lld N %lld K %lld: %d slices%s\n",
-                (long long)key.M, (long long)key.N, (long long)key.K,
-                key.splits, entry->found ? "" : " refused, one piece");
     if (entry->found && found > 1)
         FG_TRY(autotune(h, g, lc, hr, found, ws_ptr, ws, &pick));
     if (entry->found)
@@ -419,99 +383,6 @@ fg_status plan(cublasLtHandle_t h, const fg_cuda_lt_gemm *g, LtCall *lc,
 {
     FG_TRY(fg_cuda_gemm_workspace(ws, ws_bytes));
     return choose(h, g, lc, key, *ws, *ws_bytes, e);
-}
-
-/* ---- weight gradients split over K (FG_WGRAD_SPLITK, opt-in) ---------- */
-
-/* A weight gradient's product has a small output and a long K (GPT-2-
- * small: 768 x 768 to 768 x 3072 over 16384 tokens, 36 to 144 tiles of
- * 128 x 128 for 132 SMs): cuBLASLt ran those at 331-568 TFLOP/s on an
- * H200 against 680-700 for the wide ones (doc/training.md, session 26).
- * FG_WGRAD_SPLITK=n runs such a product with an fp32 C as a strided
- * batch of n products over K / n each, into fp32 partials, and sums the
- * partials in a fixed order (fg_cuda_splitk_sum): deterministic, and C += keeps
- * the bits of writing the sum and adding it. =auto picks n (a power of
- * two up to 8) for about two waves of tiles. Unset or 0: off. Timed on
- * an H200 (doc/training.md, session 27): no gain over cuBLASLt's own
- * split (GEMM 15.69 against 15.63 ms a GPT-2-small step), so opt-in
- * only (the bits differ from the unsplit product). */
-int wgrad_split_env()
-{
-    static const int v = [] {
-        const char *e = getenv("FG_WGRAD_SPLITK");
-        if (!e || !*e)
-            return 1;
-        if (!strcmp(e, "auto"))
-            return -1;
-        const int n = atoi(e);
-        return n == 2 || n == 4 || n == 8 || n == 16 ? n : 1;
-    }();
-    return v;
-}
-
-/* The slices for g's product: 1 (in one piece) unless FG_WGRAD_SPLITK
- * asks for more and g is a weight gradient (fp32 C) whose K they divide. */
-int wgrad_splits(const fg_cuda_lt_gemm *g)
-{
-    const int env = wgrad_split_env();
-    if (env == 1 || !g->c32)
-        return 1;
-    if (env > 1)
-        return g->K % env == 0 && g->K / env >= 256 ? env : 1;
-    const int64_t tiles = ((g->M + 127) / 128) * ((g->N + 127) / 128);
-    /* two waves of an H100 / H200 (132 SMs): a constant, not the
-     * device's count, so the split (and the bits) is the same on every GPU */
-    constexpr int64_t kTwoWaves = 2 * 132;
-    int n = 1;
-    while (n < 8 && tiles * n < kTwoWaves && g->K % (2 * n) == 0 &&
-           g->K / (2 * n) >= 1024)
-        n *= 2;
-    return n;
-}
-
-/* g as `splits` batched products and fg_cuda_splitk_sum; *done = 0 (nothing
- * enqueued) when cuBLASLt has no algorithm for the batch. */
-fg_status gemm_lt_split(cublasLtHandle_t h, const fg_cuda_lt_gemm *g,
-                        cudaDataType ty, cublasComputeType_t ct, int splits,
-                        int *done)
-{
-    *done = 0;
-    const bool bgrad = g->epilogue == FG_LT_BGRAD_B;
-    TuneScratch t; /* the partials: C's [splits][M][N], bias's [splits][N] */
-    t.cb = (size_t)splits * (size_t)(g->M * g->N) * sizeof(float);
-    FG_TRY(fg_cuda_mem_alloc(t.cb, &t.c));
-    if (bgrad) {
-        t.bb = (size_t)splits * (size_t)g->N * sizeof(float);
-        FG_TRY(fg_cuda_mem_alloc(t.bb, &t.bias));
-    }
-    LtCall lc;
-    FG_TRY(describe(g, ty, ct, &lc, splits));
-    if (bgrad)
-        FG_TRY(set_attr(lc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, t.bias));
-    const LtKey key = {(int)g->dt, (int)ct, (int)g->epilogue, g->ta, g->tb,
-                       1, splits, g->M, g->N, g->K,
-                       {align_of(g->B), align_of(g->A), align_of(t.c),
-                        align_of(t.bias), align_of(nullptr)}};
-    void *ws = nullptr;
-    size_t ws_bytes = 0;
-    LtEntry e;
-    FG_TRY(plan(h, g, &lc, key, &ws, &ws_bytes, &e));
-    if (!e.found)
-        return FG_OK;
-    const LtScalars sc(g, false);
-    fg_cuda_mark_written(t.c, t.cb); /* cuBLASLt's stores (initcheck) */
-    FG_CUBLAS_TRY(cublasLtMatmul(h, lc.op, sc.alpha, g->B, lc.a, g->A, lc.b,
-                                 sc.beta, t.c, lc.c, t.c, lc.c, &e.algo, ws,
-                                 ws_bytes, fg_cuda_stream()));
-    if (bgrad)
-        fg_cuda_mark_written(t.bias, t.bb);
-    FG_TRY(fg_cuda_splitk_sum((const float *)t.c, splits, g->M * g->N,
-                             (float *)g->C, g->beta1 != 0));
-    if (bgrad)
-        FG_TRY(fg_cuda_splitk_sum((const float *)t.bias, splits, g->N,
-                                 (float *)g->bias, 0));
-    *done = 1;
-    return FG_OK;
 }
 
 } // namespace
@@ -566,16 +437,10 @@ extern "C" fg_status fg_cuda_gemm_lt(const fg_cuda_lt_gemm *g, int *done)
     fg_gemm_types(g->dt, &ty, &ct);
     cublasLtHandle_t h = nullptr;
     FG_TRY(lt_handle(&h));
-    const int splits = wgrad_splits(g);
-    if (splits > 1) {
-        FG_TRY(gemm_lt_split(h, g, ty, ct, splits, done));
-        if (*done)
-            return FG_OK; /* else the product in one piece */
-    }
     LtCall lc;
     FG_TRY(describe(g, ty, ct, &lc));
     const LtKey key = {(int)g->dt, (int)ct, (int)g->epilogue, g->ta, g->tb,
-                       g->c32 != 0, 1, g->M, g->N, g->K,
+                       g->c32 != 0, g->M, g->N, g->K,
                        {align_of(g->B), align_of(g->A), align_of(g->C),
                         align_of(g->bias), align_of(g->aux)}};
     void *ws = nullptr;

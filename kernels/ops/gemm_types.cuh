@@ -26,11 +26,4 @@ static inline void fg_gemm_types(fg_dtype dt, cudaDataType *ty,
     }
 }
 
-/* c[i] = the sum of the split-K partials p[s * n + i], s = 0 .. splits - 1
- * in that order, or c[i] + that sum with acc (one rounding: the bits of
- * writing the sum, then adding it). ops_reduce.cu; gemm_lt.cu's split
- * weight gradients. Asynchronous, on the context stream. */
-fg_status fg_cuda_splitk_sum(const float *p, int splits, int64_t n, float *c,
-                             int acc);
-
 #endif /* FG_KERNELS_OPS_GEMM_TYPES_CUH */

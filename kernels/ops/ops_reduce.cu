@@ -6,7 +6,6 @@
  * The split depends only on shapes, so results are bitwise reproducible
  * across runs and GPUs. */
 #include "ops_ew_common.cuh"
-#include "gemm_types.cuh" /* fg_cuda_splitk_sum */
 
 namespace {
 
@@ -329,34 +328,4 @@ extern "C" fg_status fg_cuda_sum_reduce(fg_tensor *out, const int64_t *out_str,
     red_build(&g, x, out_str);
     FG_DTYPE_SWITCH(x->dtype, T, return sum_launch<T>(out, x, g, scale))
     return bad_dtype(fn, x->dtype);
-}
-
-/* ---- split-K partials (gemm_types.cuh) ------------------------------------ */
-
-namespace {
-
-__global__ void splitk_sum_kernel(const float *__restrict__ p, int splits,
-                                  int64_t n, float *__restrict__ c, int acc)
-{
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        float v = p[i];
-        for (int s = 1; s < splits; s++)
-            v += p[s * n + i];
-        c[i] = acc ? c[i] + v : v;
-    }
-}
-
-} // namespace
-
-fg_status fg_cuda_splitk_sum(const float *p, int splits, int64_t n, float *c,
-                             int acc)
-{
-    if (n <= 0)
-        return FG_OK;
-    const int64_t blocks = (n + 255) / 256;
-    splitk_sum_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0,
-                        fg_cuda_stream()>>>(p, splits, n, c, acc);
-    FG_CUDA_TRY_LAUNCH();
-    return FG_OK;
 }
