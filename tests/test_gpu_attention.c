@@ -843,6 +843,20 @@ START_TEST(test_variants)
 }
 END_TEST
 
+/* The d <= 64 variant cases (windows, top-left causal, softcap, ALiBi,
+ * block maps, dropout, GQA/MQA) through the wide backward's kModes 2 and
+ * 6 (FG_ATTN_BWD_WIDE=2, opt-in). */
+static const int wide_vcases[] = {0, 2, 3, 5, 6, 9, 12};
+
+START_TEST(test_wide_variants)
+{
+    setenv("FG_ATTN_BWD_WIDE", "2", 1);
+    run_variant(&vcases[wide_vcases[_i]], FG_BF16, 7700 + (uint64_t)_i);
+    run_variant(&vcases[wide_vcases[_i]], FG_FP16, 7800 + (uint64_t)_i);
+    unsetenv("FG_ATTN_BWD_WIDE");
+}
+END_TEST
+
 /* Deterministic mode on the wgmma backward (d <= 128, no block mask): each
  * dQ tile is summed in a fixed order of key blocks (turn counters, one
  * per 64-query tile). Enough key blocks (Bc = 128) that the order matters:
@@ -1068,6 +1082,8 @@ int main(void)
     tcase_set_timeout(tw, 900);
     tcase_add_loop_test(tw, test_wide_d64, 0, (int)(sizeof wide_cases / sizeof wide_cases[0]));
     tcase_add_test(tw, test_wide_mask);
+    tcase_add_loop_test(tw, test_wide_variants, 0,
+                        (int)(sizeof wide_vcases / sizeof wide_vcases[0]));
     suite_add_tcase(s, tw);
     tcase_add_test(tc, test_dropout_mask);
     tcase_add_loop_test(tc, test_kernel_mask, 0, sanitize ? 1 : 3);

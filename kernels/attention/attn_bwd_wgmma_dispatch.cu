@@ -10,13 +10,15 @@
 
 namespace fg {
 
-/* The wide d = 64 kernels (kWide, attn_bwd_wgmma.cuh) unless
- * FG_ATTN_BWD_WIDE=0 (measurements; read per call, so a test can run
- * both), as FG_ATTN_BIAS_TMA below. */
-static bool bwd_wide()
+/* The wide d = 64 kernels (kWide, attn_bwd_wgmma.cuh): 1 (the default)
+ * for kModes 0 and 1, FG_ATTN_BWD_WIDE=0 for none, =2 for the variants'
+ * kModes 2 and 6 too (compiled, not yet run on a GPU: opt-in until
+ * tested and timed). Read per call, so a test can run each, as
+ * FG_ATTN_BIAS_TMA below. */
+static int bwd_wide()
 {
     const char *e = getenv("FG_ATTN_BWD_WIDE");
-    return !(e && strcmp(e, "0") == 0);
+    return e && strcmp(e, "0") == 0 ? 0 : e && strcmp(e, "2") == 0 ? 2 : 1;
 }
 
 template <typename T, int D>
@@ -36,6 +38,10 @@ static fg_status launch_opts(const AttnArgs &a, const BwdMaps &m, cudaStream_t s
     if (a.bias)
         return a.dropout ? launch<T, D, 4, true>(a, m, st)
                          : launch<T, D, 4, false>(a, m, st);
+    if constexpr (D == 64) /* BwdDropRT: one kernel serves both dropout settings */
+        if (a.variant && !a.deterministic && bwd_wide() == 2)
+            return mods ? launch<T, D, 2, true, true>(a, m, st)
+                        : launch<T, D, 6, true, true>(a, m, st);
     if (a.variant && !mods)
         return a.dropout ? launch<T, D, 6, true>(a, m, st)
                          : launch<T, D, 6, false>(a, m, st);
@@ -43,7 +49,7 @@ static fg_status launch_opts(const AttnArgs &a, const BwdMaps &m, cudaStream_t s
         return a.dropout ? launch<T, D, 2, true>(a, m, st)
                          : launch<T, D, 2, false>(a, m, st);
     if constexpr (D == 64)
-        if (!a.deterministic && bwd_wide()) {
+        if (!a.deterministic && bwd_wide() > 0) {
             if (a.causal)
                 return a.dropout ? launch<T, D, 1, true, true>(a, m, st)
                                  : launch<T, D, 1, false, true>(a, m, st);

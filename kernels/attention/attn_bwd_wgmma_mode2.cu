@@ -7,5 +7,6 @@
 namespace fg {
 
 FG_BWD_WGMMA_MODE(, 2)
+FG_BWD_WGMMA_WIDE(, 2)
 
 } /* namespace fg */

@@ -7,5 +7,6 @@
 namespace fg {
 
 FG_BWD_WGMMA_MODE(, 6)
+FG_BWD_WGMMA_WIDE(, 6)
 
 } /* namespace fg */
