@@ -171,8 +171,10 @@ template <int D, int kMode> struct BwdDropRT {
 
 /* kWide: 128 queries a step at d = 64 (kModes 0 and 1, not
  * deterministic; FG_ATTN_BWD_WIDE=0 turns it off; =2 takes the variants'
- * kModes 2 and 6 here too, opt-in until run on a GPU: the masks, block
- * walks and modifiers are written for any Br). With 64-query steps
+ * and packed batches' kModes 2, 3, 6 and 7 here too, opt-in until run on
+ * a GPU: the masks, block walks, modifiers and sequence offsets are
+ * written for any Br, and a packed tile's rows past its sequence get
+ * P = 0 from their padded lse2 as with 64 rows). With 64-query steps
  * the d = 64 consumers spent their time in each step's hand-offs (the
  * fences, arrivals and waits around P / dS^T and the ping-pong; ncu,
  * H200, session 23) rather than in the 64 x 64 x 64 products;
@@ -246,7 +248,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         if ((int64_t)gx * BwdWgTile<D>::kBc >= nk_rows)
             return; /* past this sequence: the grid fits the longest */
     }
-    static_assert(!kWide || (D == 64 && (kMode <= 2 || kMode == 6)), "wide steps");
+    static_assert(!kWide || (D == 64 && kMode != 4 && kMode != 5), "wide steps: no bias");
     using Tile = BwdWgTile<D, kWide ? 128 : 64>;
     /* Two forms of 8aa980e measured on an H200 (session 22), kept where
      * each is faster: the warpgroup index by a shuffle from lane 0
@@ -1268,7 +1270,9 @@ FG_BWD_WGMMA_MODE(extern, 1)
 FG_BWD_WGMMA_WIDE(extern, 0)
 FG_BWD_WGMMA_WIDE(extern, 1)
 FG_BWD_WGMMA_WIDE(extern, 2)
+FG_BWD_WGMMA_WIDE(extern, 3)
 FG_BWD_WGMMA_WIDE(extern, 6)
+FG_BWD_WGMMA_WIDE(extern, 7)
 FG_BWD_WGMMA_MODE(extern, 2)
 FG_BWD_WGMMA_MODE(extern, 3)
 FG_BWD_WGMMA_MODE(extern, 4)

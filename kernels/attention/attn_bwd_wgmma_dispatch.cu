@@ -12,7 +12,7 @@ namespace fg {
 
 /* The wide d = 64 kernels (kWide, attn_bwd_wgmma.cuh): 1 (the default)
  * for kModes 0 and 1, FG_ATTN_BWD_WIDE=0 for none, =2 for the variants'
- * kModes 2 and 6 too (compiled, not yet run on a GPU: opt-in until
+ * and packed batches' kModes 2, 3, 6 and 7 too (compiled, not yet run on a GPU: opt-in until
  * tested and timed). Read per call, so a test can run each, as
  * FG_ATTN_BIAS_TMA below. */
 static int bwd_wide()
@@ -25,6 +25,14 @@ template <typename T, int D>
 static fg_status launch_opts(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
     const bool mods = a.softcap > 0.f || a.alibi; /* else kModes 6, 7: masks alone */
+    if constexpr (D == 64) /* packed or key-padded batches (kModes 3, 7) */
+        if ((a.cu_q || a.seqused_k) && !a.deterministic && bwd_wide() == 2) {
+            if (mods)
+                return a.dropout ? launch<T, D, 3, true, true>(a, m, st)
+                                 : launch<T, D, 3, false, true>(a, m, st);
+            return a.dropout ? launch<T, D, 7, true, true>(a, m, st)
+                             : launch<T, D, 7, false, true>(a, m, st);
+        }
     if ((a.cu_q || a.seqused_k) && !mods)
         return a.dropout ? launch<T, D, 7, true>(a, m, st)
                          : launch<T, D, 7, false>(a, m, st);
@@ -80,10 +88,11 @@ size_t attn_bwd_wgmma_smem(const AttnArgs &a)
     const bool ragged = a.cu_q || a.seqused_k; /* kMode 3 / 7's AttnArgs, at most */
     /* the dropout word exchange (BwdDropX) of the kernels without a bias,
      * whether or not this call drops (some serve both) */
-    if (a.d <= 64) { /* or the wide kernels' (no ragged or bias parts) */
+    if (a.d <= 64) { /* or the wide kernels' (no bias parts) */
         const size_t narrow = BwdWgTile<64>::kSmem + (ragged ? BwdSeqSmem<64, 3>::kBytes : 0) +
                               (a.bias ? 0 : BwdDropX<64, 0, true>::kBytes);
-        const size_t wide = BwdWgTile<64, 128>::kSmem + BwdDropX<64, 0, true, true>::kBytes;
+        const size_t wide = BwdWgTile<64, 128>::kSmem + (ragged ? BwdSeqSmem<64, 3>::kBytes : 0) +
+                            BwdDropX<64, 0, true, true>::kBytes;
         return narrow > wide ? narrow : wide;
     }
     if (a.d <= 128) /* kMode 5's bias stages at most */

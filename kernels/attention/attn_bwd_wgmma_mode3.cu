@@ -7,5 +7,6 @@
 namespace fg {
 
 FG_BWD_WGMMA_MODE(, 3)
+FG_BWD_WGMMA_WIDE(, 3)
 
 } /* namespace fg */

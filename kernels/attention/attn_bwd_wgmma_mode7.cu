@@ -7,5 +7,6 @@
 namespace fg {
 
 FG_BWD_WGMMA_MODE(, 7)
+FG_BWD_WGMMA_WIDE(, 7)
 
 } /* namespace fg */
