@@ -44,6 +44,9 @@
 #   sweep        all four tools over every suite in one parallel run
 #                (doc/reliability.md; about 8 minutes on 16 cores)
 #   variants     bench/compare_variants.py --quick, build then ref, twice
+#                (variants, det, modes, torch: the build's runs with
+#                FG_AB_BUILD_ENV, so FG_REF=/tmp/fg-b makes them an A/B
+#                of a switch, e.g. FG_AB_BUILD_ENV=FG_ATTN_BWD_WIDE=2)
 #   det          bench/compare_det.py (the deterministic backward against
 #                the default one, bitwise reruns), likewise
 #   detsan       the four compute-sanitizer tools over test_gpu_attention's
@@ -282,16 +285,26 @@ san() { # TOOL
 # bench NAME SCRIPT ARGS...: the script on the build, then on ref if built,
 # twice, interleaved; the tables go to $OUT/NAME.txt.
 bench() {
-    local name=$1 script=$2 round tree
+    local name=$1 script=$2 round tree first label
     shift 2
     : >"$OUT/$name.txt"
     for round in 1 2; do
+        first=1
         for tree in "$B" "$R"; do
             [ -e "$tree/libflashgrad-bench.so" ] || continue
-            echo "== $tree, round $round" >>"$OUT/$name.txt"
+            # the build's run (the first, also when FG_REF=/tmp/fg-b) with
+            # FG_AB_BUILD_ENV: an A/B of a switch
+            label=
+            if [ -n "${FG_AB_BUILD_ENV:-}" ]; then
+                label=" [without]"
+                [ $first = 1 ] && label=" [$FG_AB_BUILD_ENV]" && ab_env on
+            fi
+            echo "== $tree$label, round $round" >>"$OUT/$name.txt"
             (cd "$K/src" && timeout 300 python3 "bench/$script" \
                 --lib "$tree/libflashgrad-bench.so" "$@" 2>&1 |
                 grep -v '^{' >>"$OUT/$name.txt")
+            ab_env off
+            first=0
         done
     done
     echo "$name: $OUT/$name.txt"
