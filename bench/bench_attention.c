@@ -6,7 +6,9 @@
  * several buffer sets so the L2 does not hold them.
  *
  *   bench_attention [--csv FILE] [--reps R] [--quick] [--d D] [--N N]
- *                   [--causal 0|1]   (the last three select one cell)
+ *                   [--causal 0|1]   (the last three select one cell; D
+ *                              and N any positive values, not only the
+ *                              grid's)
  *                   [--dropout P]    dropout probability (default 0)
  *                   [--tokens T] [--hidden W]  B = T / N, H = W / d
  *                              (default 16384 and 2048; GPT-2-small's
@@ -323,6 +325,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_attention: --dropout must be in [0, 1)\n");
         return 2;
     }
+    if (one_d < 0 || one_n < 0) {
+        fprintf(stderr, "bench_attention: --d and --N must be positive\n");
+        return 2;
+    }
+    if ((one_n > 0 && tokens / one_n < 1) || (one_d > 0 && hidden / one_d < 1)) {
+        fprintf(stderr, "bench_attention: no cell: --tokens below --N or --hidden below --d\n");
+        return 2;
+    }
     if (!fg_cuda_available()) {
         fprintf(stderr, "bench_attention: no CUDA GPU\n");
         return 77;
@@ -346,18 +356,26 @@ int main(int argc, char **argv)
                      "check_err\n");
     printf("%-5s %4s %6s %4s %4s %6s %9s %9s %8s %8s %10s\n", "dtype", "d", "N", "B",
            "H", "causal", "fwd ms", "bwd ms", "fwd TF", "bwd TF", "check err");
-    const int ds[] = {64, 128, 256};
-    const int Ns[] = {512, 1024, 2048, 4096, 8192, 16384};
+    /* the grid, or the one head dim / length asked for (any value) */
+    int ds[] = {64, 128, 256}, Ns[] = {512, 1024, 2048, 4096, 8192, 16384};
+    int nd = 3, nn = 6;
+    if (one_d > 0) {
+        ds[0] = one_d;
+        nd = 1;
+    }
+    if (one_n > 0) {
+        Ns[0] = one_n;
+        nn = 1;
+    }
     const fg_dtype dts[] = {FG_BF16, FG_FP16};
     for (int di = 0; di < (quick ? 1 : 2); di++)
-        for (int a = 0; a < 3; a++)
-            for (int b = 0; b < 6; b++)
+        for (int a = 0; a < nd; a++)
+            for (int b = 0; b < nn; b++)
                 for (int causal = 0; causal < 2; causal++) {
                     const int d = ds[a], N = Ns[b];
-                    if (quick && N != 2048 && N != 8192)
+                    if (quick && one_n <= 0 && N != 2048 && N != 8192)
                         continue;
-                    if ((one_d && d != one_d) || (one_n && N != one_n) ||
-                        (one_causal >= 0 && causal != one_causal))
+                    if (one_causal >= 0 && causal != one_causal)
                         continue;
                     const int B = tokens / N, H = hidden / d;
                     if (B < 1 || H < 1)
