@@ -126,7 +126,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             return; /* past this sequence: the grid fits the longest */
     }
     static_assert(!kWide || (D == 64 && kMode != 4 && kMode != 5), "wide steps: no bias");
-    using Tile = BwdWgTile<D, kWide ? 128 : 64>;
+    using Tile = BwdTile<D, kWide>;
     /* Two forms of 8aa980e measured on an H200 (session 22), kept where
      * each is faster: the warpgroup index by a shuffle from lane 0
      * (CUTLASS's canonical_warp_group_idx: the compiler knows it is
@@ -1100,7 +1100,7 @@ struct BwdMaps {
 template <typename T, int D, int kMode, bool kDropout, bool kWide = false>
 fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
-    using Tile = BwdWgTile<D, kWide ? 128 : 64>;
+    using Tile = BwdTile<D, kWide>;
     /* BwdDropRT: the dropout kernel, told by a.dropout */
     constexpr bool kDr = kDropout || BwdDropRT<D, kMode>::value;
     auto kern = attn_bwd_wgmma_kernel<T, D, kMode, kDr, kWide>;
@@ -1136,7 +1136,7 @@ fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
     FG_BWD_WGMMA_LAUNCH(X, __nv_bfloat16, 64, M)                                        \
     FG_BWD_WGMMA_LAUNCH(X, __nv_bfloat16, 128, M)                                       \
     FG_BWD_WGMMA_LAUNCH(X, __nv_bfloat16, 256, M)
-/* kWide: d = 64, kModes 0 and 1 */
+/* kWide: d = 64, kModes 0-3, 6 and 7 (no bias) */
 #define FG_BWD_WGMMA_WIDE(X, M)                                                         \
     X template fg_status launch<__half, 64, M, false, true>(FG_BWD_WGMMA_ARGS);         \
     X template fg_status launch<__half, 64, M, true, true>(FG_BWD_WGMMA_ARGS);          \

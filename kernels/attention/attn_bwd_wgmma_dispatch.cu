@@ -10,75 +10,73 @@
 
 namespace fg {
 
-/* The wide d = 64 kernels (kWide, attn_bwd_wgmma.cuh): 1 (the default)
- * for kModes 0 and 1, FG_ATTN_BWD_WIDE=0 for none, =2 for the variants'
- * and packed batches' kModes 2, 3, 6 and 7 too (compiled, not yet run on a GPU: opt-in until
- * tested and timed). Read per call, so a test can run each, as
- * FG_ATTN_BIAS_TMA below. */
+/* FG_ATTN_BWD_WIDE: 0 no wide kernels (kWide, attn_bwd_wgmma.cuh), 1
+ * (the default) for kModes 0 and 1, 2 for the variants' and packed
+ * batches' kModes 2, 3, 6 and 7 too (compiled, not yet run on a GPU:
+ * opt-in until tested and timed). Read per call, so a test can run each,
+ * as FG_ATTN_BIAS_TMA below. */
 static int bwd_wide()
 {
     const char *e = getenv("FG_ATTN_BWD_WIDE");
     return e && strcmp(e, "0") == 0 ? 0 : e && strcmp(e, "2") == 0 ? 2 : 1;
 }
 
-template <typename T, int D>
+/* Does a d <= 64 call take the wide kernels? Never with the deterministic
+ * dQ or a bias (kModes 4 and 5 stay 64-query). */
+static bool wide_call(const AttnArgs &a)
+{
+    if (a.deterministic)
+        return false;
+    const int level = bwd_wide();
+    if (a.cu_q || a.seqused_k)
+        return level == 2;
+    if (a.bias)
+        return false;
+    return a.variant ? level == 2 : level > 0;
+}
+
+/* kW: the wide kernels (d = 64 only, wide_call). */
+template <typename T, int D, bool kW>
 static fg_status launch_opts(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
     const bool mods = a.softcap > 0.f || a.alibi; /* else kModes 6, 7: masks alone */
-    if constexpr (D == 64) /* packed or key-padded batches (kModes 3, 7) */
-        if ((a.cu_q || a.seqused_k) && !a.deterministic && bwd_wide() == 2) {
-            if (mods)
-                return a.dropout ? launch<T, D, 3, true, true>(a, m, st)
-                                 : launch<T, D, 3, false, true>(a, m, st);
-            return a.dropout ? launch<T, D, 7, true, true>(a, m, st)
-                             : launch<T, D, 7, false, true>(a, m, st);
-        }
     if ((a.cu_q || a.seqused_k) && !mods)
-        return a.dropout ? launch<T, D, 7, true>(a, m, st)
-                         : launch<T, D, 7, false>(a, m, st);
+        return a.dropout ? launch<T, D, 7, true, kW>(a, m, st)
+                         : launch<T, D, 7, false, kW>(a, m, st);
     if (a.cu_q || a.seqused_k)
-        return a.dropout ? launch<T, D, 3, true>(a, m, st)
-                         : launch<T, D, 3, false>(a, m, st);
-    if constexpr (D == 128) /* BwdBiasTile: the bias (and dbias) by TMA */
-        if (a.bias && (m.bias_flags & 1))
-            return a.dropout ? launch<T, D, 5, true>(a, m, st)
-                             : launch<T, D, 5, false>(a, m, st);
-    if (a.bias)
-        return a.dropout ? launch<T, D, 4, true>(a, m, st)
-                         : launch<T, D, 4, false>(a, m, st);
-    if constexpr (D == 64) /* BwdDropRT: one kernel serves both dropout settings */
-        if (a.variant && !a.deterministic && bwd_wide() == 2)
-            return mods ? launch<T, D, 2, true, true>(a, m, st)
-                        : launch<T, D, 6, true, true>(a, m, st);
+        return a.dropout ? launch<T, D, 3, true, kW>(a, m, st)
+                         : launch<T, D, 3, false, kW>(a, m, st);
+    if constexpr (!kW) {
+        if constexpr (D == 128) /* BwdBiasTile: the bias (and dbias) by TMA */
+            if (a.bias && (m.bias_flags & 1))
+                return a.dropout ? launch<T, D, 5, true>(a, m, st)
+                                 : launch<T, D, 5, false>(a, m, st);
+        if (a.bias)
+            return a.dropout ? launch<T, D, 4, true>(a, m, st)
+                             : launch<T, D, 4, false>(a, m, st);
+    }
     if (a.variant && !mods)
-        return a.dropout ? launch<T, D, 6, true>(a, m, st)
-                         : launch<T, D, 6, false>(a, m, st);
+        return a.dropout ? launch<T, D, 6, true, kW>(a, m, st)
+                         : launch<T, D, 6, false, kW>(a, m, st);
     if (a.variant)
-        return a.dropout ? launch<T, D, 2, true>(a, m, st)
-                         : launch<T, D, 2, false>(a, m, st);
-    if constexpr (D == 64)
-        if (!a.deterministic && bwd_wide() > 0) {
-            if (a.causal)
-                return a.dropout ? launch<T, D, 1, true, true>(a, m, st)
-                                 : launch<T, D, 1, false, true>(a, m, st);
-            return a.dropout ? launch<T, D, 0, true, true>(a, m, st)
-                             : launch<T, D, 0, false, true>(a, m, st);
-        }
+        return a.dropout ? launch<T, D, 2, true, kW>(a, m, st)
+                         : launch<T, D, 2, false, kW>(a, m, st);
     if (a.causal)
-        return a.dropout ? launch<T, D, 1, true>(a, m, st)
-                         : launch<T, D, 1, false>(a, m, st);
-    return a.dropout ? launch<T, D, 0, true>(a, m, st)
-                     : launch<T, D, 0, false>(a, m, st);
+        return a.dropout ? launch<T, D, 1, true, kW>(a, m, st)
+                         : launch<T, D, 1, false, kW>(a, m, st);
+    return a.dropout ? launch<T, D, 0, true, kW>(a, m, st)
+                     : launch<T, D, 0, false, kW>(a, m, st);
 }
 
 template <typename T>
 static fg_status launch_dim(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
     if (a.d <= 64)
-        return launch_opts<T, 64>(a, m, st);
+        return wide_call(a) ? launch_opts<T, 64, true>(a, m, st)
+                            : launch_opts<T, 64, false>(a, m, st);
     if (a.d <= 128)
-        return launch_opts<T, 128>(a, m, st);
-    return launch_opts<T, 256>(a, m, st);
+        return launch_opts<T, 128, false>(a, m, st);
+    return launch_opts<T, 256, false>(a, m, st);
 }
 
 int attn_bwd_wgmma_dpad(int d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
@@ -91,7 +89,7 @@ size_t attn_bwd_wgmma_smem(const AttnArgs &a)
     if (a.d <= 64) { /* or the wide kernels' (no bias parts) */
         const size_t narrow = BwdWgTile<64>::kSmem + (ragged ? BwdSeqSmem<64, 3>::kBytes : 0) +
                               (a.bias ? 0 : BwdDropX<64, 0, true>::kBytes);
-        const size_t wide = BwdWgTile<64, 128>::kSmem + (ragged ? BwdSeqSmem<64, 3>::kBytes : 0) +
+        const size_t wide = BwdTile<64, true>::kSmem + (ragged ? BwdSeqSmem<64, 3>::kBytes : 0) +
                             BwdDropX<64, 0, true, true>::kBytes;
         return narrow > wide ? narrow : wide;
     }

@@ -45,6 +45,10 @@ template <int D, int BR = 64> struct BwdWgTile {
         4 * kBr * sizeof(float) + 128 + kXBytes + 1024;
 };
 
+/* The tile of the wide (kWide: 128 queries a step, d = 64) or the
+ * 64-query kernels. */
+template <int D, bool kWide> using BwdTile = BwdWgTile<D, kWide ? 128 : 64>;
+
 /* Warp specialisation for d <= 128, dropout included (with dropout the
  * d = 128 instantiations spill 40-150 bytes of the consumers' 240
  * registers; the unspecialised kernel there was not measured against it):
@@ -128,8 +132,8 @@ template <int D, int kMode> struct BwdSeqSmem {
  * tile leaves no room at d = 128). */
 template <int D, int kMode, bool kDropout, bool kWide = false> struct BwdDropX {
     static constexpr bool value = kDropout && !BwdWgTile<D>::kSplitD && kMode != 4 && kMode != 5;
-    static constexpr int kBr = kWide ? 128 : 64; /* queries a step */
-    static constexpr size_t kBytes = value ? (size_t)2 * 2 * 2 * (kBr / 16) * 32 * 8 : 0;
+    static constexpr size_t kBytes =
+        value ? (size_t)2 * 2 * 2 * (BwdTile<D, kWide>::kBr / 16) * 32 * 8 : 0;
 };
 
 template <int D, int kMode> struct BwdDropRT {
