@@ -46,7 +46,7 @@
 #   variants     bench/compare_variants.py --quick, build then ref, twice
 #                (variants, det, modes, torch: the build's runs with
 #                FG_AB_BUILD_ENV, so FG_REF=/tmp/fg-b makes them an A/B
-#                of a switch, e.g. FG_AB_BUILD_ENV=FG_ATTN_BWD_WIDE=2)
+#                of a switch, e.g. FG_AB_BUILD_ENV=FG_ATTN_BWD_WIDE=0)
 #   det          bench/compare_det.py (the deterministic backward against
 #                the default one, bitwise reruns), likewise
 #   detsan       the four compute-sanitizer tools over test_gpu_attention's
@@ -285,26 +285,31 @@ san() { # TOOL
 # bench NAME SCRIPT ARGS...: the script on the build, then on ref if built,
 # twice, interleaved; the tables go to $OUT/NAME.txt.
 bench() {
-    local name=$1 script=$2 round tree first label
+    local name=$1 script=$2 round tree label order i
     shift 2
     : >"$OUT/$name.txt"
     for round in 1 2; do
-        first=1
-        for tree in "$B" "$R"; do
+        # round 2 runs in the other order: the first process of a round
+        # tends to run a few percent faster (seen at d 128, where an
+        # FG_ATTN_BWD_WIDE switch changes nothing)
+        order="0 1"
+        [ $round = 2 ] && order="1 0"
+        for i in $order; do
+            tree=$B
+            [ "$i" = 1 ] && tree=$R
             [ -e "$tree/libflashgrad-bench.so" ] || continue
-            # the build's run (the first, also when FG_REF=/tmp/fg-b) with
+            # the build's run (also when FG_REF=/tmp/fg-b) with
             # FG_AB_BUILD_ENV: an A/B of a switch
             label=
             if [ -n "${FG_AB_BUILD_ENV:-}" ]; then
                 label=" [without]"
-                [ $first = 1 ] && label=" [$FG_AB_BUILD_ENV]" && ab_env on
+                [ "$i" = 0 ] && label=" [$FG_AB_BUILD_ENV]" && ab_env on
             fi
             echo "== $tree$label, round $round" >>"$OUT/$name.txt"
             (cd "$K/src" && timeout 300 python3 "bench/$script" \
                 --lib "$tree/libflashgrad-bench.so" "$@" 2>&1 |
                 grep -v '^{' >>"$OUT/$name.txt")
             ab_env off
-            first=0
         done
     done
     echo "$name: $OUT/$name.txt"
@@ -341,7 +346,9 @@ bias() {
     done
     cat "$OUT/bias.txt"
 }
-modes() { log modes; bench modes compare_modes.py --rounds 2; }
+# FG_MODES_ARGS: more options, e.g. "--d 64 --N 2048"
+# shellcheck disable=SC2086
+modes() { log modes; bench modes compare_modes.py --rounds 2 ${FG_MODES_ARGS:-}; }
 torch() {
     log "compare_torch ${FG_TORCH_ARGS:---quick}"
     # shellcheck disable=SC2086

@@ -844,15 +844,18 @@ START_TEST(test_variants)
 END_TEST
 
 /* The d <= 64 variant cases (windows, top-left causal, softcap, ALiBi,
- * block maps, dropout, GQA/MQA) through the wide backward's kModes 2 and
- * 6 (FG_ATTN_BWD_WIDE=2, opt-in). */
+ * block maps, dropout, GQA/MQA): the wide backward's kModes 2 and 6 by
+ * default, then the 64-query ones (FG_ATTN_BWD_WIDE=0). */
 static const int wide_vcases[] = {0, 2, 3, 5, 6, 9, 12};
 
 START_TEST(test_wide_variants)
 {
-    setenv("FG_ATTN_BWD_WIDE", "2", 1);
-    run_variant(&vcases[wide_vcases[_i]], FG_BF16, 7700 + (uint64_t)_i);
-    run_variant(&vcases[wide_vcases[_i]], FG_FP16, 7800 + (uint64_t)_i);
+    for (int narrow = 0; narrow < 2; narrow++) {
+        if (narrow)
+            setenv("FG_ATTN_BWD_WIDE", "0", 1);
+        run_variant(&vcases[wide_vcases[_i]], FG_BF16, 7700 + 10 * (uint64_t)_i + (uint64_t)narrow);
+        run_variant(&vcases[wide_vcases[_i]], FG_FP16, 7800 + 10 * (uint64_t)_i + (uint64_t)narrow);
+    }
     unsetenv("FG_ATTN_BWD_WIDE");
 }
 END_TEST

@@ -10,29 +10,24 @@
 
 namespace fg {
 
-/* FG_ATTN_BWD_WIDE: 0 no wide kernels (kWide, attn_bwd_wgmma.cuh), 1
- * (the default) for kModes 0 and 1, 2 for the variants' and packed
- * batches' kModes 2, 3, 6 and 7 too (compiled, not yet run on a GPU:
- * opt-in until tested and timed). Read per call, so a test can run each,
- * as FG_ATTN_BIAS_TMA below. */
-static int bwd_wide()
+/* FG_ATTN_BWD_WIDE=0: the 64-query kernels instead of the wide ones
+ * (kWide, attn_bwd_wgmma.cuh), for measurements and for the tests that
+ * keep both paths covered. Read per call, as FG_ATTN_BIAS_TMA below. */
+static bool bwd_wide()
 {
     const char *e = getenv("FG_ATTN_BWD_WIDE");
-    return e && strcmp(e, "0") == 0 ? 0 : e && strcmp(e, "2") == 0 ? 2 : 1;
+    return !(e && strcmp(e, "0") == 0);
 }
 
-/* Does a d <= 64 call take the wide kernels? Never with the deterministic
- * dQ or a bias (kModes 4 and 5 stay 64-query). */
+/* Does a d <= 64 call take the wide kernels? Not with the deterministic
+ * dQ or a bias (kModes 4 and 5 stay 64-query); plain, causal, variant and
+ * packed / key-padded calls (kModes 0-3, 6, 7) do: H200, session 30,
+ * +11-19% backward at d = 64 on the variants and packed batches. */
 static bool wide_call(const AttnArgs &a)
 {
-    if (a.deterministic)
+    if (a.deterministic || !bwd_wide())
         return false;
-    const int level = bwd_wide();
-    if (a.cu_q || a.seqused_k)
-        return level == 2;
-    if (a.bias)
-        return false;
-    return a.variant ? level == 2 : level > 0;
+    return a.cu_q || a.seqused_k || !a.bias;
 }
 
 /* kW: the wide kernels (d = 64 only, wide_call). */
