@@ -860,6 +860,120 @@ START_TEST(test_wide_variants)
 }
 END_TEST
 
+/* The forward's persistent grid (FG_ATTN_FWD_PERSIST=1, opt-in: the
+ * Hopper kernels with a producer warpgroup, 64 < d <= 128): blocks that
+ * walk several tiles, their K/V stages and barrier phases running on
+ * across tiles. One block per SM on problems of more tiles than SMs
+ * (H100 / H200: 132), a grid of three blocks (FG_ATTN_FWD_PERSIST_GRID)
+ * on small ones, against the fp64 reference; the variants at d = 128
+ * (windows, top-left causal, softcap, ALiBi, block maps, an emptied query
+ * block: tiles without keys) and the dropout bits the kernel applies.
+ * The environment is restored after each (CK_FORK=no shares it). */
+typedef struct saved_env {
+    char v[2][64];
+    int set[2];
+} saved_env;
+static const char *const persist_vars[2] = {"FG_ATTN_FWD_PERSIST", "FG_ATTN_FWD_PERSIST_GRID"};
+
+static saved_env persist_on(const char *grid)
+{
+    saved_env e;
+    for (int i = 0; i < 2; i++) {
+        const char *v = getenv(persist_vars[i]);
+        e.set[i] = v != NULL;
+        snprintf(e.v[i], sizeof e.v[i], "%s", v ? v : "");
+    }
+    setenv(persist_vars[0], "1", 1);
+    if (grid)
+        setenv(persist_vars[1], grid, 1);
+    else
+        unsetenv(persist_vars[1]);
+    return e;
+}
+
+static void persist_restore(const saved_env *e)
+{
+    for (int i = 0; i < 2; i++) {
+        if (e->set[i])
+            setenv(persist_vars[i], e->v[i], 1);
+        else
+            unsetenv(persist_vars[i]);
+    }
+}
+
+static const gcase persist_cases[] = {
+    /* B   Nq    Nk   H  Hk    d  causal bhsd  p */
+    {4, 640, 640, 8, 2, 128, 1, 0, 0.0}, /* 160 tiles, one block per SM */
+    {6, 400, 400, 12, 4, 96, 0, 1, 0.1}, /* 288 tiles */
+    {1, 300, 500, 3, 1, 128, 1, 1, 0.0}, /* three blocks from here on */
+    {2, 200, 77, 2, 2, 80, 1, 0, 0.2},
+    {2, 130, 1000, 2, 1, 128, 0, 0, 0.1},
+};
+
+/* A tile runs the same instructions in either grid: O, m and l bitwise
+ * the same with and without the persistent one. */
+static void persist_bitwise(const gcase *c, fg_dtype dt, uint64_t salt, const char *grid)
+{
+    const size_t nq = (size_t)(c->B * c->Nq * c->H * c->d);
+    const size_t nk = (size_t)(c->B * c->Nk * c->Hk * c->d);
+    const size_t ns = (size_t)(c->B * c->H * c->Nq);
+    const size_t n[4] = {nq, nk, nk, nq};
+    fgt_rng rng = fgt_rng_for(salt);
+    double *in[4];
+    for (int i = 0; i < 4; i++) {
+        in[i] = malloc(n[i] * 8);
+        fgt_fill(in[i], n[i], &rng, 1.0);
+    }
+    fg_attn_params p;
+    params_for(c, &p, fgt_next(&rng));
+    outs one, pers;
+    saved_env e = persist_on(grid);
+    setenv(persist_vars[0], "0", 1);
+    gpu_run(c, dt, &p, in, &one);
+    setenv(persist_vars[0], "1", 1);
+    gpu_run(c, dt, &p, in, &pers);
+    persist_restore(&e);
+    ck_assert_msg(memcmp(one.t[0], pers.t[0], nq * 8) == 0 &&
+                      memcmp(one.m, pers.m, ns * 8) == 0 && memcmp(one.l, pers.l, ns * 8) == 0,
+                  "persistent forward differs from the one-tile grid (%s, d=%lld)",
+                  fg_dtype_name(dt), (long long)c->d);
+    outs_free(&one);
+    outs_free(&pers);
+    for (int i = 0; i < 4; i++)
+        free(in[i]);
+}
+
+START_TEST(test_persist_fwd)
+{
+    const char *grid = _i >= 2 ? "3" : NULL;
+    saved_env e = persist_on(grid);
+    run_case(&persist_cases[_i], FG_BF16, 7900 + (uint64_t)_i);
+    if (_i >= 2)
+        run_case(&persist_cases[_i], FG_FP16, 7950 + (uint64_t)_i);
+    persist_restore(&e);
+    persist_bitwise(&persist_cases[_i], FG_BF16, 7990 + (uint64_t)_i, grid);
+}
+END_TEST
+
+static const int persist_vcases[] = {1, 4, 7, 10};
+
+START_TEST(test_persist_variants)
+{
+    saved_env e = persist_on("3");
+    run_variant(&vcases[persist_vcases[_i]], FG_BF16, 8000 + (uint64_t)_i);
+    persist_restore(&e);
+}
+END_TEST
+
+START_TEST(test_persist_mask)
+{
+    saved_env e = persist_on("3");
+    kernel_mask_case(128, 128, 0, FG_BF16, NULL, 9720);
+    kernel_mask_case(100, 128, 1, FG_FP16, NULL, 9721);
+    persist_restore(&e);
+}
+END_TEST
+
 /* Deterministic mode on the wgmma backward (d <= 128, no block mask): each
  * dQ tile is summed in a fixed order of key blocks (turn counters, one
  * per 64-query tile). Enough key blocks (Bc = 128) that the order matters:
@@ -1088,6 +1202,15 @@ int main(void)
     tcase_add_loop_test(tw, test_wide_variants, 0,
                         (int)(sizeof wide_vcases / sizeof wide_vcases[0]));
     suite_add_tcase(s, tw);
+    /* CK_RUN_CASE=persist */
+    TCase *tp = tcase_create("persist");
+    tcase_set_timeout(tp, 900);
+    tcase_add_loop_test(tp, test_persist_fwd, 0,
+                        sanitize ? 3 : (int)(sizeof persist_cases / sizeof persist_cases[0]));
+    tcase_add_loop_test(tp, test_persist_variants, 0,
+                        (int)(sizeof persist_vcases / sizeof persist_vcases[0]));
+    tcase_add_test(tp, test_persist_mask);
+    suite_add_tcase(s, tp);
     tcase_add_test(tc, test_dropout_mask);
     tcase_add_loop_test(tc, test_kernel_mask, 0, sanitize ? 1 : 3);
     tcase_add_test(tc, test_fully_masked);
