@@ -797,6 +797,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                     mask(acc);
                 uint32_t keep;
                 probs(acc, keep);
+                if (st > 0) /* warpgroup 1's last dV has read P^T Z */
+                    named_sync(9, 256);
                 /* P^T to WG 1 as float4 [e / 4][thread]: 8 stores, not 32 */
 #pragma unroll
                 for (int e = 0; e < Br / 2; e += 4)
@@ -1042,10 +1044,9 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             prev_bh = bh;
         }
 
-        if constexpr (!kSpec) {
-            fence_proxy_async(); /* dS^T stores -> wgmma reads */
-            __syncthreads();
-            /* dQ_i += scale dS K (Alg4 L.22) for this step. */
+        if constexpr (!kSpec) { /* split d (d = 256) */
+            /* dQ_i += scale dS K (Alg4 L.22) for this step: dS^T was
+             * stored and fenced before the step's second barrier. */
             if (!a.deterministic) {
                 float q[DQW / 2];
                 dq_now(q, st, i0, bh, sQ);
@@ -1053,7 +1054,16 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 wg_wait<0>();
             }
             keep_frags();
-            __syncthreads(); /* dS^T (split d) and this Q/dO buffer are reused */
+            /* Instead of a block barrier here: warpgroup 1's products of
+             * this step (its dV reads P^T Z) are done, so warpgroup 0 may
+             * write P^T Z and the exchange of the next step (named
+             * barrier 9), and it starts that step's S^T meanwhile. dS^T
+             * is next written by warpgroup 1 after the next step's first
+             * barrier, which warpgroup 0 reaches after its own products;
+             * this Q_i / dO_i buffer (the dQ staging) by step st + 2's
+             * prefetch, issued after that barrier too. */
+            if (wg == 1 && st + 1 < total)
+                named_arrive(9, 256);
         }
     }
 
