@@ -821,6 +821,17 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             __syncthreads();
             if (st + 1 < total && threadIdx.x == 0)
                 issue(st + 1);
+            /* dV += (P^T Z) dO_i (L.17), this WG's half of d: issued now,
+             * so it runs while warpgroup 1 computes dS^T (and warpgroup 0
+             * waits for it) instead of after. A K-major from shared
+             * memory, B read MN-major. */
+            const Desc dP0(sP, 16, 1024), dS0(sdS, 16, 1024);
+            wg_fence();
+            wg_fence_regs(dv);
+#pragma unroll
+            for (int kk = 0; kk < Br / 16; kk++)
+                WgmmaOp<T, DH>::template ss<0, 1>(dv, dP0(kk * 32), dOp(kk * 2048), 1);
+            wg_commit();
             if (wg == 1) { /* dS^T = P^T (dP^T Z - D_i) (Alg4 L.19-21) */
                 const uint32_t keep = drop ? keep_x[tid] : 0;
                 uint32_t r[4];
@@ -844,17 +855,12 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             }
             fence_proxy_async();
             __syncthreads();
-            /* dV += (P^T Z) dO_i (L.17), dK += dS^T Q_i (L.23), this WG's
-             * half of d: A K-major from shared memory, B read MN-major. */
-            const Desc dP0(sP, 16, 1024), dS0(sdS, 16, 1024);
+            /* dK += dS^T Q_i (L.23), this WG's half of d. */
             wg_fence();
-            wg_fence_regs(dv);
             wg_fence_regs(dk);
 #pragma unroll
-            for (int kk = 0; kk < Br / 16; kk++) {
-                WgmmaOp<T, DH>::template ss<0, 1>(dv, dP0(kk * 32), dOp(kk * 2048), 1);
+            for (int kk = 0; kk < Br / 16; kk++)
                 WgmmaOp<T, DH>::template ss<0, 1>(dk, dS0(kk * 32), dQp(kk * 2048), 1);
-            }
             wg_commit();
         } else {
             /* S^T = K Q_i^T (Alg4 L.12) and dP^T = V dO_i^T (L.18) in two
