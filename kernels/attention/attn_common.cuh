@@ -6,7 +6,9 @@
 #ifndef FG_KERNELS_ATTN_COMMON_CUH
 #define FG_KERNELS_ATTN_COMMON_CUH
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "attn_traits.cuh"
 #include "kernels/runtime/cuda_check.h"
@@ -71,6 +73,22 @@ __device__ __forceinline__ void grid_pos(int g, int *blk, int *bh)
     }
     tile_pos(g, blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), gridDim.x,
              gridDim.y * gridDim.z, blk, bh);
+}
+
+/* The Hopper kernels' persistent grids (opt-in): var=1 (e.g.
+ * FG_ATTN_FWD_PERSIST) gives one block per SM (sms), or var_GRID=n
+ * blocks (tests: several tiles a block on small problems); otherwise 0,
+ * the one-tile grid. Read per call, so a test can run each. */
+inline int persist_blocks(const char *var, int sms)
+{
+    const char *e = getenv(var);
+    if (!e || strcmp(e, "1") != 0)
+        return 0;
+    char name[64];
+    snprintf(name, sizeof name, "%s_GRID", var);
+    const char *g = getenv(name);
+    const long n = g && *g ? strtol(g, NULL, 10) : 0;
+    return n > 0 && n < 65536 ? (int)n : sms;
 }
 
 /* grid_pos's g for a grid of nblk blocks per (batch, head), resident

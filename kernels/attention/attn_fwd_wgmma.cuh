@@ -31,9 +31,6 @@
 #include "tma_map.h"
 #include "wgmma_sm90.cuh"
 
-#include <stdlib.h>
-#include <string.h>
-
 #include <type_traits>
 
 namespace fg {
@@ -579,20 +576,6 @@ struct FwdMaps {
     int bias_tma;
 };
 
-/* FG_ATTN_FWD_PERSIST=1: the persistent grid (compiled, not yet run on a
- * GPU: opt-in until tested and timed), one block per SM, or
- * FG_ATTN_FWD_PERSIST_GRID blocks (tests: several tiles a block on small
- * problems). 0: off. Read per call, so a test can run each. */
-inline int fwd_persist_blocks(int sms)
-{
-    const char *e = getenv("FG_ATTN_FWD_PERSIST");
-    if (!e || strcmp(e, "1") != 0)
-        return 0;
-    const char *g = getenv("FG_ATTN_FWD_PERSIST_GRID");
-    const long n = g && *g ? strtol(g, NULL, 10) : 0;
-    return n > 0 && n < 65536 ? (int)n : sms;
-}
-
 template <typename T, int D, int WG, int kMode, bool kDropout>
 fg_status launch(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
 {
@@ -618,7 +601,7 @@ fg_status launch(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
         int dev = 0, sms = 0;
         FG_CUDA_TRY(cudaGetDevice(&dev));
         FG_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        const int blocks = fwd_persist_blocks(sms);
+        const int blocks = persist_blocks("FG_ATTN_FWD_PERSIST", sms);
         if (blocks > 0 && ntiles > (uint64_t)blocks) {
             grid = dim3((unsigned)blocks, 1, 1);
             persist = 1;
