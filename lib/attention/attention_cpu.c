@@ -17,15 +17,23 @@
 #include "lib/core/error.h"
 #include "lib/core/philox.h"
 
-/* Threads for n independent tasks: never more than tasks, results do not
- * depend on the count (each task writes disjoint outputs). */
-static int fg_cpu_threads(int requested, int64_t ntasks)
+/* Threads for ntasks independent tasks of about `work` multiply-adds in
+ * all: never more than tasks, and results do not depend on the count
+ * (each task writes disjoint outputs). Unrequested (0), a problem below
+ * 2^18 of them runs on one thread: a parallel region costs more than it
+ * saves there (a one-token decoding step, a gradcheck's many small
+ * calls), and with the cores busy OpenMP's spinning workers made such
+ * calls far slower (a CI run's gradcheck hit its 120 s timeout beside two
+ * compilers). work is a double: the product of the sizes may pass
+ * 2^63. */
+static int fg_cpu_threads(int requested, int64_t ntasks, double work)
 {
 #ifdef _OPENMP
-    int n = requested > 0 ? requested : omp_get_max_threads();
+    int n = requested > 0 ? requested : work < 262144.0 ? 1 : omp_get_max_threads();
 #else
     int n = 1;
     (void)requested;
+    (void)work;
 #endif
     if ((int64_t)n > ntasks)
         n = ntasks > 0 ? (int)ntasks : 1;

@@ -276,7 +276,8 @@ static fg_status FN(forward)(const fg_attn_problem *pb, const fg_attn_tensor *q,
     const int64_t Br = pb->block_q, Bc = pb->block_k, d = pb->d;
     const int64_t nqb = (pb->Nq + Br - 1) / Br;
     const int64_t ntasks = pb->B * pb->H * nqb;
-    const int nt = fg_cpu_threads(pb->num_threads, ntasks);
+    const int nt = fg_cpu_threads(pb->num_threads, ntasks,
+                                  (double)pb->B * pb->H * pb->Nq * pb->Nk * d);
     const size_t wsb = FN(fwd_ws_bytes)(Br, Bc, d);
     /* All workspace up front: an allocation failure leaves O untouched. */
     char *mem = (char *)fg_cpu_workspace(wsb * (size_t)nt);
@@ -658,8 +659,8 @@ static fg_status FN(backward)(const fg_attn_problem *pb,
     const int64_t ntasks = pb->B * pb->Hk;
     const FN(dbias_tasks) g = FN(dbias_grid)(pb);
     const int64_t nbias = pb->dbias.data ? g.nb * g.nh * g.nqb : 0;
-    const int nt = fg_cpu_threads(pb->num_threads,
-                                  ntasks > nbias ? ntasks : nbias);
+    const int nt = fg_cpu_threads(pb->num_threads, ntasks > nbias ? ntasks : nbias,
+                                  3.0 * pb->B * pb->H * pb->Nq * pb->Nk * pb->d);
     const size_t wsb = FN(bwd_ws_bytes)(Bc, d);
     /* D [B, H, Nq] and per-thread tiles, allocated before any write. */
     const size_t dbytes = (sizeof(T) * (size_t)nrows + 63) & ~(size_t)63;
