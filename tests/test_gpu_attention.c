@@ -860,40 +860,47 @@ START_TEST(test_wide_variants)
 }
 END_TEST
 
-/* The forward's persistent grid (FG_ATTN_FWD_PERSIST=1, opt-in: the
- * Hopper kernels with a producer warpgroup, 64 < d <= 128): blocks that
- * walk several tiles, their K/V stages and barrier phases running on
- * across tiles. One block per SM on problems of more tiles than SMs
- * (H100 / H200: 132), a grid of three blocks (FG_ATTN_FWD_PERSIST_GRID)
- * on small ones, against the fp64 reference; the variants at d = 128
- * (windows, top-left causal, softcap, ALiBi, block maps, an emptied query
- * block: tiles without keys) and the dropout bits the kernel applies.
- * The environment is restored after each (CK_FORK=no shares it). */
+/* The persistent grids (opt-in; FG_ATTN_FWD_PERSIST=1: the Hopper
+ * forward kernels with a producer warpgroup, 64 < d <= 128;
+ * FG_ATTN_BWD_PERSIST=1: the backward's plain and causal kernels at
+ * d = 128 and the wide d <= 64 ones): blocks that walk several tiles,
+ * their buffers and barrier phases running on across tiles. One block
+ * per SM on problems of more tiles than SMs (H100 / H200: 132), a grid
+ * of three blocks (*_PERSIST_GRID) on small ones, against the fp64
+ * reference; the forward's variants at d = 128 (windows, top-left
+ * causal, softcap, ALiBi, block maps, an emptied query block: tiles
+ * without keys) and the dropout bits both kernels apply. The environment
+ * is restored after each (CK_FORK=no shares it). */
 typedef struct saved_env {
-    char v[2][64];
-    int set[2];
+    char v[4][64];
+    int set[4];
 } saved_env;
-static const char *const persist_vars[2] = {"FG_ATTN_FWD_PERSIST", "FG_ATTN_FWD_PERSIST_GRID"};
+/* [0], [1]: the forward's switch and grid; [2], [3]: the backward's */
+static const char *const persist_vars[4] = {"FG_ATTN_FWD_PERSIST", "FG_ATTN_FWD_PERSIST_GRID",
+                                            "FG_ATTN_BWD_PERSIST", "FG_ATTN_BWD_PERSIST_GRID"};
 
+/* Both persistent grids on (grid: blocks, NULL: one per SM). */
 static saved_env persist_on(const char *grid)
 {
     saved_env e;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 4; i++) {
         const char *v = getenv(persist_vars[i]);
         e.set[i] = v != NULL;
         snprintf(e.v[i], sizeof e.v[i], "%s", v ? v : "");
     }
-    setenv(persist_vars[0], "1", 1);
-    if (grid)
-        setenv(persist_vars[1], grid, 1);
-    else
-        unsetenv(persist_vars[1]);
+    for (int i = 0; i < 4; i += 2) {
+        setenv(persist_vars[i], "1", 1);
+        if (grid)
+            setenv(persist_vars[i + 1], grid, 1);
+        else
+            unsetenv(persist_vars[i + 1]);
+    }
     return e;
 }
 
 static void persist_restore(const saved_env *e)
 {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 4; i++) {
         if (e->set[i])
             setenv(persist_vars[i], e->v[i], 1);
         else
@@ -908,10 +915,14 @@ static const gcase persist_cases[] = {
     {1, 300, 500, 3, 1, 128, 1, 1, 0.0}, /* three blocks from here on */
     {2, 200, 77, 2, 2, 80, 1, 0, 0.2},
     {2, 130, 1000, 2, 1, 128, 0, 0, 0.1},
+    {2, 1024, 1024, 3, 3, 64, 1, 0, 0.1}, /* GPT-2's shape, fewer heads */
+    {3, 300, 300, 4, 2, 48, 0, 1, 0.0},
 };
 
-/* A tile runs the same instructions in either grid: O, m and l bitwise
- * the same with and without the persistent one. */
+/* A tile runs the same instructions in either grid: O, m and l, and dK
+ * and dV (each summed inside its key block's tile), bitwise the same with
+ * and without the persistent ones; dQ's adds from several blocks land in
+ * any order. */
 static void persist_bitwise(const gcase *c, fg_dtype dt, uint64_t salt, const char *grid)
 {
     const size_t nq = (size_t)(c->B * c->Nq * c->H * c->d);
@@ -929,13 +940,19 @@ static void persist_bitwise(const gcase *c, fg_dtype dt, uint64_t salt, const ch
     outs one, pers;
     saved_env e = persist_on(grid);
     setenv(persist_vars[0], "0", 1);
+    setenv(persist_vars[2], "0", 1);
     gpu_run(c, dt, &p, in, &one);
     setenv(persist_vars[0], "1", 1);
+    setenv(persist_vars[2], "1", 1);
     gpu_run(c, dt, &p, in, &pers);
     persist_restore(&e);
     ck_assert_msg(memcmp(one.t[0], pers.t[0], nq * 8) == 0 &&
                       memcmp(one.m, pers.m, ns * 8) == 0 && memcmp(one.l, pers.l, ns * 8) == 0,
                   "persistent forward differs from the one-tile grid (%s, d=%lld)",
+                  fg_dtype_name(dt), (long long)c->d);
+    ck_assert_msg(memcmp(one.t[2], pers.t[2], nk * 8) == 0 &&
+                      memcmp(one.t[3], pers.t[3], nk * 8) == 0,
+                  "persistent backward's dK / dV differ from the one-tile grid (%s, d=%lld)",
                   fg_dtype_name(dt), (long long)c->d);
     outs_free(&one);
     outs_free(&pers);
@@ -970,6 +987,7 @@ START_TEST(test_persist_mask)
     saved_env e = persist_on("3");
     kernel_mask_case(128, 128, 0, FG_BF16, NULL, 9720);
     kernel_mask_case(100, 128, 1, FG_FP16, NULL, 9721);
+    kernel_mask_case(64, 64, 1, FG_BF16, NULL, 9722); /* the wide backward */
     persist_restore(&e);
 }
 END_TEST
