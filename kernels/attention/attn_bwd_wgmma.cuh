@@ -191,9 +191,9 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * are numbered on across tiles (the buffers, step_info and the free_q
      * / ds_full / bar_q phases follow the block's step count sbase + st),
      * K/V's load is the block's kvn-th (bar_kv's phase), and the consumers
-     * release K/V on free_kv after a tile's last dQ product, so the
-     * producer loads the next tile's K/V and first steps while they store
-     * dK and dV. Its own instantiation: as a run-time flag the tile loop's
+     * release K/V on free_kv after a tile's last dQ product; the
+     * producer sends the next tile's first Q_i / dO_i during this tile's
+     * last steps and its K/V while they store dK and dV. Its own instantiation: as a run-time flag the tile loop's
      * state spilled 100-230 bytes of the kernels that spilled none. */
     static_assert(!kPers || (kSpec && (kMode == 0 || kMode == 1)), "persistent: kModes 0, 1");
     constexpr bool pers = kPers;
@@ -365,13 +365,20 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 
     if constexpr (kProd) { /* the producer warpgroup's warps 8-10 */
         if (threadIdx.x == 256 && total > 0) {
-            if (kvn > 0) /* the last tile's consumers are done with K/V */
-                mbar_wait(free_kv, (kvn - 1) & 1u);
-            load_kv();
+            if (!pers)
+                load_kv();
             for (int64_t st = sbase; st < sbase + total; st++) {
                 if (st >= 2) /* step st - 2 released the buffer */
                     mbar_wait(free_q + 8 * (uint32_t)(st & 1), (uint32_t)((st >> 1) - 1) & 1);
                 issue(st - sbase, st);
+                /* pers: the tile's first Q_i / dO_i go out while the last
+                 * tile's final steps run (their buffer is free by then),
+                 * K/V once its consumers are done with the last ones */
+                if (pers && st == sbase) {
+                    if (kvn > 0)
+                        mbar_wait(free_kv, (kvn - 1) & 1u);
+                    load_kv();
+                }
             }
         } else if (det && threadIdx.x >= 288 && threadIdx.x < 352) {
             dq_writer((threadIdx.x - 288) / 32);
