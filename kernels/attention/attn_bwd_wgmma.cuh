@@ -186,8 +186,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 
     /* kPers (kSpec, kModes 0 and 1, never with the deterministic dQ;
      * BwdPersist): a grid of one block per SM, each walking the key-block
-     * tiles lin = blockIdx.x, + gridDim.x, ... in the one-tile grid's
-     * order, as the forward's persistent grid (attn_fwd_wgmma.cuh). Steps
+     * tiles snake_next deals (attn_common.cuh), as the forward's
+     * persistent grid (attn_fwd_wgmma.cuh). Steps
      * are numbered on across tiles (the buffers, step_info and the free_q
      * / ds_full / bar_q phases follow the block's step count sbase + st),
      * K/V's load is the block's kvn-th (bar_kv's phase), and the consumers
@@ -1145,7 +1145,6 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         pers ? (unsigned)((args.Nk + BwdWgTile<D>::kBc - 1) / BwdWgTile<D>::kBc) *
                    (unsigned)(args.Hk * args.B)
              : 1u;
-    const unsigned first = pers ? blockIdx.x : 0u, stride = pers ? gridDim.x : 1u;
     const bool det_any = kSpec && !kWide && args.dq_sem != nullptr;
     if constexpr (kSpec) {
         if (threadIdx.x >= 256) { /* the producer warpgroup: loads only */
@@ -1153,13 +1152,15 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             /* whole warps (the setup's shuffles): warp 8 loads, 9 and 10
              * write the deterministic dQ */
             if (threadIdx.x < 288 || (det_any && threadIdx.x < 352))
-                for (unsigned lin = first; lin < ntiles; lin += stride)
+                for (unsigned lin = pers ? blockIdx.x : 0u; lin < ntiles;
+                     lin = pers ? snake_next(lin) : ntiles)
                     tile(lin, std::true_type{});
             return;
         }
         setmaxnreg_inc<240>();
     }
-    for (unsigned lin = first; lin < ntiles; lin += stride)
+    for (unsigned lin = pers ? blockIdx.x : 0u; lin < ntiles;
+         lin = pers ? snake_next(lin) : ntiles)
         tile(lin, std::false_type{});
     if (pers && lane == 0) /* (one tile: before its epilogue) */
         bulk_wait_all();

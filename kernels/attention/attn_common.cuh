@@ -64,6 +64,19 @@ __device__ __forceinline__ void tile_pos(int g, unsigned lin, unsigned nblk, uns
     *blk = (int)(r / cnt);
     *bh = (int)(grp * (unsigned)g + r % cnt);
 }
+/* A persistent grid's tile after tile lin of this block: rounds of
+ * gridDim.x positions, dealt forwards in even rounds and backwards in odd
+ * ones (the round from lin: no register for it). On tiles in grid_order's
+ * longest-first groups (about two rounds each) a block that drew one of a
+ * round's longer tiles draws one of the next round's shorter ones; dealt
+ * the same way every round, blocks summed up to 2.7x one another's work
+ * under a causal mask (the one-tile grid evens this out by launching
+ * blocks as SMs free up). */
+__device__ __forceinline__ unsigned snake_next(unsigned lin)
+{
+    const unsigned g = gridDim.x, k = lin / g;
+    return (k + 1) * g + ((k & 1) ? blockIdx.x : g - 1 - blockIdx.x);
+}
 __device__ __forceinline__ void grid_pos(int g, int *blk, int *bh)
 {
     if (g <= 0) {

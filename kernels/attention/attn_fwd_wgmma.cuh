@@ -106,9 +106,8 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     }
     __syncthreads();
 
-    /* persist (kSpec, d <= 128): a grid of one block per SM, each walking the
-     * tiles lin = blockIdx.x, + gridDim.x, ... (the launch order of the
-     * one-tile grid), so the next tile's Q and first K/V blocks load while
+    /* persist (kSpec, d <= 128): a grid of one block per SM, each walking
+     * the tiles snake_next deals (attn_common.cuh), so the next tile's Q and first K/V blocks load while
      * this one's last P V product and epilogue run, and no block launches
      * between tiles. The K/V stages and their barriers' phases run on
      * across tiles: block jb of a tile is load kv + jb of this block (kv:
@@ -508,18 +507,19 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     using Cons = std::false_type;
     const unsigned ntiles =
         pers ? (unsigned)((args.Nq + Br - 1) / Br) * (unsigned)(args.H * args.B) : 1u;
-    const unsigned first = pers ? blockIdx.x : 0u, stride = pers ? gridDim.x : 1u;
     if constexpr (kSpec) {
         if (threadIdx.x >= 256) { /* the producer warpgroup: loads only */
             setmaxnreg_dec<24>();
             if (threadIdx.x == 256)
-                for (unsigned lin = first; lin < ntiles; lin += stride)
+                for (unsigned lin = pers ? blockIdx.x : 0u; lin < ntiles;
+                     lin = pers ? snake_next(lin) : ntiles)
                     tile(lin, Prod{});
             return;
         }
         setmaxnreg_inc<240>();
     }
-    for (unsigned lin = first; lin < ntiles; lin += stride)
+    for (unsigned lin = pers ? blockIdx.x : 0u; lin < ntiles;
+         lin = pers ? snake_next(lin) : ntiles)
         tile(lin, Cons{});
 #endif
 }
@@ -557,6 +557,9 @@ fg_status launch(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
         FG_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         const int blocks = persist_blocks("FG_ATTN_FWD_PERSIST", sms);
         if (blocks > 0 && ntiles > (uint64_t)blocks) {
+            /* masked: longest first in groups of about two rounds
+             * (snake_next deals them), unless FG_ATTN_LPT says otherwise */
+            FG_TRY(grid_order((int)grid.x, a.H * a.B, 1, kMode != 0, &order));
             grid = dim3((unsigned)blocks, 1, 1);
             persist = 1;
         }
