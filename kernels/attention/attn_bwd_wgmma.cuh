@@ -199,6 +199,12 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     constexpr bool pers = kPers;
     int64_t sbase = 0; /* steps of this block's earlier tiles */
     unsigned kvn = 0;  /* tiles with steps (K/V loaded) so far */
+    const unsigned nkb = (unsigned)((args.Nk + BwdWgTile<D>::kBc - 1) / BwdWgTile<D>::kBc);
+    /* det (BwdSpec kernels with a.dq_sem): each dQ_i tile is summed in a
+     * fixed order of key blocks, from the last to the first (dq_writer);
+     * blocks are numbered backwards so that, started in grid order, a
+     * block only ever waits for blocks started before it. */
+    const bool det = kSpec && !kWide && args.dq_sem != nullptr;
     /* One tile: its setup, then kProd ? the producer's loads (and the
      * deterministic dQ's writers) : the consumers' work. */
     auto tile = [&](unsigned lin, auto prod_tag) {
@@ -215,8 +221,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     } else {
         int pair;
         if (pers)
-            tile_pos(order, lin, (unsigned)((args.Nk + BwdWgTile<D>::kBc - 1) / BwdWgTile<D>::kBc),
-                     (unsigned)(args.Hk * args.B), &gx, &pair);
+            tile_pos(order, lin, nkb, (unsigned)(args.Hk * args.B), &gx, &pair);
         else
             grid_pos(order, &gx, &pair);
         hk = pair % args.Hk;
@@ -241,11 +246,6 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         if ((int64_t)gx * BwdWgTile<D>::kBc >= nk_rows)
             return; /* past this sequence: the grid fits the longest */
     }
-    /* det (BwdSpec kernels with a.dq_sem): each dQ_i tile is summed in a
-     * fixed order of key blocks, from the last to the first (dq_writer);
-     * blocks are numbered backwards so that, started in grid order, a
-     * block only ever waits for blocks started before it. */
-    const bool det = kSpec && !kWide && args.dq_sem != nullptr;
     const int kb = det ? (nk_rows + Bc - 1) / Bc - 1 - gx : gx;
     const int64_t j0 = (int64_t)kb * Bc;
     const int kvalid = (int)min((int64_t)Bc, (int64_t)nk_rows - j0); /* rows stored */
@@ -1141,17 +1141,13 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     kvn += total > 0;
     };
 
-    const unsigned ntiles =
-        pers ? (unsigned)((args.Nk + BwdWgTile<D>::kBc - 1) / BwdWgTile<D>::kBc) *
-                   (unsigned)(args.Hk * args.B)
-             : 1u;
-    const bool det_any = kSpec && !kWide && args.dq_sem != nullptr;
+    const unsigned ntiles = pers ? nkb * (unsigned)(args.Hk * args.B) : 1u;
     if constexpr (kSpec) {
         if (threadIdx.x >= 256) { /* the producer warpgroup: loads only */
             setmaxnreg_dec<24>();
             /* whole warps (the setup's shuffles): warp 8 loads, 9 and 10
              * write the deterministic dQ */
-            if (threadIdx.x < 288 || (det_any && threadIdx.x < 352))
+            if (threadIdx.x < 288 || (det && threadIdx.x < 352))
                 for (unsigned lin = pers ? blockIdx.x : 0u; lin < ntiles;
                      lin = pers ? snake_next(lin) : ntiles)
                     tile(lin, std::true_type{});
@@ -1195,17 +1191,11 @@ fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
      * on a GPU): the persistent instantiation, one block per SM walking
      * the tiles, where there is one and more tiles than blocks */
     int blocks = 0;
-    if constexpr (BwdPersist<D, kMode, kDr, kWide>::value) {
-        const uint64_t ntiles = (uint64_t)((a.Nk + Tile::kBc - 1) / Tile::kBc) * a.Hk * a.B;
-        if (!a.dq_sem && ntiles < ((uint64_t)1 << 31) && getenv("FG_ATTN_BWD_PERSIST")) {
-            int dev = 0, sms = 0;
-            FG_CUDA_TRY(cudaGetDevice(&dev));
-            FG_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-            blocks = persist_blocks("FG_ATTN_BWD_PERSIST", sms);
-            if ((uint64_t)blocks >= ntiles)
-                blocks = 0;
-        }
-    }
+    if constexpr (BwdPersist<D, kMode, kDr, kWide>::value)
+        if (!a.dq_sem)
+            FG_TRY(persist_grid("FG_ATTN_BWD_PERSIST",
+                                (uint64_t)((a.Nk + Tile::kBc - 1) / Tile::kBc) * a.Hk * a.B,
+                                &blocks));
     auto kern = blocks > 0 ? attn_bwd_wgmma_kernel<T, D, kMode, kDr, kWide,
                                                    BwdPersist<D, kMode, kDr, kWide>::value>
                            : attn_bwd_wgmma_kernel<T, D, kMode, kDr, kWide, false>;

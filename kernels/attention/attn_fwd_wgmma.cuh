@@ -120,11 +120,11 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * session 30). */
     const bool pers = kSpec && D <= 128 && persist;
     unsigned kv = 0, qn = 0;
+    const int nblk = (int)((args.Nq + Br - 1) / Br); /* query blocks of a (batch, head) */
     /* One tile: its setup, then kProd ? the producer's loads : the
      * consumers' work. */
     auto tile = [&](unsigned lin, auto prod_tag) {
     constexpr bool kProd = decltype(prod_tag)::value;
-    const int nblk = (int)((args.Nq + Br - 1) / Br);
     int blk, pair; /* the query block (before reversal), b H + h */
     if (pers)
         tile_pos(order, lin, (unsigned)nblk, (unsigned)(args.H * args.B), &blk, &pair);
@@ -505,8 +505,7 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 
     using Prod = std::true_type;
     using Cons = std::false_type;
-    const unsigned ntiles =
-        pers ? (unsigned)((args.Nq + Br - 1) / Br) * (unsigned)(args.H * args.B) : 1u;
+    const unsigned ntiles = pers ? (unsigned)nblk * (unsigned)(args.H * args.B) : 1u;
     if constexpr (kSpec) {
         if (threadIdx.x >= 256) { /* the producer warpgroup: loads only */
             setmaxnreg_dec<24>();
@@ -548,21 +547,15 @@ fg_status launch(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
     FG_TRY(grid_order((int)grid.x, a.H * a.B, Tile::kMinBlocks, false, &order));
     /* FG_ATTN_FWD_PERSIST=1 (kSpec kernels, d <= 128: the kernel's pers
      * must agree): one block per SM walking the tiles */
-    int persist = 0;
-    const uint64_t ntiles = (uint64_t)grid.x * grid.y * grid.z;
-    if (FwdSpec<WG, kDr>::value && D <= 128 && getenv("FG_ATTN_FWD_PERSIST") &&
-        ntiles < ((uint64_t)1 << 31)) {
-        int dev = 0, sms = 0;
-        FG_CUDA_TRY(cudaGetDevice(&dev));
-        FG_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        const int blocks = persist_blocks("FG_ATTN_FWD_PERSIST", sms);
-        if (blocks > 0 && ntiles > (uint64_t)blocks) {
-            /* masked: longest first in groups of about two rounds
-             * (snake_next deals them), unless FG_ATTN_LPT says otherwise */
-            FG_TRY(grid_order((int)grid.x, a.H * a.B, 1, kMode != 0, &order));
-            grid = dim3((unsigned)blocks, 1, 1);
-            persist = 1;
-        }
+    int persist = 0, blocks = 0;
+    if (FwdSpec<WG, kDr>::value && D <= 128)
+        FG_TRY(persist_grid("FG_ATTN_FWD_PERSIST", (uint64_t)grid.x * grid.y * grid.z, &blocks));
+    if (blocks > 0) {
+        /* masked: longest first in groups of about two rounds (snake_next
+         * deals them), unless FG_ATTN_LPT says otherwise */
+        FG_TRY(grid_order((int)grid.x, a.H * a.B, 1, kMode != 0, &order));
+        grid = dim3((unsigned)blocks, 1, 1);
+        persist = 1;
     }
     kern<<<grid, FwdSpec<WG, kDr>::kThreads, smem, st>>>(a, m.q, m.k, m.v, m.bias, btma,
                                                          order, persist);
