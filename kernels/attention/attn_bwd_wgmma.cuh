@@ -1185,6 +1185,8 @@ template <typename T, int D, int kMode, bool kDropout, bool kWide = false>
 fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
     using Tile = BwdTile<D, kWide>;
+    if (kWide && a.dq_sem) /* no turns: dQ would be summed in arrival order */
+        return fg_error(FG_ERR_INTERNAL, "attn_bwd_wgmma: the wide kernels have no deterministic dQ");
     /* BwdDropRT: the dropout kernel, told by a.dropout */
     constexpr bool kDr = kDropout || BwdDropRT<D, kMode>::value;
     /* FG_ATTN_BWD_PERSIST=1 (opt-in, compiled in session 30, not yet run
