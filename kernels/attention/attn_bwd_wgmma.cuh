@@ -62,7 +62,7 @@ namespace fg {
  * 64-row tile w (the same tiled dq_acc). dQ runs after dK's product
  * (kEarlyDQ's 32 registers would not fit beside S^T and dP^T); nq_pad is
  * a multiple of 128 so the last step's stats and dQ tiles stay inside. */
-template <typename T, int D, int kMode, bool kDropout, bool kWide, bool kPers>
+template <typename T, int D, int kMode, bool kDropout, bool kWide>
 __global__ void __launch_bounds__(BwdSpec<D, kDropout>::kThreads, 1)
 attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                       const __grid_constant__ CUtensorMap tmQ,
@@ -89,7 +89,41 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * fp32 sums of 8 batches: otherwise one DRAM read-modify-write of the
      * 268 MB of sums per batch). The blocks of one (batch, head) keep
      * their order, as the deterministic dQ needs. */
+    const bool bfirst = kMode == 5 && (bias_flags & 8);
+    /* otherwise (key block, head, batch), longest first under a mask
+     * (grid_pos; order 0, the natural order, in deterministic mode, whose
+     * dQ turns wait on the later key blocks of the same head) */
+    int gx, hk, b;
+    if (bfirst) {
+        gx = (int)blockIdx.y;
+        hk = (int)blockIdx.z;
+        b = (int)blockIdx.x;
+    } else {
+        int pair;
+        grid_pos(order, &gx, &pair);
+        hk = pair % args.Hk;
+        b = pair / args.Hk;
+    }
+    AttnArgs seq;
+    int64_t q_row0 = 0, k_row0 = 0;
+    int tb = b, nk_rows = args.Nk; /* TMA batch coordinate; key rows */
     using SeqSmem = BwdSeqSmem<D, kMode>;
+    if constexpr (kRagged) {
+        if constexpr (SeqSmem::value) { /* seq_s below (seq_patch's key rows) */
+            if (args.cu_q)
+                nk_rows = args.cu_k[b + 1] - args.cu_k[b];
+        } else {
+            seq = seq_args<T, float>(args, b, &nk_rows);
+            seq.dq_acc = args.dq_acc;
+        }
+        if (args.cu_q) {
+            q_row0 = args.cu_q[b];
+            k_row0 = args.cu_k[b];
+            tb = 0;
+        }
+        if ((int64_t)gx * BwdWgTile<D>::kBc >= nk_rows)
+            return; /* past this sequence: the grid fits the longest */
+    }
     static_assert(!kWide || (D == 64 && kMode != 4 && kMode != 5), "wide steps: no bias");
     using Tile = BwdTile<D, kWide>;
     /* Two forms of 8aa980e measured on an H200 (session 22), kept where
@@ -135,6 +169,14 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int key_base = Tile::kSplitD ? 0 : 64 * wg; /* this WG's keys */
     const int dslice = Tile::kSplitD ? DH * wg : 0;   /* its dK/dV columns */
+    /* det (BwdSpec kernels with a.dq_sem): each dQ_i tile is summed in a
+     * fixed order of key blocks, from the last to the first (dq_writer);
+     * blocks are numbered backwards so that, started in grid order, a
+     * block only ever waits for blocks started before it. */
+    const bool det = kSpec && !kWide && args.dq_sem != nullptr;
+    const int kb = det ? (nk_rows + Bc - 1) / Bc - 1 - gx : gx;
+    const int64_t j0 = (int64_t)kb * Bc;
+    const int kvalid = (int)min((int64_t)Bc, (int64_t)nk_rows - j0); /* rows stored */
     const float scale_log2 = (float)(args.scale * 1.4426950408889634);
 
     /* TMA: K and V once, then per step Q_i, dO_i (64-column panels) and
@@ -148,7 +190,6 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * (dq_full[s & 1]) and read by writer s & 1's bulk reduces
      * (dq_empty[s & 1]) */
     const uint32_t dq_full = bar_kv + 56, dq_empty = bar_kv + 72;
-    const uint32_t free_kv = bar_kv + 88; /* persist: K/V read by every consumer */
     /* The step's coordinates travel with its buffer: whoever issues step
      * st's loads writes its first query row, head and flags (bit 0 dead,
      * bit 1 needs the per-element mask) into step_info[st & 1] before the
@@ -156,99 +197,6 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * read them instead of locating the step themselves (a division, the
      * block list's global load and the band test on every step's path). */
     int4 *step_info = reinterpret_cast<int4 *>(smem + (bar_kv + 96 - base)); /* [2] */
-    if constexpr (SeqSmem::value) { /* args, a word a thread, then thread 0 moves it to b */
-        const uint32_t *src = reinterpret_cast<const uint32_t *>(&args);
-        for (int i = threadIdx.x; i < (int)(sizeof(AttnArgs) / 4); i += blockDim.x)
-            reinterpret_cast<uint32_t *>(seq_s)[i] = src[i];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-        if constexpr (SeqSmem::value) { /* kModes 3, 7: one tile a block */
-            int gx0, pair0;
-            grid_pos(order, &gx0, &pair0);
-            seq_patch<T, float>(*seq_s, args, pair0 / args.Hk);
-            seq_s->dq_acc = args.dq_acc;
-        }
-        for (int i = 0; i < 3; i++)
-            mbar_init(bar_kv + 8 * i, 1);
-        if (kSpec) {
-            for (int i = 0; i < 4; i++) /* free_q[2], ds_full[2]: every consumer thread */
-                mbar_init(free_q + 8 * i, 256);
-            for (int i = 0; i < 2; i++) {
-                mbar_init(dq_full + 8 * i, 256);
-                mbar_init(dq_empty + 8 * i, 1);
-            }
-            mbar_init(free_kv, 256);
-        }
-        mbar_init_fence();
-    }
-    __syncthreads();
-
-    /* kPers (kSpec, kModes 0 and 1, never with the deterministic dQ;
-     * BwdPersist): a grid of one block per SM, each walking the key-block
-     * tiles snake_next deals (attn_common.cuh), as the forward's
-     * persistent grid (attn_fwd_wgmma.cuh). Steps
-     * are numbered on across tiles (the buffers, step_info and the free_q
-     * / ds_full / bar_q phases follow the block's step count sbase + st),
-     * K/V's load is the block's kvn-th (bar_kv's phase), and the consumers
-     * release K/V on free_kv after a tile's last dQ product; the
-     * producer sends the next tile's first Q_i / dO_i during this tile's
-     * last steps and its K/V while they store dK and dV. Its own instantiation: as a run-time flag the tile loop's
-     * state spilled 100-230 bytes of the kernels that spilled none. */
-    static_assert(!kPers || (kSpec && (kMode == 0 || kMode == 1)), "persistent: kModes 0, 1");
-    constexpr bool pers = kPers;
-    int64_t sbase = 0; /* steps of this block's earlier tiles */
-    unsigned kvn = 0;  /* tiles with steps (K/V loaded) so far */
-    const unsigned nkb = (unsigned)((args.Nk + BwdWgTile<D>::kBc - 1) / BwdWgTile<D>::kBc);
-    /* det (BwdSpec kernels with a.dq_sem): each dQ_i tile is summed in a
-     * fixed order of key blocks, from the last to the first (dq_writer);
-     * blocks are numbered backwards so that, started in grid order, a
-     * block only ever waits for blocks started before it. */
-    const bool det = kSpec && !kWide && args.dq_sem != nullptr;
-    /* One tile: its setup, then kProd ? the producer's loads (and the
-     * deterministic dQ's writers) : the consumers' work. */
-    auto tile = [&](unsigned lin, auto prod_tag) {
-    constexpr bool kProd = decltype(prod_tag)::value;
-    const bool bfirst = kMode == 5 && (bias_flags & 8);
-    /* otherwise (key block, head, batch), longest first under a mask
-     * (grid_pos; order 0, the natural order, in deterministic mode, whose
-     * dQ turns wait on the later key blocks of the same head) */
-    int gx, hk, b;
-    if (bfirst) {
-        gx = (int)blockIdx.y;
-        hk = (int)blockIdx.z;
-        b = (int)blockIdx.x;
-    } else {
-        int pair;
-        if (pers)
-            tile_pos(order, lin, nkb, (unsigned)(args.Hk * args.B), &gx, &pair);
-        else
-            grid_pos(order, &gx, &pair);
-        hk = pair % args.Hk;
-        b = pair / args.Hk;
-    }
-    AttnArgs seq;
-    int64_t q_row0 = 0, k_row0 = 0;
-    int tb = b, nk_rows = args.Nk; /* TMA batch coordinate; key rows */
-    if constexpr (kRagged) {
-        if constexpr (SeqSmem::value) { /* seq_s below (seq_patch's key rows) */
-            if (args.cu_q)
-                nk_rows = args.cu_k[b + 1] - args.cu_k[b];
-        } else {
-            seq = seq_args<T, float>(args, b, &nk_rows);
-            seq.dq_acc = args.dq_acc;
-        }
-        if (args.cu_q) {
-            q_row0 = args.cu_q[b];
-            k_row0 = args.cu_k[b];
-            tb = 0;
-        }
-        if ((int64_t)gx * BwdWgTile<D>::kBc >= nk_rows)
-            return; /* past this sequence: the grid fits the longest */
-    }
-    const int kb = det ? (nk_rows + Bc - 1) / Bc - 1 - gx : gx;
-    const int64_t j0 = (int64_t)kb * Bc;
-    const int kvalid = (int)min((int64_t)Bc, (int64_t)nk_rows - j0); /* rows stored */
     /* A tile of `rows` rows in boxes of `box` (the map's: Bc for K and V,
      * 64 for Q and dO, so a wide step's tile takes two) */
     auto tma_tile = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int rows, int box,
@@ -260,13 +208,37 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 tma_load_4d(dst + p * rows * 128 + r * box * 128, map, bar, p * 64,
                             (int)row0 + box * r, head, tb);
     };
+    if constexpr (SeqSmem::value) { /* args, a word a thread, then thread 0 moves it to b */
+        const uint32_t *src = reinterpret_cast<const uint32_t *>(&args);
+        for (int i = threadIdx.x; i < (int)(sizeof(AttnArgs) / 4); i += blockDim.x)
+            reinterpret_cast<uint32_t *>(seq_s)[i] = src[i];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        if constexpr (SeqSmem::value) {
+            seq_patch<T, float>(*seq_s, args, b);
+            seq_s->dq_acc = args.dq_acc;
+        }
+        for (int i = 0; i < 3; i++)
+            mbar_init(bar_kv + 8 * i, 1);
+        if (kSpec) {
+            for (int i = 0; i < 4; i++) /* free_q[2], ds_full[2]: every consumer thread */
+                mbar_init(free_q + 8 * i, 256);
+            for (int i = 0; i < 2; i++) {
+                mbar_init(dq_full + 8 * i, 256);
+                mbar_init(dq_empty + 8 * i, 1);
+            }
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
     const AttnArgs &a = SeqSmem::value ? *seq_s : kRagged ? seq : args;
     auto load_kv = [&]() {
         mbar_expect_tx(bar_kv, 2 * Bc * D * 2);
         tma_tile(sK, &tmK, bar_kv, Bc, Bc, k_row0 + j0, hk);
         tma_tile(sV, &tmV, bar_kv, Bc, Bc, k_row0 + j0, hk);
     };
-    if (!kSpec && !kProd && threadIdx.x == 0)
+    if (!kSpec && threadIdx.x == 0)
         load_kv();
 
     /* The (head, query block) steps (QuerySteps, attn_common.cuh). */
@@ -285,12 +257,11 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         dead = steps.locate(a, b, hk, j0, Bc, Br, st, &gh, &i0) && kMasked;
     };
 
-    /* step ls of this tile, the block's step st (buffers, phases) */
-    auto issue = [&](int64_t ls, int64_t st) { /* one thread */
+    auto issue = [&](int64_t st) { /* one thread */
         int gh;
         int64_t i0;
         bool dead;
-        locate(ls, gh, i0, dead);
+        locate(st, gh, i0, dead);
         /* (element-wise masking: the sequence's end, the causal diagonal,
          * the band's edges, dead blocks) */
         const bool need_mask = j0 + Bc > a.Nk || i0 + Br > a.Nq ||
@@ -363,27 +334,23 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         }
     };
 
-    if constexpr (kProd) { /* the producer warpgroup's warps 8-10 */
-        if (threadIdx.x == 256 && total > 0) {
-            if (!pers)
+    if constexpr (kSpec) {
+        if (threadIdx.x >= 256) { /* the producer warpgroup: loads only */
+            setmaxnreg_dec<24>();
+            if (threadIdx.x == 256 && total > 0) {
                 load_kv();
-            for (int64_t st = sbase; st < sbase + total; st++) {
-                if (st >= 2) /* step st - 2 released the buffer */
-                    mbar_wait(free_q + 8 * (uint32_t)(st & 1), (uint32_t)((st >> 1) - 1) & 1);
-                issue(st - sbase, st);
-                /* pers: the tile's first Q_i / dO_i go out while the last
-                 * tile's final steps run (their buffer is free by then),
-                 * K/V once its consumers are done with the last ones */
-                if (pers && st == sbase) {
-                    if (kvn > 0)
-                        mbar_wait(free_kv, (kvn - 1) & 1u);
-                    load_kv();
+                for (int64_t st = 0; st < total; st++) {
+                    if (st >= 2) /* step st - 2 released the buffer */
+                        mbar_wait(free_q + 8 * (uint32_t)(st & 1), (uint32_t)((st >> 1) - 1) & 1);
+                    issue(st);
                 }
+            } else if (det && threadIdx.x >= 288 && threadIdx.x < 352) {
+                dq_writer((threadIdx.x - 288) / 32);
             }
-        } else if (det && threadIdx.x >= 288 && threadIdx.x < 352) {
-            dq_writer((threadIdx.x - 288) / 32);
+            return;
         }
-    } else {
+        setmaxnreg_inc<240>();
+    }
 
     float dk[DH / 2], dv[DH / 2];
 #pragma unroll
@@ -471,21 +438,21 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     };
 
     if (!kSpec && total > 0 && threadIdx.x == 0)
-        issue(0, sbase);
+        issue(0);
     /* Ping-pong: warpgroup w waits on named barrier 1 + w before issuing
      * S^T and dP^T, and lets the other go once S^T has landed; warpgroup
      * 1 opens and skips the hand-off after its last step. */
     if (kSpec && wg == 1 && total > 0)
         named_arrive(1, 256);
-    [[maybe_unused]] int64_t prev_i0 = 0, prev_bh = 0; /* kSpec: the step whose dQ is due */
+    int64_t prev_i0 = 0, prev_bh = 0; /* kSpec: the step whose dQ is due */
     int slope_h = -1; /* the head of slope_c */
     float slope_c = 0.f;
-    [[maybe_unused]] const float scale_f = (float)a.scale, inv_scale = (float)(1.0 / a.scale);
+    const float scale_f = (float)a.scale, inv_scale = (float)(1.0 / a.scale);
     const float inv_cap = kMods && a.softcap > 0.f ? 1.f / a.softcap : 0.f;
     const int64_t bias_s0 = a.bias_s[0], bias_s1 = a.bias_s[1], bias_s2 = a.bias_s[2],
                   bias_s3 = a.bias_s[3];
-    [[maybe_unused]] const void *bias_p = a.bias;
-    [[maybe_unused]] const bool bias_f32 = a.bias_f32;
+    const void *bias_p = a.bias;
+    const bool bias_f32 = a.bias_f32;
     /* dbias by store (its strides dbs) or by atomics (the accumulator's, dba) */
     const bool dbias_store = kBias && a.dbias_mode == kDbiasStore;
     const bool dbias_atomic = kBias && a.dbias_mode == kDbiasAtomic;
@@ -495,22 +462,21 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         dbs[x] = a.dbias_s[x];
         dba[x] = a.dbias_acc_s[x];
     }
-    const int64_t send = sbase + total; /* the block's steps, this tile's last + 1 */
-    for (int64_t st = sbase; st < send; st++) {
+    for (int64_t st = 0; st < total; st++) {
         const uint32_t sQ = sQ0 + (uint32_t)(st & 1) * 2 * qtile, sdO = sQ + qtile;
         const float *lse2 = lse2_s + (st & 1) * Br, *Dv = D_s + (st & 1) * Br;
         const uint32_t sdS = step_sdS(st);
         /* Prefetch: the buffer was released by the last barrier (split d:
          * issued later, once the dQ reduces staged in it have read it). */
-        if (!kSpec && !Tile::kSplitD && st + 1 < send && threadIdx.x == 0)
-            issue(st + 1 - sbase, st + 1);
-        if (st == sbase)
-            mbar_wait(bar_kv, kvn & 1u);
+        if (!kSpec && !Tile::kSplitD && st + 1 < total && threadIdx.x == 0)
+            issue(st + 1);
+        if (st == 0)
+            mbar_wait(bar_kv, 0);
         mbar_wait(bar_q + 8 * (uint32_t)(st & 1), (uint32_t)(st >> 1) & 1);
         const int4 info = step_info[st & 1]; /* written by issue(st) */
         const int64_t i0 = (int64_t)(((uint64_t)(uint32_t)info.y << 32) | (uint32_t)info.x);
         const int gh = info.z;
-        [[maybe_unused]] const bool dead = kMasked && (info.w & 1), need_mask = (info.w & 2) != 0;
+        const bool dead = kMasked && (info.w & 1), need_mask = (info.w & 2) != 0;
         const int h = hk * a.group + gh;
         const int64_t bh = (int64_t)b * a.H + h;
 
@@ -543,10 +509,10 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
          * index arithmetic and parameter reloads every time). Loading all
          * of them before the S^T product instead spilled and ran slower. */
         const int64_t i_t = i0 + 2 * t4, j_t = j0 + key_base + 16 * warp + g;
-        [[maybe_unused]] const int64_t bias_base = kBias ? b * bias_s0 + h * bias_s1 + i_t * bias_s2 + j_t * bias_s3
+        const int64_t bias_base = kBias ? b * bias_s0 + h * bias_s1 + i_t * bias_s2 + j_t * bias_s3
                                         : 0;
-        [[maybe_unused]] const int rows_left = kBias ? (int)min((int64_t)a.Nq - i_t, (int64_t)Br) : 0;
-        [[maybe_unused]] const int keys_left = kBias ? (int)min((int64_t)a.Nk - j_t, (int64_t)Bc) : 0;
+        const int rows_left = kBias ? (int)min((int64_t)a.Nq - i_t, (int64_t)Br) : 0;
+        const int keys_left = kBias ? (int)min((int64_t)a.Nk - j_t, (int64_t)Bc) : 0;
         /* btma: this warpgroup's bias panel (its keys are panel wg) of the
          * step's stage; element (query q, key column c of the panel) at row
          * q, chunk (c / 8) ^ (q % 8). This thread's element e: q = 8 (e >> 2)
@@ -690,7 +656,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
          * empty rows have p = 0); store when nothing is broadcast, fp32
          * atomics otherwise. The deterministic pass runs after this kernel
          * instead (attn_bias.cu). */
-        [[maybe_unused]] const int64_t dbias_base = kBias && dbias_store ? b * dbs[0] + h * dbs[1] + i_t * dbs[2] +
+        const int64_t dbias_base = kBias && dbias_store ? b * dbs[0] + h * dbs[1] + i_t * dbs[2] +
                                                               j_t * dbs[3]
                                  : kBias && dbias_atomic ? b * dba[0] + h * dba[1] + i_t * dba[2] +
                                                                j_t * dba[3]
@@ -831,7 +797,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                     mask(acc);
                 uint32_t keep;
                 probs(acc, keep);
-                if (st > sbase) /* warpgroup 1's last dV has read P^T Z */
+                if (st > 0) /* warpgroup 1's last dV has read P^T Z */
                     named_sync(9, 256);
                 /* P^T to WG 1 as float4 [e / 4][thread]: 8 stores, not 32 */
 #pragma unroll
@@ -853,8 +819,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 }
             }
             __syncthreads();
-            if (st + 1 < send && threadIdx.x == 0)
-                issue(st + 1 - sbase, st + 1);
+            if (st + 1 < total && threadIdx.x == 0)
+                issue(st + 1);
             /* dV += (P^T Z) dO_i (L.17), this WG's half of d: issued now,
              * so it runs while warpgroup 1 computes dS^T (and warpgroup 0
              * waits for it) instead of after. A K-major from shared
@@ -934,7 +900,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 wg_wait<1>();
             }
             wg_fence_regs(s);
-            if (kSpec && (wg == 0 || st + 1 < send))
+            if (kSpec && (wg == 0 || st + 1 < total))
                 named_arrive(2 - wg, 256);
             if (need_mask || mods)
                 mask(s);
@@ -1076,7 +1042,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 mbar_arrive(free_q + 8 * (uint32_t)(st & 1));
             }
           };
-            if (kSpec && st > sbase && !a.deterministic)
+            if (kSpec && st > 0 && !a.deterministic)
                 body(std::true_type{});
             else
                 body(std::false_type{});
@@ -1102,7 +1068,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
              * barrier, which warpgroup 0 reaches after its own products;
              * this Q_i / dO_i buffer (the dQ staging) by step st + 2's
              * prefetch, issued after that barrier too. */
-            if (wg == 1 && st + 1 < send)
+            if (wg == 1 && st + 1 < total)
                 named_arrive(9, 256);
         }
     }
@@ -1110,13 +1076,11 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     if constexpr (kSpec) { /* the last step's dQ */
         if (total > 0 && !a.deterministic) {
             float q[DQW / 2];
-            wait_ds(send - 1);
-            dq_now(q, send - 1, prev_i0, prev_bh, 0);
+            wait_ds(total - 1);
+            dq_now(q, total - 1, prev_i0, prev_bh, 0);
         }
     }
-    if (pers && total > 0) /* every product of the tile has read K and V */
-        mbar_arrive(free_kv);
-    if (!pers && lane == 0)
+    if (lane == 0)
         bulk_wait_all(); /* the staged dQ runs live in this block's shared memory */
     /* Alg4 L.25: dK = scale * acc, dV; rows past Nk and padded d skipped. */
     const float sc = (float)a.scale;
@@ -1136,30 +1100,6 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             }
         }
     }
-    } /* the consumers */
-    sbase += total;
-    kvn += total > 0;
-    };
-
-    const unsigned ntiles = pers ? nkb * (unsigned)(args.Hk * args.B) : 1u;
-    if constexpr (kSpec) {
-        if (threadIdx.x >= 256) { /* the producer warpgroup: loads only */
-            setmaxnreg_dec<24>();
-            /* whole warps (the setup's shuffles): warp 8 loads, 9 and 10
-             * write the deterministic dQ */
-            if (threadIdx.x < 288 || (det && threadIdx.x < 352))
-                for (unsigned lin = pers ? blockIdx.x : 0u; lin < ntiles;
-                     lin = pers ? snake_next(lin) : ntiles)
-                    tile(lin, std::true_type{});
-            return;
-        }
-        setmaxnreg_inc<240>();
-    }
-    for (unsigned lin = pers ? blockIdx.x : 0u; lin < ntiles;
-         lin = pers ? snake_next(lin) : ntiles)
-        tile(lin, std::false_type{});
-    if (pers && lane == 0) /* (one tile: before its epilogue) */
-        bulk_wait_all();
 #endif
 }
 
@@ -1172,15 +1112,6 @@ struct BwdMaps {
     int bias_flags;
 };
 
-/* Which launches have a persistent instantiation (kPers): the warp-
- * specialised kModes 0 and 1 at d = 128 and the wide d = 64 ones (the
- * 64-query d = 64 kernels serve only the deterministic dQ and
- * FG_ATTN_BWD_WIDE=0 there). */
-template <int D, int kMode, bool kDr, bool kWide> struct BwdPersist {
-    static constexpr bool value =
-        BwdSpec<D, kDr>::value && (kMode == 0 || kMode == 1) && (D == 128 || kWide);
-};
-
 template <typename T, int D, int kMode, bool kDropout, bool kWide = false>
 fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
@@ -1189,18 +1120,7 @@ fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
         return fg_error(FG_ERR_INTERNAL, "attn_bwd_wgmma: the wide kernels have no deterministic dQ");
     /* BwdDropRT: the dropout kernel, told by a.dropout */
     constexpr bool kDr = kDropout || BwdDropRT<D, kMode>::value;
-    /* FG_ATTN_BWD_PERSIST=1 (opt-in, compiled in session 30, not yet run
-     * on a GPU): the persistent instantiation, one block per SM walking
-     * the tiles, where there is one and more tiles than blocks */
-    int blocks = 0;
-    if constexpr (BwdPersist<D, kMode, kDr, kWide>::value)
-        if (!a.dq_sem)
-            FG_TRY(persist_grid("FG_ATTN_BWD_PERSIST",
-                                (uint64_t)((a.Nk + Tile::kBc - 1) / Tile::kBc) * a.Hk * a.B,
-                                &blocks));
-    auto kern = blocks > 0 ? attn_bwd_wgmma_kernel<T, D, kMode, kDr, kWide,
-                                                   BwdPersist<D, kMode, kDr, kWide>::value>
-                           : attn_bwd_wgmma_kernel<T, D, kMode, kDr, kWide, false>;
+    auto kern = attn_bwd_wgmma_kernel<T, D, kMode, kDr, kWide>;
     const size_t smem = Tile::kSmem + BwdBiasTile<D, kMode>::kBytes + BwdSeqSmem<D, kMode>::kBytes +
                         BwdDropX<D, kMode, kDr, kWide>::kBytes;
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1213,9 +1133,8 @@ fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
     int order = 0;
     if (!a.dq_sem && !(kMode == 5 && (m.bias_flags & 8)))
         FG_TRY(grid_order((int)nkb, a.Hk * a.B, 1, kMode != 0, &order));
-    const dim3 g = blocks > 0 ? dim3((unsigned)blocks, 1, 1) : grid;
-    kern<<<g, BwdSpec<D, kDr>::kThreads, smem, st>>>(a, m.q, m.k, m.v, m.o, m.bias, m.dbias,
-                                                      kMode == 5 ? m.bias_flags : 0, order);
+    kern<<<grid, BwdSpec<D, kDr>::kThreads, smem, st>>>(a, m.q, m.k, m.v, m.o, m.bias, m.dbias,
+                                                         kMode == 5 ? m.bias_flags : 0, order);
     FG_CUDA_TRY_LAUNCH();
     return FG_OK;
 }
