@@ -862,7 +862,8 @@ END_TEST
 
 /* Deterministic mode on the wgmma backward (d <= 128, no block mask): each
  * dQ tile is summed in a fixed order of key blocks (turn counters, one
- * per 64-query tile). Enough key blocks (Bc = 128) that the order matters:
+ * per 64-query tile; at d <= 64 by the wide kernels, two tiles a step,
+ * and by the 64-query ones). Enough key blocks (Bc = 128) that the order matters:
  * plain (GQA, kMode 0), causal with dropout (kMode 1), top-left causal +
  * window + softcap and ALiBi (kMode 2), in fp16 and bf16: against the CPU
  * oracle as test_variants, reruns bitwise identical, and against the
@@ -881,6 +882,13 @@ START_TEST(test_deterministic_tiles)
     g_det_reruns = 1;
     run_variant(&det_vcases[_i], FG_BF16, 8600 + 10 * (uint64_t)_i);
     run_variant(&det_vcases[_i], FG_FP16, 8601 + 10 * (uint64_t)_i);
+    /* d <= 64: the above ran the wide kernels' turns (128-query steps,
+     * two tiles a step); the 64-query kernels' turns too */
+    if (det_vcases[_i].g.d <= 64) {
+        setenv("FG_ATTN_BWD_WIDE", "0", 1);
+        run_variant(&det_vcases[_i], FG_BF16, 8602 + 10 * (uint64_t)_i);
+        unsetenv("FG_ATTN_BWD_WIDE");
+    }
 }
 END_TEST
 

@@ -46,8 +46,8 @@
 
 namespace fg {
 
-/* kWide: 128 queries a step at d = 64 (kModes 0-3, 6 and 7, not
- * deterministic; FG_ATTN_BWD_WIDE=0 turns it off. The masks, block walks,
+/* kWide: 128 queries a step at d = 64 (kModes 0-3, 6 and 7, the
+ * deterministic dQ's turns included; FG_ATTN_BWD_WIDE=0 turns it off. The masks, block walks,
  * modifiers and sequence offsets are written for any Br, and a packed
  * tile's rows past its sequence get P = 0 from their padded lse2 as with
  * 64 rows). With 64-query steps
@@ -173,7 +173,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * fixed order of key blocks, from the last to the first (dq_writer);
      * blocks are numbered backwards so that, started in grid order, a
      * block only ever waits for blocks started before it. */
-    const bool det = kSpec && !kWide && args.dq_sem != nullptr;
+    const bool det = kSpec && args.dq_sem != nullptr;
     const int kb = det ? (nk_rows + Bc - 1) / Bc - 1 - gx : gx;
     const int64_t j0 = (int64_t)kb * Bc;
     const int kvalid = (int)min((int64_t)Bc, (int64_t)nk_rows - j0); /* rows stored */
@@ -297,12 +297,15 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * the first: the order in which causal and banded blocks reach it
      * (each starts at its diagonal), so the waits stay short. A block that
      * visits a tile outside that walk sees only masked pairs there and
-     * adds nothing. */
+     * adds nothing. kWide: a step is two 64-query tiles, added one after
+     * the other, each with the walk and the counters of its own (lane r:
+     * run r of tile t at staging run 8 t + r; the tiled accumulator and
+     * the staging hold the same runs in the same order either way). */
     auto dq_writer = [&](int wr) {
         /* copies (AttnArgs::dq_copies): key block kb adds into copy kb % K,
          * after the blocks above it with the same remainder */
         const int K = a.dq_copies > 1 ? a.dq_copies : 1, copy = kb & (K - 1); /* K = 1, 2, 4 */
-        const int64_t nctr = (int64_t)args.B * a.H * (a.nq_pad / Br) * 8; /* counters per copy */
+        const int64_t nctr = (int64_t)args.B * a.H * (a.nq_pad / 64) * 8; /* counters per copy */
         int *giveup = a.dq_sem + nctr * K; /* after the counters */
         float *acc0 = (float *)a.dq_acc + copy * ((int64_t)args.B * a.H * a.nq_pad * D);
         for (int64_t s = wr; s < total; s += 2) {
@@ -311,25 +314,37 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             bool dead;
             locate(s, gh, i0, dead);
             const int64_t bh = (int64_t)b * a.H + hk * a.group + gh;
-            const BlockWalk w = fwd_key_walk(a, kMasked, kCausal, b, hk * a.group + gh, i0,
-                                             (int)min((int64_t)Br, (int64_t)a.Nq - i0), Bc);
-            const int64_t last = w.first + w.n - 1, turn = (last - kb) >> (K >> 1);
-            int *ctr = a.dq_sem + copy * nctr + (bh * (a.nq_pad / Br) + i0 / Br) * 8 + lane;
-            const bool mine = !dead && kb >= w.first && kb <= last && lane < 8;
+            /* run `lane` of 64-query tile t of the step: counter ctr + 8 t */
+            int *ctr = a.dq_sem + copy * nctr + (bh * (a.nq_pad / 64) + i0 / 64) * 8 + lane;
             mbar_wait(dq_full + 8 * wr, (uint32_t)(s >> 1) & 1);
-            if (mine) {
-                turn_wait(ctr, (int)turn, giveup);
-                bulk_reduce_add_f32(acc0 + (bh * a.nq_pad + i0) * D + lane * DQ * 16,
-                                    sStage + (uint32_t)lane * DQ * 64, DQ * 64);
+            unsigned mine = 0; /* bit t: this block adds to tile t */
+#pragma unroll 1
+            for (int t = 0; t < Br / 64; t++) {
+                const int64_t it = i0 + 64 * t;
+                if (dead || it >= a.Nq || lane >= 8)
+                    continue;
+                const BlockWalk w = fwd_key_walk(a, kMasked, kCausal, b, hk * a.group + gh, it,
+                                                 (int)min((int64_t)64, (int64_t)a.Nq - it), Bc);
+                const int64_t last = w.first + w.n - 1;
+                if (kb < w.first || kb > last)
+                    continue;
+                mine |= 1u << t;
+                turn_wait(ctr + 8 * t, (int)((last - kb) >> (K >> 1)), giveup);
+                bulk_reduce_add_f32(acc0 + (bh * a.nq_pad + it) * D + lane * DQ * 16,
+                                    sStage + (uint32_t)(8 * t + lane) * DQ * 64, DQ * 64);
                 bulk_commit();
-                bulk_wait_read<0>();
             }
+            if (mine)
+                bulk_wait_read<0>();
             __syncwarp();
             if (lane == 0)
                 mbar_arrive(dq_empty + 8 * wr);
             if (mine) {
                 bulk_wait_all(); /* the sums are in dq_acc before the next turn */
-                turn_pass(ctr);
+#pragma unroll 1
+                for (int t = 0; t < Br / 64; t++)
+                    if (mine & (1u << t))
+                        turn_pass(ctr + 8 * t);
             }
         }
     };
@@ -1116,8 +1131,6 @@ template <typename T, int D, int kMode, bool kDropout, bool kWide = false>
 fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
     using Tile = BwdTile<D, kWide>;
-    if (kWide && a.dq_sem) /* no turns: dQ would be summed in arrival order */
-        return fg_error(FG_ERR_INTERNAL, "attn_bwd_wgmma: the wide kernels have no deterministic dQ");
     /* BwdDropRT: the dropout kernel, told by a.dropout */
     constexpr bool kDr = kDropout || BwdDropRT<D, kMode>::value;
     auto kern = attn_bwd_wgmma_kernel<T, D, kMode, kDr, kWide>;

@@ -19,16 +19,16 @@ static bool bwd_wide()
     return !(e && strcmp(e, "0") == 0);
 }
 
-/* Does a d <= 64 call take the wide kernels? Not with the deterministic
- * dQ or a bias (kModes 4 and 5 stay 64-query); plain, causal, variant and
- * packed / key-padded calls (kModes 0-3, 6, 7) do: H200, session 30,
- * +11-19% backward at d = 64 on the variants and packed batches. The
- * deterministic dQ's turns (a.dq_sem) come with a.deterministic cleared
- * (attn_bwd.cu: the kernel sums dQ itself), and the wide kernels have no
- * turns: their dQ would be added in arrival order. */
+/* Does a d <= 64 call take the wide kernels? Not with a bias (kModes 4
+ * and 5 stay 64-query) or when the strict kernel computes dQ
+ * (a.deterministic still set: attn_bwd.cu clears it when the kernel sums
+ * dQ by turns, a.dq_sem, which the wide kernels do too, since session
+ * 31); plain, causal, variant and packed / key-padded calls (kModes 0-3,
+ * 6, 7) do: H200, session 30, +11-19% backward at d = 64 on the variants
+ * and packed batches. */
 static bool wide_call(const AttnArgs &a)
 {
-    if (a.deterministic || a.dq_sem || !bwd_wide())
+    if (a.deterministic || !bwd_wide())
         return false;
     return a.cu_q || a.seqused_k || !a.bias;
 }
