@@ -103,8 +103,35 @@ static double *download(const gcase *c, fg_dtype dt, const dbuf *b, int64_t S,
     return out;
 }
 
-/* Set by the deterministic-mode tests (each test runs in its own fork). */
+/* Set by the deterministic-mode tests; reset_modes clears it. */
 static int g_deterministic;
+
+/* Each test starts from the suite's starting state, and leaves it: under
+ * CK_FORK=no (the compute-sanitizer runs) the tests share one process,
+ * and a mode or switch that a test sets, or fails before clearing, would
+ * carry over (after test_deterministic every later test ran
+ * deterministic there). The switches go back to what the process was
+ * started with (e.g. FG_ATTN_BWD_WIDE=0 for the whole suite). */
+static const char *const g_switches[3] = {"FG_ATTN_BWD_WIDE", "FG_ATTN_DET_DQ",
+                                          "FG_ATTN_DET_COPIES"};
+static char *g_switch0[3]; /* their values at the start (NULL: unset) */
+
+/* Switch i back to its starting value. */
+static void restore_switch(int i)
+{
+    if (g_switch0[i])
+        setenv(g_switches[i], g_switch0[i], 1);
+    else
+        unsetenv(g_switches[i]);
+}
+
+static void save_switches(void)
+{
+    for (int i = 0; i < 3; i++) {
+        const char *v = getenv(g_switches[i]);
+        g_switch0[i] = v ? strdup(v) : NULL;
+    }
+}
 
 static void params_for(const gcase *c, fg_attn_params *p, uint64_t seed)
 {
@@ -399,7 +426,7 @@ START_TEST(test_wide_d64)
         run_case(c, FG_FP16, 7600 + 10 * (uint64_t)_i + (uint64_t)narrow);
     }
     /* Under CK_FORK=no (compute-sanitizer) tests share the environment. */
-    unsetenv("FG_ATTN_BWD_WIDE");
+    restore_switch(0);
 }
 END_TEST
 
@@ -540,7 +567,7 @@ START_TEST(test_wide_mask)
         kernel_mask_case(64, 64, 1, FG_BF16, NULL, 9710 + (uint64_t)narrow);
         kernel_mask_case(50, 64, 0, FG_FP16, NULL, 9712 + (uint64_t)narrow);
     }
-    unsetenv("FG_ATTN_BWD_WIDE");
+    restore_switch(0);
 }
 END_TEST
 
@@ -685,8 +712,8 @@ static void det_reruns(const gcase *c, fg_dtype dt, const fg_attn_params *pg,
             setenv("FG_ATTN_DET_COPIES", run < 5 ? "1" : "4", 1);
         outs r;
         gpu_run(c, dt, pg, in, &r);
-        unsetenv("FG_ATTN_DET_DQ");
-        unsetenv("FG_ATTN_DET_COPIES");
+        restore_switch(1);
+        restore_switch(2);
         if (run == 4 || run == 6) /* the second run of a copies setting */
             ck_assert_msg(memcmp(r.t[1], prev.t[1], no[1] * 8) == 0,
                           "%s dQ differs between reruns with %s copies",
@@ -856,7 +883,7 @@ START_TEST(test_wide_variants)
         run_variant(&vcases[wide_vcases[_i]], FG_BF16, 7700 + 10 * (uint64_t)_i + (uint64_t)narrow);
         run_variant(&vcases[wide_vcases[_i]], FG_FP16, 7800 + 10 * (uint64_t)_i + (uint64_t)narrow);
     }
-    unsetenv("FG_ATTN_BWD_WIDE");
+    restore_switch(0);
 }
 END_TEST
 
@@ -876,6 +903,15 @@ static const vcase det_vcases[] = {
     {{1, 513, 1100, 2, 1, 64, 0, 0, 0.0}, 0, 0, 0, 0, 0, 2, 0, 0},
 };
 
+/* The checked fixture of every test case (g_switches above). */
+static void reset_modes(void)
+{
+    g_deterministic = 0;
+    g_det_reruns = 0;
+    for (int i = 0; i < 3; i++)
+        restore_switch(i);
+}
+
 START_TEST(test_deterministic_tiles)
 {
     g_deterministic = 1;
@@ -887,7 +923,7 @@ START_TEST(test_deterministic_tiles)
     if (det_vcases[_i].g.d <= 64) {
         setenv("FG_ATTN_BWD_WIDE", "0", 1);
         run_variant(&det_vcases[_i], FG_BF16, 8602 + 10 * (uint64_t)_i);
-        unsetenv("FG_ATTN_BWD_WIDE");
+        restore_switch(0);
     }
 }
 END_TEST
@@ -1054,9 +1090,11 @@ int main(void)
         return 77;
     }
     fgt_base_seed();
+    save_switches();
     Suite *s = suite_create("gpu_attention");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 900);
+    tcase_add_checked_fixture(tc, reset_modes, reset_modes);
     /* Under compute-sanitizer (FG_SANITIZE) run a representative subset. */
     const int sanitize = getenv("FG_SANITIZE") != NULL;
     const int ncases = (int)(sizeof cases / sizeof cases[0]);
@@ -1077,6 +1115,7 @@ int main(void)
         suite_add_tcase(s, tc);
         TCase *tm = tcase_create("mma_variants");
         tcase_set_timeout(tm, 900);
+        tcase_add_checked_fixture(tm, reset_modes, reset_modes);
         tcase_add_checked_fixture(tm, force_mma, unforce_kernel);
         tcase_add_loop_test(tm, test_mma_variants, 7, 9); /* everything; sparse d = 256 */
         suite_add_tcase(s, tm);
@@ -1091,6 +1130,7 @@ int main(void)
     /* a case of its own, so CK_RUN_CASE=wide runs it alone */
     TCase *tw = tcase_create("wide");
     tcase_set_timeout(tw, 900);
+    tcase_add_checked_fixture(tw, reset_modes, reset_modes);
     tcase_add_loop_test(tw, test_wide_d64, 0, (int)(sizeof wide_cases / sizeof wide_cases[0]));
     tcase_add_test(tw, test_wide_mask);
     tcase_add_loop_test(tw, test_wide_variants, 0,
@@ -1110,6 +1150,7 @@ int main(void)
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("mma_variants");
     tcase_set_timeout(tm, 900);
+    tcase_add_checked_fixture(tm, reset_modes, reset_modes);
     tcase_add_checked_fixture(tm, force_mma, unforce_kernel);
     tcase_add_loop_test(tm, test_mma_variants, 0,
                         sanitize ? 3 : (int)(sizeof vcases / sizeof vcases[0]));
