@@ -6,7 +6,9 @@
 #ifndef FG_KERNELS_ATTN_COMMON_CUH
 #define FG_KERNELS_ATTN_COMMON_CUH
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "attn_traits.cuh"
 #include "kernels/runtime/cuda_check.h"
@@ -45,7 +47,23 @@ __device__ __forceinline__ void load_tile(A *dst, int ld, const Operand &t,
  * head's block 0, then each one's block 1, ...), so the last blocks to
  * start are short ones; g ~ two waves of blocks keeps a head's blocks
  * near each other in time (their K/V or Q/dO tiles shared in L2).
- * blk, bh: the block index and b * H + h of the (nblk, H, B) grid. */
+ * blk, bh: the block index and b * H + h of the (nblk, H, B) grid;
+ * tile_pos: the same for tile lin of nblk x nbh, in launch order (a
+ * persistent kernel's tiles). */
+__device__ __forceinline__ void tile_pos(int g, unsigned lin, unsigned nblk, unsigned nbh,
+                                         int *blk, int *bh)
+{
+    if (g <= 0) {
+        *blk = (int)(lin % nblk);
+        *bh = (int)(lin / nblk);
+        return;
+    }
+    /* 32-bit: grid_order gives g > 0 only to grids of < 2^31 blocks */
+    const unsigned gsz = (unsigned)g * nblk, grp = lin / gsz, r = lin - grp * gsz;
+    const unsigned cnt = min((unsigned)g, nbh - grp * (unsigned)g);
+    *blk = (int)(r / cnt);
+    *bh = (int)(grp * (unsigned)g + r % cnt);
+}
 __device__ __forceinline__ void grid_pos(int g, int *blk, int *bh)
 {
     if (g <= 0) {
@@ -53,13 +71,35 @@ __device__ __forceinline__ void grid_pos(int g, int *blk, int *bh)
         *bh = (int)(blockIdx.y + gridDim.y * blockIdx.z);
         return;
     }
-    /* 32-bit: grid_order gives g > 0 only to grids of < 2^31 blocks */
-    const unsigned nblk = gridDim.x, nbh = gridDim.y * gridDim.z;
-    const unsigned lin = blockIdx.x + nblk * (blockIdx.y + gridDim.y * blockIdx.z);
-    const unsigned gsz = (unsigned)g * nblk, grp = lin / gsz, r = lin - grp * gsz;
-    const unsigned cnt = min((unsigned)g, nbh - grp * (unsigned)g);
-    *blk = (int)(r / cnt);
-    *bh = (int)(grp * (unsigned)g + r % cnt);
+    tile_pos(g, blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), gridDim.x,
+             gridDim.y * gridDim.z, blk, bh);
+}
+
+/* A persistent grid (opt-in; the Hopper forward's) for ntiles tiles:
+ * var=1 (FG_ATTN_FWD_PERSIST) gives *blocks = one block per SM, or
+ * var_GRID=n blocks (tests: several tiles a block on small problems);
+ * otherwise, or with no more tiles than blocks (or 2^31 or more: the
+ * kernels' tile index is 32-bit), 0: the one-tile grid. Read per call, so
+ * a test can run each. */
+inline fg_status persist_grid(const char *var, uint64_t ntiles, int *blocks)
+{
+    *blocks = 0;
+    const char *e = getenv(var);
+    if (!e || strcmp(e, "1") != 0 || ntiles >= ((uint64_t)1 << 31))
+        return FG_OK;
+    char name[64];
+    snprintf(name, sizeof name, "%s_GRID", var);
+    const char *g = getenv(name);
+    const long n = g && *g ? strtol(g, NULL, 10) : 0;
+    int b = (int)n;
+    if (n <= 0 || n >= 65536) {
+        int dev = 0;
+        FG_CUDA_TRY(cudaGetDevice(&dev));
+        FG_CUDA_TRY(cudaDeviceGetAttribute(&b, cudaDevAttrMultiProcessorCount, dev));
+    }
+    if (b > 0 && ntiles > (uint64_t)b)
+        *blocks = b;
+    return FG_OK;
 }
 
 /* grid_pos's g for a grid of nblk blocks per (batch, head), resident
