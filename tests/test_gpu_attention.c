@@ -145,6 +145,18 @@ static void params_for(const gcase *c, fg_attn_params *p, uint64_t seed)
     p->offset = seed >> 7;
 }
 
+/* Q, K, V and dO of case c (BSHD, standard normal from rng), malloc'd. */
+static void inputs_for(const gcase *c, fgt_rng *rng, double *in[4])
+{
+    const size_t nq = (size_t)(c->B * c->Nq * c->H * c->d);
+    const size_t nk = (size_t)(c->B * c->Nk * c->Hk * c->d);
+    const size_t n[4] = {nq, nk, nk, nq};
+    for (int i = 0; i < 4; i++) {
+        in[i] = malloc(n[i] * 8);
+        fgt_fill(in[i], n[i], rng, 1.0);
+    }
+}
+
 /* Everything one case produces: [0] O, [1] dQ, [2] dK, [3] dV, and stats. */
 typedef struct outs {
     double *t[4];
@@ -448,13 +460,9 @@ START_TEST(test_deterministic)
         run_case(c, dts[di], 8000 + 10 * (uint64_t)_i + (uint64_t)di);
         const size_t nq = (size_t)(c->B * c->Nq * c->H * c->d);
         const size_t nk = (size_t)(c->B * c->Nk * c->Hk * c->d);
-        size_t n[4] = {nq, nk, nk, nq};
         fgt_rng rng = fgt_rng_for(8500 + (uint64_t)_i);
         double *in[4];
-        for (int i = 0; i < 4; i++) {
-            in[i] = malloc(n[i] * 8);
-            fgt_fill(in[i], n[i], &rng, 1.0);
-        }
+        inputs_for(c, &rng, in);
         fg_attn_params p;
         params_for(c, &p, 99);
         outs r1, r2;
@@ -943,15 +951,10 @@ START_TEST(test_persist_fwd)
     run_case(c, FG_FP16, 7950 + (uint64_t)_i);
 
     const size_t nq = (size_t)(c->B * c->Nq * c->H * c->d);
-    const size_t nk = (size_t)(c->B * c->Nk * c->Hk * c->d);
     const size_t ns = (size_t)(c->B * c->H * c->Nq);
-    const size_t n[4] = {nq, nk, nk, nq};
     fgt_rng rng = fgt_rng_for(7990 + (uint64_t)_i);
     double *in[4];
-    for (int i = 0; i < 4; i++) {
-        in[i] = malloc(n[i] * 8);
-        fgt_fill(in[i], n[i], &rng, 1.0);
-    }
+    inputs_for(c, &rng, in);
     fg_attn_params p;
     params_for(c, &p, fgt_next(&rng));
     outs one, pers;
