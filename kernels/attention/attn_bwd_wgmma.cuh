@@ -47,10 +47,10 @@
 namespace fg {
 
 /* kWide: 128 queries a step at d = 64 (kModes 0-3, 6 and 7, the
- * deterministic dQ's turns included; FG_ATTN_BWD_WIDE=0 turns it off. The masks, block walks,
- * modifiers and sequence offsets are written for any Br, and a packed
- * tile's rows past its sequence get P = 0 from their padded lse2 as with
- * 64 rows). With 64-query steps
+ * deterministic dQ's turns included; FG_ATTN_BWD_WIDE=0 turns it off.
+ * The masks, block walks, modifiers and sequence offsets are written for
+ * any Br, and a packed tile's rows past its sequence get P = 0 from their
+ * padded lse2 as with 64 rows). With 64-query steps
  * the d = 64 consumers spent their time in each step's hand-offs (the
  * fences, arrivals and waits around P / dS^T and the ping-pong; ncu,
  * H200, session 23) rather than in the 64 x 64 x 64 products;

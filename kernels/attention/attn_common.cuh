@@ -6,9 +6,7 @@
 #ifndef FG_KERNELS_ATTN_COMMON_CUH
 #define FG_KERNELS_ATTN_COMMON_CUH
 
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "attn_traits.cuh"
 #include "kernels/runtime/cuda_check.h"
@@ -73,33 +71,6 @@ __device__ __forceinline__ void grid_pos(int g, int *blk, int *bh)
     }
     tile_pos(g, blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), gridDim.x,
              gridDim.y * gridDim.z, blk, bh);
-}
-
-/* A persistent grid (opt-in; the Hopper forward's) for ntiles tiles:
- * var=1 (FG_ATTN_FWD_PERSIST) gives *blocks = one block per SM, or
- * var_GRID=n blocks (tests: several tiles a block on small problems);
- * otherwise, or with no more tiles than blocks (or 2^31 or more: the
- * kernels' tile index is 32-bit), 0: the one-tile grid. Read per call, so
- * a test can run each. */
-inline fg_status persist_grid(const char *var, uint64_t ntiles, int *blocks)
-{
-    *blocks = 0;
-    const char *e = getenv(var);
-    if (!e || strcmp(e, "1") != 0 || ntiles >= ((uint64_t)1 << 31))
-        return FG_OK;
-    char name[64];
-    snprintf(name, sizeof name, "%s_GRID", var);
-    const char *g = getenv(name);
-    const long n = g && *g ? strtol(g, NULL, 10) : 0;
-    int b = (int)n;
-    if (n <= 0 || n >= 65536) {
-        int dev = 0;
-        FG_CUDA_TRY(cudaGetDevice(&dev));
-        FG_CUDA_TRY(cudaDeviceGetAttribute(&b, cudaDevAttrMultiProcessorCount, dev));
-    }
-    if (b > 0 && ntiles > (uint64_t)b)
-        *blocks = b;
-    return FG_OK;
 }
 
 /* grid_pos's g for a grid of nblk blocks per (batch, head), resident

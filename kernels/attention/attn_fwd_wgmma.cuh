@@ -32,6 +32,9 @@
 #include "tma_map.h"
 #include "wgmma_sm90.cuh"
 
+#include <stdlib.h>
+#include <string.h>
+
 #include <type_traits>
 
 namespace fg {
@@ -537,6 +540,30 @@ struct FwdMaps {
     int bias_tma;
 };
 
+/* The persistent grid's blocks for ntiles tiles (FG_ATTN_FWD_PERSIST=1,
+ * read per call so that a test can run both grids): one per SM, or
+ * FG_ATTN_FWD_PERSIST_GRID=n (tests: several tiles a block on small
+ * problems); 0, the one-tile grid, otherwise, with no more tiles than
+ * blocks, or with 2^31 tiles or more (the kernel's tile index is 32-bit). */
+inline fg_status fwd_persist_blocks(uint64_t ntiles, int *blocks)
+{
+    *blocks = 0;
+    const char *e = getenv("FG_ATTN_FWD_PERSIST");
+    if (!e || strcmp(e, "1") != 0 || ntiles >= ((uint64_t)1 << 31))
+        return FG_OK;
+    const char *g = getenv("FG_ATTN_FWD_PERSIST_GRID");
+    const long n = g && *g ? strtol(g, NULL, 10) : 0;
+    int b = (int)n;
+    if (n <= 0 || n >= 65536) {
+        int dev = 0;
+        FG_CUDA_TRY(cudaGetDevice(&dev));
+        FG_CUDA_TRY(cudaDeviceGetAttribute(&b, cudaDevAttrMultiProcessorCount, dev));
+    }
+    if (b > 0 && ntiles > (uint64_t)b)
+        *blocks = b;
+    return FG_OK;
+}
+
 /* Which launches have a persistent instantiation (kPers): the plain
  * warp-specialised kernel without dropout at 64 < d <= 128. */
 template <int D, int WG, int kMode, bool kDr> struct FwdPersist {
@@ -556,7 +583,7 @@ fg_status launch(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
      * more tiles than blocks */
     int blocks = 0;
     if constexpr (FwdPersist<D, WG, kMode, kDr>::value)
-        FG_TRY(persist_grid("FG_ATTN_FWD_PERSIST", (uint64_t)grid.x * grid.y * grid.z, &blocks));
+        FG_TRY(fwd_persist_blocks((uint64_t)grid.x * grid.y * grid.z, &blocks));
     auto kern = blocks > 0
                     ? attn_fwd_wgmma_kernel<T, D, WG, kMode, kDr, FwdPersist<D, WG, kMode, kDr>::value>
                     : attn_fwd_wgmma_kernel<T, D, WG, kMode, kDr, false>;
