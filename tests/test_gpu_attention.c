@@ -112,10 +112,9 @@ static int g_deterministic;
  * carry over (after test_deterministic every later test ran
  * deterministic there). The switches go back to what the process was
  * started with (e.g. FG_ATTN_BWD_WIDE=0 for the whole suite). */
-enum { kSwitches = 5 };
+enum { kSwitches = 3 };
 static const char *const g_switches[kSwitches] = {"FG_ATTN_BWD_WIDE", "FG_ATTN_DET_DQ",
-                                                  "FG_ATTN_DET_COPIES", "FG_ATTN_FWD_PERSIST",
-                                                  "FG_ATTN_FWD_PERSIST_GRID"};
+                                                  "FG_ATTN_DET_COPIES"};
 static char *g_switch0[kSwitches]; /* their values at the start (NULL: unset) */
 
 /* Switch i back to its starting value. */
@@ -922,55 +921,6 @@ static void reset_modes(void)
         restore_switch(i);
 }
 
-/* The persistent forward (opt-in; FG_ATTN_FWD_PERSIST=1: the Hopper
- * plain kernel without dropout at 64 < d <= 128): blocks that walk
- * several tiles, their K/V stages and barrier phases running on across
- * tiles. One block per SM on a problem of more tiles than SMs (H100 /
- * H200: 132), three blocks (FG_ATTN_FWD_PERSIST_GRID=3) on small ones,
- * partial query and key blocks among them: against the fp64 reference
- * (run_case), and O, m and l bitwise the same as the one-tile grid's (a
- * tile runs the same instructions in either). */
-static const gcase persist_cases[] = {
-    /* B   Nq    Nk   H  Hk    d  causal bhsd  p */
-    {4, 640, 640, 8, 2, 128, 0, 0, 0.0}, /* 160 tiles, one block per SM */
-    {1, 300, 500, 3, 1, 128, 0, 1, 0.0}, /* three blocks from here on */
-    {2, 200, 77, 2, 2, 96, 0, 0, 0.0},
-    {2, 130, 1000, 2, 1, 80, 0, 0, 0.0},
-    {3, 257, 129, 4, 4, 128, 0, 1, 0.0},
-};
-
-START_TEST(test_persist_fwd)
-{
-    const gcase *c = &persist_cases[_i];
-    setenv("FG_ATTN_FWD_PERSIST", "1", 1);
-    if (_i >= 1)
-        setenv("FG_ATTN_FWD_PERSIST_GRID", "3", 1);
-    else
-        unsetenv("FG_ATTN_FWD_PERSIST_GRID");
-    run_case(c, FG_BF16, 7900 + (uint64_t)_i);
-    run_case(c, FG_FP16, 7950 + (uint64_t)_i);
-
-    const size_t nq = (size_t)(c->B * c->Nq * c->H * c->d);
-    const size_t ns = (size_t)(c->B * c->H * c->Nq);
-    fgt_rng rng = fgt_rng_for(7990 + (uint64_t)_i);
-    double *in[4];
-    inputs_for(c, &rng, in);
-    fg_attn_params p;
-    params_for(c, &p, fgt_next(&rng));
-    outs one, pers;
-    gpu_run(c, FG_BF16, &p, in, &pers);
-    unsetenv("FG_ATTN_FWD_PERSIST"); /* reset_modes restores it after the test */
-    gpu_run(c, FG_BF16, &p, in, &one);
-    ck_assert_msg(memcmp(one.t[0], pers.t[0], nq * 8) == 0 &&
-                      memcmp(one.m, pers.m, ns * 8) == 0 && memcmp(one.l, pers.l, ns * 8) == 0,
-                  "persistent forward differs from the one-tile grid (case %d)", _i);
-    outs_free(&one);
-    outs_free(&pers);
-    for (int i = 0; i < 4; i++)
-        free(in[i]);
-}
-END_TEST
-
 START_TEST(test_deterministic_tiles)
 {
     g_deterministic = 1;
@@ -1195,13 +1145,6 @@ int main(void)
     tcase_add_loop_test(tw, test_wide_variants, 0,
                         (int)(sizeof wide_vcases / sizeof wide_vcases[0]));
     suite_add_tcase(s, tw);
-    /* CK_RUN_CASE=persist */
-    TCase *tp = tcase_create("persist");
-    tcase_set_timeout(tp, 900);
-    tcase_add_checked_fixture(tp, reset_modes, reset_modes);
-    tcase_add_loop_test(tp, test_persist_fwd, 0,
-                        (int)(sizeof persist_cases / sizeof persist_cases[0]));
-    suite_add_tcase(s, tp);
     tcase_add_test(tc, test_dropout_mask);
     tcase_add_loop_test(tc, test_kernel_mask, 0, sanitize ? 1 : 3);
     tcase_add_test(tc, test_fully_masked);

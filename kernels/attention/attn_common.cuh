@@ -45,23 +45,7 @@ __device__ __forceinline__ void load_tile(A *dst, int ld, const Operand &t,
  * head's block 0, then each one's block 1, ...), so the last blocks to
  * start are short ones; g ~ two waves of blocks keeps a head's blocks
  * near each other in time (their K/V or Q/dO tiles shared in L2).
- * blk, bh: the block index and b * H + h of the (nblk, H, B) grid;
- * tile_pos: the same for tile lin of nblk x nbh, in launch order (a
- * persistent kernel's tiles). */
-__device__ __forceinline__ void tile_pos(int g, unsigned lin, unsigned nblk, unsigned nbh,
-                                         int *blk, int *bh)
-{
-    if (g <= 0) {
-        *blk = (int)(lin % nblk);
-        *bh = (int)(lin / nblk);
-        return;
-    }
-    /* 32-bit: grid_order gives g > 0 only to grids of < 2^31 blocks */
-    const unsigned gsz = (unsigned)g * nblk, grp = lin / gsz, r = lin - grp * gsz;
-    const unsigned cnt = min((unsigned)g, nbh - grp * (unsigned)g);
-    *blk = (int)(r / cnt);
-    *bh = (int)(grp * (unsigned)g + r % cnt);
-}
+ * blk, bh: the block index and b * H + h of the (nblk, H, B) grid. */
 __device__ __forceinline__ void grid_pos(int g, int *blk, int *bh)
 {
     if (g <= 0) {
@@ -69,8 +53,13 @@ __device__ __forceinline__ void grid_pos(int g, int *blk, int *bh)
         *bh = (int)(blockIdx.y + gridDim.y * blockIdx.z);
         return;
     }
-    tile_pos(g, blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), gridDim.x,
-             gridDim.y * gridDim.z, blk, bh);
+    /* 32-bit: grid_order gives g > 0 only to grids of < 2^31 blocks */
+    const unsigned nblk = gridDim.x, nbh = gridDim.y * gridDim.z;
+    const unsigned lin = blockIdx.x + nblk * (blockIdx.y + gridDim.y * blockIdx.z);
+    const unsigned gsz = (unsigned)g * nblk, grp = lin / gsz, r = lin - grp * gsz;
+    const unsigned cnt = min((unsigned)g, nbh - grp * (unsigned)g);
+    *blk = (int)(r / cnt);
+    *bh = (int)(grp * (unsigned)g + r % cnt);
 }
 
 /* grid_pos's g for a grid of nblk blocks per (batch, head), resident

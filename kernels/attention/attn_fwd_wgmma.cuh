@@ -32,14 +32,9 @@
 #include "tma_map.h"
 #include "wgmma_sm90.cuh"
 
-#include <stdlib.h>
-#include <string.h>
-
-#include <type_traits>
-
 namespace fg {
 
-template <typename T, int D, int WG, int kMode, bool kDropout, bool kPers = false>
+template <typename T, int D, int WG, int kMode, bool kDropout>
 __global__ void __launch_bounds__(FwdSpec<WG, kDropout>::kThreads, FwdWgTile<D, WG>::kMinBlocks)
 attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                       const __grid_constant__ CUtensorMap tmQ,
@@ -57,8 +52,25 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * modes read args itself, as before. */
     constexpr bool kRagged = kmode_ragged(kMode);
     constexpr bool kMods = kmode_mods(kMode); /* softcap, ALiBi, bias */
+    int blk, pair; /* grid_pos: the query block (before reversal), b H + h */
+    grid_pos(order, &blk, &pair);
+    const int h = pair % args.H, b = pair / args.H;
+    AttnArgs seq;
+    int64_t q_row0 = 0, k_row0 = 0;
+    int tb = b; /* the TMA batch coordinate */
+    if constexpr (kRagged) {
+        int nk_rows;
+        seq = seq_args<T, float>(args, b, &nk_rows);
+        if (args.cu_q) {
+            q_row0 = args.cu_q[b];
+            k_row0 = args.cu_k[b];
+            tb = 0;
+        }
+    }
+    const AttnArgs &a = kRagged ? seq : args;
     using Tile = FwdWgTile<D, WG>;
     constexpr bool kSpec = FwdSpec<WG, kDropout>::value;
+    const bool drop = kDropout && (!FwdDropRT<D, kMode>::value || a.dropout);
     constexpr bool kCausal = kMode == 1, kMasked = kMode >= 2;
     constexpr int Br = Tile::kBr, Bc = Tile::kBc;
     constexpr int SR = Bc / 2; /* S registers per thread */
@@ -75,89 +87,8 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     const int wg = WG == 1 ? 0 : __shfl_sync(0xffffffffu, (int)threadIdx.x >> 7, 0);
     const int warp = (threadIdx.x >> 5) & 3;
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-
-    /* TMA loads, issued by thread 0 (kSpec: the producer warp), one
-     * 64-column panel per copy, each tile completing on its own mbarrier:
-     * Q, K stages 0/1, V stages 0/1; kSpec adds the consumers' release
-     * barriers of the K and V stages, kPers that of Q (one arrival per
-     * consumer warp). Rows past the sequence and columns past d arrive as zeros. */
-    const uint32_t barQ = sQ + Br * D * 2 + 2 * kv_stride;
-    const uint32_t barK = barQ + 8, barV = barQ + 24; /* + 8 * stage */
-    const uint32_t freeK = barQ + 40, freeV = barQ + 56, freeQ = barQ + 88;
-    /* The bias by TMA (kMode 2, a 16-bit bias whose rows TMA can read,
-     * FwdMaps::bias_tma): tile j of bias rows i0.. and keys j0.. arrives
-     * beside K_j in K_j's stage (barB), 64-column panels with the 128-byte
-     * swizzle; the consumers release it with K_j (freeK), after adding it.
-     * Per element loads from global memory, issued once S_j had landed,
-     * left the tensor cores idle for most of each step (H100/H200: 87-93
-     * TFLOP/s with a [B, H, N, N] bias, N = 2k, against 350+ without). */
-    const bool btma = kMasked && kMods && !kRagged && bias_tma;
-    const uint32_t barB = barQ + 72;  /* + 8 * stage */
-    const uint32_t sB0 = barQ + 1024; /* + stage * kBiasStage */
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < 5; i++)
-            mbar_init(barQ + 8 * i, 1);
-        if (kSpec)
-            for (int i = 5; i < 9; i++)
-                mbar_init(barQ + 8 * i, 8);
-        if (kPers)
-            mbar_init(freeQ, 8);
-        if (btma)
-            for (int i = 9; i < 11; i++)
-                mbar_init(barQ + 8 * i, 1);
-        mbar_init_fence();
-    }
-    __syncthreads();
-
-    /* kPers (FwdPersist below: the plain kernel without dropout at
-     * 64 < d <= 128; opt-in, FG_ATTN_FWD_PERSIST=1): a grid of one block
-     * per SM, block x walking tiles x, x + gridDim.x, ... of the one-tile
-     * grid's order, so the next tile's Q and first K/V blocks load while
-     * this one's last P V product and epilogue run, and no block launches
-     * between tiles (the d = 128, N = 1k forward is 0.95x cuDNN's on an
-     * H200; session 31 measured session 30's persistent kernel 2-9% ahead
-     * of the one-tile grid there). The K/V stages and their barriers'
-     * phases run on across tiles: block jb of a tile is load kv + jb of
-     * this block (kv: the blocks of its earlier tiles), Q is load qn (its
-     * earlier tiles with keys); the consumers keep only what their waits
-     * need, kv mod 4 (stage and phase of load kv + jb) and qn mod 2. Equal
-     * tiles only: under a mask a fixed deal leaves the SMs unequal work
-     * (scripts/tile-deal.py; session 30's causal deal lost a quarter to a
-     * third), where the one-tile grid launches blocks as SMs free up. Its
-     * own instantiation: session 30's run-time flag went with an 8% loss
-     * of the one-tile dropout forward (session 31). */
-    static_assert(!kPers || (kSpec && D <= 128 && kMode == 0 && !kDropout),
-                  "persistent: the plain kernel without dropout");
-    constexpr bool pers = kPers;
-    unsigned kv = 0, qn = 0;
-    /* query blocks of a (batch, head) */
-    const int nblk = pers ? (int)((args.Nq + Br - 1) / Br) : (int)gridDim.x;
-    /* One tile: its setup, then kProd ? the producer's loads : the
-     * consumers' work. */
-    auto tile = [&](unsigned lin, auto prod_tag) {
-    constexpr bool kProd = decltype(prod_tag)::value;
-    int blk, pair; /* the query block (before reversal), b H + h */
-    if (pers)
-        tile_pos(order, lin, (unsigned)nblk, (unsigned)(args.H * args.B), &blk, &pair);
-    else
-        grid_pos(order, &blk, &pair);
-    const int h = pair % args.H, b = pair / args.H;
-    AttnArgs seq;
-    int64_t q_row0 = 0, k_row0 = 0;
-    int tb = b; /* the TMA batch coordinate */
-    if constexpr (kRagged) {
-        int nk_rows;
-        seq = seq_args<T, float>(args, b, &nk_rows);
-        if (args.cu_q) {
-            q_row0 = args.cu_q[b];
-            k_row0 = args.cu_k[b];
-            tb = 0;
-        }
-    }
-    const AttnArgs &a = kRagged ? seq : args;
-    const bool drop = kDropout && (!FwdDropRT<D, kMode>::value || a.dropout);
     /* masked: the longest query blocks (the last) first */
-    const int mblk = kMode != 0 ? nblk - 1 - blk : blk;
+    const int mblk = kMode != 0 ? gridDim.x - 1 - blk : blk;
     const int64_t i0 = (int64_t)mblk * Br;
     const int hk = h / a.group;
     const int64_t bh = (int64_t)b * a.H + h;
@@ -169,12 +100,27 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * (attention.h); otherwise every key block up to the causal limit. */
     const BlockWalk walk = fwd_key_walk(a, kMasked, kCausal, b, h, i0, rows, Bc);
     const int nblocks = walk.n;
-    /* stage and phase of this tile's K/V block jb */
-    auto kv_st = [&](int jb) { return (uint32_t)(kv + (unsigned)jb) & 1u; };
-    auto kv_par = [&](int jb) { return (uint32_t)((kv + (unsigned)jb) >> 1) & 1u; };
 
+    /* TMA loads, issued by thread 0 (kSpec: the producer warp), one
+     * 64-column panel per copy, each tile completing on its own mbarrier:
+     * Q, K stages 0/1, V stages 0/1; kSpec adds the consumers' release
+     * barriers of the K and V stages (one arrival per consumer warp).
+     * Rows past the sequence and columns past d arrive as zeros. */
+    const uint32_t barQ = sQ + Br * D * 2 + 2 * kv_stride;
+    const uint32_t barK = barQ + 8, barV = barQ + 24; /* + 8 * stage */
+    const uint32_t freeK = barQ + 40, freeV = barQ + 56;
+    /* The bias by TMA (kMode 2, a 16-bit bias whose rows TMA can read,
+     * FwdMaps::bias_tma): tile j of bias rows i0.. and keys j0.. arrives
+     * beside K_j in stage j & 1 (barB), 64-column panels with the 128-byte
+     * swizzle; the consumers release it with K_j (freeK), after adding it.
+     * Per element loads from global memory, issued once S_j had landed,
+     * left the tensor cores idle for most of each step (H100/H200: 87-93
+     * TFLOP/s with a [B, H, N, N] bias, N = 2k, against 350+ without). */
+    const bool btma = kMasked && kMods && !kRagged && bias_tma;
+    const uint32_t barB = barQ + 72;  /* + 8 * stage */
+    const uint32_t sB0 = barQ + 1024; /* + stage * kBiasStage */
     auto tma_bias = [&](int jb) {
-        const uint32_t st = kv_st(jb), bar = barB + 8 * st;
+        const uint32_t st = (uint32_t)(jb & 1), bar = barB + 8 * st;
         mbar_expect_tx(bar, (uint32_t)Tile::kBiasStage);
         const int hb = a.bias_s[1] ? h : 0, bb = a.bias_s[0] ? b : 0;
 #pragma unroll
@@ -189,33 +135,47 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         for (int p = 0; p < D / 64; p++)
             tma_load_4d(dst + p * rows_box * 128, map, bar, p * 64, (int)row0, head, tb);
     };
-    if constexpr (kProd) { /* the producer warpgroup's thread 256 */
-        if (nblocks > 0) {
-            if (qn > 0) /* Q of this block's last tile read by all consumers */
-                mbar_wait(freeQ, (qn - 1) & 1u);
-            tma_tile(sQ, &tmQ, barQ, Br, q_row0 + i0, h);
-            for (int jb = 0; jb < nblocks; jb++) {
-                const uint32_t st = kv_st(jb), par = kv_par(jb) ^ 1;
-                if (kv + (unsigned)jb >= 2) /* the load two before released by all consumers */
-                    mbar_wait(freeK + 8 * st, par);
-                tma_tile(sK0 + st * kv_stride, &tmK, barK + 8 * st, Bc,
-                         k_row0 + walk.start(jb), hk);
-                if (btma)
-                    tma_bias(jb);
-                if (kv + (unsigned)jb >= 2)
-                    mbar_wait(freeV + 8 * st, par);
-                tma_tile(sV0 + st * kv_stride, &tmV, barV + 8 * st, Bc,
-                         k_row0 + walk.start(jb), hk);
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < 5; i++)
+            mbar_init(barQ + 8 * i, 1);
+        if (kSpec)
+            for (int i = 5; i < 9; i++)
+                mbar_init(barQ + 8 * i, 8);
+        if (btma)
+            for (int i = 9; i < 11; i++)
+                mbar_init(barQ + 8 * i, 1);
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if constexpr (kSpec) {
+        if (threadIdx.x >= 256) { /* the producer warpgroup: loads only */
+            setmaxnreg_dec<24>();
+            if (threadIdx.x == 256 && nblocks > 0) {
+                tma_tile(sQ, &tmQ, barQ, Br, q_row0 + i0, h);
+                for (int jb = 0; jb < nblocks; jb++) {
+                    const uint32_t st = (uint32_t)(jb & 1), par = (uint32_t)((jb >> 1) - 1) & 1;
+                    if (jb >= 2) /* K_{j-2} / V_{j-2} released by all consumers */
+                        mbar_wait(freeK + 8 * st, par);
+                    tma_tile(sK0 + st * kv_stride, &tmK, barK + 8 * st, Bc,
+                             k_row0 + walk.start(jb), hk);
+                    if (btma)
+                        tma_bias(jb);
+                    if (jb >= 2)
+                        mbar_wait(freeV + 8 * st, par);
+                    tma_tile(sV0 + st * kv_stride, &tmV, barV + 8 * st, Bc,
+                             k_row0 + walk.start(jb), hk);
+                }
             }
+            return;
         }
-    } else {
+        setmaxnreg_inc<240>();
+    }
     /* Ping-pong (kSpec): warpgroup w issues its GEMMs after named barrier
      * 1 + w, then lets the other go (barrier 2 - w). Warpgroup 0 starts;
      * per warpgroup nblocks + 1 issue slots, and warpgroup 1 skips the
-     * hand-off after its last so the arrivals match the waits (per tile:
-     * the next tile starts balanced). The hand-off follows the wait for
-     * S_j (P V still runs): a bar.arrive between the wgmmas and their wait
-     * made ptxas serialise the wgmmas (C7514). */
+     * hand-off after its last so the arrivals match the waits. The hand-off
+     * follows the wait for S_j (P V still runs): a bar.arrive between the
+     * wgmmas and their wait made ptxas serialise the wgmmas (C7514). */
     auto gemm_turn = [&]() {
         if constexpr (kSpec)
             named_sync(1 + wg, 256);
@@ -227,8 +187,7 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     if (kSpec && wg == 1 && nblocks > 0)
         named_arrive(1, 256);
     /* Stage K_0 (with Q); iteration j then loads K_{j+1} and V_j, so the
-     * V block a P V product reads lags its K block by one (!kSpec: one
-     * tile a block, kv = 0). */
+     * V block a P V product reads lags its K block by one. */
     if (!kSpec && threadIdx.x == 0) {
         tma_tile(sQ, &tmQ, barQ, Br, q_row0 + i0, h);
         if (nblocks > 0)
@@ -277,22 +236,22 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     const int bias_rows = (int)min(a.Nq - row_w, (int64_t)16);
     for (int jb = 0; jb < nblocks; jb++) {
         const int64_t j0 = walk.start(jb);
-        const uint32_t sK = sK0 + kv_st(jb) * kv_stride;
+        const uint32_t sK = sK0 + (jb & 1) * kv_stride;
         if (!kSpec && threadIdx.x == 0) { /* both buffers were released by the last barrier */
             if (jb + 1 < nblocks) {
-                tma_tile(sK0 + kv_st(jb + 1) * kv_stride, &tmK, barK + 8 * kv_st(jb + 1), Bc,
+                tma_tile(sK0 + ((jb + 1) & 1) * kv_stride, &tmK, barK + 8 * ((jb + 1) & 1), Bc,
                          k_row0 + walk.start(jb + 1), hk);
                 if (btma)
                     tma_bias(jb + 1);
             }
-            tma_tile(sV0 + kv_st(jb) * kv_stride, &tmV, barV + 8 * kv_st(jb), Bc, k_row0 + j0,
+            tma_tile(sV0 + (jb & 1) * kv_stride, &tmV, barV + 8 * (jb & 1), Bc, k_row0 + j0,
                      hk);
         }
         if (jb == 0)
-            mbar_wait(barQ, qn & 1u);
-        mbar_wait(barK + 8 * kv_st(jb), kv_par(jb)); /* K_j */
+            mbar_wait(barQ, 0);
+        mbar_wait(barK + 8 * (jb & 1), (jb >> 1) & 1); /* K_j */
         if (jb > 0)
-            mbar_wait(barV + 8 * kv_st(jb - 1), kv_par(jb - 1)); /* V_{j-1} */
+            mbar_wait(barV + 8 * ((jb - 1) & 1), ((jb - 1) >> 1) & 1); /* V_{j-1} */
 
         /* S = Q_i K_j^T (Alg1 L.9): D/16 k-steps, 32 bytes apart inside a
          * 128-byte swizzled row, 64 columns per panel. */
@@ -307,17 +266,15 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                                               kk > 0);
         wg_commit();
         if (jb > 0)
-            issue_pv(sV0 + kv_st(jb - 1) * kv_stride);
+            issue_pv(sV0 + ((jb - 1) & 1) * kv_stride);
         if (jb > 0)
             wg_wait<1>(); /* S_j done; the P V product may still run */
         else
             wg_wait<0>();
         wg_fence_regs(s);
         gemm_done();
-        if (pers && lane == 0 && jb == nblocks - 1)
-            mbar_arrive(freeQ); /* the tile's last S: Q read */
         if (kSpec && lane == 0 && !btma)
-            mbar_arrive(freeK + 8 * kv_st(jb)); /* K_j read */
+            mbar_arrive(freeK + 8 * (jb & 1)); /* K_j read */
 
         /* Score modifiers, then the mask (only on blocks that cross the
          * band's edges or the end). */
@@ -346,9 +303,9 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                      * panel at row R, 16-byte chunk (c % 64 / 8) ^ (R % 8)
                      * (the swizzle; R % 8 = g here), so the eight rows a
                      * warp reads hit eight distinct chunks */
-            mbar_wait(barB + 8 * kv_st(jb), kv_par(jb));
+            mbar_wait(barB + 8 * (jb & 1), (jb >> 1) & 1);
             const unsigned char *sb = smem + (sB0 - smem_u32(smem)) +
-                                      kv_st(jb) * Tile::kBiasStage +
+                                      (jb & 1) * Tile::kBiasStage +
                                       (wg * 64 + warp * 16 + g) * 128 + 4 * t4;
 #pragma unroll
             for (int n = 0; n < Bc / 8; n++)
@@ -360,7 +317,7 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                     s[4 * n + 2 * r + 1] = fmaf(bv.y, inv_scale, s[4 * n + 2 * r + 1]);
                 }
             if (kSpec && lane == 0)
-                mbar_arrive(freeK + 8 * kv_st(jb)); /* K_j and bias_j read */
+                mbar_arrive(freeK + 8 * (jb & 1)); /* K_j and bias_j read */
         } else if (kMasked && kMods && a.bias) { /* + bias / scale (raw units: the scale is in exp2) */
             const int64_t c0 = j0 + 2 * t4;
             const int64_t base = bias_row0 + c0 * bias_s3;
@@ -443,7 +400,7 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
          * P_{j-1} V_{j-1}, which alpha_j rescales too), then P_j -> pf. */
         wg_wait<0>();
         if (kSpec && lane == 0 && jb > 0)
-            mbar_arrive(freeV + 8 * kv_st(jb - 1)); /* V_{j-1} read */
+            mbar_arrive(freeV + 8 * ((jb - 1) & 1)); /* V_{j-1} read */
 #pragma unroll
         for (int kk = 0; kk < Bc / 16; kk++)
 #pragma unroll
@@ -471,12 +428,10 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             __syncthreads(); /* K_j and V_{j-1} buffers are refilled next */
     }
     if (nblocks > 0) { /* the last P V product */
-        mbar_wait(barV + 8 * kv_st(nblocks - 1), kv_par(nblocks - 1));
+        mbar_wait(barV + 8 * ((nblocks - 1) & 1), ((nblocks - 1) >> 1) & 1);
         gemm_turn();
-        issue_pv(sV0 + kv_st(nblocks - 1) * kv_stride);
+        issue_pv(sV0 + ((nblocks - 1) & 1) * kv_stride);
         wg_wait<0>();
-        if (pers && lane == 0) /* the next tile's loads reuse its stage */
-            mbar_arrive(freeV + 8 * kv_st(nblocks - 1));
         if (kSpec && wg == 0)
             gemm_done();
         wg_fence_regs(o);
@@ -507,30 +462,6 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             }
         }
     }
-    } /* the consumers */
-    /* the producer counts (its checks for a first use); the consumers
-     * keep the parities */
-    qn = kProd ? qn + (nblocks > 0) : (qn + (nblocks > 0)) & 1u;
-    kv = kProd ? kv + (unsigned)nblocks : (kv + (unsigned)nblocks) & 3u;
-    };
-
-    using Prod = std::true_type;
-    using Cons = std::false_type;
-    const unsigned ntiles = pers ? (unsigned)nblk * (unsigned)(args.H * args.B) : 1u;
-    if constexpr (kSpec) {
-        if (threadIdx.x >= 256) { /* the producer warpgroup: loads only */
-            setmaxnreg_dec<24>();
-            if (threadIdx.x == 256)
-                for (unsigned lin = pers ? blockIdx.x : 0u; lin < ntiles;
-                     lin = pers ? lin + gridDim.x : ntiles)
-                    tile(lin, Prod{});
-            return;
-        }
-        setmaxnreg_inc<240>();
-    }
-    for (unsigned lin = pers ? blockIdx.x : 0u; lin < ntiles;
-         lin = pers ? lin + gridDim.x : ntiles)
-        tile(lin, Cons{});
 #endif
 }
 
@@ -540,62 +471,22 @@ struct FwdMaps {
     int bias_tma;
 };
 
-/* The persistent grid's blocks for ntiles tiles (FG_ATTN_FWD_PERSIST=1,
- * read per call so that a test can run both grids): one per SM, or
- * FG_ATTN_FWD_PERSIST_GRID=n (tests: several tiles a block on small
- * problems); 0, the one-tile grid, otherwise, with no more tiles than
- * blocks, or with 2^31 tiles or more (the kernel's tile index is 32-bit). */
-inline fg_status fwd_persist_blocks(uint64_t ntiles, int *blocks)
-{
-    *blocks = 0;
-    const char *e = getenv("FG_ATTN_FWD_PERSIST");
-    if (!e || strcmp(e, "1") != 0 || ntiles >= ((uint64_t)1 << 31))
-        return FG_OK;
-    const char *g = getenv("FG_ATTN_FWD_PERSIST_GRID");
-    const long n = g && *g ? strtol(g, NULL, 10) : 0;
-    int b = (int)n;
-    if (n <= 0 || n >= 65536) {
-        int dev = 0;
-        FG_CUDA_TRY(cudaGetDevice(&dev));
-        FG_CUDA_TRY(cudaDeviceGetAttribute(&b, cudaDevAttrMultiProcessorCount, dev));
-    }
-    if (b > 0 && ntiles > (uint64_t)b)
-        *blocks = b;
-    return FG_OK;
-}
-
-/* Which launches have a persistent instantiation (kPers): the plain
- * warp-specialised kernel without dropout at 64 < d <= 128. */
-template <int D, int WG, int kMode, bool kDr> struct FwdPersist {
-    static constexpr bool value = FwdSpec<WG, kDr>::value && D == 128 && kMode == 0 && !kDr;
-};
-
 template <typename T, int D, int WG, int kMode, bool kDropout>
 fg_status launch(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
 {
     using Tile = FwdWgTile<D, WG>;
     /* FwdDropRT: the dropout kernel, told by a.dropout */
     constexpr bool kDr = kDropout || FwdDropRT<D, kMode>::value;
-    dim3 grid((unsigned)((a.Nq + Tile::kBr - 1) / Tile::kBr), (unsigned)a.H,
-              (unsigned)a.B);
-    /* FG_ATTN_FWD_PERSIST=1 (opt-in until timed against the one-tile grid
-     * at every N): the persistent instantiation, where there is one and
-     * more tiles than blocks */
-    int blocks = 0;
-    if constexpr (FwdPersist<D, WG, kMode, kDr>::value)
-        FG_TRY(fwd_persist_blocks((uint64_t)grid.x * grid.y * grid.z, &blocks));
-    auto kern = blocks > 0
-                    ? attn_fwd_wgmma_kernel<T, D, WG, kMode, kDr, FwdPersist<D, WG, kMode, kDr>::value>
-                    : attn_fwd_wgmma_kernel<T, D, WG, kMode, kDr, false>;
+    auto kern = attn_fwd_wgmma_kernel<T, D, WG, kMode, kDr>;
     const int btma = kMode == 2 && m.bias_tma;
     const size_t smem = Tile::kSmem + (btma ? Tile::kBiasSmem : 0);
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)smem));
+    dim3 grid((unsigned)((a.Nq + Tile::kBr - 1) / Tile::kBr), (unsigned)a.H,
+              (unsigned)a.B);
     /* the natural order unless FG_ATTN_LPT says otherwise (grid_order) */
     int order = 0;
     FG_TRY(grid_order((int)grid.x, a.H * a.B, Tile::kMinBlocks, false, &order));
-    if (blocks > 0)
-        grid = dim3((unsigned)blocks, 1, 1);
     kern<<<grid, FwdSpec<WG, kDr>::kThreads, smem, st>>>(a, m.q, m.k, m.v, m.bias, btma,
                                                          order);
     FG_CUDA_TRY_LAUNCH();
