@@ -106,33 +106,12 @@ static double *download(const gcase *c, fg_dtype dt, const dbuf *b, int64_t S,
 /* Set by the deterministic-mode tests; reset_modes clears it. */
 static int g_deterministic;
 
-/* Each test starts from the suite's starting state, and leaves it: under
- * CK_FORK=no (the compute-sanitizer runs) the tests share one process,
- * and a mode or switch that a test sets, or fails before clearing, would
- * carry over (after test_deterministic every later test ran
- * deterministic there). The switches go back to what the process was
- * started with (e.g. FG_ATTN_BWD_WIDE=0 for the whole suite). */
-enum { kSwitches = 3 };
-static const char *const g_switches[kSwitches] = {"FG_ATTN_BWD_WIDE", "FG_ATTN_DET_DQ",
-                                                  "FG_ATTN_DET_COPIES"};
-static char *g_switch0[kSwitches]; /* their values at the start (NULL: unset) */
-
-/* Switch i back to its starting value. */
-static void restore_switch(int i)
-{
-    if (g_switch0[i])
-        setenv(g_switches[i], g_switch0[i], 1);
-    else
-        unsetenv(g_switches[i]);
-}
-
-static void save_switches(void)
-{
-    for (int i = 0; i < kSwitches; i++) {
-        const char *v = getenv(g_switches[i]);
-        g_switch0[i] = v ? strdup(v) : NULL;
-    }
-}
+/* Each test starts from the suite's starting state, and leaves it
+ * (CK_FORK=no: one process for all tests; test_util.h, kernel switches):
+ * after test_deterministic every later test of a sanitizer run ran
+ * deterministic before reset_modes. */
+static const char *const g_switches[] = {"FG_ATTN_BWD_WIDE", "FG_ATTN_DET_DQ",
+                                         "FG_ATTN_DET_COPIES", "FG_ATTN_KERNEL"};
 
 static void params_for(const gcase *c, fg_attn_params *p, uint64_t seed)
 {
@@ -381,8 +360,7 @@ START_TEST(test_general_lowp)
     setenv("FG_ATTN_KERNEL", "general", 1);
     run_case(&cases[_i], FG_BF16, 7000 + (uint64_t)_i);
     run_case(&cases[_i], FG_FP16, 7100 + (uint64_t)_i);
-    /* Under CK_FORK=no (compute-sanitizer) tests share the environment. */
-    unsetenv("FG_ATTN_KERNEL");
+    fgt_switch_restore("FG_ATTN_KERNEL");
 }
 END_TEST
 
@@ -394,8 +372,7 @@ START_TEST(test_mma_lowp)
     setenv("FG_ATTN_KERNEL", "mma", 1);
     run_case(&cases[_i], FG_BF16, 7200 + (uint64_t)_i);
     run_case(&cases[_i], FG_FP16, 7300 + (uint64_t)_i);
-    /* Under CK_FORK=no (compute-sanitizer) tests share the environment. */
-    unsetenv("FG_ATTN_KERNEL");
+    fgt_switch_restore("FG_ATTN_KERNEL");
 }
 END_TEST
 
@@ -438,8 +415,7 @@ START_TEST(test_wide_d64)
         run_case(c, FG_BF16, 7500 + 10 * (uint64_t)_i + (uint64_t)narrow);
         run_case(c, FG_FP16, 7600 + 10 * (uint64_t)_i + (uint64_t)narrow);
     }
-    /* Under CK_FORK=no (compute-sanitizer) tests share the environment. */
-    restore_switch(0);
+    fgt_switch_restore("FG_ATTN_BWD_WIDE");
 }
 END_TEST
 
@@ -536,7 +512,7 @@ static void kernel_mask_case(int64_t N, int64_t d, int causal, fg_dtype dt,
         setenv("FG_ATTN_KERNEL", kernel, 1);
     outs gpu;
     gpu_run(&c, dt, &p, in, &gpu);
-    unsetenv("FG_ATTN_KERNEL");
+    fgt_switch_restore("FG_ATTN_KERNEL");
     uint8_t *mask = malloc((size_t)(c.B * c.H * N * N));
     ref_dropout_mask(p.seed, p.offset, c.p, c.B, c.H, N, N, mask);
     int64_t bad_o, bad_dv;
@@ -576,7 +552,7 @@ START_TEST(test_wide_mask)
         kernel_mask_case(64, 64, 1, FG_BF16, NULL, 9710 + (uint64_t)narrow);
         kernel_mask_case(50, 64, 0, FG_FP16, NULL, 9712 + (uint64_t)narrow);
     }
-    restore_switch(0);
+    fgt_switch_restore("FG_ATTN_BWD_WIDE");
 }
 END_TEST
 
@@ -721,8 +697,8 @@ static void det_reruns(const gcase *c, fg_dtype dt, const fg_attn_params *pg,
             setenv("FG_ATTN_DET_COPIES", run < 5 ? "1" : "4", 1);
         outs r;
         gpu_run(c, dt, pg, in, &r);
-        restore_switch(1);
-        restore_switch(2);
+        fgt_switch_restore("FG_ATTN_DET_DQ");
+        fgt_switch_restore("FG_ATTN_DET_COPIES");
         if (run == 4 || run == 6) /* the second run of a copies setting */
             ck_assert_msg(memcmp(r.t[1], prev.t[1], no[1] * 8) == 0,
                           "%s dQ differs between reruns with %s copies",
@@ -892,7 +868,7 @@ START_TEST(test_wide_variants)
         run_variant(&vcases[wide_vcases[_i]], FG_BF16, 7700 + 10 * (uint64_t)_i + (uint64_t)narrow);
         run_variant(&vcases[wide_vcases[_i]], FG_FP16, 7800 + 10 * (uint64_t)_i + (uint64_t)narrow);
     }
-    restore_switch(0);
+    fgt_switch_restore("FG_ATTN_BWD_WIDE");
 }
 END_TEST
 
@@ -917,8 +893,7 @@ static void reset_modes(void)
 {
     g_deterministic = 0;
     g_det_reruns = 0;
-    for (int i = 0; i < kSwitches; i++)
-        restore_switch(i);
+    fgt_switches_restore();
 }
 
 START_TEST(test_deterministic_tiles)
@@ -932,7 +907,7 @@ START_TEST(test_deterministic_tiles)
     if (det_vcases[_i].g.d <= 64) {
         setenv("FG_ATTN_BWD_WIDE", "0", 1);
         run_variant(&det_vcases[_i], FG_BF16, 8602 + 10 * (uint64_t)_i);
-        restore_switch(0);
+        fgt_switch_restore("FG_ATTN_BWD_WIDE");
     }
 }
 END_TEST
@@ -949,10 +924,9 @@ START_TEST(test_fast_variants)
 END_TEST
 
 /* Every variant case on the sm_80 mma kernels (forced, so Hopper runs
- * them too) in fp16 and bf16. The checked fixture unsets FG_ATTN_KERNEL
- * even when a case fails: under CK_FORK=no the tests share one process. */
+ * them too) in fp16 and bf16; reset_modes, the other checked fixture,
+ * restores FG_ATTN_KERNEL even when a case fails. */
 static void force_mma(void) { setenv("FG_ATTN_KERNEL", "mma", 1); }
-static void unforce_kernel(void) { unsetenv("FG_ATTN_KERNEL"); }
 
 START_TEST(test_mma_variants)
 {
@@ -966,7 +940,7 @@ START_TEST(test_fast_other_kernels)
     run_case(&cases[1 + _i], FG_FP32, 7950 + (uint64_t)_i);
     setenv("FG_ATTN_KERNEL", "mma", 1);
     run_case(&cases[1 + _i], FG_BF16, 7960 + (uint64_t)_i);
-    unsetenv("FG_ATTN_KERNEL");
+    fgt_switch_restore("FG_ATTN_KERNEL");
 }
 END_TEST
 
@@ -1099,7 +1073,7 @@ int main(void)
         return 77;
     }
     fgt_base_seed();
-    save_switches();
+    fgt_switches_save(g_switches, (int)(sizeof g_switches / sizeof g_switches[0]));
     Suite *s = suite_create("gpu_attention");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 900);
@@ -1125,7 +1099,7 @@ int main(void)
         TCase *tm = tcase_create("mma_variants");
         tcase_set_timeout(tm, 900);
         tcase_add_checked_fixture(tm, reset_modes, reset_modes);
-        tcase_add_checked_fixture(tm, force_mma, unforce_kernel);
+        tcase_add_checked_fixture(tm, force_mma, NULL);
         tcase_add_loop_test(tm, test_mma_variants, 7, 9); /* everything; sparse d = 256 */
         suite_add_tcase(s, tm);
         return fgt_run_suite(s);
@@ -1160,7 +1134,7 @@ int main(void)
     TCase *tm = tcase_create("mma_variants");
     tcase_set_timeout(tm, 900);
     tcase_add_checked_fixture(tm, reset_modes, reset_modes);
-    tcase_add_checked_fixture(tm, force_mma, unforce_kernel);
+    tcase_add_checked_fixture(tm, force_mma, NULL);
     tcase_add_loop_test(tm, test_mma_variants, 0,
                         sanitize ? 3 : (int)(sizeof vcases / sizeof vcases[0]));
     suite_add_tcase(s, tm);

@@ -435,7 +435,7 @@ START_TEST(test_patterns)
         bgcase c = grid_case(_i);
         check_case(&c, dts[k], 500 + (uint64_t)(_i * 4 + k));
     }
-    unsetenv("FG_ATTN_KERNEL");
+    fgt_switch_restore("FG_ATTN_KERNEL");
     g_fast = 1;
     for (int k = 1; k < 3; k++) {
         bgcase c = grid_case(_i);
@@ -549,7 +549,7 @@ START_TEST(test_bias_tma)
     check_case(&c, dt, 1300 + (uint64_t)_i);
     setenv("FG_ATTN_BIAS_TMA", "0", 1);      /* neither */
     check_case(&c, dt, 1200 + (uint64_t)_i);
-    unsetenv("FG_ATTN_BIAS_TMA");
+    fgt_switch_restore("FG_ATTN_BIAS_TMA");
 }
 END_TEST
 
@@ -646,6 +646,10 @@ START_TEST(test_autograd_op)
 }
 END_TEST
 
+/* Kernel switches the tests set, restored around each test (test_util.h:
+ * under CK_FORK=no a failed test would leave them set). */
+static const char *const g_switches[] = {"FG_ATTN_KERNEL", "FG_ATTN_BIAS_TMA"};
+
 int main(void)
 {
     if (!fgt_gpu_present()) {
@@ -653,9 +657,11 @@ int main(void)
         return 77;
     }
     fgt_base_seed();
+    fgt_switches_save(g_switches, 2);
     Suite *s = suite_create("gpu_bias");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 900);
+    tcase_add_checked_fixture(tc, fgt_switches_restore, fgt_switches_restore);
     /* racecheck (FG_SANITIZE=fast): four patterns (both head dims, GQA,
      * causal, ALiBi, softcap, dropout, every bias/dbias dtype pair), one
      * deterministic and one -inf case, two TMA cases and the two

@@ -292,7 +292,7 @@ static void run_path(const fcase *c, const fg_attn_params *p, double *in[4], int
     if (path == PATH_TF32)
         set_tf32(0);
     if (path == PATH_SIMT || path == PATH_DEFAULT)
-        unsetenv("FG_ATTN_KERNEL");
+        fgt_switch_restore("FG_ATTN_KERNEL");
 }
 
 /* Each GPU path in `paths` against one fp64 CPU oracle run: 1e-5 (SIMT),
@@ -560,6 +560,17 @@ START_TEST(test_tf32_fallback_and_bad_input)
 }
 END_TEST
 
+/* Kernel switches the tests set, restored around each test (test_util.h:
+ * under CK_FORK=no a failed test would leave them set), and the TF32
+ * opt-in, off at the start (test_tf32_switch checks that). */
+static const char *const g_switches[] = {"FG_ATTN_KERNEL"};
+
+static void reset_paths(void)
+{
+    fgt_switches_restore();
+    (void)fg_cuda_set_attention_allow_tf32(0);
+}
+
 int main(void)
 {
     if (!fgt_gpu_present()) {
@@ -567,9 +578,11 @@ int main(void)
         return 77;
     }
     fgt_base_seed();
+    fgt_switches_save(g_switches, 1);
     Suite *s = suite_create("gpu_fp32");
     TCase *tc = tcase_create("strict");
     tcase_set_timeout(tc, 900);
+    tcase_add_checked_fixture(tc, reset_paths, reset_paths);
     /* racecheck (FG_SANITIZE=fast): cases 0-3 reach every head-dim
      * bucket, GQA, dropout and every score modifier. */
     const int fast = fgt_sanitize_mode() == 2;
@@ -581,6 +594,7 @@ int main(void)
     suite_add_tcase(s, tc);
     TCase *tt = tcase_create("tf32");
     tcase_set_timeout(tt, 900);
+    tcase_add_checked_fixture(tt, reset_paths, reset_paths);
     tcase_add_loop_test(tt, test_tf32_vs_cpu, 0, ncases);
     tcase_add_loop_test(tt, test_tf32_deterministic_vs_cpu, 0, fast ? 2 : ncases);
     tcase_add_test(tt, test_tf32_dropout_mask);

@@ -520,7 +520,7 @@ START_TEST(test_mlp_epilogues)
     if (_i == 1)
         setenv("FG_GEMM_LT", "0", 1);
     else
-        unsetenv("FG_GEMM_LT");
+        fgt_switch_restore("FG_GEMM_LT");
     check_mlp(FG_FP64, 1e-12);
     check_mlp(FG_FP32, 1e-3);
     check_mlp(FG_BF16, 0.03125);
@@ -532,7 +532,7 @@ START_TEST(test_linear_epilogue)
     if (_i == 1) /* unfused: the bias is its own op (AddBackward) */
         setenv("FG_GEMM_LT", "0", 1);
     else
-        unsetenv("FG_GEMM_LT");
+        fgt_switch_restore("FG_GEMM_LT");
     check_linear(FG_FP64, 1e-12, _i == 0);
     check_linear(FG_FP32, 1e-5, _i == 0);
     check_linear(FG_BF16, 3 * 0.0078125, _i == 0);
@@ -880,6 +880,10 @@ START_TEST(test_adamw_clip_fused)
 }
 END_TEST
 
+/* Kernel switches the tests set, restored around each test (test_util.h:
+ * under CK_FORK=no a failed test would leave them set). */
+static const char *const g_switches[] = {"FG_GEMM_LT"};
+
 int main(void)
 {
     if (!fgt_gpu_present()) {
@@ -887,9 +891,11 @@ int main(void)
         return 77;
     }
     fgt_base_seed();
+    fgt_switches_save(g_switches, 1);
     Suite *s = suite_create("gpu_step");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
+    tcase_add_checked_fixture(tc, fgt_switches_restore, fgt_switches_restore);
     tcase_add_test(tc, test_zero_many);
     tcase_add_test(tc, test_zero_grad_many);
     tcase_add_test(tc, test_cast_backward_direct);

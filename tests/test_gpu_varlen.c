@@ -181,7 +181,7 @@ START_TEST(test_gpu_varlen_narrow)
 {
     setenv("FG_ATTN_BWD_WIDE", "0", 1);
     check_gpu(gpu_case(narrow_cases[_i]), 2900 + 10 * (uint64_t)_i);
-    unsetenv("FG_ATTN_BWD_WIDE");
+    fgt_switch_restore("FG_ATTN_BWD_WIDE");
 }
 END_TEST
 
@@ -238,15 +238,21 @@ START_TEST(test_gpu_bad_offsets)
 }
 END_TEST
 
+/* Kernel switches the tests set, restored around each test (test_util.h:
+ * under CK_FORK=no a failed test would leave them set). */
+static const char *const g_switches[] = {"FG_ATTN_BWD_WIDE"};
+
 int main(void)
 {
     if (!fgt_gpu_present()) {
         fprintf(stderr, "no CUDA GPU: skipping\n");
         return 77;
     }
+    fgt_switches_save(g_switches, 1);
     Suite *s = suite_create("gpu_varlen");
     TCase *tc = tcase_create("gpu");
     tcase_set_timeout(tc, 600);
+    tcase_add_checked_fixture(tc, fgt_switches_restore, fgt_switches_restore);
     /* racecheck (FG_SANITIZE=fast): causal, top-left and the combined
      * variant case, and two random batches (the one-token one first). */
     const int fast = fgt_sanitize_mode() == 2;

@@ -206,6 +206,65 @@ static inline int fgt_sanitize_mode(void)
     return strcmp(e, "fast") == 0 ? 2 : 1;
 }
 
+/* Kernel switches: environment variables that tests set (FG_ATTN_KERNEL,
+ * FG_GEMM_LT, ...). Under CK_FORK=no (the compute-sanitizer runs) the
+ * tests share one process, so a test failing between its setenv and its
+ * reset would leave the switch set for every later test.
+ * fgt_switches_save records the values the suite started with;
+ * fgt_switches_restore, as a checked fixture (setup and teardown), puts
+ * them back around each test, and fgt_switch_restore puts back one (a
+ * test's own reset: a suite started with a switch set keeps it). */
+enum { FGT_MAX_SWITCHES = 8 };
+typedef struct {
+    const char *name;
+    char *start; /* the value at fgt_switches_save; NULL: unset */
+} fgt_switch;
+
+/* The saved switches; *n their number. */
+static inline fgt_switch *fgt_switch_table(int **n)
+{
+    static fgt_switch t[FGT_MAX_SWITCHES];
+    static int count;
+    *n = &count;
+    return t;
+}
+
+static inline void fgt_switches_save(const char *const *names, int n)
+{
+    int *count;
+    fgt_switch *t = fgt_switch_table(&count);
+    if (n > FGT_MAX_SWITCHES)
+        n = FGT_MAX_SWITCHES;
+    for (int i = 0; i < n; i++) {
+        const char *v = getenv(names[i]);
+        t[i].name = names[i];
+        t[i].start = v ? strdup(v) : NULL;
+    }
+    *count = n;
+}
+
+static inline void fgt_switch_restore(const char *name)
+{
+    int *count;
+    fgt_switch *t = fgt_switch_table(&count);
+    for (int i = 0; i < *count; i++) {
+        if (strcmp(t[i].name, name) != 0)
+            continue;
+        if (t[i].start)
+            setenv(name, t[i].start, 1);
+        else
+            unsetenv(name);
+    }
+}
+
+static inline void fgt_switches_restore(void)
+{
+    int *count;
+    fgt_switch *t = fgt_switch_table(&count);
+    for (int i = 0; i < *count; i++)
+        fgt_switch_restore(t[i].name);
+}
+
 /* Runs a suite with CK_NORMAL output; the process exit status. */
 static inline int fgt_run_suite(Suite *s)
 {
