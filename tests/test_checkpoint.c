@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "lib/core/byteorder.h"
 #include "test_ops_util.h"
 
 static const fg_sort_task TASK = {4, 6};
@@ -83,15 +84,37 @@ static void tmp_path(char *buf, const char *tag)
     sprintf(buf, "test_checkpoint_%s_%ld.ckpt", tag, (long)getpid());
 }
 
+/* A width-32 model and its optimizer after `steps` steps from seed. */
+static fg_gpt *trained(uint64_t seed, int steps, fg_adamw **o, fg_train_state *st)
+{
+    fg_gpt *m = model(seed, 32);
+    *o = optimizer(m);
+    init_state(st);
+    train(m, *o, st, steps);
+    return m;
+}
+
+/* The bytes of file path (malloc'd), *size their number. */
+static unsigned char *read_whole(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    *size = (size_t)ftell(f);
+    rewind(f);
+    unsigned char *buf = malloc(*size ? *size : 1);
+    ck_assert_uint_eq(fread(buf, 1, *size, f), *size);
+    fclose(f);
+    return buf;
+}
+
 START_TEST(test_round_trip)
 {
     char path[256];
     tmp_path(path, "rt");
-    fg_gpt *m = model(1, 32);
-    fg_adamw *o = optimizer(m);
+    fg_adamw *o;
     fg_train_state st;
-    init_state(&st);
-    train(m, o, &st, 3);
+    fg_gpt *m = trained(1, 3, &o, &st);
     FGT_OK(fg_checkpoint_save(path, m, o, &st, "--task sort"));
     fg_gpt_config cfg;
     fg_train_state st2;
@@ -142,17 +165,13 @@ START_TEST(test_resume_is_bitwise_identical)
     char path[256];
     tmp_path(path, "resume");
     /* uninterrupted: 10 steps */
-    fg_gpt *a = model(5, 32);
-    fg_adamw *oa = optimizer(a);
+    fg_adamw *oa;
     fg_train_state sa;
-    init_state(&sa);
-    train(a, oa, &sa, 10);
+    fg_gpt *a = trained(5, 10, &oa, &sa);
     /* interrupted after 4, resumed in a fresh process-like setup */
-    fg_gpt *b = model(5, 32);
-    fg_adamw *ob = optimizer(b);
+    fg_adamw *ob;
     fg_train_state sb;
-    init_state(&sb);
-    train(b, ob, &sb, 4);
+    fg_gpt *b = trained(5, 4, &ob, &sb);
     FGT_OK(fg_checkpoint_save(path, b, ob, &sb, NULL));
     fg_adamw_free(ob);
     fg_gpt_free(b);
@@ -191,13 +210,8 @@ START_TEST(test_bad_files_rejected)
     fg_train_state st;
     init_state(&st);
     FGT_OK(fg_checkpoint_save(path, m, o, &st, "meta"));
-    FILE *f = fopen(path, "rb");
-    fseek(f, 0, SEEK_END);
-    const size_t size = (size_t)ftell(f);
-    rewind(f);
-    unsigned char *buf = malloc(size);
-    ck_assert_uint_eq(fread(buf, 1, size, f), size);
-    fclose(f);
+    size_t size;
+    unsigned char *buf = read_whole(path, &size);
     fg_gpt *t = model(7, 32);
     fg_adamw *ot = optimizer(t);
     fg_gpt *ref = model(7, 32);
@@ -421,6 +435,85 @@ START_TEST(test_special_files)
 }
 END_TEST
 
+/* The byte helpers against encodings built by shifts (independent of the
+ * host's order): swapping a little-endian encoding gives the big-endian
+ * one and back, per element, for widths 2, 4 and 8; fg_le_elems turns host
+ * values into their little-endian encoding. */
+START_TEST(test_byte_order_helpers)
+{
+    static const uint64_t vals[3] = {0x0123456789abcdefull, 0xfedcba9876543210ull,
+                                     0x00ff00ff11223344ull};
+    for (size_t w = 2; w <= 8; w *= 2) {
+        unsigned char le[24], be[24], x[24];
+        for (int e = 0; e < 3; e++)
+            for (size_t i = 0; i < w; i++) {
+                le[e * w + i] = (unsigned char)(vals[e] >> (8 * i));
+                be[e * w + i] = (unsigned char)(vals[e] >> (8 * (w - 1 - i)));
+            }
+        memcpy(x, le, 3 * w);
+        fg_swap_elems(x, 3 * w, w);
+        ck_assert(memcmp(x, be, 3 * w) == 0);
+        fg_swap_elems(x, 3 * w, w);
+        ck_assert(memcmp(x, le, 3 * w) == 0);
+    }
+    const uint32_t u[2] = {0x3f800000u, 0xc0490fdbu}; /* 1.0f, -3.14159f */
+    unsigned char h[8], want[8];
+    memcpy(h, u, sizeof u);
+    for (int e = 0; e < 2; e++)
+        for (int i = 0; i < 4; i++)
+            want[4 * e + i] = (unsigned char)(u[e] >> (8 * i));
+    fg_le_elems(h, sizeof h, 4);
+    ck_assert(memcmp(h, want, sizeof h) == 0);
+}
+END_TEST
+
+/* A checkpoint's tensor payloads are little-endian (optim.h: a file
+ * written on one machine loads on another): every parameter's values, and
+ * the first moments, appear in the file as their shift-built little-endian
+ * encoding. */
+START_TEST(test_payload_little_endian)
+{
+    char path[256];
+    tmp_path(path, "le");
+    fg_adamw *o;
+    fg_train_state st;
+    fg_gpt *m = trained(5, 2, &o, &st); /* moments not zero */
+    FGT_OK(fg_checkpoint_save(path, m, o, &st, NULL));
+    size_t size;
+    unsigned char *buf = read_whole(path, &size);
+    int n;
+    const fg_param *ps = fg_gpt_params(m, &n);
+    for (int i = 0; i < n; i++)
+        for (int which = 0; which < 2; which++) {
+            fg_tensor *t = ps[i].tensor, *mt, *vt;
+            if (which == 1) {
+                FGT_OK(fg_adamw_state(o, i, &mt, &vt));
+                t = mt;
+            }
+            ck_assert_int_eq(fg_tensor_dtype(t), FG_FP32);
+            const size_t nb = fg_tensor_nbytes(t);
+            const unsigned char *data = fg_tensor_data(t);
+            unsigned char *want = malloc(nb);
+            for (size_t e = 0; e < nb / 4; e++) {
+                uint32_t v;
+                memcpy(&v, data + 4 * e, 4);
+                for (int k = 0; k < 4; k++)
+                    want[4 * e + k] = (unsigned char)(v >> (8 * k));
+            }
+            int found = 0;
+            for (size_t at = 0; at + nb <= size && !found; at++)
+                found = memcmp(buf + at, want, nb) == 0;
+            ck_assert_msg(found, "%s%s: payload not little-endian in the file", ps[i].name,
+                          which ? ".m" : "");
+            free(want);
+        }
+    free(buf);
+    remove(path);
+    fg_adamw_free(o);
+    fg_gpt_free(m);
+}
+END_TEST
+
 FGT_MAIN_BEGIN("checkpoint")
 FGT_TEST(test_round_trip)
 FGT_TEST(test_resume_is_bitwise_identical)
@@ -429,4 +522,6 @@ FGT_TEST(test_concurrent_savers)
 FGT_TEST(test_stale_temporaries_removed)
 FGT_TEST(test_io_errors_are_clear)
 FGT_TEST(test_special_files)
+FGT_TEST(test_byte_order_helpers)
+FGT_TEST(test_payload_little_endian)
 FGT_MAIN_END()

@@ -101,9 +101,10 @@ FG_API double fg_lr_at(const fg_lr_schedule *s, int64_t step);
  * One file: magic "FGCKPT01", format version, the model config, the
  * training state, a caller's text blob (e.g. the trainer's options), every
  * parameter and both AdamW moments (name, dtype, shape, raw bytes), and a
- * trailing 64-bit FNV-1a checksum of everything before it. Numbers are
- * little-endian. Loading checks magic, version, sizes, checksum, and that
- * the model's config and parameter shapes match; a truncated or corrupted
+ * trailing 64-bit FNV-1a checksum of everything before it. Numbers and
+ * tensor data are little-endian on every host. Loading checks magic,
+ * version, sizes, checksum, and that the model's config and parameter
+ * shapes match; a truncated or corrupted
  * file gives FG_ERR_IO with a message saying what is wrong, and nothing is
  * modified; so does a directory or any other file that is not one. Saving
  * writes a temporary PATH.tmp.XXXXXX of a unique name, fsyncs it, renames

@@ -27,6 +27,7 @@
 
 #include "flashgrad/optim.h"
 #include "lib/autograd/tensor_internal.h"
+#include "lib/core/byteorder.h"
 #include "lib/core/error.h"
 
 static const char MAGIC[8] = {'F', 'G', 'C', 'K', 'P', 'T', '0', '1'};
@@ -104,18 +105,26 @@ static void put_tensor(wbuf *b, const char *name, const char *suffix,
     for (int i = 0; i < fg_tensor_ndim(t); i++)
         put_u64(b, (uint64_t)fg_tensor_shape(t)[i]);
     put_u64(b, fg_tensor_nbytes(t));
-    if (fg_tensor_device(t) == FG_DEVICE_CPU) {
-        put(b, fg_tensor_data(t), fg_tensor_nbytes(t)); /* LE hosts */
+    const size_t nbytes = fg_tensor_nbytes(t);
+    if (fg_tensor_device(t) == FG_DEVICE_CPU && !fg_host_big_endian()) {
+        put(b, fg_tensor_data(t), nbytes);
         return;
     }
     /* Device tensors (contiguous parameters and optimizer state) go
-     * through a host copy; a failure marks the buffer like an OOM. */
-    void *tmp = malloc(fg_tensor_nbytes(t) ? fg_tensor_nbytes(t) : 1);
-    if (!tmp || fg_tensor_copy_to_host(t, fg_tensor_dtype(t), tmp,
-                                       fg_tensor_numel(t)) != FG_OK)
+     * through a host copy, as do host tensors on a big-endian host (the
+     * payload is little-endian); a failure marks the buffer like an OOM. */
+    void *tmp = malloc(nbytes ? nbytes : 1);
+    if (!tmp) {
         b->oom = 1;
-    else
-        put(b, tmp, fg_tensor_nbytes(t));
+    } else if (fg_tensor_device(t) == FG_DEVICE_CPU) {
+        memcpy(tmp, fg_tensor_data(t), nbytes);
+    } else if (fg_tensor_copy_to_host(t, fg_tensor_dtype(t), tmp, fg_tensor_numel(t)) != FG_OK) {
+        b->oom = 1;
+    }
+    if (!b->oom) {
+        fg_le_elems(tmp, nbytes, fg_dtype_size(fg_tensor_dtype(t)));
+        put(b, tmp, nbytes);
+    }
     free(tmp);
 }
 
@@ -654,6 +663,18 @@ fg_status fg_checkpoint_load(const char *path, fg_gpt *m, fg_adamw *opt,
         free(src);
         free(c.file);
         return FG_FAIL(FG_ERR_IO, "%s: %s", path, why);
+    }
+    /* The payloads are little-endian: to host order in the file's buffer
+     * (a no-op on little-endian hosts; nothing here can fail). */
+    for (int i = 0; i < n; i++) {
+        fg_tensor *t = ps[i].tensor, *mt = t, *vt = t;
+        fg_le_elems((void *)src[i], fg_tensor_nbytes(t), fg_dtype_size(fg_tensor_dtype(t)));
+        if (opt && fg_adamw_state(opt, i, &mt, &vt) == FG_OK) {
+            fg_le_elems((void *)src[n + 2 * i], fg_tensor_nbytes(mt),
+                        fg_dtype_size(fg_tensor_dtype(mt)));
+            fg_le_elems((void *)src[n + 2 * i + 1], fg_tensor_nbytes(vt),
+                        fg_dtype_size(fg_tensor_dtype(vt)));
+        }
     }
     /* Pass 2: copy (only a device error can fail here). */
     fg_status ls = FG_OK;
