@@ -562,7 +562,8 @@ END_TEST
 
 /* Kernel switches the tests set, restored around each test (test_util.h:
  * under CK_FORK=no a failed test would leave them set), and the TF32
- * opt-in, off at the start (test_tf32_switch checks that). */
+ * opt-in turned off after each (not before: test_tf32_switch checks that
+ * it starts off). */
 static const char *const g_switches[] = {"FG_ATTN_KERNEL"};
 
 static void reset_paths(void)
@@ -582,7 +583,7 @@ int main(void)
     Suite *s = suite_create("gpu_fp32");
     TCase *tc = tcase_create("strict");
     tcase_set_timeout(tc, 900);
-    tcase_add_checked_fixture(tc, reset_paths, reset_paths);
+    tcase_add_checked_fixture(tc, fgt_switches_restore, reset_paths);
     /* racecheck (FG_SANITIZE=fast): cases 0-3 reach every head-dim
      * bucket, GQA, dropout and every score modifier. */
     const int fast = fgt_sanitize_mode() == 2;
@@ -594,7 +595,7 @@ int main(void)
     suite_add_tcase(s, tc);
     TCase *tt = tcase_create("tf32");
     tcase_set_timeout(tt, 900);
-    tcase_add_checked_fixture(tt, reset_paths, reset_paths);
+    tcase_add_checked_fixture(tt, fgt_switches_restore, reset_paths);
     tcase_add_loop_test(tt, test_tf32_vs_cpu, 0, ncases);
     tcase_add_loop_test(tt, test_tf32_deterministic_vs_cpu, 0, fast ? 2 : ncases);
     tcase_add_test(tt, test_tf32_dropout_mask);
