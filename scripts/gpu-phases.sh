@@ -50,7 +50,10 @@
 #   det          bench/compare_det.py (the deterministic backward against
 #                the default one, bitwise reruns), likewise
 #   detsan       the four compute-sanitizer tools over test_gpu_attention's
-#                deterministic cases alone (FG_SANITIZE=det)
+#                deterministic cases alone (FG_SANITIZE=det), in parallel;
+#                racecheck sets the time (H200, session 32: 418 s, the
+#                others about 20 s); FG_DETSAN_TOOLS="memcheck synccheck"
+#                picks tools
 #   modes        bench/compare_modes.py (variant kernels against the plain
 #                ones on equal work), likewise
 #   torch        bench/compare_torch.py --quick (FG_TORCH_ARGS), likewise;
@@ -327,9 +330,10 @@ variants() { log variants; bench variants compare_variants.py --quick --rounds 2
 det() { log "deterministic backward"; bench det compare_det.py --rounds 2 --reps 8; }
 detsan() {
     log "compute-sanitizer over test_gpu_attention's deterministic cases (FG_SANITIZE=det)"
+    # shellcheck disable=SC2086 # FG_DETSAN_TOOLS: a list of tools or none
     FG_SANITIZE_MODE=det FG_SANITIZE_SUITES=test_gpu_attention FG_SANITIZE_LOGS=$W/san \
         FG_SANITIZE_JOBS=4 FG_SANITIZE_TIMEOUT=${FG_SANITIZE_TIMEOUT:-480} \
-        bash "$K/src/scripts/gpu-sanitize.sh" "$B" >"$W/detsan.txt" 2>&1
+        bash "$K/src/scripts/gpu-sanitize.sh" "$B" ${FG_DETSAN_TOOLS:-} >"$W/detsan.txt" 2>&1
     echo "exit $?"
     sed -n '/^suite /,$p' "$W/detsan.txt"
 }
