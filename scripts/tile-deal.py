@@ -35,7 +35,7 @@ import heapq
 
 
 def tile_pos(g, lin, nblk, nbh):
-    """grid_pos / tile_pos of attn_common.cuh: (block, b * H + h) of tile lin."""
+    """grid_pos of attn_common.cuh: (block, b * H + h) of tile lin (launch order)."""
     if g <= 0:
         return lin % nblk, lin // nblk
     gsz = g * nblk
