@@ -1073,7 +1073,7 @@ int main(void)
         return 77;
     }
     fgt_base_seed();
-    fgt_switches_save(g_switches, (int)(sizeof g_switches / sizeof g_switches[0]));
+    FGT_SWITCHES_SAVE(g_switches);
     Suite *s = suite_create("gpu_attention");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 900);

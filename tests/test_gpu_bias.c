@@ -657,7 +657,7 @@ int main(void)
         return 77;
     }
     fgt_base_seed();
-    fgt_switches_save(g_switches, 2);
+    FGT_SWITCHES_SAVE(g_switches);
     Suite *s = suite_create("gpu_bias");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 900);

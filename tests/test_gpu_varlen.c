@@ -248,7 +248,7 @@ int main(void)
         fprintf(stderr, "no CUDA GPU: skipping\n");
         return 77;
     }
-    fgt_switches_save(g_switches, 1);
+    FGT_SWITCHES_SAVE(g_switches);
     Suite *s = suite_create("gpu_varlen");
     TCase *tc = tcase_create("gpu");
     tcase_set_timeout(tc, 600);

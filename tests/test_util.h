@@ -210,59 +210,60 @@ static inline int fgt_sanitize_mode(void)
  * FG_GEMM_LT, ...). Under CK_FORK=no (the compute-sanitizer runs) the
  * tests share one process, so a test failing between its setenv and its
  * reset would leave the switch set for every later test.
- * fgt_switches_save records the values the suite started with;
- * fgt_switches_restore, as a checked fixture (setup and teardown), puts
- * them back around each test, and fgt_switch_restore puts back one (a
- * test's own reset: a suite started with a switch set keeps it). */
-enum { FGT_MAX_SWITCHES = 8 };
+ * FGT_SWITCHES_SAVE(names), names a static array of the suite's switches,
+ * records the values the suite started with; fgt_switches_restore, as a
+ * checked fixture (setup and teardown), puts them back around each test,
+ * and fgt_switch_restore puts back one (a test's own reset: a suite
+ * started with a switch set keeps it; a name not saved fails the test). */
 typedef struct {
-    const char *name;
-    char *start; /* the value at fgt_switches_save; NULL: unset */
-} fgt_switch;
+    const char *const *names; /* the suite's array */
+    char **start;             /* their values when saved; NULL: unset */
+    int n;
+} fgt_switches;
 
-/* The saved switches; *n their number. */
-static inline fgt_switch *fgt_switch_table(int **n)
+static inline fgt_switches *fgt_switch_table(void)
 {
-    static fgt_switch t[FGT_MAX_SWITCHES];
-    static int count;
-    *n = &count;
-    return t;
+    static fgt_switches t;
+    return &t;
 }
 
 static inline void fgt_switches_save(const char *const *names, int n)
 {
-    int *count;
-    fgt_switch *t = fgt_switch_table(&count);
-    if (n > FGT_MAX_SWITCHES)
-        n = FGT_MAX_SWITCHES;
+    fgt_switches *t = fgt_switch_table();
+    t->names = names;
+    t->start = calloc((size_t)n, sizeof *t->start);
+    if (!t->start) {
+        fprintf(stderr, "fgt_switches_save: out of memory\n");
+        exit(EXIT_FAILURE);
+    }
     for (int i = 0; i < n; i++) {
         const char *v = getenv(names[i]);
-        t[i].name = names[i];
-        t[i].start = v ? strdup(v) : NULL;
+        t->start[i] = v ? strdup(v) : NULL;
     }
-    *count = n;
+    t->n = n;
 }
+#define FGT_SWITCHES_SAVE(names) fgt_switches_save((names), (int)(sizeof(names) / sizeof((names)[0])))
 
 static inline void fgt_switch_restore(const char *name)
 {
-    int *count;
-    fgt_switch *t = fgt_switch_table(&count);
-    for (int i = 0; i < *count; i++) {
-        if (strcmp(t[i].name, name) != 0)
+    const fgt_switches *t = fgt_switch_table();
+    for (int i = 0; i < t->n; i++) {
+        if (strcmp(t->names[i], name) != 0)
             continue;
-        if (t[i].start)
-            setenv(name, t[i].start, 1);
+        if (t->start[i])
+            setenv(name, t->start[i], 1);
         else
             unsetenv(name);
+        return;
     }
+    ck_abort_msg("fgt_switch_restore: %s is not among the suite's saved switches", name);
 }
 
 static inline void fgt_switches_restore(void)
 {
-    int *count;
-    fgt_switch *t = fgt_switch_table(&count);
-    for (int i = 0; i < *count; i++)
-        fgt_switch_restore(t[i].name);
+    const fgt_switches *t = fgt_switch_table();
+    for (int i = 0; i < t->n; i++)
+        fgt_switch_restore(t->names[i]);
 }
 
 /* Runs a suite with CK_NORMAL output; the process exit status. */
