@@ -128,10 +128,13 @@ static void put_tensor(wbuf *b, const char *name, const char *suffix,
     free(tmp);
 }
 
-/* dst (a parameter or optimizer state, any device) = raw bytes of the
- * file. Not recorded: parameters are leaves requiring grad. */
+/* dst (a parameter or optimizer state, any device) = the file's bytes at
+ * src, little-endian: turned to host order in place first (src lies in
+ * the loader's own copy of the file; a no-op on little-endian hosts).
+ * Not recorded: parameters are leaves requiring grad. */
 static fg_status load_tensor(fg_tensor *dst, const void *src)
 {
+    fg_le_elems((void *)src, fg_tensor_nbytes(dst), fg_dtype_size(fg_tensor_dtype(dst)));
     if (fg_tensor_device(dst) == FG_DEVICE_CPU) {
         memcpy(fg_tensor_data(dst), src, fg_tensor_nbytes(dst));
         fg_tensor_bump_version(dst); /* stales an autocast copy */
@@ -663,18 +666,6 @@ fg_status fg_checkpoint_load(const char *path, fg_gpt *m, fg_adamw *opt,
         free(src);
         free(c.file);
         return FG_FAIL(FG_ERR_IO, "%s: %s", path, why);
-    }
-    /* The payloads are little-endian: to host order in the file's buffer
-     * (a no-op on little-endian hosts; nothing here can fail). */
-    for (int i = 0; i < n; i++) {
-        fg_tensor *t = ps[i].tensor, *mt = t, *vt = t;
-        fg_le_elems((void *)src[i], fg_tensor_nbytes(t), fg_dtype_size(fg_tensor_dtype(t)));
-        if (opt && fg_adamw_state(opt, i, &mt, &vt) == FG_OK) {
-            fg_le_elems((void *)src[n + 2 * i], fg_tensor_nbytes(mt),
-                        fg_dtype_size(fg_tensor_dtype(mt)));
-            fg_le_elems((void *)src[n + 2 * i + 1], fg_tensor_nbytes(vt),
-                        fg_dtype_size(fg_tensor_dtype(vt)));
-        }
     }
     /* Pass 2: copy (only a device error can fail here). */
     fg_status ls = FG_OK;
