@@ -111,7 +111,8 @@ static int g_deterministic;
  * after test_deterministic every later test of a sanitizer run ran
  * deterministic before reset_modes. */
 static const char *const g_switches[] = {"FG_ATTN_BWD_WIDE", "FG_ATTN_DET_DQ",
-                                         "FG_ATTN_DET_COPIES", "FG_ATTN_KERNEL"};
+                                         "FG_ATTN_DET_COPIES", "FG_ATTN_KERNEL",
+                                         "FG_ATTN_FWD_EPI", "FG_ATTN_BWD_EPI"};
 
 static void params_for(const gcase *c, fg_attn_params *p, uint64_t seed)
 {
@@ -416,6 +417,67 @@ START_TEST(test_wide_d64)
         run_case(c, FG_FP16, 7600 + 10 * (uint64_t)_i + (uint64_t)narrow);
     }
     fgt_switch_restore("FG_ATTN_BWD_WIDE");
+}
+END_TEST
+
+/* The Hopper kernels' outputs through shared memory (FG_ATTN_FWD_EPI=1,
+ * FG_ATTN_BWD_EPI=1: O, dK and dV staged in the warps' rows of the Q and
+ * V tiles, wgmma_epilogue.cuh) against the fp64 reference: every padded
+ * head dim (d = 256's backward keeps its own epilogue), rows past Nq and
+ * Nk in the last tile, both layouts, GQA, causal, dropout, the wide
+ * d = 64 backward. */
+static const gcase epi_cases[] = {
+    /* B   Nq    Nk   H  Hk   d  causal bhsd  p */
+    {2, 65, 65, 4, 2, 128, 0, 0, 0.0},
+    {1, 200, 77, 2, 2, 64, 1, 1, 0.1},
+    {1, 77, 300, 2, 1, 40, 1, 0, 0.0},
+    {1, 1000, 1000, 2, 2, 96, 0, 1, 0.2},
+    {2, 129, 300, 4, 4, 256, 1, 0, 0.0},
+    {1, 1, 130, 2, 2, 128, 0, 0, 0.0},
+};
+
+static void epi_switches(int on)
+{
+    if (on) {
+        setenv("FG_ATTN_FWD_EPI", "1", 1);
+        setenv("FG_ATTN_BWD_EPI", "1", 1);
+    } else {
+        fgt_switch_restore("FG_ATTN_FWD_EPI");
+        fgt_switch_restore("FG_ATTN_BWD_EPI");
+    }
+}
+
+START_TEST(test_staged_epilogue)
+{
+    const gcase *c = &epi_cases[_i];
+    epi_switches(1);
+    run_case(c, FG_BF16, 7900 + (uint64_t)_i);
+    /* the same bits as from registers: O, dK, dV, m and l (dQ's sums
+     * arrive in any order) */
+    fgt_rng rng = fgt_rng_for(7950 + (uint64_t)_i);
+    double *in[4];
+    inputs_for(c, &rng, in);
+    fg_attn_params p;
+    params_for(c, &p, fgt_next(&rng));
+    outs reg, staged;
+    epi_switches(0);
+    gpu_run(c, FG_FP16, &p, in, &reg);
+    epi_switches(1);
+    gpu_run(c, FG_FP16, &p, in, &staged);
+    epi_switches(0);
+    const size_t nq = (size_t)(c->B * c->Nq * c->H * c->d);
+    const size_t nk = (size_t)(c->B * c->Nk * c->Hk * c->d);
+    const size_t ns = (size_t)(c->B * c->H * c->Nq);
+    const size_t n[4] = {nq, nq, nk, nk};
+    for (int i = 0; i < 4; i++)
+        if (i != 1)
+            ck_assert_msg(memcmp(reg.t[i], staged.t[i], n[i] * 8) == 0, "%s differs staged",
+                          names[i]);
+    ck_assert(memcmp(reg.m, staged.m, ns * 8) == 0 && memcmp(reg.l, staged.l, ns * 8) == 0);
+    outs_free(&reg);
+    outs_free(&staged);
+    for (int i = 0; i < 4; i++)
+        free(in[i]);
 }
 END_TEST
 
@@ -1093,6 +1155,7 @@ int main(void)
                             (int)(sizeof fast_cases / sizeof fast_cases[0]));
         tcase_add_loop_test(tc, test_fast_variants, 0,
                             (int)(sizeof fast_vcases / sizeof fast_vcases[0]));
+        tcase_add_loop_test(tc, test_staged_epilogue, 0, 3); /* the staging rows */
         tcase_add_loop_test(tc, test_fast_other_kernels, 0, 2);
         tcase_add_loop_test(tc, test_wide_d64, 0, 2);
         suite_add_tcase(s, tc);
@@ -1116,6 +1179,8 @@ int main(void)
     tcase_add_checked_fixture(tw, reset_modes, reset_modes);
     tcase_add_loop_test(tw, test_wide_d64, 0, (int)(sizeof wide_cases / sizeof wide_cases[0]));
     tcase_add_test(tw, test_wide_mask);
+    tcase_add_loop_test(tw, test_staged_epilogue, 0,
+                        (int)(sizeof epi_cases / sizeof epi_cases[0]));
     tcase_add_loop_test(tw, test_wide_variants, 0,
                         (int)(sizeof wide_vcases / sizeof wide_vcases[0]));
     suite_add_tcase(s, tw);

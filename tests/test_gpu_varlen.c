@@ -185,6 +185,19 @@ START_TEST(test_gpu_varlen_narrow)
 }
 END_TEST
 
+/* The Hopper kernels' outputs through shared memory (FG_ATTN_FWD_EPI=1,
+ * FG_ATTN_BWD_EPI=1; wgmma_epilogue.cuh) on packed and key-padded
+ * batches: a sequence's last tile stops at its own length. */
+START_TEST(test_gpu_varlen_staged)
+{
+    setenv("FG_ATTN_FWD_EPI", "1", 1);
+    setenv("FG_ATTN_BWD_EPI", "1", 1);
+    check_gpu(gpu_case(_i), 3900 + 10 * (uint64_t)_i);
+    fgt_switch_restore("FG_ATTN_FWD_EPI");
+    fgt_switch_restore("FG_ATTN_BWD_EPI");
+}
+END_TEST
+
 /* A one-token batch, and random lengths from the test seed. */
 START_TEST(test_gpu_varlen_random)
 {
@@ -240,7 +253,8 @@ END_TEST
 
 /* Kernel switches the tests set, restored around each test (test_util.h:
  * under CK_FORK=no a failed test would leave them set). */
-static const char *const g_switches[] = {"FG_ATTN_BWD_WIDE"};
+static const char *const g_switches[] = {"FG_ATTN_BWD_WIDE", "FG_ATTN_FWD_EPI",
+                                         "FG_ATTN_BWD_EPI"};
 
 int main(void)
 {
@@ -261,6 +275,7 @@ int main(void)
     tcase_add_test(tc, test_gpu_bad_offsets);
     tcase_add_loop_test(tc, test_gpu_varlen_narrow, 0,
                         fast ? 2 : (int)(sizeof narrow_cases / sizeof narrow_cases[0]));
+    tcase_add_loop_test(tc, test_gpu_varlen_staged, 0, fast ? 2 : N_GPU_CASES);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }

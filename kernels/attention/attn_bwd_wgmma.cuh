@@ -40,6 +40,7 @@
 #include "attn_kernels.h"
 #include "kernels/runtime/cuda_check.h"
 #include "tma_map.h"
+#include "wgmma_epilogue.cuh"
 #include "wgmma_sm90.cuh"
 
 #include <type_traits>
@@ -1097,8 +1098,24 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     }
     if (lane == 0)
         bulk_wait_all(); /* the staged dQ runs live in this block's shared memory */
-    /* Alg4 L.25: dK = scale * acc, dV; rows past Nk and padded d skipped. */
+    /* Alg4 L.25: dK = scale * acc, dV; rows past Nk and padded d skipped.
+     * With a.dkv_staged (d <= 128, 16-byte rows): through the warp's own 16
+     * rows of the V tile (read only by this warpgroup's dP^T products,
+     * all done: every warp of the warpgroup has issued its last dK
+     * product), dK then dV (wgmma_epilogue.cuh). */
     const float sc = (float)a.scale;
+    if constexpr (!Tile::kSplitD) {
+        if (a.dkv_staged && rows_vec16(a.dk) && rows_vec16(a.dv)) {
+            const int kr0 = key_base + 16 * warp;
+            const int nr = min(16, kvalid - kr0);
+            const unsigned char *vp = smem + (sV - base);
+            warp_rows_out<T, D>(dk, sc, sc, sV, vp, Bc * 128, (uint32_t)kr0,
+                                elem<T>(a.dk, b, j0 + kr0, hk), a.dk.ss, nr, a.d);
+            warp_rows_out<T, D>(dv, 1.f, 1.f, sV, vp, Bc * 128, (uint32_t)kr0,
+                                elem<T>(a.dv, b, j0 + kr0, hk), a.dv.ss, nr, a.d);
+            return;
+        }
+    }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int kr = key_base + 16 * warp + g + 8 * r;

@@ -163,9 +163,14 @@ fg_status attn_bwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, const void *ma
                                   cudaStream_t st)
 {
     const BwdMaps &m = *(const BwdMaps *)maps;
+    /* FG_ATTN_BWD_EPI=1: dK and dV through shared memory
+     * (AttnArgs::dkv_staged), opt-in until measured */
+    AttnArgs w = a;
+    const char *ep = getenv("FG_ATTN_BWD_EPI");
+    w.dkv_staged = ep && strcmp(ep, "1") == 0;
     if (dt == FG_BF16)
-        return launch_dim<__nv_bfloat16>(a, m, st);
-    return launch_dim<__half>(a, m, st);
+        return launch_dim<__nv_bfloat16>(w, m, st);
+    return launch_dim<__half>(w, m, st);
 }
 
 } /* namespace fg */

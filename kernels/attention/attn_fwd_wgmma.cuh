@@ -30,6 +30,7 @@
 #include "attn_kernels.h"
 #include "kernels/runtime/cuda_check.h"
 #include "tma_map.h"
+#include "wgmma_epilogue.cuh"
 #include "wgmma_sm90.cuh"
 
 namespace fg {
@@ -437,7 +438,11 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         wg_fence_regs(o);
     }
 
-    /* Epilogue: full row sums over the quad, O / l * 256/T, m and l. */
+    /* Epilogue: full row sums over the quad, O / l * 256/T, m and l; O
+     * from registers, or with a.o_staged through the warp's rows of the Q
+     * tile (wgmma_epilogue.cuh) */
+    const bool staged = a.o_staged && rows_vec16(a.o);
+    float inv_r[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         float l = l_part[r];
@@ -445,12 +450,13 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         const int64_t i = row_w + 8 * r;
         const float inv = l != 0.f ? (float)a.keep_scale / l : 0.f;
+        inv_r[r] = inv;
         if (i < a.Nq) {
             T *dst = elem<T>(a.o, b, i, h);
 #pragma unroll
             for (int n = 0; n < D / 8; n++) {
                 const int c = n * 8 + 2 * t4;
-                if (c < a.d)
+                if (c < a.d && !staged)
                     *reinterpret_cast<uint32_t *>(dst + c) =
                         pack2<T>(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
             }
@@ -462,6 +468,11 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             }
         }
     }
+    if (staged) /* the warp's own rows of the Q tile, dead since the last S */
+        warp_rows_out<T, D>(o, inv_r[0], inv_r[1], sQ, smem + (sQ - smem_u32(smem)), Br * 128,
+                            (uint32_t)(wg * 64 + warp * 16),
+                            elem<T>(a.o, b, i0 + wg * 64 + warp * 16, h), a.o.ss,
+                            (int)min((int64_t)16, a.Nq - (i0 + wg * 64 + warp * 16)), a.d);
 #endif
 }
 

@@ -117,7 +117,12 @@ bool attn_fwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st,
     const char *bt = getenv("FG_ATTN_BIAS_TMA");
     m.bias_tma = a.variant && a.bias && !(bt && strcmp(bt, "0") == 0) &&
                  make_bias_tmap(&m.bias, a, a.bias, a.bias_s, a.bias_f32, br);
-    *status = dt == FG_BF16 ? launch_dim<__nv_bfloat16>(a, m, st) : launch_dim<__half>(a, m, st);
+    /* FG_ATTN_FWD_EPI=1: O through shared memory (AttnArgs::o_staged),
+     * opt-in until measured */
+    AttnArgs w = a;
+    const char *ep = getenv("FG_ATTN_FWD_EPI");
+    w.o_staged = ep && strcmp(ep, "1") == 0;
+    *status = dt == FG_BF16 ? launch_dim<__nv_bfloat16>(w, m, st) : launch_dim<__half>(w, m, st);
     return true;
 }
 

@@ -111,6 +111,10 @@ struct AttnArgs {
      * each tile's chain of turns is that many times shorter, and
      * attn_bwd_write_dq* sums the copies in order. */
     int dq_copies;
+    /* The wgmma kernels' outputs through shared memory in 16-byte stores
+     * (wgmma_epilogue.cuh): O in the forward (FG_ATTN_FWD_EPI=1), dK and
+     * dV in the backward at d <= 128 (FG_ATTN_BWD_EPI=1). */
+    int o_staged, dkv_staged;
     int B, Nq, Nk, H, Hk, d, group;
     int64_t shift;        /* i' = i + shift (Nk - Nq bottom-right, 0 top-left) */
     int causal;           /* plain causal: the fast kernels' kCausal */
