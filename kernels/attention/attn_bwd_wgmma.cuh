@@ -1097,7 +1097,11 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         }
     }
     if (lane == 0)
-        bulk_wait_all(); /* the staged dQ runs live in this block's shared memory */
+        /* the staged dQ runs live in this block's shared memory: they must
+         * have been read before it exits; the adds themselves complete
+         * with the grid (as CUTLASS's TMA-store epilogues rely on), so no
+         * wait for the L2's acknowledgements at the end of every block */
+        bulk_wait_read<0>();
     /* Alg4 L.25: dK = scale * acc, dV; rows past Nk and padded d skipped.
      * With a.dkv_staged (d <= 128, 16-byte rows): through the warp's own 16
      * rows of the V tile (read only by this warpgroup's dP^T products,
