@@ -37,6 +37,12 @@
 #                samples per SASS instruction); clocks untouched; NAME is
 #                the module's, plus -FG_NCU_TAG when set (several kernels
 #                in one call: FG_NCU_TAG=bwd ... ncu, then FG_NCU_TAG=fwd)
+#   ktimes       each attention kernel of one forward and backward of each
+#                cell (FG_KT_CELLS, ';'-separated, default "--d 128 --N
+#                1024 --causal 0"; FG_KT_ENV="VAR=v ..." for the runs):
+#                ncu's duration and DRAM bytes read / written per kernel
+#                (--cache-control none, clocks untouched), to say where a
+#                call's time goes; $OUT/ktimes.txt
 #   suites       every GPU suite at once (make -j check), one line each;
 #                FG_SUITES="ops train" runs only test_gpu_ops, test_gpu_train;
 #                FG_CK_CASE=NAME only that Check test case of each
@@ -196,6 +202,36 @@ cells() {
                 done
             done
         done
+    done
+}
+
+ktimes() {
+    local cell cl
+    log "ktimes: attention kernels of $B, one call each"
+    IFS=';' read -ra cl <<<"${FG_KT_CELLS:---d 128 --N 1024 --causal 0}"
+    : >"$OUT/ktimes.txt"
+    for cell in "${cl[@]}"; do
+        echo "-- $cell${FG_KT_ENV:+ [$FG_KT_ENV]}" | tee -a "$OUT/ktimes.txt"
+        # shellcheck disable=SC2086 # a cell, an environment: words
+        env ${FG_KT_ENV:-} timeout 180 ncu --clock-control none --cache-control none \
+            -k "regex:attn_" --csv --page raw \
+            --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+            "$B/bench/bench_attention" $cell --reps 3 >"$W/ktimes.csv" 2>&1 ||
+            { echo "ncu failed"; tail -n 5 "$W/ktimes.csv"; continue; }
+        grep -E '^"' "$W/ktimes.csv" | python3 -c '
+import csv, sys
+rows = list(csv.reader(sys.stdin))
+head, units = rows[0], rows[1]
+ks = ["gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum"]
+scale = {"ns": 1e-3, "us": 1, "usecond": 1, "msecond": 1e3, "byte": 1e-6, "Kbyte": 1e-3,
+         "Mbyte": 1, "Gbyte": 1e3}
+last = {}  # each kernel: its last launch (the last call, after the warm-ups)
+for i, r in enumerate(rows[2:]):
+    last[r[head.index("Kernel Name")]] = (i, dict(zip(head, r)))
+for _, r in sorted(last.values(), key=lambda x: x[0]):
+    v = [float(r[k].replace(",", "")) * scale.get(units[head.index(k)], 1) for k in ks]
+    print("%-44s %9.1f us  read %8.1f MB  written %8.1f MB" % (r["Kernel Name"][:44], *v))
+' | tee -a "$OUT/ktimes.txt"
     done
 }
 
@@ -595,7 +631,7 @@ rings() {
 
 for ph in "$@"; do # every phase known before any runs
     case $ph in
-    san:?* | build | buildref | modules | cells | ncu | suites | sweep | variants | det | detsan | bias | modes | torch | train | quality | trainab | batches | gemms | benchab | dpspeed | dpeq | rings) ;;
+    san:?* | build | buildref | modules | cells | ncu | ktimes | suites | sweep | variants | det | detsan | bias | modes | torch | train | quality | trainab | batches | gemms | benchab | dpspeed | dpeq | rings) ;;
     *) echo "gpu-phases.sh: unknown phase '$ph'" >&2; exit 2 ;;
     esac
 done
