@@ -19,14 +19,6 @@
 
 namespace fg {
 
-/* 16-byte accesses of a 2-byte operand (the callers' sizeof(T) == 2): the
- * base and every stride a multiple of 8 elements (rows then start 16-byte
- * aligned). */
-__host__ __forceinline__ bool vec16_ok(const Operand &t)
-{
-    return ((uintptr_t)t.ptr & 15) == 0 && t.sb % 8 == 0 && t.ss % 8 == 0 && t.sh % 8 == 0;
-}
-
 /* One lane's share of rowsum(dO * O) over a row of d (d % 8 == 0) 2-byte
  * elements, 8 lanes a row: lane's 16-byte pieces lane, lane + 8, ... of
  * O and dO (none unless on). The row's sum is the 8 lanes' shuffle sum. */

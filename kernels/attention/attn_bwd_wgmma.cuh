@@ -1109,7 +1109,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * product), dK then dV (wgmma_epilogue.cuh). */
     const float sc = (float)a.scale;
     if constexpr (!Tile::kSplitD) {
-        if (a.dkv_staged && rows_vec16(a.dk) && rows_vec16(a.dv)) {
+        if (a.dkv_staged) { /* set only for 16-byte rows (vec16_ok) */
             const int kr0 = key_base + 16 * warp;
             const int nr = min(16, kvalid - kr0);
             const unsigned char *vp = smem + (sV - base);

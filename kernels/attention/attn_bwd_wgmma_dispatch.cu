@@ -164,10 +164,11 @@ fg_status attn_bwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, const void *ma
 {
     const BwdMaps &m = *(const BwdMaps *)maps;
     /* FG_ATTN_BWD_EPI=1: dK and dV through shared memory
-     * (AttnArgs::dkv_staged), opt-in until measured */
+     * (AttnArgs::dkv_staged; the kernels at d <= 128), opt-in until
+     * measured, where every row of dK and dV starts 16-byte aligned */
     AttnArgs w = a;
     const char *ep = getenv("FG_ATTN_BWD_EPI");
-    w.dkv_staged = ep && strcmp(ep, "1") == 0;
+    w.dkv_staged = ep && strcmp(ep, "1") == 0 && vec16_ok(a.dk) && vec16_ok(a.dv);
     if (dt == FG_BF16)
         return launch_dim<__nv_bfloat16>(w, m, st);
     return launch_dim<__half>(w, m, st);

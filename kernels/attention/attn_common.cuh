@@ -14,6 +14,14 @@
 
 namespace fg {
 
+/* 16-byte accesses of a 2-byte operand (the callers' sizeof(T) == 2): the
+ * base and every stride a multiple of 8 elements (rows then start 16-byte
+ * aligned). */
+__host__ __forceinline__ bool vec16_ok(const Operand &t)
+{
+    return ((uintptr_t)t.ptr & 15) == 0 && t.sb % 8 == 0 && t.ss % 8 == 0 && t.sh % 8 == 0;
+}
+
 template <typename T>
 __device__ __forceinline__ T *elem(const Operand &t, int64_t b, int64_t s,
                                    int64_t h)

@@ -441,7 +441,7 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     /* Epilogue: full row sums over the quad, O / l * 256/T, m and l; O
      * from registers, or with a.o_staged through the warp's rows of the Q
      * tile (wgmma_epilogue.cuh) */
-    const bool staged = a.o_staged && rows_vec16(a.o);
+    const bool staged = a.o_staged; /* set only for 16-byte rows (vec16_ok) */
     float inv_r[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {

@@ -118,10 +118,10 @@ bool attn_fwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st,
     m.bias_tma = a.variant && a.bias && !(bt && strcmp(bt, "0") == 0) &&
                  make_bias_tmap(&m.bias, a, a.bias, a.bias_s, a.bias_f32, br);
     /* FG_ATTN_FWD_EPI=1: O through shared memory (AttnArgs::o_staged),
-     * opt-in until measured */
+     * opt-in until measured, where every row of O starts 16-byte aligned */
     AttnArgs w = a;
     const char *ep = getenv("FG_ATTN_FWD_EPI");
-    w.o_staged = ep && strcmp(ep, "1") == 0;
+    w.o_staged = ep && strcmp(ep, "1") == 0 && vec16_ok(a.o);
     *status = dt == FG_BF16 ? launch_dim<__nv_bfloat16>(w, m, st) : launch_dim<__half>(w, m, st);
     return true;
 }

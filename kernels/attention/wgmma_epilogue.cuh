@@ -20,16 +20,10 @@
 
 namespace fg {
 
-/* Can a 16-byte store reach every row start of t? */
-__device__ __forceinline__ bool rows_vec16(const Operand &t)
-{
-    return ((uintptr_t)t.ptr & 15) == 0 && ((t.sb | t.ss | t.sh) & 7) == 0;
-}
-
 /* The warp's accumulator rows (acc[4n + 2r], acc[4n + 2r + 1]: row g + 8r,
  * columns 8n + 2 t4 and + 1, for lane 4 g + t4), scaled by s0 (rows g)
  * and s1 (rows g + 8), to dst rows 0..15 (dst = row 0, rstride elements
- * between rows, 16-byte aligned: rows_vec16). The staging rows: trow ..
+ * between rows, 16-byte aligned: vec16_ok, checked by the dispatch). The staging rows: trow ..
  * trow + 15 of a shared tile in the TMA 128-byte-swizzle layout (64-column
  * panels `panel` bytes apart, 128-byte rows, 16-byte chunk c of row w at
  * c ^ (w % 8)), so neither the stmatrix nor the reads conflict; tile is
