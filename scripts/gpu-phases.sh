@@ -65,6 +65,13 @@
 #   torch        bench/compare_torch.py --quick (FG_TORCH_ARGS), likewise;
 #                scripts/torch-table.py turns $OUT/torch.txt into the
 #                markdown table of doc/performance.md
+#   envs         bench/compare_env.py: the build's attention under each
+#                setting of FG_ENVS (';'-separated, e.g. "FG_ATTN_BWD_EPI=0";
+#                the default always first) in one process, with cuDNN,
+#                over FG_ENV_CELLS ("d,N,causal;...", default d 128 N 1k,
+#                2k, 8k), FG_ENV_ARGS more options (--dropout 0.1); run
+#                twice, the second time in the reverse order (the side
+#                timed first in a round can gain ~5%); $OUT/envs.txt
 #   bias         compare_variants.py --bias-only: the default (the bias
 #                by TMA where it applies), then the per-element path
 #                (FG_ATTN_BIAS_TMA=0), twice, interleaved
@@ -389,6 +396,25 @@ bias() {
 # FG_MODES_ARGS: more options, e.g. "--d 64 --N 2048"
 # shellcheck disable=SC2086
 modes() { log modes; bench modes compare_modes.py --rounds 2 ${FG_MODES_ARGS:-}; }
+envs() {
+    log "compare_env: ${FG_ENVS:-} over ${FG_ENV_CELLS:-d 128 N 1k 2k 8k}"
+    local e i es=() fwd=() rev=()
+    IFS=';' read -ra es <<<"${FG_ENVS:-}"
+    fwd=(--env "")
+    for e in "${es[@]}"; do fwd+=(--env "$e"); done
+    for ((i = ${#es[@]} - 1; i >= 0; i--)); do rev+=(--env "${es[i]}"); done
+    rev+=(--env "")
+    : >"$OUT/envs.txt"
+    for i in 0 1; do
+        local order=("${fwd[@]}")
+        [ "$i" = 1 ] && order=("${rev[@]}")
+        # shellcheck disable=SC2086 # FG_ENV_ARGS: options, words
+        (cd "$K/src" && timeout 280 python3 bench/compare_env.py \
+            --lib "$B/libflashgrad-bench.so" "${order[@]}" \
+            --cells "${FG_ENV_CELLS:-128,1024,0;128,2048,0;128,8192,0}" \
+            ${FG_ENV_ARGS:-} 2>&1 | tee -a "$OUT/envs.txt")
+    done
+}
 torch() {
     log "compare_torch ${FG_TORCH_ARGS:---quick}"
     # shellcheck disable=SC2086
@@ -631,7 +657,7 @@ rings() {
 
 for ph in "$@"; do # every phase known before any runs
     case $ph in
-    san:?* | build | buildref | modules | cells | ncu | ktimes | suites | sweep | variants | det | detsan | bias | modes | torch | train | quality | trainab | batches | gemms | benchab | dpspeed | dpeq | rings) ;;
+    san:?* | build | buildref | modules | cells | ncu | ktimes | suites | sweep | variants | det | detsan | bias | modes | envs | torch | train | quality | trainab | batches | gemms | benchab | dpspeed | dpeq | rings) ;;
     *) echo "gpu-phases.sh: unknown phase '$ph'" >&2; exit 2 ;;
     esac
 done

@@ -420,12 +420,13 @@ START_TEST(test_wide_d64)
 }
 END_TEST
 
-/* The Hopper kernels' outputs through shared memory (FG_ATTN_FWD_EPI=1,
- * FG_ATTN_BWD_EPI=1: O, dK and dV staged in the warps' rows of the Q and
- * V tiles, wgmma_epilogue.cuh) against the fp64 reference: every padded
- * head dim (d = 256's backward keeps its own epilogue), rows past Nq and
- * Nk in the last tile, both layouts, GQA, causal, dropout, the wide
- * d = 64 backward. */
+/* The Hopper kernels' two epilogues: O, dK and dV through shared memory
+ * (the default: staged in the warps' rows of the Q and V tiles,
+ * wgmma_epilogue.cuh) and from registers (FG_ATTN_FWD_EPI=0,
+ * FG_ATTN_BWD_EPI=0), each against the fp64 reference, and bitwise equal
+ * to each other: every padded head dim (d = 256's backward keeps its own
+ * epilogue), rows past Nq and Nk in the last tile, both layouts, GQA,
+ * causal, dropout, the wide d = 64 backward. */
 static const gcase epi_cases[] = {
     /* B   Nq    Nk   H  Hk   d  causal bhsd  p */
     {2, 65, 65, 4, 2, 128, 0, 0, 0.0},
@@ -436,14 +437,15 @@ static const gcase epi_cases[] = {
     {1, 1, 130, 2, 2, 128, 0, 0, 0.0},
 };
 
-static void epi_switches(int on)
+/* staged 1: through shared memory, 0: from registers; -1: as before the test */
+static void epi_switches(int staged)
 {
-    if (on) {
-        setenv("FG_ATTN_FWD_EPI", "1", 1);
-        setenv("FG_ATTN_BWD_EPI", "1", 1);
-    } else {
+    if (staged < 0) {
         fgt_switch_restore("FG_ATTN_FWD_EPI");
         fgt_switch_restore("FG_ATTN_BWD_EPI");
+    } else {
+        setenv("FG_ATTN_FWD_EPI", staged ? "1" : "0", 1);
+        setenv("FG_ATTN_BWD_EPI", staged ? "1" : "0", 1);
     }
 }
 
@@ -451,6 +453,8 @@ START_TEST(test_staged_epilogue)
 {
     const gcase *c = &epi_cases[_i];
     epi_switches(1);
+    run_case(c, FG_BF16, 7900 + (uint64_t)_i);
+    epi_switches(0);
     run_case(c, FG_BF16, 7900 + (uint64_t)_i);
     /* the same bits as from registers: O, dK, dV, m and l (dQ's sums
      * arrive in any order) */
@@ -464,7 +468,7 @@ START_TEST(test_staged_epilogue)
     gpu_run(c, FG_FP16, &p, in, &reg);
     epi_switches(1);
     gpu_run(c, FG_FP16, &p, in, &staged);
-    epi_switches(0);
+    epi_switches(-1);
     const size_t nq = (size_t)(c->B * c->Nq * c->H * c->d);
     const size_t nk = (size_t)(c->B * c->Nk * c->Hk * c->d);
     const size_t ns = (size_t)(c->B * c->H * c->Nq);

@@ -239,8 +239,6 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         tma_tile(sK, &tmK, bar_kv, Bc, Bc, k_row0 + j0, hk);
         tma_tile(sV, &tmV, bar_kv, Bc, Bc, k_row0 + j0, hk);
     };
-    if (!kSpec && threadIdx.x == 0)
-        load_kv();
 
     /* The (head, query block) steps (QuerySteps, attn_common.cuh). */
     constexpr bool kCausal = kMode == 1, kMasked = kMode >= 2;
@@ -253,6 +251,11 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * counter and the Q_i / dO_i buffer descriptors built from it (a
      * 64-bit vector add and two R2UR per wgmma). */
     const int64_t total = __shfl_sync(0xffffffffu, (long long)steps.total, 0);
+    /* K_j, V_j only for a block with steps, as the producer does: one
+     * without would exit with the load still writing its shared memory
+     * (split d, the only kernel here, keeps the register epilogue) */
+    if (!kSpec && total > 0 && threadIdx.x == 0)
+        load_kv();
     /* Step st -> its head gh, first query row i0 and whether it is dead. */
     auto locate = [&](int64_t st, int &gh, int64_t &i0, bool &dead) {
         dead = steps.locate(a, b, hk, j0, Bc, Br, st, &gh, &i0) && kMasked;

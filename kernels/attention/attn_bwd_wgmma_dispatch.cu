@@ -163,12 +163,13 @@ fg_status attn_bwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, const void *ma
                                   cudaStream_t st)
 {
     const BwdMaps &m = *(const BwdMaps *)maps;
-    /* FG_ATTN_BWD_EPI=1: dK and dV through shared memory
-     * (AttnArgs::dkv_staged; the kernels at d <= 128), opt-in until
-     * measured, where every row of dK and dV starts 16-byte aligned */
+    /* dK and dV through shared memory (AttnArgs::dkv_staged; the kernels
+     * at d <= 128) where every row of dK and dV starts 16-byte aligned
+     * (session 34, H200, d = 128: +5-8% at N <= 2k, even at 8k);
+     * FG_ATTN_BWD_EPI=0: from registers (tests, comparisons) */
     AttnArgs w = a;
     const char *ep = getenv("FG_ATTN_BWD_EPI");
-    w.dkv_staged = ep && strcmp(ep, "1") == 0 && vec16_ok(a.dk) && vec16_ok(a.dv);
+    w.dkv_staged = !(ep && strcmp(ep, "0") == 0) && vec16_ok(a.dk) && vec16_ok(a.dv);
     if (dt == FG_BF16)
         return launch_dim<__nv_bfloat16>(w, m, st);
     return launch_dim<__half>(w, m, st);

@@ -189,11 +189,13 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         named_arrive(1, 256);
     /* Stage K_0 (with Q); iteration j then loads K_{j+1} and V_j, so the
      * V block a P V product reads lags its K block by one. */
-    if (!kSpec && threadIdx.x == 0) {
+    /* Q only for a block with key blocks (as the producer above): one
+     * without writes its zero O through the Q tile (a.o_staged), which a
+     * load still in flight would overwrite */
+    if (!kSpec && threadIdx.x == 0 && nblocks > 0) {
         tma_tile(sQ, &tmQ, barQ, Br, q_row0 + i0, h);
-        if (nblocks > 0)
-            tma_tile(sK0, &tmK, barK, Bc, k_row0 + walk.start(0), hk);
-        if (btma && nblocks > 0)
+        tma_tile(sK0, &tmK, barK, Bc, k_row0 + walk.start(0), hk);
+        if (btma)
             tma_bias(0);
     }
 

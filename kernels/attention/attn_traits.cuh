@@ -112,9 +112,9 @@ struct AttnArgs {
      * attn_bwd_write_dq* sums the copies in order. */
     int dq_copies;
     /* The wgmma kernels' outputs through shared memory in 16-byte stores
-     * (wgmma_epilogue.cuh): O in the forward (FG_ATTN_FWD_EPI=1), dK and
-     * dV in the backward at d <= 128 (FG_ATTN_BWD_EPI=1); the dispatch
-     * sets them only where every output row starts 16-byte aligned. */
+     * (wgmma_epilogue.cuh): O in the forward, dK and dV in the backward
+     * at d <= 128; the dispatch sets them where every output row starts
+     * 16-byte aligned, unless FG_ATTN_FWD_EPI=0 / FG_ATTN_BWD_EPI=0. */
     int o_staged, dkv_staged;
     int B, Nq, Nk, H, Hk, d, group;
     int64_t shift;        /* i' = i + shift (Nk - Nq bottom-right, 0 top-left) */

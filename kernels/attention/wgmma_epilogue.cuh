@@ -8,8 +8,8 @@
  * 16 bytes: a warp instruction touches 8 sectors half full, and a d = 128
  * block's 32 (forward) or 64 (backward) such stores a thread go through
  * the L1 eight wavefronts each. Staged, a warp instruction stores two
- * 256-byte rows. Opt-in while it is measured (FG_ATTN_FWD_EPI=1,
- * FG_ATTN_BWD_EPI=1). */
+ * 256-byte rows. The default where rows are 16-byte aligned
+ * (FG_ATTN_FWD_EPI=0 / FG_ATTN_BWD_EPI=0: from registers). */
 #ifndef FG_KERNELS_WGMMA_EPILOGUE_CUH
 #define FG_KERNELS_WGMMA_EPILOGUE_CUH
 

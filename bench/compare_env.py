@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""bench/compare_env.py - flashgrad's attention under several environment
+settings (the library's FG_* switches, read at each call) in one process:
+an A/B of a switch without a process start per cell, which on a GPU
+machine costs seconds and lets the clocks drift between the sides.
+
+Method: compare_torch.py's (bench/fg_ctypes.py): standard-normal [B, N, H, d]
+inputs, 16k tokens, hidden 2048; each setting warmed up, then `--reps`
+calls timed with CUDA events per round, `--rounds` interleaved rounds, the
+best round median; cuDNN (SDPA) beside them as a control, same cell.
+
+    python3 bench/compare_env.py --lib .libs/libflashgrad.so \\
+        --env "" --env "FG_ATTN_FWD_EPI=1 FG_ATTN_BWD_EPI=1" \\
+        --cells "128,2048,0;64,1024,0" [--dropout 0.1] [--rounds 5]
+"""
+import argparse
+import os
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from fg_ctypes import Flashgrad, best_times, buffers
+
+
+def with_env(setting, fn):
+    """fn run with the words VAR=v of setting in the environment, restored after."""
+    kv = dict(w.split("=", 1) for w in setting.split())
+
+    def run():
+        saved = {k: os.environ.get(k) for k in kv}
+        os.environ.update(kv)
+        try:
+            fn()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    del os.environ[k]
+                else:
+                    os.environ[k] = v
+    return run
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", default=".libs/libflashgrad.so")
+    ap.add_argument("--env", action="append", default=None,
+                    help="a setting, 'VAR=v VAR2=w' ('' = as is); repeat")
+    ap.add_argument("--cells", default="128,2048,0;128,8192,0",
+                    help="d,N,causal cells separated by ';'")
+    ap.add_argument("--dropout", type=float, default=0.0)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--no-cudnn", action="store_true")
+    args = ap.parse_args()
+    envs = args.env or [""]
+    fg = Flashgrad(args.lib)
+    print(f"{torch.cuda.get_device_name()}, bf16, 16k tokens, hidden 2048, "
+          f"dropout {args.dropout}; TFLOP/s fwd/bwd, best of {args.rounds} "
+          f"interleaved round medians")
+    for c in args.cells.split(";"):
+        d, n, causal = (int(x) for x in c.split(","))
+        B, H = 16384 // n, 2048 // d
+        (q, k, v, g), (o, dq, dk, dv), m, l = buffers(B, n, H, d)
+        p = fg.params(B, n, H, d)
+        p.causal, p.dropout_p, p.seed, p.offset = causal, args.dropout, 1234, 0
+        pairs = {}
+        for e in envs:
+            pairs[e or "(as is)"] = (
+                with_env(e, lambda: fg.fwd(p, q, k, v, o, m, l)),
+                with_env(e, lambda: fg.bwd(p, q, k, v, o, g, m, l, dq, dk, dv)))
+        if not args.no_cudnn:
+            qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
+            gt, out = g.transpose(1, 2), {}
+
+            def cf():
+                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                    out["o"] = F.scaled_dot_product_attention(
+                        qt, kt, vt, is_causal=bool(causal), dropout_p=args.dropout)
+
+            def cb():
+                out["o"].backward(gt)
+                qt.grad = kt.grad = vt.grad = None
+            pairs["cudnn"] = (cf, cb)
+        for f, b in pairs.values():  # warm-up
+            f()
+            b()
+        torch.cuda.synchronize()
+        best = best_times(pairs, args.rounds, args.reps)
+        fl = 4.0 * B * H * n * n * d / (2 if causal else 1)
+        line = f"d {d:3} N {n:5} causal {causal}:"
+        for who, (tf, tb) in best.items():
+            line += f"  {who} {fl / tf / 1e9:5.1f}/{2.5 * fl / tb / 1e9:5.1f}"
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
