@@ -112,7 +112,8 @@ static int g_deterministic;
  * deterministic before reset_modes. */
 static const char *const g_switches[] = {"FG_ATTN_BWD_WIDE", "FG_ATTN_DET_DQ",
                                          "FG_ATTN_DET_COPIES", "FG_ATTN_KERNEL",
-                                         "FG_ATTN_FWD_EPI", "FG_ATTN_BWD_EPI"};
+                                         "FG_ATTN_FWD_EPI", "FG_ATTN_BWD_EPI",
+                                         "FG_ATTN_PASS_REV"};
 
 static void params_for(const gcase *c, fg_attn_params *p, uint64_t seed)
 {
@@ -449,6 +450,37 @@ static void epi_switches(int staged)
     }
 }
 
+/* Case c in fp16 (inputs from seed) under set(0) and set(1), a switch's
+ * two settings: O, dK, dV, m, l and, when with_dq (dQ's sums arrive in any
+ * order unless deterministic), dQ bitwise the same. set(1) stays. */
+static void same_bits(const gcase *c, uint64_t seed, void (*set)(int), int with_dq,
+                      const char *what)
+{
+    fgt_rng rng = fgt_rng_for(seed);
+    double *in[4];
+    inputs_for(c, &rng, in);
+    fg_attn_params p;
+    params_for(c, &p, fgt_next(&rng));
+    outs off, on;
+    set(0);
+    gpu_run(c, FG_FP16, &p, in, &off);
+    set(1);
+    gpu_run(c, FG_FP16, &p, in, &on);
+    const size_t nq = (size_t)(c->B * c->Nq * c->H * c->d);
+    const size_t nk = (size_t)(c->B * c->Nk * c->Hk * c->d);
+    const size_t ns = (size_t)(c->B * c->H * c->Nq);
+    const size_t n[4] = {nq, nq, nk, nk};
+    for (int i = 0; i < 4; i++)
+        if (i != 1 || with_dq)
+            ck_assert_msg(memcmp(off.t[i], on.t[i], n[i] * 8) == 0, "%s differs %s", names[i],
+                          what);
+    ck_assert(memcmp(off.m, on.m, ns * 8) == 0 && memcmp(off.l, on.l, ns * 8) == 0);
+    outs_free(&off);
+    outs_free(&on);
+    for (int i = 0; i < 4; i++)
+        free(in[i]);
+}
+
 START_TEST(test_staged_epilogue)
 {
     const gcase *c = &epi_cases[_i];
@@ -456,32 +488,32 @@ START_TEST(test_staged_epilogue)
     run_case(c, FG_BF16, 7900 + (uint64_t)_i);
     epi_switches(0);
     run_case(c, FG_BF16, 7900 + (uint64_t)_i);
-    /* the same bits as from registers: O, dK, dV, m and l (dQ's sums
-     * arrive in any order) */
-    fgt_rng rng = fgt_rng_for(7950 + (uint64_t)_i);
-    double *in[4];
-    inputs_for(c, &rng, in);
-    fg_attn_params p;
-    params_for(c, &p, fgt_next(&rng));
-    outs reg, staged;
-    epi_switches(0);
-    gpu_run(c, FG_FP16, &p, in, &reg);
-    epi_switches(1);
-    gpu_run(c, FG_FP16, &p, in, &staged);
+    same_bits(c, 7950 + (uint64_t)_i, epi_switches, 0, "staged");
     epi_switches(-1);
-    const size_t nq = (size_t)(c->B * c->Nq * c->H * c->d);
-    const size_t nk = (size_t)(c->B * c->Nk * c->Hk * c->d);
-    const size_t ns = (size_t)(c->B * c->H * c->Nq);
-    const size_t n[4] = {nq, nq, nk, nk};
-    for (int i = 0; i < 4; i++)
-        if (i != 1)
-            ck_assert_msg(memcmp(reg.t[i], staged.t[i], n[i] * 8) == 0, "%s differs staged",
-                          names[i]);
-    ck_assert(memcmp(reg.m, staged.m, ns * 8) == 0 && memcmp(reg.l, staged.l, ns * 8) == 0);
-    outs_free(&reg);
-    outs_free(&staged);
-    for (int i = 0; i < 4; i++)
-        free(in[i]);
+}
+END_TEST
+
+/* The dense backward's tiled passes (prologue, dQ conversion) over the
+ * (batch, head) pairs from the last (FG_ATTN_PASS_REV=1): against the
+ * fp64 reference, and in deterministic mode every output bitwise the same
+ * as in the natural order (only the order of independent tiles moves). */
+static const gcase rev_cases[] = {
+    /* B   Nq   Nk  H  Hk   d  causal bhsd  p */
+    {3, 300, 300, 2, 2, 64, 1, 1, 0.1},
+    {2, 65, 65, 4, 2, 128, 0, 0, 0.0},
+};
+
+static void rev_switch(int on) { setenv("FG_ATTN_PASS_REV", on ? "1" : "0", 1); }
+
+START_TEST(test_pass_rev)
+{
+    const gcase *c = &rev_cases[_i];
+    rev_switch(1);
+    run_case(c, FG_BF16, 7960 + (uint64_t)_i);
+    g_deterministic = 1;
+    same_bits(c, 7970 + (uint64_t)_i, rev_switch, 1, "with the passes reversed");
+    g_deterministic = 0;
+    fgt_switch_restore("FG_ATTN_PASS_REV");
 }
 END_TEST
 
@@ -1160,6 +1192,7 @@ int main(void)
         tcase_add_loop_test(tc, test_fast_variants, 0,
                             (int)(sizeof fast_vcases / sizeof fast_vcases[0]));
         tcase_add_loop_test(tc, test_staged_epilogue, 0, 3); /* the staging rows */
+        tcase_add_loop_test(tc, test_pass_rev, 0, 1);
         tcase_add_loop_test(tc, test_fast_other_kernels, 0, 2);
         tcase_add_loop_test(tc, test_wide_d64, 0, 2);
         suite_add_tcase(s, tc);
@@ -1185,6 +1218,7 @@ int main(void)
     tcase_add_test(tw, test_wide_mask);
     tcase_add_loop_test(tw, test_staged_epilogue, 0,
                         (int)(sizeof epi_cases / sizeof epi_cases[0]));
+    tcase_add_loop_test(tw, test_pass_rev, 0, (int)(sizeof rev_cases / sizeof rev_cases[0]));
     tcase_add_loop_test(tw, test_wide_variants, 0,
                         (int)(sizeof wide_vcases / sizeof wide_vcases[0]));
     suite_add_tcase(s, tw);
