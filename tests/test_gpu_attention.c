@@ -113,7 +113,7 @@ static int g_deterministic;
 static const char *const g_switches[] = {"FG_ATTN_BWD_WIDE", "FG_ATTN_DET_DQ",
                                          "FG_ATTN_DET_COPIES", "FG_ATTN_KERNEL",
                                          "FG_ATTN_FWD_EPI", "FG_ATTN_BWD_EPI",
-                                         "FG_ATTN_PASS_REV"};
+                                         "FG_ATTN_PASS_REV", "FG_ATTN_DQ_WAIT_LATE"};
 
 static void params_for(const gcase *c, fg_attn_params *p, uint64_t seed)
 {
@@ -493,27 +493,33 @@ START_TEST(test_staged_epilogue)
 }
 END_TEST
 
-/* The dense backward's tiled passes (prologue, dQ conversion) over the
- * (batch, head) pairs from the last (FG_ATTN_PASS_REV=1): against the
+/* Switches that only move work in time: the dense backward's tiled passes
+ * (prologue, dQ conversion) over the (batch, head) pairs from the last
+ * (FG_ATTN_PASS_REV=1), the Hopper backward's last wait for its dQ
+ * reduces after the dK / dV stores (FG_ATTN_DQ_WAIT_LATE=1). Against the
  * fp64 reference, and in deterministic mode every output bitwise the same
- * as in the natural order (only the order of independent tiles moves). */
+ * as without. */
+static const char *const order_switches[] = {"FG_ATTN_PASS_REV", "FG_ATTN_DQ_WAIT_LATE"};
+static const char *g_order_switch;
 static const gcase rev_cases[] = {
     /* B   Nq   Nk  H  Hk   d  causal bhsd  p */
     {3, 300, 300, 2, 2, 64, 1, 1, 0.1},
     {2, 65, 65, 4, 2, 128, 0, 0, 0.0},
 };
 
-static void rev_switch(int on) { setenv("FG_ATTN_PASS_REV", on ? "1" : "0", 1); }
+static void order_switch(int on) { setenv(g_order_switch, on ? "1" : "0", 1); }
 
-START_TEST(test_pass_rev)
+/* _i: switch _i / 2, case _i % 2 */
+START_TEST(test_order_switches)
 {
-    const gcase *c = &rev_cases[_i];
-    rev_switch(1);
+    const gcase *c = &rev_cases[_i % 2];
+    g_order_switch = order_switches[_i / 2];
+    order_switch(1);
     run_case(c, FG_BF16, 7960 + (uint64_t)_i);
     g_deterministic = 1;
-    same_bits(c, 7970 + (uint64_t)_i, rev_switch, 1, "with the passes reversed");
+    same_bits(c, 7970 + (uint64_t)_i, order_switch, 1, g_order_switch);
     g_deterministic = 0;
-    fgt_switch_restore("FG_ATTN_PASS_REV");
+    fgt_switch_restore(g_order_switch);
 }
 END_TEST
 
@@ -1192,7 +1198,7 @@ int main(void)
         tcase_add_loop_test(tc, test_fast_variants, 0,
                             (int)(sizeof fast_vcases / sizeof fast_vcases[0]));
         tcase_add_loop_test(tc, test_staged_epilogue, 0, 3); /* the staging rows */
-        tcase_add_loop_test(tc, test_pass_rev, 0, 1);
+        tcase_add_loop_test(tc, test_order_switches, 0, 4);
         tcase_add_loop_test(tc, test_fast_other_kernels, 0, 2);
         tcase_add_loop_test(tc, test_wide_d64, 0, 2);
         suite_add_tcase(s, tc);
@@ -1218,7 +1224,7 @@ int main(void)
     tcase_add_test(tw, test_wide_mask);
     tcase_add_loop_test(tw, test_staged_epilogue, 0,
                         (int)(sizeof epi_cases / sizeof epi_cases[0]));
-    tcase_add_loop_test(tw, test_pass_rev, 0, (int)(sizeof rev_cases / sizeof rev_cases[0]));
+    tcase_add_loop_test(tw, test_order_switches, 0, 4);
     tcase_add_loop_test(tw, test_wide_variants, 0,
                         (int)(sizeof wide_vcases / sizeof wide_vcases[0]));
     suite_add_tcase(s, tw);

@@ -1099,11 +1099,16 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             dq_now(q, total - 1, prev_i0, prev_bh, 0);
         }
     }
-    if (lane == 0)
-        /* the staged dQ runs live in this block's shared memory: they must
-         * have been read before it exits; the adds themselves complete
-         * with the grid (as CUTLASS's TMA-store epilogues rely on), so no
-         * wait for the L2's acknowledgements at the end of every block */
+    /* The staged dQ runs live in this block's shared memory: they must
+     * have been read before it exits; the adds themselves complete with
+     * the grid (as CUTLASS's TMA-store epilogues rely on), so no wait for
+     * the L2's acknowledgements at the end of every block. a.dq_wait_late
+     * (FG_ATTN_DQ_WAIT_LATE=1, opt-in until measured): that wait after the
+     * dK / dV stores instead of before them, which touch neither the
+     * staging nor the Q / dO tiles, so the last reduces' reads overlap
+     * them. */
+    const bool late = a.dq_wait_late;
+    if (lane == 0 && !late)
         bulk_wait_read<0>();
     /* Alg4 L.25: dK = scale * acc, dV; rows past Nk and padded d skipped.
      * With a.dkv_staged (d <= 128, 16-byte rows): through the warp's own 16
@@ -1120,6 +1125,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                                 elem<T>(a.dk, b, j0 + kr0, hk), a.dk.ss, nr, a.d);
             warp_rows_out<T, D>(dv, 1.f, 1.f, sV, vp, Bc * 128, (uint32_t)kr0,
                                 elem<T>(a.dv, b, j0 + kr0, hk), a.dv.ss, nr, a.d);
+            if (lane == 0 && late)
+                bulk_wait_read<0>();
             return;
         }
     }
@@ -1139,6 +1146,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             }
         }
     }
+    if (lane == 0 && late)
+        bulk_wait_read<0>();
 #endif
 }
 

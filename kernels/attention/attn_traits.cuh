@@ -116,6 +116,9 @@ struct AttnArgs {
      * at d <= 128; the dispatch sets them where every output row starts
      * 16-byte aligned, unless FG_ATTN_FWD_EPI=0 / FG_ATTN_BWD_EPI=0. */
     int o_staged, dkv_staged;
+    /* the wgmma backward's wait for its last dQ reduces to have read their
+     * staging after the dK / dV stores (FG_ATTN_DQ_WAIT_LATE=1) */
+    int dq_wait_late;
     int B, Nq, Nk, H, Hk, d, group;
     int64_t shift;        /* i' = i + shift (Nk - Nq bottom-right, 0 top-left) */
     int causal;           /* plain causal: the fast kernels' kCausal */
