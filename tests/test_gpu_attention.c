@@ -113,7 +113,8 @@ static int g_deterministic;
 static const char *const g_switches[] = {"FG_ATTN_BWD_WIDE", "FG_ATTN_DET_DQ",
                                          "FG_ATTN_DET_COPIES", "FG_ATTN_KERNEL",
                                          "FG_ATTN_FWD_EPI", "FG_ATTN_BWD_EPI",
-                                         "FG_ATTN_PASS_REV", "FG_ATTN_DQ_WAIT_LATE"};
+                                         "FG_ATTN_PASS_REV", "FG_ATTN_DQ_WAIT_LATE",
+                                         "FG_ATTN_BWD_XSPLIT"};
 
 static void params_for(const gcase *c, fg_attn_params *p, uint64_t seed)
 {
@@ -781,6 +782,42 @@ static const vcase vcases[] = {
     {{1, 333, 333, 2, 1, 64, 0, 0, 0.1}, 0, 1, 70, 70, 0, 0, 0, 0},
 };
 
+/* The d = 256 Hopper backward with its element-wise phases split by
+ * queries (FG_ATTN_BWD_XSPLIT=1): against the fp64 reference with the
+ * same masks and modifiers (causal both ways, GQA, dropout, padded d,
+ * windows, block maps, ALiBi, softcap), and O, dK, dV, m, l bitwise the
+ * same as without (the same arithmetic per element). */
+static const gcase xsplit_cases[] = {
+    /* B   Nq   Nk  H  Hk    d  causal bhsd  p */
+    {1, 200, 300, 2, 1, 256, 1, 0, 0.1},
+    {2, 129, 129, 4, 4, 256, 0, 1, 0.0},
+    {1, 77, 200, 2, 2, 160, 1, 0, 0.0},
+};
+static const vcase xsplit_vcases[] = {
+    {{2, 256, 384, 4, 2, 256, 0, 1, 0.1}, 0, 0, 0, 0, 0, 2, 0.5, 0},
+    {{2, 320, 320, 4, 2, 256, 1, 0, 0.1}, 0, 1, 128, -1, 0, 0, 0.6, 0},
+    {{1, 200, 300, 2, 2, 256, 1, 0, 0.0}, 1, 0, 0, 0, 20.0, 1, 0, 0},
+};
+
+static void run_variant(const vcase *vc, fg_dtype dt, uint64_t salt);
+
+static void xsplit_switch(int on) { setenv("FG_ATTN_BWD_XSPLIT", on ? "1" : "0", 1); }
+
+/* _i < 3: xsplit_cases[_i]; else xsplit_vcases[_i - 3] */
+START_TEST(test_bwd_xsplit)
+{
+    xsplit_switch(1);
+    if (_i < 3) {
+        run_case(&xsplit_cases[_i], FG_BF16, 7980 + (uint64_t)_i);
+        same_bits(&xsplit_cases[_i], 7990 + (uint64_t)_i, xsplit_switch, 0, "split by queries");
+    } else {
+        run_variant(&xsplit_vcases[_i - 3], FG_BF16, 8010 + (uint64_t)_i);
+        run_variant(&xsplit_vcases[_i - 3], FG_FP16, 8020 + (uint64_t)_i);
+    }
+    fgt_switch_restore("FG_ATTN_BWD_XSPLIT");
+}
+END_TEST
+
 /* Set by test_deterministic_tiles: run_variant also checks reruns. */
 static int g_det_reruns;
 
@@ -1199,6 +1236,7 @@ int main(void)
                             (int)(sizeof fast_vcases / sizeof fast_vcases[0]));
         tcase_add_loop_test(tc, test_staged_epilogue, 0, 3); /* the staging rows */
         tcase_add_loop_test(tc, test_order_switches, 0, 4);
+        tcase_add_loop_test(tc, test_bwd_xsplit, 0, 4);
         tcase_add_loop_test(tc, test_fast_other_kernels, 0, 2);
         tcase_add_loop_test(tc, test_wide_d64, 0, 2);
         suite_add_tcase(s, tc);
@@ -1225,6 +1263,7 @@ int main(void)
     tcase_add_loop_test(tw, test_staged_epilogue, 0,
                         (int)(sizeof epi_cases / sizeof epi_cases[0]));
     tcase_add_loop_test(tw, test_order_switches, 0, 4);
+    tcase_add_loop_test(tw, test_bwd_xsplit, 0, 6);
     tcase_add_loop_test(tw, test_wide_variants, 0,
                         (int)(sizeof wide_vcases / sizeof wide_vcases[0]));
     suite_add_tcase(s, tw);
