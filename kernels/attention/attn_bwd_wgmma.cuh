@@ -960,6 +960,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 #pragma unroll
                 for (int kk = 0; kk < Br / 16; kk++)
                     store_pz(acc, keep, kk);
+                fence_proxy_async(); /* P^T Z stores -> the dV wgmma reads */
             }
             __syncthreads();
             if (st + 1 < total && threadIdx.x == 0)
