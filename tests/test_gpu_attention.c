@@ -439,23 +439,27 @@ static const gcase epi_cases[] = {
     {1, 1, 130, 2, 2, 128, 0, 0, 0.0},
 };
 
-/* staged 1: through shared memory, 0: from registers; -1: as before the test */
-static void epi_switches(int staged)
+/* 1: through shared memory, 0: from registers */
+static const char *const epi_sw[] = {"FG_ATTN_FWD_EPI", "FG_ATTN_BWD_EPI"};
+
+/* The n switches sw to "1" (on) or "0"; restore_switches: as before the test */
+static void set_switches(const char *const *sw, int n, int on)
 {
-    if (staged < 0) {
-        fgt_switch_restore("FG_ATTN_FWD_EPI");
-        fgt_switch_restore("FG_ATTN_BWD_EPI");
-    } else {
-        setenv("FG_ATTN_FWD_EPI", staged ? "1" : "0", 1);
-        setenv("FG_ATTN_BWD_EPI", staged ? "1" : "0", 1);
-    }
+    for (int i = 0; i < n; i++)
+        setenv(sw[i], on ? "1" : "0", 1);
 }
 
-/* Case c in fp16 (inputs from seed) under set(0) and set(1), a switch's
- * two settings: O, dK, dV, m, l and, when with_dq (dQ's sums arrive in any
- * order unless deterministic), dQ bitwise the same. set(1) stays. */
-static void same_bits(const gcase *c, uint64_t seed, void (*set)(int), int with_dq,
-                      const char *what)
+static void restore_switches(const char *const *sw, int n)
+{
+    for (int i = 0; i < n; i++)
+        fgt_switch_restore(sw[i]);
+}
+
+/* Case c in fp16 (inputs from seed) with the n switches sw off, then on:
+ * O, dK, dV, m, l and, when with_dq (dQ's sums arrive in any order unless
+ * deterministic), dQ bitwise the same. The switches stay on. */
+static void same_bits(const gcase *c, uint64_t seed, const char *const *sw, int nsw,
+                      int with_dq, const char *what)
 {
     fgt_rng rng = fgt_rng_for(seed);
     double *in[4];
@@ -463,9 +467,9 @@ static void same_bits(const gcase *c, uint64_t seed, void (*set)(int), int with_
     fg_attn_params p;
     params_for(c, &p, fgt_next(&rng));
     outs off, on;
-    set(0);
+    set_switches(sw, nsw, 0);
     gpu_run(c, FG_FP16, &p, in, &off);
-    set(1);
+    set_switches(sw, nsw, 1);
     gpu_run(c, FG_FP16, &p, in, &on);
     const size_t nq = (size_t)(c->B * c->Nq * c->H * c->d);
     const size_t nk = (size_t)(c->B * c->Nk * c->Hk * c->d);
@@ -485,12 +489,12 @@ static void same_bits(const gcase *c, uint64_t seed, void (*set)(int), int with_
 START_TEST(test_staged_epilogue)
 {
     const gcase *c = &epi_cases[_i];
-    epi_switches(1);
+    set_switches(epi_sw, 2, 1);
     run_case(c, FG_BF16, 7900 + (uint64_t)_i);
-    epi_switches(0);
+    set_switches(epi_sw, 2, 0);
     run_case(c, FG_BF16, 7900 + (uint64_t)_i);
-    same_bits(c, 7950 + (uint64_t)_i, epi_switches, 0, "staged");
-    epi_switches(-1);
+    same_bits(c, 7950 + (uint64_t)_i, epi_sw, 2, 0, "staged");
+    restore_switches(epi_sw, 2);
 }
 END_TEST
 
@@ -501,26 +505,23 @@ END_TEST
  * fp64 reference, and in deterministic mode every output bitwise the same
  * as without. */
 static const char *const order_switches[] = {"FG_ATTN_PASS_REV", "FG_ATTN_DQ_WAIT_LATE"};
-static const char *g_order_switch;
 static const gcase rev_cases[] = {
     /* B   Nq   Nk  H  Hk   d  causal bhsd  p */
     {3, 300, 300, 2, 2, 64, 1, 1, 0.1},
     {2, 65, 65, 4, 2, 128, 0, 0, 0.0},
 };
 
-static void order_switch(int on) { setenv(g_order_switch, on ? "1" : "0", 1); }
-
 /* _i: switch _i / 2, case _i % 2 */
 START_TEST(test_order_switches)
 {
     const gcase *c = &rev_cases[_i % 2];
-    g_order_switch = order_switches[_i / 2];
-    order_switch(1);
+    const char *const *sw = &order_switches[_i / 2];
+    set_switches(sw, 1, 1);
     run_case(c, FG_BF16, 7960 + (uint64_t)_i);
     g_deterministic = 1;
-    same_bits(c, 7970 + (uint64_t)_i, order_switch, 1, g_order_switch);
+    same_bits(c, 7970 + (uint64_t)_i, sw, 1, 1, *sw);
     g_deterministic = 0;
-    fgt_switch_restore(g_order_switch);
+    restore_switches(sw, 1);
 }
 END_TEST
 
@@ -801,20 +802,20 @@ static const vcase xsplit_vcases[] = {
 
 static void run_variant(const vcase *vc, fg_dtype dt, uint64_t salt);
 
-static void xsplit_switch(int on) { setenv("FG_ATTN_BWD_XSPLIT", on ? "1" : "0", 1); }
+static const char *const xsplit_sw[] = {"FG_ATTN_BWD_XSPLIT"};
 
 /* _i < 3: xsplit_cases[_i]; else xsplit_vcases[_i - 3] */
 START_TEST(test_bwd_xsplit)
 {
-    xsplit_switch(1);
+    set_switches(xsplit_sw, 1, 1);
     if (_i < 3) {
         run_case(&xsplit_cases[_i], FG_BF16, 7980 + (uint64_t)_i);
-        same_bits(&xsplit_cases[_i], 7990 + (uint64_t)_i, xsplit_switch, 0, "split by queries");
+        same_bits(&xsplit_cases[_i], 7990 + (uint64_t)_i, xsplit_sw, 1, 0, "split by queries");
     } else {
         run_variant(&xsplit_vcases[_i - 3], FG_BF16, 8010 + (uint64_t)_i);
         run_variant(&xsplit_vcases[_i - 3], FG_FP16, 8020 + (uint64_t)_i);
     }
-    fgt_switch_restore("FG_ATTN_BWD_XSPLIT");
+    restore_switches(xsplit_sw, 1);
 }
 END_TEST
 
