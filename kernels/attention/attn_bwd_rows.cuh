@@ -103,13 +103,11 @@ __global__ void attn_bwd_pad_stats(const AttnArgs a)
  * of its backward in them): block (tile t, head h, batch b) takes query
  * rows 64 t .. 64 t + 63, 8 lanes a row, writes D, lse2p and Dp (padding
  * rows +inf / 0), and zeroes the tile's 64 x Dp floats of dq_acc in
- * every copy. O, dO: vec16_ok, d % 8 == 0. kRev: (batch, head) pairs
- * from the last (pass_rev). */
-template <typename T, bool kRev>
+ * every copy. O, dO: vec16_ok, d % 8 == 0. */
+template <typename T>
 __global__ void __launch_bounds__(256) attn_bwd_prep_tiled(const AttnArgs a)
 {
-    const int h = kRev ? gridDim.y - 1 - blockIdx.y : blockIdx.y;
-    const int b = kRev ? gridDim.z - 1 - blockIdx.z : blockIdx.z, lane = threadIdx.x % 8;
+    const int h = blockIdx.y, b = blockIdx.z, lane = threadIdx.x % 8;
     const int64_t bh = (int64_t)b * a.H + h, i0 = (int64_t)blockIdx.x * 64;
     for (int r = threadIdx.x / 8; r < 64; r += 32) {
         const int64_t i = i0 + r;
@@ -184,14 +182,12 @@ __global__ void __launch_bounds__(256) attn_bwd_write_dq(const AttnArgs a)
  * rows ir and ir + 8 (ir & 8 = 0) by 8 columns c0 .. c0 + 7: in the tile
  * (dq_tiled_index) those are four consecutive float4, float4 k holding
  * columns c0 + 2k, c0 + 2k + 1 of row ir (x, y) and of row ir + 8 (z, w).
- * kVec (vec16_ok dQ): each row's 8 values leave as one 16-byte store.
- * kRev: (batch, head) pairs from the last (pass_rev). */
-template <typename T, bool kVec, bool kRev>
+ * kVec (vec16_ok dQ): each row's 8 values leave as one 16-byte store. */
+template <typename T, bool kVec>
 __global__ void __launch_bounds__(256) attn_bwd_write_dq_tiled(const AttnArgs a)
 {
     const int Dp = a.dq_tile_d, DQ = Dp / 2, chunks = Dp / 8;
-    const int h = kRev ? gridDim.y - 1 - blockIdx.y : blockIdx.y;
-    const int b = kRev ? gridDim.z - 1 - blockIdx.z : blockIdx.z;
+    const int h = blockIdx.y, b = blockIdx.z;
     const int64_t i0 = (int64_t)blockIdx.x * 64;
     const float *tile = (const float *)a.dq_acc + (((int64_t)b * a.H + h) * a.nq_pad + i0) * Dp;
     for (int w = threadIdx.x; w < 32 * chunks; w += blockDim.x) {
@@ -248,19 +244,6 @@ __global__ void __launch_bounds__(256) attn_bwd_write_dq_tiled(const AttnArgs a)
     }
 }
 
-/* FG_ATTN_PASS_REV=1 (opt-in until measured): the dense backward's tiled
- * passes take the (batch, head) pairs from the last. The main kernel runs
- * them from the first, so the prologue's last zeroed dq_acc tiles are the
- * first the kernel adds into, and the dQ conversion first reads the tiles
- * it added into last: both while the L2 may still hold them (dq_acc is
- * 134 MB at 16k tokens x hidden 2048, the L2 50 MB). Read at each call
- * (tests, in-process comparisons). */
-inline bool pass_rev()
-{
-    const char *v = getenv("FG_ATTN_PASS_REV");
-    return v && strcmp(v, "1") == 0;
-}
-
 /* Grid of a grid-stride pass of n work items, 256 threads a block. */
 __host__ __forceinline__ unsigned rows_grid(int64_t n)
 {
@@ -302,10 +285,7 @@ fg_status launch_bwd_prep_tiled(const AttnArgs &a, cudaStream_t st, bool *done)
             a.nq_pad / 64 > INT32_MAX || stat_rows(a) <= 0)
             return FG_OK;
         dim3 grid((unsigned)(a.nq_pad / 64), (unsigned)a.H, (unsigned)a.B);
-        if (pass_rev())
-            attn_bwd_prep_tiled<T, true><<<grid, 256, 0, st>>>(a);
-        else
-            attn_bwd_prep_tiled<T, false><<<grid, 256, 0, st>>>(a);
+        attn_bwd_prep_tiled<T><<<grid, 256, 0, st>>>(a);
         FG_CUDA_TRY_LAUNCH();
         *done = true;
     }
@@ -323,13 +303,10 @@ fg_status launch_bwd_write_dq(const AttnArgs &a, cudaStream_t st)
         tiled = a.dq_tile_d && !a.cu_q && a.H <= 65535 && a.B <= 65535;
         if (tiled) {
             dim3 grid((unsigned)(a.nq_pad / 64), (unsigned)a.H, (unsigned)a.B);
-            const bool rev = pass_rev();
             if (vec16_ok(a.dq))
-                (rev ? attn_bwd_write_dq_tiled<T, true, true>
-                     : attn_bwd_write_dq_tiled<T, true, false>)<<<grid, 256, 0, st>>>(a);
+                attn_bwd_write_dq_tiled<T, true><<<grid, 256, 0, st>>>(a);
             else
-                (rev ? attn_bwd_write_dq_tiled<T, false, true>
-                     : attn_bwd_write_dq_tiled<T, false, false>)<<<grid, 256, 0, st>>>(a);
+                attn_bwd_write_dq_tiled<T, false><<<grid, 256, 0, st>>>(a);
         }
     }
     if (!tiled)

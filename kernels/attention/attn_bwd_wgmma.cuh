@@ -594,18 +594,11 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 }
             }
         };
-        /* Split d with a.bwd_xsplit: mask and probs touch elements
-         * [x_lo, x_hi) only (a warpgroup's half; set just before each call,
-         * so the inlined loops fold them); elsewhere every element. */
-        int x_lo = 0, x_hi = Br / 2;
-        auto out_x = [&](int e) { return Tile::kSplitD && (e < x_lo || e >= x_hi); };
         auto mask = [&](float (&x)[Br / 2]) {
             if constexpr (kMasked) {
                 if (kMods && a.softcap > 0.f) { /* raw_score_mod, per step */
 #pragma unroll
                     for (int e = 0; e < Br / 2; e++) {
-                        if (out_x(e))
-                            continue;
                         float v = a.softcap * tanh_fast(x[e] * scale_f * inv_cap);
                         if (a.alibi)
                             v -= alibi_of(e);
@@ -617,15 +610,12 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                     const float sl = slope * inv_scale;
 #pragma unroll
                     for (int e = 0; e < Br / 2; e++)
-                        if (!out_x(e))
-                            x[e] = fmaf(-sl, alibi_dist(e), x[e]);
+                        x[e] = fmaf(-sl, alibi_dist(e), x[e]);
                 }
                 if constexpr (kBias) { /* + bias in raw units (the scale is in exp2) */
                     if (btma) { /* four transposed 8 x 8 loads per 32 elements */
 #pragma unroll
                         for (int u = 0; u < Br / 16; u++) {
-                            if (out_x(8 * u)) /* elements 8u .. 8u + 7 */
-                                continue;
                             uint32_t r4[4];
                             ldmatrix_x4_trans(r4, bias_mat(u));
 #pragma unroll
@@ -639,8 +629,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                     } else {
 #pragma unroll
                         for (int e = 0; e < Br / 2; e++)
-                            if (!out_x(e))
-                                x[e] = fmaf(bias_of(e), inv_scale, x[e]);
+                            x[e] = fmaf(bias_of(e), inv_scale, x[e]);
                     }
                 }
                 if (!need_mask)
@@ -655,14 +644,12 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 for (int e = 0; e < Br / 2; e++) {
                     const int off = 8 * (e >> 2) + 2 * t4 + (e & 1);
                     const int2 r = rr[(e >> 1) & 1];
-                    if (!out_x(e) && (off < r.x || off > r.y))
+                    if (off < r.x || off > r.y)
                         x[e] = -INFINITY;
                 }
             } else {
 #pragma unroll
                 for (int e = 0; e < Br / 2; e++) {
-                    if (out_x(e))
-                        continue;
                     const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1);
                     const int64_t i = i0 + 8 * (e >> 2) + 2 * t4 + (e & 1);
                     if (j >= a.Nk || (kCausal && j > i + a.shift))
@@ -742,8 +729,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             } else if (drop) { /* element e: bit e (bwd_dropout_bits per 16 queries) */
 #pragma unroll
                 for (int qb = 0; qb < Br / 16; qb++)
-                    if (!out_x(8 * qb)) /* elements 8 qb .. 8 qb + 7 */
-                        keep |= (Keep)bwd_dropout_bits(a, bh, i0 + 16 * qb, jw, g, t4) << (8 * qb);
+                    keep |= (Keep)bwd_dropout_bits(a, bh, i0 + 16 * qb, jw, g, t4) << (8 * qb);
             }
             /* lse2 of queries 2 t4, 2 t4 + 1 as one float2 (elements e, e + 1)
              * saves 16 loads a step; with dropout at d >= 128 the pairs cost
@@ -752,8 +738,6 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             if constexpr (!kDropout || D == 64) {
 #pragma unroll
                 for (int e = 0; e < Br / 2; e += 2) {
-                    if (out_x(e))
-                        continue;
                     const float2 L =
                         *reinterpret_cast<const float2 *>(lse2 + 8 * (e >> 2) + 2 * t4);
                     x[e] = exp2_fast(fmaf(x[e], scale_log2, -L.x));
@@ -762,8 +746,6 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             } else {
 #pragma unroll
                 for (int e = 0; e < Br / 2; e++) {
-                    if (out_x(e))
-                        continue;
                     const float L = lse2[8 * (e >> 2) + 2 * t4 + (e & 1)];
                     x[e] = exp2_fast(fmaf(x[e], scale_log2, -L));
                 }
@@ -829,138 +811,30 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             wg_wait<0>();
             wg_fence_regs(acc);
             const int tid = threadIdx.x & 127;
-            /* P^T Z of 16-query step kk (tiles 2 kk, 2 kk + 1) -> sP */
-            auto store_pz = [&](const float (&pr)[Br / 2], Keep keep, int kk) {
-                uint32_t r[4];
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    const int x = 8 * kk + 4 * hh;
-                    r[2 * hh] = pack2<T>(pr[x] * zf(keep, x), pr[x + 1] * zf(keep, x + 1));
-                    r[2 * hh + 1] = pack2<T>(pr[x + 2] * zf(keep, x + 2), pr[x + 3] * zf(keep, x + 3));
-                }
-                store_t4(sP, kk, r);
-            };
-            /* dS^T = P^T (dP^T Z - D_i) (Alg4 L.19-21) of 8-query tile qt
-             * (p: its four P^T, dpa: dP^T) into r, -> sdS every second */
-            auto store_ds = [&](int qt, const float (&p)[4], const float (&dpa)[Br / 2], Keep keep,
-                                uint32_t (&r)[4]) {
-                float ds[4];
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int x = 4 * qt + e;
-                    const float dl = p[e] * (dpa[x] * zf(keep, x) - Dv[8 * qt + 2 * t4 + (e & 1)]);
-                    put_dbias(p[e], x, dl);
-                    ds[e] = dl * cap_grad(p[e], x);
-                }
-                r[2 * (qt & 1)] = pack2<T>(ds[0], ds[1]);
-                r[2 * (qt & 1) + 1] = pack2<T>(ds[2], ds[3]);
-                if (qt & 1)
-                    store_t4(sdS, qt >> 1, r);
-            };
-            if (a.bwd_xsplit) {
-                /* FG_ATTN_BWD_XSPLIT=1 (opt-in until measured): the two
-                 * element-wise phases split by queries instead of by
-                 * warpgroup, so neither waits while the other works: WG 0
-                 * hands over S^T's second half of queries, WG 1 dP^T's
-                 * first (float4 [k][thread], thread t to thread t), and
-                 * each computes P^T, the dropout bits and dS^T of its
-                 * half (elements [LO, LO + NH)), then both products.
-                 * Same arithmetic per element as below, so the same
-                 * bits. */
-                constexpr int NH = Br / 4, NH4 = Br / 16; /* a half: elements, float4s */
-                float4 *xf = reinterpret_cast<float4 *>(xch);
-                if (wg == 0) {
-#pragma unroll
-                    for (int k = 0; k < NH4; k++)
-                        xf[k * 128 + tid] = make_float4(acc[NH + 4 * k], acc[NH + 4 * k + 1],
-                                                        acc[NH + 4 * k + 2], acc[NH + 4 * k + 3]);
-                } else {
-#pragma unroll
-                    for (int k = 0; k < NH4; k++)
-                        xf[(NH4 + k) * 128 + tid] = make_float4(acc[4 * k], acc[4 * k + 1],
-                                                                acc[4 * k + 2], acc[4 * k + 3]);
-                }
-                /* also: every product of the step before (sP, sdS) done */
-                __syncthreads();
-                if (st + 1 < total && threadIdx.x == 0)
-                    issue(st + 1);
-                /* LO: 0 or NH, a constant at both (inlined) calls */
-                auto half = [&](const int LO) {
-                    const int HI = LO + NH;
-                    float sx[Br / 2], dpx[Br / 2]; /* only [LO, HI) used */
-#pragma unroll
-                    for (int e = 0; e < Br / 2; e += 4) {
-                        if (e < LO || e >= HI)
-                            continue;
-                        const float4 o = xf[(LO == 0 ? NH4 + e / 4 : (e - NH) / 4) * 128 + tid];
-                        if (LO == 0) {
-                            sx[e] = acc[e], sx[e + 1] = acc[e + 1];
-                            sx[e + 2] = acc[e + 2], sx[e + 3] = acc[e + 3];
-                            dpx[e] = o.x, dpx[e + 1] = o.y, dpx[e + 2] = o.z, dpx[e + 3] = o.w;
-                        } else {
-                            dpx[e] = acc[e], dpx[e + 1] = acc[e + 1];
-                            dpx[e + 2] = acc[e + 2], dpx[e + 3] = acc[e + 3];
-                            sx[e] = o.x, sx[e + 1] = o.y, sx[e + 2] = o.z, sx[e + 3] = o.w;
-                        }
-                    }
-                    x_lo = LO;
-                    x_hi = HI;
-                    if (need_mask || mods)
-                        mask(sx);
-                    Keep keep;
-                    probs(sx, keep);
-#pragma unroll
-                    for (int kk = 0; kk < Br / 16; kk++)
-                        if (8 * kk >= LO && 8 * kk < HI)
-                            store_pz(sx, keep, kk);
-                    uint32_t r[4];
-#pragma unroll
-                    for (int qt = 0; qt < Br / 8; qt++) {
-                        if (4 * qt < LO || 4 * qt >= HI)
-                            continue;
-                        const float p[4] = {sx[4 * qt], sx[4 * qt + 1], sx[4 * qt + 2], sx[4 * qt + 3]};
-                        store_ds(qt, p, dpx, keep, r);
-                    }
-                };
-                if (wg == 0)
-                    half(0);
-                else
-                    half(NH);
-                fence_proxy_async();
-                __syncthreads();
-                /* dV += (P^T Z) dO_i (L.17), dK += dS^T Q_i (L.23): this
-                 * WG's half of d */
-                const Desc dP0(sP, 16, 1024), dS0(sdS, 16, 1024);
-                wg_fence();
-                wg_fence_regs(dv);
-                wg_fence_regs(dk);
-#pragma unroll
-                for (int kk = 0; kk < Br / 16; kk++)
-                    WgmmaOp<T, DH>::template ss<0, 1>(dv, dP0(kk * 32), dOp(kk * 2048), 1);
-#pragma unroll
-                for (int kk = 0; kk < Br / 16; kk++)
-                    WgmmaOp<T, DH>::template ss<0, 1>(dk, dS0(kk * 32), dQp(kk * 2048), 1);
-                wg_commit();
-            } else {
             if (wg == 0) {
-                x_lo = 0; /* every element (out_x folds away) */
-                x_hi = Br / 2;
                 if (need_mask || mods)
                     mask(acc);
                 uint32_t keep;
                 probs(acc, keep);
-                if (st > 0) /* warpgroup 1's last dV has read P^T Z */
-                    named_sync(9, 256);
+#pragma unroll
+                for (int kk = 0; kk < Br / 16; kk++) {
+                    uint32_t r[4];
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int x = 8 * kk + 4 * h;
+                        r[2 * h] = pack2<T>(acc[x] * zf(keep, x), acc[x + 1] * zf(keep, x + 1));
+                        r[2 * h + 1] =
+                            pack2<T>(acc[x + 2] * zf(keep, x + 2), acc[x + 3] * zf(keep, x + 3));
+                    }
+                    store_t4(sP, kk, r);
+                }
+                fence_proxy_async(); /* P^T Z stores -> the dV wgmma reads */
                 /* P^T to WG 1 as float4 [e / 4][thread]: 8 stores, not 32 */
 #pragma unroll
                 for (int e = 0; e < Br / 2; e += 4)
                     reinterpret_cast<float4 *>(xch)[(e >> 2) * 128 + tid] =
                         make_float4(acc[e], acc[e + 1], acc[e + 2], acc[e + 3]);
                 keep_x[tid] = keep;
-#pragma unroll
-                for (int kk = 0; kk < Br / 16; kk++)
-                    store_pz(acc, keep, kk);
-                fence_proxy_async(); /* P^T Z stores -> the dV wgmma reads */
             }
             __syncthreads();
             if (st + 1 < total && threadIdx.x == 0)
@@ -981,9 +855,20 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 uint32_t r[4];
 #pragma unroll
                 for (int qt = 0; qt < Br / 8; qt++) {
+                    float ds[4];
                     const float4 p4 = reinterpret_cast<const float4 *>(xch)[qt * 128 + tid];
-                    const float p[4] = {p4.x, p4.y, p4.z, p4.w};
-                    store_ds(qt, p, acc, keep, r);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int x = 4 * qt + e;
+                        const float p = e == 0 ? p4.x : e == 1 ? p4.y : e == 2 ? p4.z : p4.w;
+                        const float dl = p * (acc[x] * zf(keep, x) - Dv[8 * qt + 2 * t4 + (e & 1)]);
+                        put_dbias(p, x, dl);
+                        ds[e] = dl * cap_grad(p, x);
+                    }
+                    r[2 * (qt & 1)] = pack2<T>(ds[0], ds[1]);
+                    r[2 * (qt & 1) + 1] = pack2<T>(ds[2], ds[3]);
+                    if (qt & 1)
+                        store_t4(sdS, qt >> 1, r);
                 }
             }
             fence_proxy_async();
@@ -995,7 +880,6 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             for (int kk = 0; kk < Br / 16; kk++)
                 WgmmaOp<T, DH>::template ss<0, 1>(dk, dS0(kk * 32), dQp(kk * 2048), 1);
             wg_commit();
-            }
         } else {
             /* S^T = K Q_i^T (Alg4 L.12) and dP^T = V dO_i^T (L.18) in two
              * commit groups, so P^T is computed while dP^T is still on the
@@ -1194,16 +1078,15 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 wg_wait<0>();
             }
             keep_frags();
-            /* Instead of a block barrier here: warpgroup 1's products of
-             * this step (its dV reads P^T Z) are done, so warpgroup 0 may
-             * write P^T Z and the exchange of the next step (named
-             * barrier 9), and it starts that step's S^T meanwhile. dS^T
-             * is next written by warpgroup 1 after the next step's first
-             * barrier, which warpgroup 0 reaches after its own products;
-             * this Q_i / dO_i buffer (the dQ staging) by step st + 2's
-             * prefetch, issued after that barrier too. */
-            if (wg == 1 && st + 1 < total && !a.bwd_xsplit)
-                named_arrive(9, 256);
+            /* Warpgroup 1's products of this step (its dV reads P^T Z)
+             * are done before warpgroup 0 writes P^T Z and the exchange of
+             * the next step. A named barrier here (warpgroup 1 arriving,
+             * warpgroup 0 waiting before its stores) let warpgroup 0 start
+             * the next S^T sooner, but racecheck reported the exchange's
+             * stores against warpgroup 1's loads of the step before on
+             * packed batches (session 35; those are ordered by the block
+             * barrier above, yet with this one the report is gone). */
+            __syncthreads();
         }
     }
 
@@ -1214,16 +1097,11 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             dq_now(q, total - 1, prev_i0, prev_bh, 0);
         }
     }
-    /* The staged dQ runs live in this block's shared memory: they must
-     * have been read before it exits; the adds themselves complete with
-     * the grid (as CUTLASS's TMA-store epilogues rely on), so no wait for
-     * the L2's acknowledgements at the end of every block. a.dq_wait_late
-     * (FG_ATTN_DQ_WAIT_LATE=1, opt-in until measured): that wait after the
-     * dK / dV stores instead of before them, which touch neither the
-     * staging nor the Q / dO tiles, so the last reduces' reads overlap
-     * them. */
-    const bool late = a.dq_wait_late;
-    if (lane == 0 && !late)
+    if (lane == 0)
+        /* the staged dQ runs live in this block's shared memory: they must
+         * have been read before it exits; the adds themselves complete
+         * with the grid (as CUTLASS's TMA-store epilogues rely on), so no
+         * wait for the L2's acknowledgements at the end of every block */
         bulk_wait_read<0>();
     /* Alg4 L.25: dK = scale * acc, dV; rows past Nk and padded d skipped.
      * With a.dkv_staged (d <= 128, 16-byte rows): through the warp's own 16
@@ -1240,8 +1118,6 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                                 elem<T>(a.dk, b, j0 + kr0, hk), a.dk.ss, nr, a.d);
             warp_rows_out<T, D>(dv, 1.f, 1.f, sV, vp, Bc * 128, (uint32_t)kr0,
                                 elem<T>(a.dv, b, j0 + kr0, hk), a.dv.ss, nr, a.d);
-            if (lane == 0 && late)
-                bulk_wait_read<0>();
             return;
         }
     }
@@ -1261,8 +1137,6 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             }
         }
     }
-    if (lane == 0 && late)
-        bulk_wait_read<0>();
 #endif
 }
 

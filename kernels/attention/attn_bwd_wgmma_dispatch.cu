@@ -170,10 +170,6 @@ fg_status attn_bwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, const void *ma
     AttnArgs w = a;
     const char *ep = getenv("FG_ATTN_BWD_EPI");
     w.dkv_staged = !(ep && strcmp(ep, "0") == 0) && vec16_ok(a.dk) && vec16_ok(a.dv);
-    const char *wl = getenv("FG_ATTN_DQ_WAIT_LATE");
-    w.dq_wait_late = wl && strcmp(wl, "1") == 0;
-    const char *xs = getenv("FG_ATTN_BWD_XSPLIT");
-    w.bwd_xsplit = xs && strcmp(xs, "1") == 0;
     if (dt == FG_BF16)
         return launch_dim<__nv_bfloat16>(w, m, st);
     return launch_dim<__half>(w, m, st);

@@ -164,13 +164,6 @@ struct AttnArgs {
     int dbias_mode;
     void *dbias_acc;      /* mode 2: accumulator-type target of the atomics */
     int64_t dbias_acc_s[4];
-    /* Opt-in switches of the wgmma backward, last so that the fields above
-     * keep their parameter offsets (ptxas moved spills by 8 bytes when
-     * they did not): its wait for the last dQ reduces to have read their
-     * staging after the dK / dV stores (FG_ATTN_DQ_WAIT_LATE=1); at d = 256
-     * the element-wise phases split by queries between its warpgroups
-     * (FG_ATTN_BWD_XSPLIT=1). */
-    int dq_wait_late, bwd_xsplit;
 };
 
 enum {
