@@ -112,7 +112,8 @@ static int g_deterministic;
  * deterministic before reset_modes. */
 static const char *const g_switches[] = {"FG_ATTN_BWD_WIDE", "FG_ATTN_DET_DQ",
                                          "FG_ATTN_DET_COPIES", "FG_ATTN_KERNEL",
-                                         "FG_ATTN_FWD_EPI", "FG_ATTN_BWD_EPI"};
+                                         "FG_ATTN_FWD_EPI", "FG_ATTN_BWD_EPI",
+                                         "FG_ATTN_BWD_ENDSYNC"};
 
 static void params_for(const gcase *c, fg_attn_params *p, uint64_t seed)
 {
@@ -440,11 +441,11 @@ static const gcase epi_cases[] = {
 /* 1: through shared memory, 0: from registers */
 static const char *const epi_sw[] = {"FG_ATTN_FWD_EPI", "FG_ATTN_BWD_EPI"};
 
-/* The n switches sw to "1" (on) or "0"; restore_switches: as before the test */
-static void set_switches(const char *const *sw, int n, int on)
+/* The n switches sw to val; restore_switches: as before the test */
+static void set_switches(const char *const *sw, int n, const char *val)
 {
     for (int i = 0; i < n; i++)
-        setenv(sw[i], on ? "1" : "0", 1);
+        setenv(sw[i], val, 1);
 }
 
 static void restore_switches(const char *const *sw, int n)
@@ -453,11 +454,11 @@ static void restore_switches(const char *const *sw, int n)
         fgt_switch_restore(sw[i]);
 }
 
-/* Case c in fp16 (inputs from seed) with the n switches sw off, then on:
- * O, dK, dV, m, l and, when with_dq (dQ's sums arrive in any order unless
- * deterministic), dQ bitwise the same. The switches stay on. */
+/* Case c in fp16 (inputs from seed) with the n switches sw at off, then
+ * at on: O, dK, dV, m, l and, when with_dq (dQ's sums arrive in any order
+ * unless deterministic), dQ bitwise the same. The switches stay at on. */
 static void same_bits(const gcase *c, uint64_t seed, const char *const *sw, int nsw,
-                      int with_dq, const char *what)
+                      const char *off_val, const char *on_val, int with_dq, const char *what)
 {
     fgt_rng rng = fgt_rng_for(seed);
     double *in[4];
@@ -465,9 +466,9 @@ static void same_bits(const gcase *c, uint64_t seed, const char *const *sw, int 
     fg_attn_params p;
     params_for(c, &p, fgt_next(&rng));
     outs off, on;
-    set_switches(sw, nsw, 0);
+    set_switches(sw, nsw, off_val);
     gpu_run(c, FG_FP16, &p, in, &off);
-    set_switches(sw, nsw, 1);
+    set_switches(sw, nsw, on_val);
     gpu_run(c, FG_FP16, &p, in, &on);
     const size_t nq = (size_t)(c->B * c->Nq * c->H * c->d);
     const size_t nk = (size_t)(c->B * c->Nk * c->Hk * c->d);
@@ -487,11 +488,11 @@ static void same_bits(const gcase *c, uint64_t seed, const char *const *sw, int 
 START_TEST(test_staged_epilogue)
 {
     const gcase *c = &epi_cases[_i];
-    set_switches(epi_sw, 2, 1);
+    set_switches(epi_sw, 2, "1");
     run_case(c, FG_BF16, 7900 + (uint64_t)_i);
-    set_switches(epi_sw, 2, 0);
+    set_switches(epi_sw, 2, "0");
     run_case(c, FG_BF16, 7900 + (uint64_t)_i);
-    same_bits(c, 7950 + (uint64_t)_i, epi_sw, 2, 0, "staged");
+    same_bits(c, 7950 + (uint64_t)_i, epi_sw, 2, "0", "1", 0, "staged");
     restore_switches(epi_sw, 2);
 }
 END_TEST
@@ -783,6 +784,25 @@ START_TEST(test_d256_steps)
         run_variant(&d256_vcases[_i - 3], FG_BF16, 8010 + (uint64_t)_i);
         run_variant(&d256_vcases[_i - 3], FG_FP16, 8020 + (uint64_t)_i);
     }
+}
+END_TEST
+
+/* The d = 256 backward's end-of-step synchronisation by named barrier 9
+ * or an mbarrier (FG_ATTN_BWD_ENDSYNC, for measurements): against the
+ * fp64 reference, and O, dK, dV, m, l bitwise the same as with the block
+ * barrier (the default). _i: case _i % 3, "named" for _i < 3, else
+ * "mbar". Not in the racecheck subset: racecheck reported the exchange
+ * with "named" (session 35). */
+static const char *const endsync_sw[] = {"FG_ATTN_BWD_ENDSYNC"};
+
+START_TEST(test_bwd_endsync)
+{
+    const gcase *c = &d256_cases[_i % 3];
+    const char *v = _i < 3 ? "named" : "mbar";
+    set_switches(endsync_sw, 1, v);
+    run_case(c, FG_BF16, 8040 + (uint64_t)_i);
+    same_bits(c, 8050 + (uint64_t)_i, endsync_sw, 1, "bar", v, 0, v);
+    restore_switches(endsync_sw, 1);
 }
 END_TEST
 
@@ -1203,6 +1223,7 @@ int main(void)
         tcase_add_loop_test(tc, test_fast_variants, 0,
                             (int)(sizeof fast_vcases / sizeof fast_vcases[0]));
         tcase_add_loop_test(tc, test_staged_epilogue, 0, 3); /* the staging rows */
+        tcase_add_loop_test(tc, test_d256_steps, 0, 4); /* plain, one variant */
         tcase_add_loop_test(tc, test_fast_other_kernels, 0, 2);
         tcase_add_loop_test(tc, test_wide_d64, 0, 2);
         suite_add_tcase(s, tc);
@@ -1228,6 +1249,8 @@ int main(void)
     tcase_add_test(tw, test_wide_mask);
     tcase_add_loop_test(tw, test_staged_epilogue, 0,
                         (int)(sizeof epi_cases / sizeof epi_cases[0]));
+    tcase_add_loop_test(tw, test_d256_steps, 0, 6);
+    tcase_add_loop_test(tw, test_bwd_endsync, 0, 6);
     tcase_add_loop_test(tw, test_wide_variants, 0,
                         (int)(sizeof wide_vcases / sizeof wide_vcases[0]));
     suite_add_tcase(s, tw);

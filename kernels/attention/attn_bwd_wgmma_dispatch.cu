@@ -170,6 +170,8 @@ fg_status attn_bwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, const void *ma
     AttnArgs w = a;
     const char *ep = getenv("FG_ATTN_BWD_EPI");
     w.dkv_staged = !(ep && strcmp(ep, "0") == 0) && vec16_ok(a.dk) && vec16_ok(a.dv);
+    const char *es = getenv("FG_ATTN_BWD_ENDSYNC");
+    w.bwd_endsync = es && strcmp(es, "named") == 0 ? 1 : es && strcmp(es, "mbar") == 0 ? 2 : 0;
     if (dt == FG_BF16)
         return launch_dim<__nv_bfloat16>(w, m, st);
     return launch_dim<__half>(w, m, st);
