@@ -289,9 +289,8 @@ static fg_status launch_bwd(fg_dtype dt, AttnArgs a, size_t smem_limit, cudaStre
         /* Deterministic: dQ summed in a fixed order by the kernel itself
          * where it has turn counters (attn_launch.cu: d <= 128, no block
          * mask); FG_ATTN_DET_DQ=0 keeps the strict dQ kernel (comparisons). */
-        const char *env = getenv("FG_ATTN_DET_DQ");
         AttnArgs w = a;
-        det_tiles = a.deterministic && a.dq_sem && !(env && strcmp(env, "0") == 0);
+        det_tiles = a.deterministic && a.dq_sem && !env_is("FG_ATTN_DET_DQ", "0");
         if (det_tiles)
             w.deterministic = 0;
         else

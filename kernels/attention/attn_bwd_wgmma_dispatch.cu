@@ -15,8 +15,7 @@ namespace fg {
  * keep both paths covered. Read per call, as FG_ATTN_BIAS_TMA below. */
 static bool bwd_wide()
 {
-    const char *e = getenv("FG_ATTN_BWD_WIDE");
-    return !(e && strcmp(e, "0") == 0);
+    return !env_is("FG_ATTN_BWD_WIDE", "0");
 }
 
 /* Does a d <= 64 call take the wide kernels? Not with a bias (kModes 4
@@ -140,8 +139,7 @@ bool attn_bwd_wgmma_maps(const AttnArgs &a, void *maps)
      * (5: keys contiguous, 16-byte aligned rows); otherwise kMode 4's
      * per-element path (0), which FG_ATTN_BIAS_TMA=0 forces, as in the
      * forward (tests, comparisons). */
-    const char *bt = getenv("FG_ATTN_BIAS_TMA");
-    if (a.bias && a.d > 64 && a.d <= 128 && !(bt && strcmp(bt, "0") == 0) &&
+    if (a.bias && a.d > 64 && a.d <= 128 && !env_is("FG_ATTN_BIAS_TMA", "0") &&
         make_bias_tmap(&m->bias, a, a.bias, a.bias_s, a.bias_f32, br)) {
         if (a.dbias_mode == kDbiasNone)
             m->bias_flags = 1;
@@ -168,10 +166,10 @@ fg_status attn_bwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, const void *ma
      * (session 34, H200, d = 128: +5-8% at N <= 2k, even at 8k);
      * FG_ATTN_BWD_EPI=0: from registers (tests, comparisons) */
     AttnArgs w = a;
-    const char *ep = getenv("FG_ATTN_BWD_EPI");
-    w.dkv_staged = !(ep && strcmp(ep, "0") == 0) && vec16_ok(a.dk) && vec16_ok(a.dv);
-    const char *es = getenv("FG_ATTN_BWD_ENDSYNC");
-    w.bwd_endsync = es && strcmp(es, "named") == 0 ? 1 : es && strcmp(es, "mbar") == 0 ? 2 : 0;
+    w.dkv_staged = !env_is("FG_ATTN_BWD_EPI", "0") && vec16_ok(a.dk) && vec16_ok(a.dv);
+    w.bwd_endsync = env_is("FG_ATTN_BWD_ENDSYNC", "named") ? 1
+                    : env_is("FG_ATTN_BWD_ENDSYNC", "mbar") ? 2
+                                                            : 0;
     if (dt == FG_BF16)
         return launch_dim<__nv_bfloat16>(w, m, st);
     return launch_dim<__half>(w, m, st);

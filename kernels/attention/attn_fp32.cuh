@@ -310,8 +310,7 @@ template <typename F> inline fg_status with_pad_d(int d, F f)
 /* Which kernels fp32 may take: the bias runs on the general kernels. */
 inline bool usable(const AttnArgs &a)
 {
-    const char *force = getenv("FG_ATTN_KERNEL");
-    return !a.bias && !(force && strcmp(force, "general") == 0);
+    return !a.bias && !env_is("FG_ATTN_KERNEL", "general");
 }
 
 } /* namespace f32 */

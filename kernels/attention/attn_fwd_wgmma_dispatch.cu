@@ -55,8 +55,7 @@ __device__ int fg_wgmma_image =
 
 bool wgmma_usable()
 {
-    const char *force = getenv("FG_ATTN_KERNEL");
-    if (force && (strcmp(force, "mma") == 0 || strcmp(force, "general") == 0))
+    if (env_is("FG_ATTN_KERNEL", "mma") || env_is("FG_ATTN_KERNEL", "general"))
         return false;
     static int cached[64]; /* per device: 0 unknown, 1 yes, 2 no */
     int dev = 0;
@@ -114,16 +113,14 @@ bool attn_fwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st,
         !make_operand_tmap(&m.v, a, a.v, true, bc))
         return false;
     /* FG_ATTN_BIAS_TMA=0: the per-element bias loads (tests, comparisons) */
-    const char *bt = getenv("FG_ATTN_BIAS_TMA");
-    m.bias_tma = a.variant && a.bias && !(bt && strcmp(bt, "0") == 0) &&
+    m.bias_tma = a.variant && a.bias && !env_is("FG_ATTN_BIAS_TMA", "0") &&
                  make_bias_tmap(&m.bias, a, a.bias, a.bias_s, a.bias_f32, br);
     /* O through shared memory (AttnArgs::o_staged) where every row of O
      * starts 16-byte aligned; FG_ATTN_FWD_EPI=0: from registers (tests,
      * comparisons; session 34, H200: the same speed within noise, ncu
      * -0.6% at d = 128, N = 8k) */
     AttnArgs w = a;
-    const char *ep = getenv("FG_ATTN_FWD_EPI");
-    w.o_staged = !(ep && strcmp(ep, "0") == 0) && vec16_ok(a.o);
+    w.o_staged = !env_is("FG_ATTN_FWD_EPI", "0") && vec16_ok(a.o);
     *status = dt == FG_BF16 ? launch_dim<__nv_bfloat16>(w, m, st) : launch_dim<__half>(w, m, st);
     return true;
 }

@@ -36,8 +36,7 @@ static bool aligned16(const Operand &t)
 
 bool fg::mma_path_ok(const AttnArgs &a, bool backward)
 {
-    const char *force = getenv("FG_ATTN_KERNEL");
-    if (force && strcmp(force, "general") == 0)
+    if (fg::env_is("FG_ATTN_KERNEL", "general"))
         return false;
 
     bool ok = aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && aligned16(a.o);
@@ -233,10 +232,10 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
      * turns: H200, d = 128, N = 8k, deterministic / default 0.82-0.84 ->
      * 0.90-0.91 (four gave no more). FG_ATTN_DET_COPIES=1, 2 or 4 overrides. */
     int copies = det_tiles ? 2 : 1;
-    const char *cp_env = det_tiles ? getenv("FG_ATTN_DET_COPIES") : NULL;
-    if (cp_env && (strcmp(cp_env, "1") == 0 || strcmp(cp_env, "2") == 0 ||
-                   strcmp(cp_env, "4") == 0))
-        copies = cp_env[0] - '0';
+    static const char *const kCopies[] = {"1", "2", "4"};
+    for (const char *c : kCopies)
+        if (det_tiles && fg::env_is("FG_ATTN_DET_COPIES", c))
+            copies = c[0] - '0';
     if (hopper && dq_bytes) { /* either layout: the kernel is chosen later */
         const size_t tiled = sizeof(float) * (size_t)(pb->B * pb->H * nq_pad) *
                              (size_t)fg::attn_bwd_wgmma_dpad((int)pb->d) * (size_t)copies;

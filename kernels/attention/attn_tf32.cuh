@@ -273,8 +273,7 @@ constexpr bool kHaveSplit = false;
 #endif
 inline Prec precision(const AttnArgs &a, bool backward)
 {
-    const char *force = getenv("FG_ATTN_KERNEL");
-    if ((force && (strcmp(force, "general") == 0 || strcmp(force, "simt") == 0)) ||
+    if (env_is("FG_ATTN_KERNEL", "general") || env_is("FG_ATTN_KERNEL", "simt") ||
         !sm80_supports(a))
         return Prec::kNone;
     bool ok = aligned(a.q) && aligned(a.k) && aligned(a.v) && aligned(a.o);
@@ -284,7 +283,7 @@ inline Prec precision(const AttnArgs &a, bool backward)
         return Prec::kNone;
     if (fg_cuda_attention_tf32_allowed())
         return Prec::kTf32;
-    return kHaveSplit && force && strcmp(force, "tf32x3") == 0 ? Prec::kSplit : Prec::kNone;
+    return kHaveSplit && env_is("FG_ATTN_KERNEL", "tf32x3") ? Prec::kSplit : Prec::kNone;
 }
 
 /* f(integral_constant<int, kMode>, integral_constant<bool, kDropout>)

@@ -16,11 +16,22 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "lib/attention/attention_internal.h"
 #include "lib/core/error.h"
 
 namespace fg {
+
+/* Is environment switch `name` set to `value`? The kernels' switches for
+ * tests and measurements (doc: fg_cuda(3)), read at each call so that a
+ * test or an in-process comparison can flip them between calls. */
+inline bool env_is(const char *name, const char *value)
+{
+    const char *v = getenv(name);
+    return v && strcmp(v, value) == 0;
+}
 
 /* ---- dtype traits: storage type T, accumulator type A ------------------ */
 template <typename T> struct AccOf {
