@@ -65,6 +65,13 @@
 #   torch        bench/compare_torch.py --quick (FG_TORCH_ARGS), likewise;
 #                scripts/torch-table.py turns $OUT/torch.txt into the
 #                markdown table of doc/performance.md
+#   rcseed       racecheck (FG_SANITIZE=fast) of FG_RC_SUITES (default
+#                "test_gpu_attention test_gpu_varlen") with the test seed
+#                FG_RC_SEED (default: each run its own), once per setting
+#                of FG_RC_ENVS (';'-separated "VAR=v ...", "" the default;
+#                default just ""), all in parallel; hazard lines (with
+#                source lines when built with FG_CONFIGURE_EXTRA=
+#                --enable-cuda-lineinfo) in $OUT/rcseed.txt
 #   envs         bench/compare_env.py: the build's attention under each
 #                setting of FG_ENVS (';'-separated, e.g. "FG_ATTN_BWD_EPI=0";
 #                the default always first) in one process, with cuDNN,
@@ -369,6 +376,26 @@ sweep() {
     echo "exit $?"
     sed -n '/^suite /,$p' "$W/sweep.txt"
 }
+rcseed() {
+    log "racecheck of ${FG_RC_SUITES:-test_gpu_attention test_gpu_varlen}, seed ${FG_RC_SEED:-any}, settings '${FG_RC_ENVS:-}'"
+    local es=() e t i=0
+    IFS=';' read -ra es <<<"${FG_RC_ENVS:-}"
+    [ ${#es[@]} -gt 0 ] || es=("")
+    rm -rf "$W/rc" && mkdir -p "$W/rc"
+    for e in "${es[@]}"; do
+        for t in ${FG_RC_SUITES:-test_gpu_attention test_gpu_varlen}; do
+            i=$((i + 1))
+            # shellcheck disable=SC2086 # $e: VAR=v words
+            (echo "== $t ${e:-default}"
+                timeout 480 env CK_FORK=no FG_SANITIZE=fast ${FG_RC_SEED:+FG_TEST_SEED=$FG_RC_SEED} $e \
+                    FG_CUDA_BACKEND="$B/.libs/libflashgrad-cuda.so" compute-sanitizer --tool racecheck \
+                    --print-limit 20 "$B/tests/$t" 2>&1 |
+                    grep -E 'Error: Race|  and |SUMMARY|Checks:|seed' | cut -c1-400) >"$W/rc/$i.txt" &
+        done
+    done
+    wait
+    cat "$W"/rc/*.txt | tee "$OUT/rcseed.txt" | grep -E '^==|SUMMARY|Checks:'
+}
 variants() { log variants; bench variants compare_variants.py --quick --rounds 2; }
 det() { log "deterministic backward"; bench det compare_det.py --rounds 2 --reps 8; }
 detsan() {
@@ -657,7 +684,7 @@ rings() {
 
 for ph in "$@"; do # every phase known before any runs
     case $ph in
-    san:?* | build | buildref | modules | cells | ncu | ktimes | suites | sweep | variants | det | detsan | bias | modes | envs | torch | train | quality | trainab | batches | gemms | benchab | dpspeed | dpeq | rings) ;;
+    san:?* | build | buildref | modules | cells | ncu | ktimes | suites | sweep | rcseed | variants | det | detsan | bias | modes | envs | torch | train | quality | trainab | batches | gemms | benchab | dpspeed | dpeq | rings) ;;
     *) echo "gpu-phases.sh: unknown phase '$ph'" >&2; exit 2 ;;
     esac
 done
