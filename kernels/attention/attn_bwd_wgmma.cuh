@@ -878,6 +878,13 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                     if (qt & 1)
                         store_t4(sdS, qt >> 1, r);
                 }
+                /* bwd_endsync 3: its dV (reading P^T Z) done before the
+                 * barrier below, which then also orders warpgroup 0's next
+                 * P^T Z stores after it: no barrier at the end of the step */
+                if (a.bwd_endsync == 3) {
+                    wg_wait<0>();
+                    wg_fence_regs(dv);
+                }
             }
             fence_proxy_async();
             __syncthreads();
@@ -1094,10 +1101,12 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
              * stores), by named barrier 9 (sessions 30-34) or an mbarrier.
              * Session 35's racecheck reported the exchange's stores against
              * the step before's loads on a packed batch with 1 (they are
-             * ordered by the step's second block barrier) and not with 0. */
+             * ordered by the step's second block barrier) and not with 0.
+             * 3: warpgroup 1 waits for its dV before that second barrier
+             * instead, so nothing is needed here. */
             if (a.bwd_endsync == 0) {
                 __syncthreads();
-            } else if (wg == 1 && st + 1 < total) {
+            } else if (a.bwd_endsync != 3 && wg == 1 && st + 1 < total) {
                 if (a.bwd_endsync == 1)
                     named_arrive(9, 256);
                 else

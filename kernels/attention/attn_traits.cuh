@@ -177,7 +177,9 @@ struct AttnArgs {
     int64_t dbias_acc_s[4];
     /* d = 256 wgmma backward, end of a step (FG_ATTN_BWD_ENDSYNC, for
      * measurements): 0 a block barrier (the default), 1 named barrier 9,
-     * 2 an mbarrier; last, so the fields above keep their offsets */
+     * 2 an mbarrier, 3 none (warpgroup 1 waits for its dV product before
+     * the step's second barrier); last, so the fields above keep their
+     * offsets */
     int bwd_endsync;
 };
 
