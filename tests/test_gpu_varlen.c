@@ -199,6 +199,21 @@ START_TEST(test_gpu_varlen_regs)
 }
 END_TEST
 
+/* The sm_80 mma.sync kernels on packed and key-padded batches
+ * (FG_ATTN_KERNEL=mma sets the Hopper ones aside; with FG_ATTN_SM80_RAGGED=1,
+ * opt-in until this has run on a GPU, fp16/bf16 then run in their kMode 2
+ * with kRagged; fp32/fp64 as without them): every case against the fp64
+ * reference. */
+START_TEST(test_gpu_varlen_mma)
+{
+    setenv("FG_ATTN_KERNEL", "mma", 1);
+    setenv("FG_ATTN_SM80_RAGGED", "1", 1);
+    check_gpu(gpu_case(_i), 4900 + 10 * (uint64_t)_i);
+    fgt_switch_restore("FG_ATTN_KERNEL");
+    fgt_switch_restore("FG_ATTN_SM80_RAGGED");
+}
+END_TEST
+
 /* A one-token batch, and random lengths from the test seed. */
 START_TEST(test_gpu_varlen_random)
 {
@@ -255,7 +270,8 @@ END_TEST
 /* Kernel switches the tests set, restored around each test (test_util.h:
  * under CK_FORK=no a failed test would leave them set). */
 static const char *const g_switches[] = {"FG_ATTN_BWD_WIDE", "FG_ATTN_FWD_EPI",
-                                         "FG_ATTN_BWD_EPI"};
+                                         "FG_ATTN_BWD_EPI", "FG_ATTN_KERNEL",
+                                         "FG_ATTN_SM80_RAGGED"};
 
 int main(void)
 {
@@ -277,6 +293,7 @@ int main(void)
     tcase_add_loop_test(tc, test_gpu_varlen_narrow, 0,
                         fast ? 2 : (int)(sizeof narrow_cases / sizeof narrow_cases[0]));
     tcase_add_loop_test(tc, test_gpu_varlen_regs, 0, fast ? 2 : N_GPU_CASES);
+    tcase_add_loop_test(tc, test_gpu_varlen_mma, 0, fast ? 2 : N_GPU_CASES);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }

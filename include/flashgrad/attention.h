@@ -137,13 +137,15 @@
  * suite tests; the error grows with sqrt(d) through that product).
  * A bias, packed batches and key padding are the exceptions so far: in
  * fp16/bf16 they run, forward and backward, in the Hopper kernels only;
- * elsewhere on the general kernels (doc/performance.md). The Hopper kernels
- * load whole tiles of K and V (and, backward, of Q and dO), so the last
- * tile of a packed sequence also reads rows outside it (the next
- * sequence's, or padding past seqused_k); they are masked, but an inf or
- * NaN in such a row still turns the rows or keys that see the tile NaN
- * (0 * inf). Keep padding finite (e.g. zeroed), or set FG_ATTN_KERNEL=
- * general: the general kernels never read those rows.
+ * elsewhere on the general kernels (doc/performance.md; the sm_80 kernels'
+ * packed path is opt-in until it has run on a GPU: FG_ATTN_SM80_RAGGED in
+ * fg_cuda(3)). The Hopper kernels load whole tiles of K and V
+ * (and, backward, of Q and dO), so the last tile of a packed sequence also
+ * reads rows outside it (the next sequence's, or padding past seqused_k);
+ * they are masked, but an inf or NaN in such a row still turns the rows or
+ * keys that see the tile NaN (0 * inf). Keep padding finite (e.g. zeroed),
+ * or set FG_ATTN_KERNEL=mma (the sm_80 kernels) or general: those never
+ * read those rows.
  *
  * Errors: every function validates all arguments before it writes anything;
  * on failure it returns a status, fg_last_error() explains it and every

@@ -21,7 +21,10 @@
  * kMode: 0 no mask or bottom-right causal (the tuned paths; a.causal picks
  * causal at run time), 2 the variants:
  * only the band's and the block lists' query blocks are visited, softcap and
- * ALiBi modify S^T, and dS^T takes the softcap's exact 1 - tanh^2. */
+ * ALiBi modify S^T, and dS^T takes the softcap's exact 1 - tanh^2.
+ * kRagged (kMode 2): packed batches and key padding, each sequence a
+ * problem of its own (seq_args); keys past a sequence's used length get
+ * zero dK, dV, as in the general kernel. */
 #include "attn_common.cuh"
 #include "attn_kernels.h"
 #include "attn_mma_tile.cuh"
@@ -54,10 +57,17 @@ template <int D, int kMode> struct BwdMmaDropRT {
     static constexpr bool value = D != 128;
 };
 
-template <typename T, int D, int W, int BR, int DH, int kMode, bool kDropout>
+template <typename T, int D, int W, int BR, int DH, int kMode, bool kDropout, bool kRagged>
 __global__ void __launch_bounds__(32 * W)
-attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
+attn_bwd_mma_kernel(const AttnArgs args, const int dslice)
 {
+    /* kRagged: sequence blockIdx.z's lengths, shift and moved operands;
+     * nk_rows its key rows, padded ones included (dK, dV written) */
+    AttnArgs seq;
+    int nk_rows = 0;
+    if constexpr (kRagged)
+        seq = seq_args<T, float>(args, blockIdx.z, &nk_rows);
+    const AttnArgs &a = kRagged ? seq : args;
     const bool drop = kDropout && (!BwdMmaDropRT<D, kMode>::value || a.dropout);
     constexpr bool kMasked = kMode == 2;
     /* Plain causal: a runtime flag, not an instantiation (build time; see
@@ -82,7 +92,13 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
     const int g = lane >> 2, t4 = lane & 3;
     const int64_t j0 = (int64_t)blockIdx.x * Bc;
     const int hk = blockIdx.y, b = blockIdx.z;
-    const int kvalid = (int)min((int64_t)Bc, (int64_t)a.Nk - j0);
+    if (kRagged && j0 >= nk_rows) /* the grid covers the longest sequence */
+        return;
+    /* keys loaded (seen); kRagged: a block past the used keys loads none */
+    const int kvalid = (int)(kRagged ? max((int64_t)0, min((int64_t)Bc, (int64_t)a.Nk - j0))
+                                     : min((int64_t)Bc, (int64_t)a.Nk - j0));
+    /* key rows whose dK, dV this block writes */
+    const int kout = kRagged ? (int)min((int64_t)Bc, (int64_t)nk_rows - j0) : kvalid;
     const float scale_log2 = (float)(a.scale * 1.4426950408889634);
 
     load_rows<T, D>(sK, a.k, b, j0, hk, Bc, kvalid, a.d, NT);
@@ -91,7 +107,7 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
 
     QuerySteps steps; /* the (head, query block) steps */
     steps.init(a, kMasked, causal, b, hk, j0, Bc, Br);
-    const int64_t total = steps.total;
+    const int64_t total = kRagged && kvalid == 0 ? 0 : steps.total;
 
     /* Issue the loads of step `st` into buffer st & 1. */
     auto issue = [&](int64_t st) {
@@ -104,12 +120,14 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
         load_rows<T, D>(sQ0 + buf, a.q, b, i0, h, Br, valid, a.d, NT);
         load_rows<T, D>(sQ0 + buf + Br * D * 2, a.dout, b, i0, h, Br, valid, a.d, NT);
         const int64_t bh = (int64_t)b * a.H + h;
+        /* m, l, D: [B, H, Nq], or [H, total_q] packed (stat_row0) */
+        const int64_t srow = kRagged ? stat_row0(a, b, h) : bh * a.Nq;
         for (int r = threadIdx.x; r < Br; r += NT) {
             const int64_t i = i0 + r;
             float lse = INFINITY, dd = 0.f;
             if (i < a.Nq) {
-                lse = row_lse2(a, bh, i);
-                dd = ((const float *)a.D)[bh * a.Nq + i];
+                lse = stat_lse2(a, srow + i);
+                dd = ((const float *)a.D)[srow + i];
             }
             lse2_s[(st & 1) * Br + r] = lse;
             D_s[(st & 1) * Br + r] = dd;
@@ -256,7 +274,8 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
                 }
             }
             const float sc = (float)a.scale;
-            float *dqa = (float *)a.dq_acc + (bh * a.Nq + i0) * (int64_t)a.d;
+            const int64_t srow = kRagged ? stat_row0(a, b, h) : bh * a.Nq;
+            float *dqa = (float *)a.dq_acc + (srow + i0) * (int64_t)a.d;
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int qi = mt * 16 + g + 8 * r;
@@ -286,7 +305,7 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int kr = 16 * warp + g + 8 * r;
-        if (kr >= kvalid)
+        if (kr >= kout)
             continue;
         T *dkp = elem<T>(a.dk, b, j0 + kr, hk), *dvp = elem<T>(a.dv, b, j0 + kr, hk);
 #pragma unroll
@@ -302,12 +321,13 @@ attn_bwd_mma_kernel(const AttnArgs a, const int dslice)
     }
 }
 
-template <typename T, int D, int W, int BR, int DH, int kMode, bool kDropout>
+template <typename T, int D, int W, int BR, int DH, int kMode, bool kDropout,
+          bool kRagged = false>
 static fg_status launch(const AttnArgs &a, cudaStream_t st)
 {
     using Tile = BwdTile<D, W, BR, DH>;
     constexpr bool kDr = kDropout || BwdMmaDropRT<D, kMode>::value;
-    auto kern = attn_bwd_mma_kernel<T, D, W, BR, DH, kMode, kDr>;
+    auto kern = attn_bwd_mma_kernel<T, D, W, BR, DH, kMode, kDr, kRagged>;
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)Tile::kSmem));
     dim3 grid((unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc), (unsigned)a.Hk,
@@ -323,6 +343,9 @@ static fg_status launch(const AttnArgs &a, cudaStream_t st)
 template <typename T, int D, int W, int BR, int DH>
 static fg_status launch_opts(const AttnArgs &a, cudaStream_t st)
 {
+    if (a.cu_q || a.seqused_k) /* a.variant is set too */
+        return a.dropout ? launch<T, D, W, BR, DH, 2, true, true>(a, st)
+                         : launch<T, D, W, BR, DH, 2, false, true>(a, st);
     if (a.variant)
         return a.dropout ? launch<T, D, W, BR, DH, 2, true>(a, st)
                          : launch<T, D, W, BR, DH, 2, false>(a, st);

@@ -19,7 +19,9 @@
  * kMode: 0 no mask or bottom-right causal (the tuned paths; a.causal picks
  * causal at run time), 2 the variants (band of any window or alignment,
  * block lists, softcap, ALiBi), kept in their own instantiation so the
- * tuned one carries none of their code. */
+ * tuned one carries none of their code. kRagged (kMode 2): packed batches
+ * and key padding (cu_seqlens, seqused_k), each sequence a problem of its
+ * own (seq_args), as the general kernel runs them. */
 #include "attn_common.cuh"
 #include "attn_kernels.h"
 #include "attn_mma_tile.cuh"
@@ -50,10 +52,17 @@ template <int D, int kMode> struct FwdMmaDropRT {
     static constexpr bool value = !(D == 128 && kMode == 2);
 };
 
-template <typename T, int D, int kMode, bool kDropout>
+template <typename T, int D, int kMode, bool kDropout, bool kRagged>
 __global__ void __launch_bounds__(FwdTile<D>::kThreads, 1)
-attn_fwd_mma_kernel(const AttnArgs a)
+attn_fwd_mma_kernel(const AttnArgs args)
 {
+    /* kRagged: sequence blockIdx.z's lengths, shift and moved operands */
+    AttnArgs seq;
+    if constexpr (kRagged) {
+        int nk_rows;
+        seq = seq_args<T, float>(args, blockIdx.z, &nk_rows);
+    }
+    const AttnArgs &a = kRagged ? seq : args;
     constexpr bool kMasked = kMode == 2;
     const bool drop = kDropout && (!FwdMmaDropRT<D, kMode>::value || a.dropout);
     /* Plain causal: a runtime flag, not an instantiation (build time; see
@@ -75,7 +84,11 @@ attn_fwd_mma_kernel(const AttnArgs a)
     const int64_t i0 = (int64_t)mblk * Br;
     const int h = blockIdx.y, b = blockIdx.z, hk = h / a.group;
     const int64_t bh = (int64_t)b * a.H + h;
+    if (kRagged && i0 >= a.Nq) /* the grid covers the longest sequence */
+        return;
     const int rows = (int)min((int64_t)Br, a.Nq - i0);
+    /* m, l: [B, H, Nq], or [H, total_q] packed (stat_row0) */
+    const int64_t srow = kRagged ? stat_row0(a, b, h) : bh * a.Nq;
 
     /* The key blocks to visit: up to the diagonal, or (kMasked) the band's
      * and the block list's, so skipped blocks cost nothing. */
@@ -211,20 +224,19 @@ attn_fwd_mma_kernel(const AttnArgs a)
                 }
                 if (t4 == 0) {
                     const float mr = m_raw[mt][r];
-                    ((float *)a.m)[bh * a.Nq + i] =
-                        mr == -INFINITY ? -INFINITY : mr * (float)a.scale;
-                    ((float *)a.l)[bh * a.Nq + i] = l;
+                    ((float *)a.m)[srow + i] = mr == -INFINITY ? -INFINITY : mr * (float)a.scale;
+                    ((float *)a.l)[srow + i] = l;
                 }
             }
         }
 }
 
-template <typename T, int D, int kMode, bool kDropout>
+template <typename T, int D, int kMode, bool kDropout, bool kRagged = false>
 static fg_status launch(const AttnArgs &a, cudaStream_t st)
 {
     using Tile = FwdTile<D>;
     constexpr bool kDr = kDropout || FwdMmaDropRT<D, kMode>::value;
-    auto kern = attn_fwd_mma_kernel<T, D, kMode, kDr>;
+    auto kern = attn_fwd_mma_kernel<T, D, kMode, kDr, kRagged>;
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)Tile::kSmem));
     dim3 grid((unsigned)((a.Nq + Tile::kBr - 1) / Tile::kBr), (unsigned)a.H,
@@ -237,6 +249,9 @@ static fg_status launch(const AttnArgs &a, cudaStream_t st)
 template <typename T, int D>
 static fg_status launch_opts(const AttnArgs &a, cudaStream_t st)
 {
+    if (a.cu_q || a.seqused_k) /* a.variant is set too */
+        return a.dropout ? launch<T, D, 2, true, true>(a, st)
+                         : launch<T, D, 2, false, true>(a, st);
     if (a.variant)
         return a.dropout ? launch<T, D, 2, true>(a, st) : launch<T, D, 2, false>(a, st);
     return a.dropout ? launch<T, D, 0, true>(a, st) : launch<T, D, 0, false>(a, st);

@@ -88,9 +88,16 @@ int attn_bwd_wgmma_dpad(int d);
  * FG_ATTN_KERNEL=general in the environment forces the general kernels
  * (tests and benchmarks use it to exercise both). */
 bool mma_path_ok(const AttnArgs &a, bool backward);
-/* What the sm80 mma.sync kernels run: every mask and score modifier
- * (kMode 2), but no additive bias and no packed or key-padded batch. */
+/* What the sm80 mma.sync fp16/bf16 kernels run: every mask and score
+ * modifier (kMode 2), packed and key-padded batches (kMode 2, kRagged;
+ * with FG_ATTN_SM80_RAGGED=1 until run on a GPU), but no additive bias. */
 inline bool sm80_supports(const AttnArgs &a)
+{
+    return !a.bias && (!(a.cu_q || a.seqused_k) || env_is("FG_ATTN_SM80_RAGGED", "1"));
+}
+/* What the TF32 kernels (attn_tf32.cuh) run: neither a bias nor packed
+ * or key-padded batches. */
+inline bool tf32_supports(const AttnArgs &a)
 {
     return !a.bias && !a.cu_q && !a.seqused_k;
 }

@@ -100,8 +100,8 @@ static fg_status base_args(const fg_attn_problem *pb, const char *fn,
         a->bias_s[3] = pb->bias.stride_k;
     }
     /* Packed batches and key padding are variants too: the wgmma kernels
-     * run them in kMode 3 (7 with masks alone); the sm80 kernels leave
-     * them to the general kernels (doc/performance.md). A bias (never
+     * run them in kMode 3 (7 with masks alone), the sm80 kernels in kMode 2
+     * with kRagged (opt-in until run on a GPU: sm80_supports). A bias (never
      * combined with them) runs in the wgmma forward's kMode 2 and the
      * backward's kMode 4 or 5. */
     a->variant = (pb->band && !plain_causal) || pb->softcap > 0 || pb->alibi ||

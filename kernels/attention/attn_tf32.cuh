@@ -274,7 +274,7 @@ constexpr bool kHaveSplit = false;
 inline Prec precision(const AttnArgs &a, bool backward)
 {
     if (env_is("FG_ATTN_KERNEL", "general") || env_is("FG_ATTN_KERNEL", "simt") ||
-        !sm80_supports(a))
+        !tf32_supports(a))
         return Prec::kNone;
     bool ok = aligned(a.q) && aligned(a.k) && aligned(a.v) && aligned(a.o);
     if (backward)
