@@ -185,17 +185,27 @@ START_TEST(test_gpu_varlen_narrow)
 }
 END_TEST
 
+/* check_gpu of case i with the two switches names[0], names[1] set to
+ * vals[0], vals[1], then put back as the suite started. */
+static void check_with(const char *const names[2], const char *const vals[2], int i,
+                       uint64_t salt)
+{
+    for (int k = 0; k < 2; k++)
+        setenv(names[k], vals[k], 1);
+    check_gpu(gpu_case(i), salt);
+    for (int k = 0; k < 2; k++)
+        fgt_switch_restore(names[k]);
+}
+
 /* The Hopper kernels' outputs from registers (FG_ATTN_FWD_EPI=0,
  * FG_ATTN_BWD_EPI=0; the other cases take the default, through shared
  * memory, wgmma_epilogue.cuh) on packed and key-padded batches: a
  * sequence's last tile stops at its own length. */
 START_TEST(test_gpu_varlen_regs)
 {
-    setenv("FG_ATTN_FWD_EPI", "0", 1);
-    setenv("FG_ATTN_BWD_EPI", "0", 1);
-    check_gpu(gpu_case(_i), 3900 + 10 * (uint64_t)_i);
-    fgt_switch_restore("FG_ATTN_FWD_EPI");
-    fgt_switch_restore("FG_ATTN_BWD_EPI");
+    static const char *const names[2] = {"FG_ATTN_FWD_EPI", "FG_ATTN_BWD_EPI"};
+    static const char *const vals[2] = {"0", "0"};
+    check_with(names, vals, _i, 3900 + 10 * (uint64_t)_i);
 }
 END_TEST
 
@@ -206,11 +216,9 @@ END_TEST
  * reference. */
 START_TEST(test_gpu_varlen_mma)
 {
-    setenv("FG_ATTN_KERNEL", "mma", 1);
-    setenv("FG_ATTN_SM80_RAGGED", "1", 1);
-    check_gpu(gpu_case(_i), 4900 + 10 * (uint64_t)_i);
-    fgt_switch_restore("FG_ATTN_KERNEL");
-    fgt_switch_restore("FG_ATTN_SM80_RAGGED");
+    static const char *const names[2] = {"FG_ATTN_KERNEL", "FG_ATTN_SM80_RAGGED"};
+    static const char *const vals[2] = {"mma", "1"};
+    check_with(names, vals, _i, 4900 + 10 * (uint64_t)_i);
 }
 END_TEST
 
