@@ -119,9 +119,8 @@ attn_bwd_mma_kernel(const AttnArgs args, const int dslice)
         const uint32_t buf = (uint32_t)(st & 1) * qbuf;
         load_rows<T, D>(sQ0 + buf, a.q, b, i0, h, Br, valid, a.d, NT);
         load_rows<T, D>(sQ0 + buf + Br * D * 2, a.dout, b, i0, h, Br, valid, a.d, NT);
-        const int64_t bh = (int64_t)b * a.H + h;
         /* m, l, D: [B, H, Nq], or [H, total_q] packed (stat_row0) */
-        const int64_t srow = kRagged ? stat_row0(a, b, h) : bh * a.Nq;
+        const int64_t srow = stat_row_of<kRagged>(a, b, h, (int64_t)b * a.H + h);
         for (int r = threadIdx.x; r < Br; r += NT) {
             const int64_t i = i0 + r;
             float lse = INFINITY, dd = 0.f;
@@ -274,7 +273,7 @@ attn_bwd_mma_kernel(const AttnArgs args, const int dslice)
                 }
             }
             const float sc = (float)a.scale;
-            const int64_t srow = kRagged ? stat_row0(a, b, h) : bh * a.Nq;
+            const int64_t srow = stat_row_of<kRagged>(a, b, h, bh);
             float *dqa = (float *)a.dq_acc + (srow + i0) * (int64_t)a.d;
 #pragma unroll
             for (int r = 0; r < 2; r++) {

@@ -109,6 +109,15 @@ __device__ __forceinline__ int64_t stat_row0(const AttnArgs &a, int64_t b, int64
 {
     return b * a.st_b + h * a.st_h;
 }
+/* The same where the layout is known at compile time: dense rows
+ * [B, H, Nq] as bh Nq (bh = b H + h, which the tuned sm80 kernels have at
+ * hand: no stride loads), packed ones (kRagged) by stat_row0. */
+template <bool kRagged>
+__device__ __forceinline__ int64_t stat_row_of(const AttnArgs &a, int64_t b, int64_t h,
+                                               int64_t bh)
+{
+    return kRagged ? stat_row0(a, b, h) : bh * a.Nq;
+}
 /* Stats row `row` as (batch, head, query row) for the operands: packed
  * rows are batch 0 (stride_b is 0 then); *owned = false for packed rows
  * past cu_q[B], which belong to no sequence. */

@@ -88,7 +88,7 @@ attn_fwd_mma_kernel(const AttnArgs args)
         return;
     const int rows = (int)min((int64_t)Br, a.Nq - i0);
     /* m, l: [B, H, Nq], or [H, total_q] packed (stat_row0) */
-    const int64_t srow = kRagged ? stat_row0(a, b, h) : bh * a.Nq;
+    const int64_t srow = stat_row_of<kRagged>(a, b, h, bh);
 
     /* The key blocks to visit: up to the diagonal, or (kMasked) the band's
      * and the block list's, so skipped blocks cost nothing. */

@@ -233,9 +233,10 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
      * 0.90-0.91 (four gave no more). FG_ATTN_DET_COPIES=1, 2 or 4 overrides. */
     int copies = det_tiles ? 2 : 1;
     static const char *const kCopies[] = {"1", "2", "4"};
-    for (const char *c : kCopies)
-        if (det_tiles && fg::env_is("FG_ATTN_DET_COPIES", c))
-            copies = c[0] - '0';
+    if (det_tiles)
+        for (const char *c : kCopies)
+            if (fg::env_is("FG_ATTN_DET_COPIES", c))
+                copies = c[0] - '0';
     if (hopper && dq_bytes) { /* either layout: the kernel is chosen later */
         const size_t tiled = sizeof(float) * (size_t)(pb->B * pb->H * nq_pad) *
                              (size_t)fg::attn_bwd_wgmma_dpad((int)pb->d) * (size_t)copies;
