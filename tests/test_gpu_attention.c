@@ -112,8 +112,7 @@ static int g_deterministic;
  * deterministic before reset_modes. */
 static const char *const g_switches[] = {"FG_ATTN_BWD_WIDE", "FG_ATTN_DET_DQ",
                                          "FG_ATTN_DET_COPIES", "FG_ATTN_KERNEL",
-                                         "FG_ATTN_FWD_EPI", "FG_ATTN_BWD_EPI",
-                                         "FG_ATTN_BWD_ENDSYNC"};
+                                         "FG_ATTN_FWD_EPI", "FG_ATTN_BWD_EPI"};
 
 static void params_for(const gcase *c, fg_attn_params *p, uint64_t seed)
 {
@@ -787,26 +786,6 @@ START_TEST(test_d256_steps)
 }
 END_TEST
 
-/* The d = 256 backward's end-of-step synchronisation by named barrier 9,
- * an mbarrier, or none after warpgroup 1 waits for its dV product
- * (FG_ATTN_BWD_ENDSYNC, for measurements): against the fp64 reference,
- * and O, dK, dV, m, l bitwise the same as with the block barrier (the
- * default). _i: case _i % 3, setting _i / 3. Not in the racecheck subset:
- * racecheck reported the exchange with "named" (session 35). */
-static const char *const endsync_sw[] = {"FG_ATTN_BWD_ENDSYNC"};
-
-START_TEST(test_bwd_endsync)
-{
-    static const char *const forms[] = {"named", "mbar", "dvwait"};
-    const gcase *c = &d256_cases[_i % 3];
-    const char *v = forms[_i / 3];
-    set_switches(endsync_sw, 1, v);
-    run_case(c, FG_BF16, 8040 + (uint64_t)_i);
-    same_bits(c, 8050 + (uint64_t)_i, endsync_sw, 1, "bar", v, v);
-    restore_switches(endsync_sw, 1);
-}
-END_TEST
-
 /* Set by test_deterministic_tiles: run_variant also checks reruns. */
 static int g_det_reruns;
 
@@ -1251,7 +1230,6 @@ int main(void)
     tcase_add_loop_test(tw, test_staged_epilogue, 0,
                         (int)(sizeof epi_cases / sizeof epi_cases[0]));
     tcase_add_loop_test(tw, test_d256_steps, 0, 6);
-    tcase_add_loop_test(tw, test_bwd_endsync, 0, 9);
     tcase_add_loop_test(tw, test_wide_variants, 0,
                         (int)(sizeof wide_vcases / sizeof wide_vcases[0]));
     suite_add_tcase(s, tw);

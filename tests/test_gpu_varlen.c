@@ -187,13 +187,13 @@ END_TEST
 
 /* check_gpu of case i with the two switches names[0], names[1] set to
  * vals[0], vals[1], then put back as the suite started. */
-static void check_with(const char *const names[2], const char *const vals[2], int i,
+static void check_with(const char *const *names, const char *const *vals, int n, int i,
                        uint64_t salt)
 {
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < n; k++)
         setenv(names[k], vals[k], 1);
     check_gpu(gpu_case(i), salt);
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < n; k++)
         fgt_switch_restore(names[k]);
 }
 
@@ -205,20 +205,19 @@ START_TEST(test_gpu_varlen_regs)
 {
     static const char *const names[2] = {"FG_ATTN_FWD_EPI", "FG_ATTN_BWD_EPI"};
     static const char *const vals[2] = {"0", "0"};
-    check_with(names, vals, _i, 3900 + 10 * (uint64_t)_i);
+    check_with(names, vals, 2, _i, 3900 + 10 * (uint64_t)_i);
 }
 END_TEST
 
 /* The sm_80 mma.sync kernels on packed and key-padded batches
- * (FG_ATTN_KERNEL=mma sets the Hopper ones aside; with FG_ATTN_SM80_RAGGED=1,
- * opt-in until this has run on a GPU, fp16/bf16 then run in their kMode 2
- * with kRagged; fp32/fp64 as without them): every case against the fp64
- * reference. */
+ * (FG_ATTN_KERNEL=mma sets the Hopper ones aside; fp16/bf16 run in their
+ * kMode 2 with kRagged, fp32/fp64 as without it): every case against the
+ * fp64 reference. */
 START_TEST(test_gpu_varlen_mma)
 {
-    static const char *const names[2] = {"FG_ATTN_KERNEL", "FG_ATTN_SM80_RAGGED"};
-    static const char *const vals[2] = {"mma", "1"};
-    check_with(names, vals, _i, 4900 + 10 * (uint64_t)_i);
+    static const char *const names[1] = {"FG_ATTN_KERNEL"};
+    static const char *const vals[1] = {"mma"};
+    check_with(names, vals, 1, _i, 4900 + 10 * (uint64_t)_i);
 }
 END_TEST
 
@@ -278,8 +277,7 @@ END_TEST
 /* Kernel switches the tests set, restored around each test (test_util.h:
  * under CK_FORK=no a failed test would leave them set). */
 static const char *const g_switches[] = {"FG_ATTN_BWD_WIDE", "FG_ATTN_FWD_EPI",
-                                         "FG_ATTN_BWD_EPI", "FG_ATTN_KERNEL",
-                                         "FG_ATTN_SM80_RAGGED"};
+                                         "FG_ATTN_BWD_EPI", "FG_ATTN_KERNEL"};
 
 int main(void)
 {

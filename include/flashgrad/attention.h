@@ -135,11 +135,11 @@
  * relative), products are summed in fp32, so every output stays within
  * 2^-11 (1 + scale max|q_i| max|k_j|) of max |output| (the bound the GPU
  * suite tests; the error grows with sqrt(d) through that product).
- * A bias, packed batches and key padding are the exceptions so far: in
- * fp16/bf16 they run, forward and backward, in the Hopper kernels only;
- * elsewhere on the general kernels (doc/performance.md; the sm_80 kernels'
- * packed path is opt-in until it has run on a GPU: FG_ATTN_SM80_RAGGED in
- * fg_cuda(3)). The Hopper kernels load whole tiles of K and V
+ * A bias is the exception so far: in fp16/bf16 it runs, forward and
+ * backward, in the Hopper kernels only, elsewhere on the general kernels;
+ * packed batches and key padding run on the Hopper and the sm_80 kernels,
+ * and in fp32 on the general kernels, not the TF32 ones
+ * (doc/performance.md). The Hopper kernels load whole tiles of K and V
  * (and, backward, of Q and dO), so the last tile of a packed sequence also
  * reads rows outside it (the next sequence's, or padding past seqused_k);
  * they are masked, but an inf or NaN in such a row still turns the rows or

@@ -167,10 +167,6 @@ fg_status attn_bwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, const void *ma
      * FG_ATTN_BWD_EPI=0: from registers (tests, comparisons) */
     AttnArgs w = a;
     w.dkv_staged = !env_is("FG_ATTN_BWD_EPI", "0") && vec16_ok(a.dk) && vec16_ok(a.dv);
-    w.bwd_endsync = env_is("FG_ATTN_BWD_ENDSYNC", "named")    ? 1
-                    : env_is("FG_ATTN_BWD_ENDSYNC", "mbar")   ? 2
-                    : env_is("FG_ATTN_BWD_ENDSYNC", "dvwait") ? 3
-                                                              : 0;
     if (dt == FG_BF16)
         return launch_dim<__nv_bfloat16>(w, m, st);
     return launch_dim<__half>(w, m, st);

@@ -89,11 +89,11 @@ int attn_bwd_wgmma_dpad(int d);
  * (tests and benchmarks use it to exercise both). */
 bool mma_path_ok(const AttnArgs &a, bool backward);
 /* What the sm80 mma.sync fp16/bf16 kernels run: every mask and score
- * modifier (kMode 2), packed and key-padded batches (kMode 2, kRagged;
- * with FG_ATTN_SM80_RAGGED=1 until run on a GPU), but no additive bias. */
+ * modifier (kMode 2), packed and key-padded batches (kMode 2, kRagged), but no additive
+ * bias. */
 inline bool sm80_supports(const AttnArgs &a)
 {
-    return !a.bias && (!(a.cu_q || a.seqused_k) || env_is("FG_ATTN_SM80_RAGGED", "1"));
+    return !a.bias;
 }
 /* What the TF32 kernels (attn_tf32.cuh) run: neither a bias nor packed
  * or key-padded batches. */

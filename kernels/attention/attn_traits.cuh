@@ -175,12 +175,6 @@ struct AttnArgs {
     int dbias_mode;
     void *dbias_acc;      /* mode 2: accumulator-type target of the atomics */
     int64_t dbias_acc_s[4];
-    /* d = 256 wgmma backward, end of a step (FG_ATTN_BWD_ENDSYNC, for
-     * measurements): 0 a block barrier (the default), 1 named barrier 9,
-     * 2 an mbarrier, 3 none (warpgroup 1 waits for its dV product before
-     * the step's second barrier); last, so the fields above keep their
-     * offsets */
-    int bwd_endsync;
 };
 
 enum {
