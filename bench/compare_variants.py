@@ -21,7 +21,10 @@ seed) into one 16k-token row: flashgrad gets cu_seqlens (causal per
 document), FlexAttention the same row with a document mask. In the same
 rounds flashgrad also runs a dense causal batch of the same 16k tokens
 (N the power of two nearest the mean document length); the last line
-gives the packed batch's rate over real tokens as a fraction of it.
+gives the packed batch's rate over real tokens as a fraction of it. The
+"varlen equal" cell packs 8 documents of 2048 tokens, the same problem as
+its dense B = 8, N = 2048 batch: the packed path's own cost, apart from
+the mix of lengths (short causal documents run at a lower rate dense too).
     python3 bench/compare_variants.py --lib ... --bias-only   # the bias cells
 
 In the bias cells the second column is SDPA-efficient, not FlexAttention;
@@ -125,7 +128,7 @@ def main():
     cells = [("causal", 8192), ("window 1024", 8192), ("alibi+causal", 8192),
              ("softcap 30+causal", 8192), ("50% block-sparse", 8192),
              ("causal", 2048), ("softcap 30+causal", 2048), ("dense", 8192),
-             ("varlen causal", 16384),
+             ("varlen causal", 16384), ("varlen equal causal", 16384),
              ("bias [B,H,N,N]", 2048), ("bias [H,N,N]", 2048)]
     if args.quick:
         cells = cells[:5]
@@ -164,6 +167,8 @@ def main():
             while sum(lens) < N:
                 lens.append(int(torch.randint(256, 4097, (1,), generator=gen)))
             lens[-1] -= sum(lens) - N
+            if "equal" in name:  # 8 x 2048: the packed path's own cost
+                lens = [N // 8] * 8
             cu = torch.tensor([0] + list(itertools.accumulate(lens)), dtype=torch.int32,
                               device=dev)
             p.batch, p.seqlen_q, p.seqlen_k = len(lens), max(lens), max(lens)

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test_gpu_bias.c - the attention bias and its gradient on the CUDA
- * kernels (general, and for fp16/bf16 on Hopper the sm90 wgmma kernels)
+ * kernels (general, for fp16/bf16 on Hopper the sm90 wgmma kernels, and
+ * the sm80 mma.sync kernels through FG_ATTN_KERNEL=mma)
  * against the CPU fp64 oracle (itself checked against the
  * naive reference in test_attention_bias): every broadcast pattern, fp64,
  * fp32, fp16 and bf16 operands, fp32 or operand-dtype bias and dbias,
@@ -488,6 +489,47 @@ START_TEST(test_minus_inf_row)
 }
 END_TEST
 
+/* The sm_80 mma.sync kernels (FG_ATTN_KERNEL=mma sets the Hopper ones
+ * aside), fp16 and bf16: _i < 16 the pattern grid; 16, 17 the -inf row
+ * (atomics through the scratch, in place); 18-21 d = 256 (two launches,
+ * each half of d: dbias from the first only) and d = 128 with partial
+ * query and key blocks, through every dbias mode (stores, atomics via
+ * scratch and in place, the deterministic pass). */
+START_TEST(test_sm80)
+{
+    bgcase c;
+    if (_i < 16) {
+        c = grid_case(_i);
+    } else if (_i < 18) {
+        c = grid_case(1);
+        c.minus_inf_row = 1;
+        c.bcast = FGT_BC_B;
+        c.dbias_f32 = _i - 16;
+        c.causal = 0;
+    } else {
+        static const int pats[4] = {0, FGT_BC_B, FGT_BC_H, FGT_BC_B | FGT_BC_H};
+        const int k = _i - 18;
+        memset(&c, 0, sizeof c);
+        c.B = 2; c.H = 4; c.Hk = 2; c.d = k < 2 ? 256 : 128;
+        c.Nq = 200; c.Nk = 264;
+        c.bcast = pats[k];
+        c.dbias_f32 = k == 2;
+        c.deterministic = k == 3;
+        c.causal = k % 2;
+        c.softcap = k == 1;
+        c.p = k == 2 ? 0.1 : 0;
+        c.alibi = k == 3;
+        c.layout = k % 3;
+        c.dlayout = (k + 1) % 3;
+    }
+    setenv("FG_ATTN_KERNEL", "mma", 1);
+    g_fast = 1;
+    check_case(&c, FG_FP16, 1500 + (uint64_t)_i);
+    check_case(&c, FG_BF16, 1600 + (uint64_t)_i);
+    fgt_switch_restore("FG_ATTN_KERNEL");
+}
+END_TEST
+
 /* A larger problem through every dbias mode (bf16, d = 128): dense (0),
  * atomics (1), the deterministic pass (2); on Hopper the broadcast dbias
  * by the wgmma kernel's vector reductions (1, 3, 4): over batch into a
@@ -672,6 +714,14 @@ int main(void)
     tcase_add_loop_test(tc, test_minus_inf_row, 0, fast ? 1 : 2);
     tcase_add_loop_test(tc, test_bias_tma, 0, fast ? 2 : 8);
     tcase_add_loop_test(tc, test_bias_reduce, 0, 2);
+    /* racecheck: a grid case with GQA, causal and ALiBi, the -inf row, d = 256 */
+    if (fast) {
+        tcase_add_loop_test(tc, test_sm80, 0, 1);
+        tcase_add_loop_test(tc, test_sm80, 16, 17);
+        tcase_add_loop_test(tc, test_sm80, 18, 19);
+    } else {
+        tcase_add_loop_test(tc, test_sm80, 0, 22);
+    }
     if (!fast)
         tcase_add_loop_test(tc, test_larger, 0, 6);
     tcase_add_test(tc, test_autograd_op);

@@ -67,10 +67,9 @@
  * is summed in a fixed order on the CPU and, with deterministic = 1, on
  * CUDA (otherwise broadcast sums use atomics there). Nothing Nq x Nk is
  * allocated. Bias is not supported with cu_seqlens / seqused_k. On CUDA,
- * fp16/bf16 bias problems take the Hopper (sm_90a) tensor-core kernels
- * (forward and backward);
- * other GPUs and fp32/fp64 run them on the general kernels
- * (doc/performance.md).
+ * fp16/bf16 bias problems take the tensor-core kernels (Hopper's sm_90a
+ * ones, elsewhere the sm_80 ones; forward and backward); fp32/fp64 run
+ * them on the general kernels (doc/performance.md).
  *
  * Dropout (probability p in [0, 1)) is applied to P after normalisation.
  * The keep decision for element (b, h, i, j) is a pure function of
@@ -135,11 +134,9 @@
  * relative), products are summed in fp32, so every output stays within
  * 2^-11 (1 + scale max|q_i| max|k_j|) of max |output| (the bound the GPU
  * suite tests; the error grows with sqrt(d) through that product).
- * A bias is the exception so far: in fp16/bf16 it runs, forward and
- * backward, in the Hopper kernels only, elsewhere on the general kernels;
- * packed batches and key padding run on the Hopper and the sm_80 kernels,
- * and in fp32 on the general kernels, not the TF32 ones
- * (doc/performance.md). The Hopper kernels load whole tiles of K and V
+ * A bias, packed batches and key padding are the exceptions: in fp16/bf16
+ * they run on the Hopper and the sm_80 kernels, in fp32 on the general
+ * kernels, not the TF32 ones (doc/performance.md). The Hopper kernels load whole tiles of K and V
  * (and, backward, of Q and dO), so the last tile of a packed sequence also
  * reads rows outside it (the next sequence's, or padding past seqused_k);
  * they are masked, but an inf or NaN in such a row still turns the rows or

@@ -296,7 +296,7 @@ static fg_status launch_bwd(fg_dtype dt, AttnArgs a, size_t smem_limit, cudaStre
         else
             w.dq_sem = nullptr;
         FG_TRY(attn_bwd_wgmma_dispatch(AccOf<T>::is_bf16 ? FG_BF16 : FG_FP16, w, maps, st));
-    } else if (sizeof(T) == 2 && mma_path_ok(a, true) && sm80_supports(a) &&
+    } else if (sizeof(T) == 2 && mma_path_ok(a, true) &&
                attn_bwd_mma_supported(a.d, smem_limit)) {
         FG_TRY(attn_bwd_mma_dispatch(sizeof(T) == 2 && AccOf<T>::is_bf16 ? FG_BF16
                                                                         : FG_FP16,

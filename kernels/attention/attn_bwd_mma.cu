@@ -20,8 +20,13 @@
  *
  * kMode: 0 no mask or bottom-right causal (the tuned paths; a.causal picks
  * causal at run time), 2 the variants:
- * only the band's and the block lists' query blocks are visited, softcap and
- * ALiBi modify S^T, and dS^T takes the softcap's exact 1 - tanh^2.
+ * only the band's and the block lists' query blocks are visited, softcap
+ * and ALiBi modify S^T, and dS^T takes the softcap's exact 1 - tanh^2;
+ * 4 the variants with an additive bias (its own instantiation, as in the
+ * forward) and dbias (attn_bias.cu): each visible pair's dS, before the
+ * softcap's factor, stored (nothing broadcast) or added by fp32 atomics
+ * (broadcast), by the first d slice's launch only; the deterministic
+ * broadcast pass is attn_bias.cu's own kernel.
  * kRagged (kMode 2): packed batches and key padding, each sequence a
  * problem of its own (seq_args); keys past a sequence's used length get
  * zero dK, dV, as in the general kernel. */
@@ -54,7 +59,7 @@ template <int D, int W, int BR, int DH> struct BwdTile {
  * (ptxas -v, sm_80 and sm_90, session 13): not at d = 128 (4-12 bytes
  * against none). */
 template <int D, int kMode> struct BwdMmaDropRT {
-    static constexpr bool value = D != 128;
+    static constexpr bool value = kMode == 4 || D != 128;
 };
 
 template <typename T, int D, int W, int BR, int DH, int kMode, bool kDropout, bool kRagged>
@@ -69,7 +74,7 @@ attn_bwd_mma_kernel(const AttnArgs args, const int dslice)
         seq = seq_args<T, float>(args, blockIdx.z, &nk_rows);
     const AttnArgs &a = kRagged ? seq : args;
     const bool drop = kDropout && (!BwdMmaDropRT<D, kMode>::value || a.dropout);
-    constexpr bool kMasked = kMode == 2;
+    constexpr bool kMasked = kMode == 2 || kMode == 4, kBias = kMode == 4;
     /* Plain causal: a runtime flag, not an instantiation (build time; see
      * fwd_mask). The variants' band carries their causality. */
     const bool causal = !kMasked && a.causal;
@@ -194,6 +199,8 @@ attn_bwd_mma_kernel(const AttnArgs args, const int dslice)
          * is seen by (the band of this warp's 16 keys decides whether). */
         const BwdMask mk = bwd_mask<kMasked, Bc, Br>(a, causal, dead, i0, j0, warp, g);
         const float slope = kMasked && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
+        const bool dbias_out = kBias && dslice == 0 &&
+                               (a.dbias_mode == kDbiasStore || a.dbias_mode == kDbiasAtomic);
         uint32_t pf[QT / 2][4], sf[QT / 2][4]; /* A fragments for dV, dK */
         uint32_t keep = 0; /* bwd_dropout_bits of the current 16 queries */
         static_assert(QT % 2 == 0, "dropout draws 16 queries at a time");
@@ -209,10 +216,18 @@ attn_bwd_mma_kernel(const AttnArgs args, const int dslice)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int qi = 8 * qt + 2 * t4 + (e & 1);
-                bwd_elem<false, kMasked, kDropout>(
-                    a, mk, s[qt][e], dp[qt][e], (e & 1) ? L.y : L.x, (e & 1) ? Dq.y : Dq.x, qi,
-                    e >> 1, i0 + qi, j0 + 16 * warp + g + 8 * (e >> 1), slope, scale_log2,
-                    (keep >> (4 * (qt & 1) + e)) & 1u, &p[e], &ds[e]);
+                const int64_t i = i0 + qi, j = j0 + 16 * warp + g + 8 * (e >> 1);
+                const float lse = (e & 1) ? L.y : L.x;
+                float dl = 0.f;
+                const bool vis = bwd_elem<false, kMasked, kDropout>(
+                    a, mk, s[qt][e], dp[qt][e], lse, (e & 1) ? Dq.y : Dq.x, qi, e >> 1, i, j,
+                    slope, scale_log2, (keep >> (4 * (qt & 1) + e)) & 1u,
+                    kBias ? raw_bias<T>(a, b, h, i, j) : 0.f, kBias, &p[e], &ds[e],
+                    kBias ? &dl : nullptr);
+                /* a row that saw no key (lse2 = +inf) has dS = 0 by
+                 * definition, even where dP is NaN: left as zeroed */
+                if (dbias_out && vis && i < a.Nq && j < a.Nk && lse < INFINITY)
+                    dbias_put_pair<T, float>(a, b, h, i, j, dl);
             }
             const int kk = qt >> 1, half = (qt & 1) * 2;
             pf[kk][half] = pack2<T>(p[0], p[1]);
@@ -345,6 +360,8 @@ static fg_status launch_opts(const AttnArgs &a, cudaStream_t st)
     if (a.cu_q || a.seqused_k) /* a.variant is set too */
         return a.dropout ? launch<T, D, W, BR, DH, 2, true, true>(a, st)
                          : launch<T, D, W, BR, DH, 2, false, true>(a, st);
+    if (a.bias) /* never with cu_seqlens; one kernel for both dropout settings */
+        return launch<T, D, W, BR, DH, 4, true>(a, st);
     if (a.variant)
         return a.dropout ? launch<T, D, W, BR, DH, 2, true>(a, st)
                          : launch<T, D, W, BR, DH, 2, false>(a, st);

@@ -95,18 +95,7 @@ __device__ __forceinline__ void dbias_put(const AttnArgs &a, const A *ls, int64_
     const int64_t i = i0 + r, j = j0 + c;
     if (i >= a.Nq || ls[r] == A(0) || !visible(a, i, j))
         return;
-    if (a.dbias_mode == kDbiasStore) {
-        const int64_t off = b * a.dbias_s[0] + h * a.dbias_s[1] + i * a.dbias_s[2] +
-                            j * a.dbias_s[3];
-        if (a.dbias_f32)
-            ((float *)a.dbias)[off] = (float)ds;
-        else
-            ((T *)a.dbias)[off] = from_acc<T>(ds);
-        return;
-    }
-    const int64_t off = b * a.dbias_acc_s[0] + h * a.dbias_acc_s[1] +
-                        i * a.dbias_acc_s[2] + j * a.dbias_acc_s[3];
-    atomicAdd((A *)a.dbias_acc + off, ds);
+    dbias_put_pair<T, A>(a, b, h, i, j, ds);
 }
 
 } /* namespace fg */

@@ -431,9 +431,9 @@ __device__ __forceinline__ float raw_score_mod(const AttnArgs &a, float s, float
 
 /* The softcap's d logit / d x = 1 - tanh^2 of pair (i, j), recovered from
  * its probability p = exp2(logit log2e - lse2) (the backward keeps P, not
- * the logit) by undoing ALiBi; 0 where p = 0, whose dS is 0 anyway. (The
- * kernels that take a bias, attn_bwd_wgmma.cuh's kMode 4, undo it in their
- * own cap_grad.) */
+ * the logit) by undoing ALiBi; 0 where p = 0, whose dS is 0 anyway. (With
+ * a bias, attn_bwd_wgmma.cuh's kMode 4 undoes it in its own cap_grad, and
+ * the sm80 kernels' bwd_elem takes tanh of the score again.) */
 __device__ __forceinline__ float softcap_grad(const AttnArgs &a, float p, float lse2,
                                               float slope, int64_t i, int64_t j)
 {
@@ -475,6 +475,27 @@ __device__ __forceinline__ A bias_at(const AttnArgs &a, int64_t b, int64_t h,
                         j * a.bias_s[3];
     return a.bias_f32 ? (A)((const float *)a.bias)[off]
                       : (A)to_acc(((const T *)a.bias)[off]);
+}
+
+/* dbias of a visible pair (b, h, i, j) inside the problem gets its dS:
+ * stored (kDbiasStore: nothing broadcast, one pair an element) or added
+ * (kDbiasAtomic) into dbias_acc, of the accumulator type (attn_bias.cu). */
+template <typename T, typename A>
+__device__ __forceinline__ void dbias_put_pair(const AttnArgs &a, int64_t b, int64_t h,
+                                               int64_t i, int64_t j, A ds)
+{
+    if (a.dbias_mode == kDbiasStore) {
+        const int64_t off = b * a.dbias_s[0] + h * a.dbias_s[1] + i * a.dbias_s[2] +
+                            j * a.dbias_s[3];
+        if (a.dbias_f32)
+            ((float *)a.dbias)[off] = (float)ds;
+        else
+            ((T *)a.dbias)[off] = from_acc<T>(ds);
+        return;
+    }
+    const int64_t off = b * a.dbias_acc_s[0] + h * a.dbias_acc_s[1] +
+                        i * a.dbias_acc_s[2] + j * a.dbias_acc_s[3];
+    atomicAdd((A *)a.dbias_acc + off, ds);
 }
 
 template <typename A>

@@ -201,10 +201,9 @@ fg_status attn_fwd_dispatch(fg_dtype dt, const AttnArgs &a, size_t smem_limit,
         if (wgmma_usable() && attn_fwd_wgmma_smem(a.d) <= smem_limit &&
             attn_fwd_wgmma_dispatch(dt, a, st, &status))
             return status;
-        /* The sm80 kernels run every mask and score modifier and (opt-in,
-         * sm80_supports) packed or padded batches, but not yet a bias
-         * (attention.h). */
-        if (sm80_supports(a) && attn_fwd_mma_smem(a.d) <= smem_limit)
+        /* The sm80 kernels run every mask, score modifier and bias, and
+         * packed or padded batches (kMode 2). */
+        if (attn_fwd_mma_smem(a.d) <= smem_limit)
             return attn_fwd_mma_dispatch(dt, a, st);
     }
     if (dt == FG_FP32) { /* tensor cores (TF32 or 3xTF32), else SIMT */

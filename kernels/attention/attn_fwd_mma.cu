@@ -19,7 +19,9 @@
  * kMode: 0 no mask or bottom-right causal (the tuned paths; a.causal picks
  * causal at run time), 2 the variants (band of any window or alignment,
  * block lists, softcap, ALiBi), kept in their own instantiation so the
- * tuned one carries none of their code. kRagged (kMode 2): packed batches
+ * tuned one carries none of their code; 4 the variants with an additive
+ * bias (its own instantiation: in mode 2 the bias's loads took the d = 128
+ * kernels from 8-104 to 352-416 bytes of spills, ptxas sm_80 and sm_90). kRagged (kMode 2): packed batches
  * and key padding (cu_seqlens, seqused_k), each sequence a problem of its
  * own (seq_args), as the general kernel runs them. */
 #include "attn_common.cuh"
@@ -49,7 +51,7 @@ template <int D> struct FwdTile {
  * spills no more than the one without dropout (ptxas -v, sm_80 and sm_90,
  * session 13): not the d = 128 variants (sm_80: 48 bytes against 4). */
 template <int D, int kMode> struct FwdMmaDropRT {
-    static constexpr bool value = !(D == 128 && kMode == 2);
+    static constexpr bool value = kMode == 4 || !(D == 128 && kMode == 2);
 };
 
 template <typename T, int D, int kMode, bool kDropout, bool kRagged>
@@ -63,7 +65,7 @@ attn_fwd_mma_kernel(const AttnArgs args)
         seq = seq_args<T, float>(args, blockIdx.z, &nk_rows);
     }
     const AttnArgs &a = kRagged ? seq : args;
-    constexpr bool kMasked = kMode == 2;
+    constexpr bool kMasked = kMode == 2 || kMode == 4, kBias = kMode == 4;
     const bool drop = kDropout && (!FwdMmaDropRT<D, kMode>::value || a.dropout);
     /* Plain causal: a runtime flag, not an instantiation (build time; see
      * fwd_mask). The variants' band carries their causality. */
@@ -171,6 +173,8 @@ attn_fwd_mma_kernel(const AttnArgs args)
          * and dropout on the P that feeds O (attn_mma_tile.cuh). */
         if (kMasked && (a.softcap > 0.f || a.alibi))
             fwd_score_mods<false>(a, s, slope, row_w, j0, t4);
+        if (kBias)
+            fwd_bias<T>(a, s, b, h, row_w, j0, t4);
         fwd_mask<kMasked, Bc>(a, causal, s, walk, jb, i0, j0, warp, row_w, t4);
         fwd_softmax(s, m_raw, l_part, o, scale_log2);
         if (drop) /* 256/T is applied at the end */
@@ -252,6 +256,8 @@ static fg_status launch_opts(const AttnArgs &a, cudaStream_t st)
     if (a.cu_q || a.seqused_k) /* a.variant is set too */
         return a.dropout ? launch<T, D, 2, true, true>(a, st)
                          : launch<T, D, 2, false, true>(a, st);
+    if (a.bias) /* never with cu_seqlens; one kernel for both dropout settings */
+        return launch<T, D, 4, true>(a, st);
     if (a.variant)
         return a.dropout ? launch<T, D, 2, true>(a, st) : launch<T, D, 2, false>(a, st);
     return a.dropout ? launch<T, D, 0, true>(a, st) : launch<T, D, 0, false>(a, st);

@@ -88,13 +88,6 @@ int attn_bwd_wgmma_dpad(int d);
  * FG_ATTN_KERNEL=general in the environment forces the general kernels
  * (tests and benchmarks use it to exercise both). */
 bool mma_path_ok(const AttnArgs &a, bool backward);
-/* What the sm80 mma.sync fp16/bf16 kernels run: every mask and score
- * modifier (kMode 2), packed and key-padded batches (kMode 2, kRagged), but no additive
- * bias. */
-inline bool sm80_supports(const AttnArgs &a)
-{
-    return !a.bias;
-}
 /* What the TF32 kernels (attn_tf32.cuh) run: neither a bias nor packed
  * or key-padded batches. */
 inline bool tf32_supports(const AttnArgs &a)

@@ -101,9 +101,9 @@ static fg_status base_args(const fg_attn_problem *pb, const char *fn,
     }
     /* Packed batches and key padding are variants too: the wgmma kernels
      * run them in kMode 3 (7 with masks alone), the sm80 kernels in kMode 2
-     * with kRagged (opt-in until run on a GPU: sm80_supports). A bias (never
-     * combined with them) runs in the wgmma forward's kMode 2 and the
-     * backward's kMode 4 or 5. */
+     * with kRagged. A bias (never combined with them) runs in the wgmma
+     * forward's kMode 2 and the backward's kMode 4 or 5, and in the sm80
+     * kernels' kMode 4. */
     a->variant = (pb->band && !plain_causal) || pb->softcap > 0 || pb->alibi ||
                  pb->sparse || pb->varlen || pb->seqused_k || pb->bias.data;
     a->scale = pb->scale;

@@ -12,7 +12,10 @@
  *
  * kPrecise (TF32): the softcap uses tanhf, not tanh.approx, whose 2^-11
  * relative error on a logit of up to the cap would exceed the TF32 error;
- * fp16/bf16 outputs round it away. */
+ * fp16/bf16 outputs round it away.
+ *
+ * An additive bias (fp16/bf16 kernels, kMasked) enters as raw_bias, in the
+ * raw units of q.k, after softcap and ALiBi (attention.h's order). */
 #ifndef FG_KERNELS_ATTN_MMA_TILE_CUH
 #define FG_KERNELS_ATTN_MMA_TILE_CUH
 
@@ -22,10 +25,11 @@
 
 namespace fg {
 
-/* kMasked: softcap and ALiBi on the raw scores (back in raw units). */
-template <bool kPrecise, int MT, int NT>
-__device__ __forceinline__ void fwd_score_mods(const AttnArgs &a, float (&s)[MT][NT][4],
-                                               float slope, int64_t row_w, int64_t j0, int t4)
+/* f(x, i, j) for every element x of a warp's forward S tile, at query i
+ * and key j (the layout above). */
+template <int MT, int NT, typename F>
+__device__ __forceinline__ void fwd_each(float (&s)[MT][NT][4], int64_t row_w, int64_t j0,
+                                         int t4, F f)
 {
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -33,9 +37,37 @@ __device__ __forceinline__ void fwd_score_mods(const AttnArgs &a, float (&s)[MT]
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
-                s[mt][nt][e] = raw_score_mod<kPrecise>(a, s[mt][nt][e], slope,
-                                                       row_w + mt * 16 + (e >> 1) * 8,
-                                                       j0 + nt * 8 + 2 * t4 + (e & 1));
+                f(s[mt][nt][e], row_w + mt * 16 + (e >> 1) * 8, j0 + nt * 8 + 2 * t4 + (e & 1));
+}
+
+/* kMasked: softcap and ALiBi on the raw scores (back in raw units). */
+template <bool kPrecise, int MT, int NT>
+__device__ __forceinline__ void fwd_score_mods(const AttnArgs &a, float (&s)[MT][NT][4],
+                                               float slope, int64_t row_w, int64_t j0, int t4)
+{
+    fwd_each(s, row_w, j0, t4, [&](float &x, int64_t i, int64_t j) {
+        x = raw_score_mod<kPrecise>(a, x, slope, i, j);
+    });
+}
+
+/* bias[b, h, i, j] / scale, the raw-score units the kernels keep S in;
+ * pairs past the problem (padded rows, keys past Nk) read nothing. */
+template <typename T>
+__device__ __forceinline__ float raw_bias(const AttnArgs &a, int64_t b, int64_t h, int64_t i,
+                                          int64_t j)
+{
+    return i < a.Nq && j < a.Nk ? bias_at<T, float>(a, b, h, i, j) * (float)(1.0 / a.scale)
+                                : 0.f;
+}
+
+/* Forward: S += the bias, after fwd_score_mods and before the mask (which
+ * sets masked pairs to -inf whatever their bias). */
+template <typename T, int MT, int NT>
+__device__ __forceinline__ void fwd_bias(const AttnArgs &a, float (&s)[MT][NT][4], int64_t b,
+                                         int64_t h, int64_t row_w, int64_t j0, int t4)
+{
+    fwd_each(s, row_w, j0, t4,
+             [&](float &x, int64_t i, int64_t j) { x += raw_bias<T>(a, b, h, i, j); });
 }
 
 /* -inf outside the mask, only on blocks that cross the causal diagonal,
@@ -186,29 +218,40 @@ __device__ __forceinline__ BwdMask bwd_mask(const AttnArgs &a, bool causal, bool
  * and dP^T of query i (row qi of the block), key j (half kh of this
  * thread's keys), P = exp2(logit scale log2e - lse2) with the mask, the
  * dropout factor z (from `kept`, bwd_dropout_bits), *p = P z (for dV) and
- * *ds = P (dP z - D) (times the softcap's 1 - tanh^2). */
+ * *ds = P (dP z - D) (times the softcap's 1 - tanh^2). braw: the pair's
+ * raw_bias, added when `biased` (the callers' constant); *dl, when
+ * asked, dS before the softcap's factor (dbias, attention.h). Returns
+ * whether the mask lets the pair through. */
 template <bool kPrecise, bool kMasked, bool kDropout>
-__device__ __forceinline__ void bwd_elem(const AttnArgs &a, const BwdMask &mk, float s, float dp,
+__device__ __forceinline__ bool bwd_elem(const AttnArgs &a, const BwdMask &mk, float s, float dp,
                                          float lse, float Dv, int qi, int kh, int64_t i,
                                          int64_t j, float slope, float scale_log2, bool kept,
-                                         float *p, float *ds)
+                                         float braw, bool biased, float *p, float *ds,
+                                         float *dl = nullptr)
 {
     const bool mods = kMasked && (a.softcap > 0.f || a.alibi);
-    const float x = mods ? raw_score_mod<kPrecise>(a, s, slope, i, j) : s;
+    float x = mods ? raw_score_mod<kPrecise>(a, s, slope, i, j) : s;
+    if (biased) /* a compile-time false without a bias: no add of 0 */
+        x += braw;
     float pe = exp2_fast(fmaf(x, scale_log2, -lse));
-    if (mk.need && (qi < mk.rr[kh].x || qi > mk.rr[kh].y))
+    const bool vis = !(mk.need && (qi < mk.rr[kh].x || qi > mk.rr[kh].y));
+    if (!vis)
         pe = 0.f;
     const float z = !kDropout ? 1.f : kept ? (float)a.keep_scale : 0.f;
     *p = pe * z;
     *ds = pe * (dp * z - Dv);
+    if (dl)
+        *dl = *ds;
     if (kMasked && a.softcap > 0.f) { /* exact: times 1 - tanh^2 */
-        if (kPrecise) {
-            const float th = tanhf(s * (float)a.scale * (1.f / a.softcap));
+        if (kPrecise || biased) { /* from s: P no longer gives the logit */
+            const float y = s * (float)a.scale * (1.f / a.softcap);
+            const float th = kPrecise ? tanhf(y) : tanh_fast(y);
             *ds *= 1.f - th * th;
         } else {
             *ds *= softcap_grad(a, pe, lse, slope, i, j);
         }
     }
+    return vis;
 }
 
 } /* namespace fg */

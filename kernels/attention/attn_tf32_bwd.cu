@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(128) bwd_kernel(const AttnArgs a, const int ds
                 bwd_elem<true, kMasked, kDropout>(
                     a, mk, s[qt][e], dp[qt][e], (e & 1) ? L.y : L.x, (e & 1) ? Dq.y : Dq.x, qi,
                     e >> 1, i0 + qi, j0 + 16 * warp + g + 8 * (e >> 1), slope, scale_log2,
-                    (keep >> (4 * (qt & 1) + e)) & 1u, &p[e], &ds[e]);
+                    (keep >> (4 * (qt & 1) + e)) & 1u, 0.f, false, &p[e], &ds[e]);
             }
             Frag<4, kSplit> pf, sf;
             pf.from_acc(p);
