@@ -714,14 +714,10 @@ int main(void)
     tcase_add_loop_test(tc, test_minus_inf_row, 0, fast ? 1 : 2);
     tcase_add_loop_test(tc, test_bias_tma, 0, fast ? 2 : 8);
     tcase_add_loop_test(tc, test_bias_reduce, 0, 2);
-    /* racecheck: a grid case with GQA, causal and ALiBi, the -inf row, d = 256 */
-    if (fast) {
-        tcase_add_loop_test(tc, test_sm80, 0, 1);
-        tcase_add_loop_test(tc, test_sm80, 16, 17);
-        tcase_add_loop_test(tc, test_sm80, 18, 19);
-    } else {
-        tcase_add_loop_test(tc, test_sm80, 0, 22);
-    }
+    /* racecheck: one grid case (GQA, causal, ALiBi); the bias adds no
+     * shared-memory traffic to the sm80 kernels, and this suite's racecheck
+     * run is already the sweep's longest (341 s, session 36) */
+    tcase_add_loop_test(tc, test_sm80, 0, fast ? 1 : 22);
     if (!fast)
         tcase_add_loop_test(tc, test_larger, 0, 6);
     tcase_add_test(tc, test_autograd_op);
