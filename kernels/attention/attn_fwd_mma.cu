@@ -21,9 +21,10 @@
  * block lists, softcap, ALiBi), kept in their own instantiation so the
  * tuned one carries none of their code; 4 the variants with an additive
  * bias (its own instantiation: in mode 2 the bias's loads took the d = 128
- * kernels from 8-104 to 352-416 bytes of spills, ptxas sm_80 and sm_90). kRagged (kMode 2): packed batches
- * and key padding (cu_seqlens, seqused_k), each sequence a problem of its
- * own (seq_args), as the general kernel runs them. */
+ * kernels from 8-104 to 352-416 bytes of spills, ptxas sm_80 and sm_90).
+ * kRagged (kMode 2): packed batches and key padding (cu_seqlens,
+ * seqused_k), each sequence a problem of its own (seq_args), as the
+ * general kernel runs them. */
 #include "attn_common.cuh"
 #include "attn_kernels.h"
 #include "attn_mma_tile.cuh"
