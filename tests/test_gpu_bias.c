@@ -475,15 +475,22 @@ START_TEST(test_deterministic_bitwise)
 }
 END_TEST
 
-/* A row whose bias is -inf everywhere: O = 0, m = -inf, l = 0, nothing NaN;
- * with atomics, in place and through the scratch. */
-START_TEST(test_minus_inf_row)
+/* A row whose bias is -inf everywhere (O = 0, m = -inf, l = 0, nothing
+ * NaN), dbias by atomics: i = 0 through the scratch (bf16 dbias), 1 in
+ * place (fp32). */
+static bgcase minus_inf_case(int i)
 {
     bgcase c = grid_case(1);
     c.minus_inf_row = 1;
     c.bcast = FGT_BC_B; /* [H, Nq, Nk]: atomics */
-    c.dbias_f32 = _i;   /* bf16 dbias: scratch; fp32: in place */
+    c.dbias_f32 = i;
     c.causal = 0;
+    return c;
+}
+
+START_TEST(test_minus_inf_row)
+{
+    bgcase c = minus_inf_case(_i);
     g_fast = 1;
     check_case(&c, FG_BF16, 900 + (uint64_t)_i);
 }
@@ -501,11 +508,7 @@ START_TEST(test_sm80)
     if (_i < 16) {
         c = grid_case(_i);
     } else if (_i < 18) {
-        c = grid_case(1);
-        c.minus_inf_row = 1;
-        c.bcast = FGT_BC_B;
-        c.dbias_f32 = _i - 16;
-        c.causal = 0;
+        c = minus_inf_case(_i - 16);
     } else {
         static const int pats[4] = {0, FGT_BC_B, FGT_BC_H, FGT_BC_B | FGT_BC_H};
         const int k = _i - 18;

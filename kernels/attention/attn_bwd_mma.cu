@@ -105,6 +105,9 @@ attn_bwd_mma_kernel(const AttnArgs args, const int dslice)
     /* key rows whose dK, dV this block writes */
     const int kout = kRagged ? (int)min((int64_t)Bc, (int64_t)nk_rows - j0) : kvalid;
     const float scale_log2 = (float)(a.scale * 1.4426950408889634);
+    /* kBias: whether this launch writes dbias pairs from its registers */
+    const bool dbias_out = kBias && dslice == 0 &&
+                           (a.dbias_mode == kDbiasStore || a.dbias_mode == kDbiasAtomic);
 
     load_rows<T, D>(sK, a.k, b, j0, hk, Bc, kvalid, a.d, NT);
     load_rows<T, D>(sV, a.v, b, j0, hk, Bc, kvalid, a.d, NT);
@@ -199,8 +202,6 @@ attn_bwd_mma_kernel(const AttnArgs args, const int dslice)
          * is seen by (the band of this warp's 16 keys decides whether). */
         const BwdMask mk = bwd_mask<kMasked, Bc, Br>(a, causal, dead, i0, j0, warp, g);
         const float slope = kMasked && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
-        const bool dbias_out = kBias && dslice == 0 &&
-                               (a.dbias_mode == kDbiasStore || a.dbias_mode == kDbiasAtomic);
         uint32_t pf[QT / 2][4], sf[QT / 2][4]; /* A fragments for dV, dK */
         uint32_t keep = 0; /* bwd_dropout_bits of the current 16 queries */
         static_assert(QT % 2 == 0, "dropout draws 16 queries at a time");

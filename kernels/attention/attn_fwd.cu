@@ -201,8 +201,8 @@ fg_status attn_fwd_dispatch(fg_dtype dt, const AttnArgs &a, size_t smem_limit,
         if (wgmma_usable() && attn_fwd_wgmma_smem(a.d) <= smem_limit &&
             attn_fwd_wgmma_dispatch(dt, a, st, &status))
             return status;
-        /* The sm80 kernels run every mask, score modifier and bias, and
-         * packed or padded batches (kMode 2). */
+        /* The sm80 kernels run every mask and score modifier, packed or
+         * padded batches (kMode 2) and a bias (kMode 4). */
         if (attn_fwd_mma_smem(a.d) <= smem_limit)
             return attn_fwd_mma_dispatch(dt, a, st);
     }
