@@ -97,10 +97,28 @@ __global__ void attn_bwd_pad_stats(const AttnArgs a)
     }
 }
 
-/* The wgmma backward's prologue of a dense batch in one pass (what
- * attn_bwd_preprocess, attn_bwd_pad_stats and a memset of dq_acc do, for
- * one launch instead of three; GPT-2-small's attention spent about a tenth
- * of its backward in them): block (tile t, head h, batch b) takes query
+/* The query rows of sequence b, head h in the tiled passes below: a
+ * dense batch's, or packed rows cu_q[b] .. cu_q[b + 1] (operands in batch
+ * 0, stats per packed token), clamped to Nq (nq_pad's rows). */
+struct TileSeq {
+    int64_t nq;   /* the sequence's query rows */
+    int64_t ob;   /* operand batch index */
+    int64_t orow; /* operand row of its row 0 */
+    int64_t srow; /* stats row (m, l, D) of its row 0 */
+};
+__device__ __forceinline__ TileSeq tile_seq(const AttnArgs &a, int b, int h)
+{
+    if (a.cu_q) {
+        const int64_t r0 = a.cu_q[b];
+        return {min((int64_t)a.cu_q[b + 1] - r0, (int64_t)a.Nq), 0, r0, h * a.total_q + r0};
+    }
+    return {a.Nq, b, 0, ((int64_t)b * a.H + h) * a.Nq};
+}
+
+/* The wgmma backward's prologue in one pass (what attn_bwd_preprocess,
+ * attn_bwd_pad_stats and a memset of dq_acc do, for one launch instead of
+ * three; GPT-2-small's attention spent about a tenth of its backward in
+ * them): block (tile t, head h, sequence b) takes the sequence's query
  * rows 64 t .. 64 t + 63, 8 lanes a row, writes D, lse2p and Dp (padding
  * rows +inf / 0), and zeroes the tile's 64 x Dp floats of dq_acc in
  * every copy. O, dO: vec16_ok, d % 8 == 0. */
@@ -109,18 +127,20 @@ __global__ void __launch_bounds__(256) attn_bwd_prep_tiled(const AttnArgs a)
 {
     const int h = blockIdx.y, b = blockIdx.z, lane = threadIdx.x % 8;
     const int64_t bh = (int64_t)b * a.H + h, i0 = (int64_t)blockIdx.x * 64;
+    const TileSeq sq = tile_seq(a, b, h);
     for (int r = threadIdx.x / 8; r < 64; r += 32) {
         const int64_t i = i0 + r;
         float acc = 0.f;
-        if (i < a.Nq)
-            acc = row_dot_vec8(elem<T>(a.o, b, i, h), elem<T>(a.dout, b, i, h), a.d, lane, true);
+        if (i < sq.nq)
+            acc = row_dot_vec8(elem<T>(a.o, sq.ob, sq.orow + i, h),
+                               elem<T>(a.dout, sq.ob, sq.orow + i, h), a.d, lane, true);
 #pragma unroll
         for (int s = 4; s > 0; s >>= 1)
             acc += __shfl_xor_sync(0xffffffffu, acc, s, 8);
         if (lane == 0) {
-            const int64_t idx = bh * a.nq_pad + i, row = bh * a.Nq + i;
+            const int64_t idx = bh * a.nq_pad + i, row = sq.srow + i;
             float lse = INFINITY;
-            if (i < a.Nq) {
+            if (i < sq.nq) {
                 lse = stat_lse2(a, row);
                 ((float *)a.D)[row] = acc;
             }
@@ -177,8 +197,9 @@ __global__ void __launch_bounds__(256) attn_bwd_write_dq(const AttnArgs a)
     }
 }
 
-/* The wgmma backward's dQ of a dense batch (fp16/bf16): block (tile t,
- * head h, batch b) converts the 64 x Dp floats of tile t. A work item is
+/* The wgmma backward's dQ (fp16/bf16): block (tile t, head h, sequence
+ * b) converts the 64 x Dp floats of tile t (a packed batch: rows past the
+ * sequence's end are not its own). A work item is
  * rows ir and ir + 8 (ir & 8 = 0) by 8 columns c0 .. c0 + 7: in the tile
  * (dq_tiled_index) those are four consecutive float4, float4 k holding
  * columns c0 + 2k, c0 + 2k + 1 of row ir (x, y) and of row ir + 8 (z, w).
@@ -189,6 +210,9 @@ __global__ void __launch_bounds__(256) attn_bwd_write_dq_tiled(const AttnArgs a)
     const int Dp = a.dq_tile_d, DQ = Dp / 2, chunks = Dp / 8;
     const int h = blockIdx.y, b = blockIdx.z;
     const int64_t i0 = (int64_t)blockIdx.x * 64;
+    const TileSeq sq = tile_seq(a, b, h);
+    if (i0 >= sq.nq)
+        return;
     const float *tile = (const float *)a.dq_acc + (((int64_t)b * a.H + h) * a.nq_pad + i0) * Dp;
     for (int w = threadIdx.x; w < 32 * chunks; w += blockDim.x) {
         const int pr = w / chunks, c0 = (w % chunks) * 8;
@@ -222,9 +246,9 @@ __global__ void __launch_bounds__(256) attn_bwd_write_dq_tiled(const AttnArgs a)
 #pragma unroll
         for (int half = 0; half < 2; half++) {
             const int64_t i = i0 + ir + 8 * half;
-            if (i >= a.Nq)
+            if (i >= sq.nq)
                 continue;
-            T *dst = elem<T>(a.dq, b, i, h) + c0;
+            T *dst = elem<T>(a.dq, sq.ob, sq.orow + i, h) + c0;
             uint32_t p[4];
 #pragma unroll
             for (int k = 0; k < 4; k++)
@@ -270,9 +294,10 @@ fg_status launch_bwd_preprocess(const AttnArgs &a, cudaStream_t st)
 }
 
 /* attn_bwd_prep_tiled where it applies (fp16/bf16 on the wgmma path with
- * dq_tile_d set: a dense batch whose dq_acc holds exactly the tiles, no
- * turn counters, 16-byte rows); *done = false otherwise, nothing
- * launched. */
+ * dq_tile_d set: dq_acc holds exactly the tiles, no turn counters,
+ * 16-byte rows; packed batches too: H200, 8 x 2048 packed, d = 128, one
+ * launch for the memset, preprocess and pad passes' 85 us); *done = false
+ * otherwise, nothing launched. */
 template <typename T>
 fg_status launch_bwd_prep_tiled(const AttnArgs &a, cudaStream_t st, bool *done)
 {
@@ -280,7 +305,7 @@ fg_status launch_bwd_prep_tiled(const AttnArgs &a, cudaStream_t st, bool *done)
     if constexpr (sizeof(T) == 2) {
         const size_t tiles = sizeof(float) * (size_t)a.B * a.H * a.nq_pad * a.dq_tile_d *
                              (size_t)(a.dq_copies > 1 ? a.dq_copies : 1);
-        if (a.cu_q || a.seqused_k || a.dq_sem || a.dq_zero != tiles || a.d % 8 != 0 ||
+        if (a.dq_sem || a.dq_zero != tiles || a.d % 8 != 0 ||
             !vec16_ok(a.o) || !vec16_ok(a.dout) || a.H > 65535 || a.B > 65535 ||
             a.nq_pad / 64 > INT32_MAX || stat_rows(a) <= 0)
             return FG_OK;
@@ -300,7 +325,9 @@ fg_status launch_bwd_write_dq(const AttnArgs &a, cudaStream_t st)
         return FG_OK;
     bool tiled = false;
     if constexpr (sizeof(T) == 2) {
-        tiled = a.dq_tile_d && !a.cu_q && a.H <= 65535 && a.B <= 65535;
+        /* packed batches too (H200, 8 x 2048 packed, d = 128: 162 us by
+         * attn_bwd_write_dq's row walk, 47 us dense by this one) */
+        tiled = a.dq_tile_d && a.H <= 65535 && a.B <= 65535;
         if (tiled) {
             dim3 grid((unsigned)(a.nq_pad / 64), (unsigned)a.H, (unsigned)a.B);
             if (vec16_ok(a.dq))
