@@ -86,10 +86,14 @@ static fg_status host_arrays(const fg_attn_params *p, int64_t B,
     *host = h;
     if (p->cu_seqlens_q) {
         FG_TRY(fg_attn_cuda_read_ints(h, p->cu_seqlens_q, B + 1, p->cuda_stream));
-        FG_TRY(fg_attn_cuda_read_ints(h + B + 1, p->cu_seqlens_k, B + 1,
-                                      p->cuda_stream));
-        *cq = h;
-        *ck = h + B + 1;
+        *cq = *ck = h;
+        /* Self-attention usually passes one array for both: one copy, as
+         * each is a round trip to the device (a synchronisation). */
+        if (p->cu_seqlens_k != p->cu_seqlens_q) {
+            FG_TRY(fg_attn_cuda_read_ints(h + B + 1, p->cu_seqlens_k, B + 1,
+                                          p->cuda_stream));
+            *ck = h + B + 1;
+        }
     }
     if (p->seqused_k) {
         FG_TRY(fg_attn_cuda_read_ints(h + 2 * B + 2, p->seqused_k, B,
