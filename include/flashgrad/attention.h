@@ -286,8 +286,10 @@ typedef struct fg_attn_params {
      * combined with cu_seqlens (FG_ERR_UNSUPPORTED). Rows past cu[B]
      * belong to no sequence: they are neither read nor written (their
      * O, m, l, dQ, dK, dV keep their contents). On CUDA the validation
-     * copies the B+1 offsets to the host: the call synchronises with
-     * cuda_stream once. Which kernels run them: the top of this file. */
+     * copies the B+1 offsets to the host (once when cu_seqlens_k ==
+     * cu_seqlens_q, else twice), so the call waits for cuda_stream and
+     * cannot be captured in a CUDA graph. Which kernels run them: the top
+     * of this file. */
     const int32_t *cu_seqlens_q;
     const int32_t *cu_seqlens_k;
     int64_t total_q, total_k;  /* rows of the packed buffers, < 2^31 */
