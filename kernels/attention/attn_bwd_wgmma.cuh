@@ -240,7 +240,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         tma_tile(sV, &tmV, bar_kv, Bc, Bc, k_row0 + j0, hk);
     };
 
-    /* The (head, query block) steps (QuerySteps, attn_common.cuh). */
+    /* The (head, query block) steps (QuerySteps, attn_walk.cuh). */
     constexpr bool kCausal = kMode == 1, kMasked = kMode >= 2;
     constexpr bool kMods = kmode_mods(kMode); /* softcap, ALiBi (none in 6, 7) */
     constexpr bool kBias = kMode == 4 || kMode == 5;
