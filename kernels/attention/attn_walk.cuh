@@ -82,50 +82,45 @@ struct BlockWalk {
     __device__ __forceinline__ bool dead(int k) const { return list && raw(k) < 0; }
 };
 
+/* The walk of one block along the other axis, in blocks of `blk`: kv,
+ * the keys of query rows x0 .. x0+len-1 (key_walk); else the queries of
+ * keys x0 .. x0+len-1 (query_walk). The block lists, or the band's span. */
+template <bool kv>
+__device__ __forceinline__ BlockWalk band_walk(const AttnArgs &a, int64_t b, int64_t h,
+                                               int64_t x0, int len, int blk)
+{
+    BlockWalk w;
+    w.blk = blk;
+    w.list = nullptr;
+    w.first = 0;
+    w.per = FG_ATTN_SPARSE_BLOCK / blk;
+    w.nblk = kv ? a.nkb : a.nqb;
+    w.limit = kv ? a.Nk : a.Nq;
+    if (a.sparse) {
+        int n;
+        w.list = block_list(a, kv, b, h, x0 / FG_ATTN_SPARSE_BLOCK, &n);
+        w.n = n * w.per;
+        return w;
+    }
+    const int64_t lo = kv ? band_key_begin(a, x0) : band_query_begin(a, x0);
+    const int64_t hi = kv ? band_key_end(a, x0 + len - 1) : band_query_end(a, x0 + len - 1);
+    w.first = lo / blk;
+    w.n = hi > lo ? (int)((hi + blk - 1) / blk - w.first) : 0;
+    return w;
+}
+
 /* Key walk of query rows i0 .. i0+rows-1 of (b, h) with Bc-key blocks. */
 __device__ __forceinline__ BlockWalk key_walk(const AttnArgs &a, int64_t b, int64_t h,
                                               int64_t i0, int rows, int Bc)
 {
-    BlockWalk w;
-    w.blk = Bc;
-    w.list = nullptr;
-    w.first = 0;
-    w.per = FG_ATTN_SPARSE_BLOCK / Bc;
-    w.nblk = a.nkb;
-    w.limit = a.Nk;
-    if (a.sparse) {
-        int n;
-        w.list = block_list(a, true, b, h, i0 / FG_ATTN_SPARSE_BLOCK, &n);
-        w.n = n * w.per;
-        return w;
-    }
-    const int64_t lo = band_key_begin(a, i0), hi = band_key_end(a, i0 + rows - 1);
-    w.first = lo / Bc;
-    w.n = hi > lo ? (int)((hi + Bc - 1) / Bc - w.first) : 0;
-    return w;
+    return band_walk<true>(a, b, h, i0, rows, Bc);
 }
 
 /* Query walk of keys j0 .. j0+cols-1 for query head h with Br-row blocks. */
 __device__ __forceinline__ BlockWalk query_walk(const AttnArgs &a, int64_t b, int64_t h,
                                                 int64_t j0, int cols, int Br)
 {
-    BlockWalk w;
-    w.blk = Br;
-    w.list = nullptr;
-    w.first = 0;
-    w.per = FG_ATTN_SPARSE_BLOCK / Br;
-    w.nblk = a.nqb;
-    w.limit = a.Nq;
-    if (a.sparse) {
-        int n;
-        w.list = block_list(a, false, b, h, j0 / FG_ATTN_SPARSE_BLOCK, &n);
-        w.n = n * w.per;
-        return w;
-    }
-    const int64_t lo = band_query_begin(a, j0), hi = band_query_end(a, j0 + cols - 1);
-    w.first = lo / Br;
-    w.n = hi > lo ? (int)((hi + Br - 1) / Br - w.first) : 0;
-    return w;
+    return band_walk<false>(a, b, h, j0, cols, Br);
 }
 
 /* The fast kernels' per-element mask, in 32-bit offsets: the keys row r
