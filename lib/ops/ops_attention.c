@@ -62,13 +62,16 @@ static fg_status offsets_tensor(const fg_attention_options *o, int64_t B,
     return s;
 }
 
-/* Points p's cu_seqlens and seqused_k into the offsets tensor. */
+/* Points p's cu_seqlens and seqused_k into the offsets tensor; same_cu:
+ * both offset arrays hold the same values (self-attention's usual call),
+ * so both point at the first, and the attention's validation copies one
+ * array to the host, not two (on CUDA each copy waits for the stream). */
 static void use_offsets(fg_attn_params *p, const fg_tensor *t, int64_t n_cu,
-                        int has_used)
+                        int has_used, int same_cu)
 {
     const int32_t *base = t ? (const int32_t *)fg_tensor_base(t) : NULL;
     p->cu_seqlens_q = n_cu ? base : NULL;
-    p->cu_seqlens_k = n_cu ? base + n_cu : NULL;
+    p->cu_seqlens_k = n_cu ? (same_cu ? base : base + n_cu) : NULL;
     p->seqused_k = has_used ? base + 2 * n_cu : NULL;
 }
 
@@ -193,7 +196,7 @@ static fg_status attention_backward_impl(fg_node *n, fg_tensor *const *g,
         pp.block_mask = &ex->bm;
     if (pp.cu_seqlens_q || pp.seqused_k) /* packed: p.batch = n_seq */
         use_offsets(&pp, fg_node_saved(n, 6), pp.cu_seqlens_q ? pp.batch + 1 : 0,
-                    pp.seqused_k != NULL);
+                    pp.seqused_k != NULL, pp.cu_seqlens_k == pp.cu_seqlens_q);
     const fg_attn_params *p = &pp;
     const fg_tensor *q = fg_node_saved(n, 0), *k = fg_node_saved(n, 1),
                     *v = fg_node_saved(n, 2), *o = fg_node_saved(n, 3),
@@ -363,7 +366,10 @@ static fg_status attention_run(const char *fn, const fg_op_def *def,
     int64_t n_cu = 0;
     fg_status s = offsets_tensor(&o, p.batch, q->device, &offs, &n_cu);
     if (s == FG_OK)
-        use_offsets(&p, offs, n_cu, o.seqused_k != NULL);
+        use_offsets(&p, offs, n_cu, o.seqused_k != NULL,
+                    n_cu && (o.cu_seqlens_k == o.cu_seqlens_q ||
+                             !memcmp(o.cu_seqlens_k, o.cu_seqlens_q,
+                                     sizeof(int32_t) * (size_t)n_cu)));
     if (s == FG_OK)
         s = kernel_operand(q, dom, &qc);
     if (s == FG_OK)
