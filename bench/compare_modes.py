@@ -17,7 +17,11 @@ CUDA events around forward and backward, the best of the per-round
 medians; TFLOP/s over kept pairs (forward 4 B H d kept, backward 2.5x).
 
     python3 bench/compare_modes.py --lib BUILD/libflashgrad-bench.so \\
-        [--N 8192] [--d 128] [--rounds 3] [--reps 10]
+        [--N 8192] [--d 128] [--rounds 3] [--reps 10] [--once]
+
+--once runs each cell's forward and backward once, untimed, to be
+profiled (scripts/gpu-phases.sh ktimes with FG_KT_CMD: every kernel's
+time per cell, in the order the cells are printed).
 """
 import argparse
 
@@ -44,6 +48,8 @@ def main():
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--once", action="store_true",
+                    help="one untimed forward and backward per cell (for ncu)")
     args = ap.parse_args()
     fg = Flashgrad(args.lib)
     torch.manual_seed(0)
@@ -70,6 +76,9 @@ def main():
         fwd()
         bwd()
         torch.cuda.synchronize()
+        if args.once:
+            print(f"{name:>24} | ran once", flush=True)
+            return
         t = best_times({"fg": (fwd, bwd)}, args.rounds, args.reps)["fg"]
         print(f"{name:>24} | {fl / t[0] / 1e9:6.1f} / {2.5 * fl / t[1] / 1e9:6.1f} | "
               f"{t[0]:7.3f} / {t[1]:7.3f} ms", flush=True)

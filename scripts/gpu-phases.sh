@@ -42,7 +42,10 @@
 #                1024 --causal 0"; FG_KT_ENV="VAR=v ..." for the runs):
 #                ncu's duration and DRAM bytes read / written per kernel
 #                (--cache-control none, clocks untouched), to say where a
-#                call's time goes; $OUT/ktimes.txt
+#                call's time goes; $OUT/ktimes.txt. FG_KT_CMD="python3
+#                KIT/src/bench/compare_modes.py --lib B/libflashgrad-bench.so
+#                --once" instead: every attention launch of that command,
+#                in order (one forward and backward per cell)
 #   suites       every GPU suite at once (make -j check), one line each;
 #                FG_SUITES="ops train" runs only test_gpu_ops, test_gpu_train;
 #                FG_CK_CASE=NAME only that Check test case of each
@@ -220,28 +223,31 @@ cells() {
 }
 
 ktimes() {
-    local cell cl
+    local cell cl cmd all=0
     log "ktimes: attention kernels of $B, one call each"
     IFS=';' read -ra cl <<<"${FG_KT_CELLS:---d 128 --N 1024 --causal 0}"
+    # FG_KT_CMD: profile that command instead (every launch, in order)
+    [ -n "${FG_KT_CMD:-}" ] && { cl=("$FG_KT_CMD"); all=1; }
     : >"$OUT/ktimes.txt"
     for cell in "${cl[@]}"; do
         echo "-- $cell${FG_KT_ENV:+ [$FG_KT_ENV]}" | tee -a "$OUT/ktimes.txt"
-        # shellcheck disable=SC2086 # a cell, an environment: words
+        if [ "$all" = 1 ]; then cmd=$cell; else cmd="$B/bench/bench_attention $cell --reps 3"; fi
+        # shellcheck disable=SC2086 # a command, an environment: words
         env ${FG_KT_ENV:-} timeout 180 ncu --clock-control none --cache-control none \
             -k "regex:attn_" --csv --page raw \
             --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-            "$B/bench/bench_attention" $cell --reps 3 >"$W/ktimes.csv" 2>&1 ||
+            $cmd >"$W/ktimes.csv" 2>&1 ||
             { echo "ncu failed"; tail -n 5 "$W/ktimes.csv"; continue; }
-        grep -E '^"' "$W/ktimes.csv" | python3 -c '
-import csv, sys
+        grep -E '^"' "$W/ktimes.csv" | KT_ALL=$all python3 -c '
+import csv, os, sys
 rows = list(csv.reader(sys.stdin))
 head, units = rows[0], rows[1]
 ks = ["gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum"]
 scale = {"ns": 1e-3, "us": 1, "usecond": 1, "msecond": 1e3, "byte": 1e-6, "Kbyte": 1e-3,
          "Mbyte": 1, "Gbyte": 1e3}
 last = {}  # each kernel: its last launch (the last call, after the warm-ups)
-for i, r in enumerate(rows[2:]):
-    last[r[head.index("Kernel Name")]] = (i, dict(zip(head, r)))
+for i, r in enumerate(rows[2:]):  # KT_ALL=1: every launch
+    last[i if os.environ.get("KT_ALL") == "1" else r[head.index("Kernel Name")]] = (i, dict(zip(head, r)))
 for _, r in sorted(last.values(), key=lambda x: x[0]):
     v = [float(r[k].replace(",", "")) * scale.get(units[head.index(k)], 1) for k in ks]
     print("%-44s %9.1f us  read %8.1f MB  written %8.1f MB" % (r["Kernel Name"][:44], *v))
