@@ -373,7 +373,9 @@ typedef struct fg_attention_options {
      * like q and the saved statistics [1, H, total_q]; rows past the last
      * offsets are 0 in O and in the gradients. seqused_k ([n_seq]
      * packed, [B] dense) masks the keys of sequence b at or past
-     * seqused_k[b]. NULL = off. */
+     * seqused_k[b]. NULL = off. The op validates them from its host
+     * copies, so on CUDA neither its forward nor its backward waits for
+     * the stream to check them (fg_attention_forward() would). */
     const int32_t *cu_seqlens_q, *cu_seqlens_k;
     int64_t n_seq;
     const int32_t *seqused_k;

@@ -65,11 +65,12 @@ static fg_status check_used(const int32_t *used, const int32_t *cu_k,
     return FG_OK;
 }
 
-/* The arrays' values, on the host: the CPU's own, or one copy of the
- * three arrays from the device (synchronous on the caller's stream, so
- * work enqueued before that writes them is seen). *host is freed by the
- * caller. */
-static fg_status host_arrays(const fg_attn_params *p, int64_t B,
+/* The arrays' values, on the host: hm's (on either device, so the CPU
+ * tests run this path too), the CPU's own, or one copy of each array
+ * from the device (synchronous on the caller's stream, so work enqueued
+ * before that writes them is seen). *host is freed by the caller. */
+static fg_status host_arrays(const fg_attn_params *p,
+                             const fg_attn_host_offsets *hm, int64_t B,
                              const int32_t **cq, const int32_t **ck,
                              const int32_t **used, int32_t **host,
                              const char *fn)
@@ -78,6 +79,13 @@ static fg_status host_arrays(const fg_attn_params *p, int64_t B,
     *ck = p->cu_seqlens_k;
     *used = p->seqused_k;
     *host = NULL;
+    if (hm && (!p->cu_seqlens_q || (hm->cu_q && hm->cu_k)) &&
+        (!p->seqused_k || hm->used)) {
+        *cq = p->cu_seqlens_q ? hm->cu_q : NULL;
+        *ck = p->cu_seqlens_k ? hm->cu_k : NULL;
+        *used = p->seqused_k ? hm->used : NULL;
+        return FG_OK;
+    }
     if (p->device != FG_DEVICE_CUDA)
         return FG_OK;
     int32_t *h = malloc(sizeof(int32_t) * (size_t)(3 * B + 2));
@@ -103,8 +111,9 @@ static fg_status host_arrays(const fg_attn_params *p, int64_t B,
     return FG_OK;
 }
 
-fg_status fg_attn_check_varlen(const fg_attn_params *p, fg_attn_problem *pb,
-                               const char *fn)
+fg_status fg_attn_check_varlen(const fg_attn_params *p,
+                               const fg_attn_host_offsets *hm,
+                               fg_attn_problem *pb, const char *fn)
 {
     pb->varlen = 0;
     pb->cu_q = pb->cu_k = NULL;
@@ -146,7 +155,7 @@ fg_status fg_attn_check_varlen(const fg_attn_params *p, fg_attn_problem *pb,
 
     const int32_t *cq, *ck, *used;
     int32_t *host;
-    fg_status st = host_arrays(p, pb->B, &cq, &ck, &used, &host, fn);
+    fg_status st = host_arrays(p, hm, pb->B, &cq, &ck, &used, &host, fn);
     if (st == FG_OK && varlen)
         st = check_cu(cq, pb->B, pb->Nq, p->total_q, "cu_seqlens_q", fn);
     if (st == FG_OK && varlen)

@@ -17,6 +17,7 @@
 #include "flashgrad/attention.h"
 #include "flashgrad/cuda.h"
 #include "ops_internal.h"
+#include "lib/attention/attention_varlen.h"
 #include "kernels/runtime/profile.h"
 
 void fg_attention_options_init(fg_attention_options *o)
@@ -29,11 +30,28 @@ void fg_attention_options_init(fg_attention_options *o)
 
 /* The node's copy of the parameters: the block mask struct travels with
  * them (its arrays stay the caller's); cu_seqlens and seqused_k live in
- * the node's saved tensor 6 (offsets_tensor). */
+ * the node's saved tensor 6 (offsets_tensor), and their host values right
+ * after this struct in the node's extra (host_offsets: what the backward
+ * validates, so it never copies the device arrays back). */
 typedef struct attn_extra {
     fg_attn_params p;
     fg_attn_block_mask bm;
 } attn_extra;
+
+/* The host values of the offsets as offsets_tensor lays them out (h: 2
+ * n_cu + (has_used ? B : 0) words). */
+static fg_attn_host_offsets host_offsets(const int32_t *h, int64_t n_cu,
+                                         int has_used)
+{
+    fg_attn_host_offsets hm = {NULL, NULL, NULL};
+    if (n_cu) {
+        hm.cu_q = h;
+        hm.cu_k = h + n_cu;
+    }
+    if (has_used)
+        hm.used = h + 2 * n_cu;
+    return hm;
+}
 
 /* The op's device copy of the host offsets: cu_seqlens_q, cu_seqlens_k
  * ([n_seq + 1] each, if given) then seqused_k, as raw 4-byte words in an
@@ -194,9 +212,13 @@ static fg_status attention_backward_impl(fg_node *n, fg_tensor *const *g,
     fg_attn_params pp = ex->p;
     if (pp.block_mask)
         pp.block_mask = &ex->bm;
-    if (pp.cu_seqlens_q || pp.seqused_k) /* packed: p.batch = n_seq */
-        use_offsets(&pp, fg_node_saved(n, 6), pp.cu_seqlens_q ? pp.batch + 1 : 0,
-                    pp.seqused_k != NULL, pp.cu_seqlens_k == pp.cu_seqlens_q);
+    fg_attn_host_offsets hm = {NULL, NULL, NULL};
+    if (pp.cu_seqlens_q || pp.seqused_k) { /* packed: p.batch = n_seq */
+        const int64_t n_cu = pp.cu_seqlens_q ? pp.batch + 1 : 0;
+        hm = host_offsets((const int32_t *)(ex + 1), n_cu, pp.seqused_k != NULL);
+        use_offsets(&pp, fg_node_saved(n, 6), n_cu, pp.seqused_k != NULL,
+                    pp.cu_seqlens_k == pp.cu_seqlens_q);
+    }
     const fg_attn_params *p = &pp;
     const fg_tensor *q = fg_node_saved(n, 0), *k = fg_node_saved(n, 1),
                     *v = fg_node_saved(n, 2), *o = fg_node_saved(n, 3),
@@ -236,7 +258,7 @@ static fg_status attention_backward_impl(fg_node *n, fg_tensor *const *g,
                        tdq = attn_view(d[0]), tdk = attn_view(d[1]),
                        tdv = attn_view(d[2]);
         fg_attn_stats stt = {fg_tensor_base(m), fg_tensor_base(l), m->dtype};
-        s = fg_attention_backward(p, &tq, &tk, &tv, &to, &tdo, &stt, &tdq,
+        s = fg_attn_backward_host(p, &hm, &tq, &tk, &tv, &to, &tdo, &stt, &tdq,
                                   &tdk, &tdv);
     }
     fg_tensor_free(dout);
@@ -386,8 +408,12 @@ static fg_status attention_run(const char *fn, const fg_op_def *def,
         fg_attn_tensor tq = attn_view(qc), tk = attn_view(kc),
                        tv = attn_view(vc), to = attn_view(y);
         fg_attn_stats stt = {fg_tensor_base(m), fg_tensor_base(l), sdt};
-        /* Validates everything (sizes, head_dim, p, scale) before writing. */
-        s = fg_attention_forward(&p, &tq, &tk, &tv, &to, &stt);
+        /* Validates everything (sizes, head_dim, p, scale) before writing;
+         * the offsets from the caller's host arrays (offsets_tensor copied
+         * them to the device) */
+        const fg_attn_host_offsets hm = {o.cu_seqlens_q, o.cu_seqlens_k,
+                                         o.seqused_k};
+        s = fg_attn_forward_host(&p, &hm, &tq, &tk, &tv, &to, &stt);
     }
     if (s == FG_OK && qkv) { /* the node saves y, the caller gets res */
         const int64_t C = y->shape[2] * y->shape[3];
@@ -404,8 +430,25 @@ static fg_status attention_run(const char *fn, const fg_op_def *def,
         ex.p = p; /* p.bias only flags a bias: saved[6] holds it */
         if (p.block_mask)
             ex.bm = *p.block_mask;
-        s = fg_ag_record(def, in, n_in, &res, 1, saved, saved[6] ? 7 : 6,
-                         &ex, sizeof ex, NULL);
+        /* ex, then the offsets' host values (host_offsets) */
+        const int64_t n_used = o.seqused_k ? p.batch : 0;
+        const size_t words = (size_t)(2 * n_cu + n_used);
+        unsigned char *xb = malloc(sizeof ex + sizeof(int32_t) * words);
+        if (!xb) {
+            s = FG_FAIL(FG_ERR_OUT_OF_MEMORY, "attention node");
+        } else {
+            int32_t *h = (int32_t *)(xb + sizeof ex);
+            memcpy(xb, &ex, sizeof ex);
+            if (n_cu) {
+                memcpy(h, o.cu_seqlens_q, sizeof(int32_t) * (size_t)n_cu);
+                memcpy(h + n_cu, o.cu_seqlens_k, sizeof(int32_t) * (size_t)n_cu);
+            }
+            if (n_used)
+                memcpy(h + 2 * n_cu, o.seqused_k, sizeof(int32_t) * (size_t)n_used);
+            s = fg_ag_record(def, in, n_in, &res, 1, saved, saved[6] ? 7 : 6, xb,
+                             sizeof ex + sizeof(int32_t) * words, NULL);
+            free(xb);
+        }
     }
     fg_tensor *tmp[] = {qc, kc, vc, y, m, l, offs};
     for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
