@@ -22,6 +22,9 @@
 #                 its generated Autotools files, for the modules and cells
 #                 phases of gpu-phases.sh (bisecting a speed change on the
 #                 GPU in one call); about 5 MB each
+#   DIR/ref       with FG_KIT_REF=C: commit C's tree likewise, for the
+#                 buildref phase (a whole second build to A/B against,
+#                 e.g. FG_KIT_REF=HEAD with a changed working tree)
 #
 # DIR defaults to .devkit (keep it out of git: .git/info/exclude). On the
 # GPU machine, bash DIR/src/scripts/gpu-phases.sh build suites ... runs a
@@ -68,13 +71,22 @@ if [ -f "$corpus" ]; then
     mkdir -p "$out/data"
     cp "$corpus" "$out/data/"
 fi
-for c in ${FG_KIT_COMMITS:-}; do
+# pack_commit C DEST: commit C's tree with its generated Autotools files
+pack_commit() {
+    local wt
     wt=$(mktemp -d)
-    git worktree add --detach "$wt" "$c" >/dev/null
-    (cd "$wt" && autoreconf -fi >/dev/null 2>&1 && pack_tree "$out/trees/$c")
+    git worktree add --detach "$wt" "$1" >/dev/null
+    (cd "$wt" && autoreconf -fi >/dev/null 2>&1 && pack_tree "$2")
     git worktree remove --force "$wt"
+}
+for c in ${FG_KIT_COMMITS:-}; do
+    pack_commit "$c" "$out/trees/$c"
     echo "trees/$c: $(git log -1 --format=%s "$c" | cut -c1-70)"
 done
+if [ -n "${FG_KIT_REF:-}" ]; then
+    pack_commit "$FG_KIT_REF" "$out/ref"
+    echo "ref: $FG_KIT_REF $(git log -1 --format=%s "$FG_KIT_REF" | cut -c1-60)"
+fi
 cat >"$out/build.sh" <<'EOF'
 #!/bin/bash
 # Configure and build flashgrad with CUDA and statically linked Check.

@@ -14,8 +14,10 @@
 #                with NCCL when the machine has it, e.g. PyTorch's; more
 #                configure options in FG_CONFIGURE_EXTRA, e.g.
 #                --enable-attn-tf32x3)
-#   buildref     the same for KIT/ref, a second tree to compare with (copy
-#                another kit's src there), in /tmp/fg-ref
+#   buildref     the same for KIT/ref, a second tree to compare with
+#                (gpu-devkit.sh with FG_KIT_REF=COMMIT packs it), in
+#                /tmp/fg-ref; build and buildref at once in the background
+#                take about two minutes on 16 cores
 #   modules      the CUDA module alone of each KIT/trees/C (gpu-devkit.sh
 #                FG_KIT_COMMITS), in /tmp/fg-m/C, all at once: minutes,
 #                not a full build each
