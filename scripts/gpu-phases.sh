@@ -16,8 +16,8 @@
 #                --enable-attn-tf32x3)
 #   buildref     the same for KIT/ref, a second tree to compare with
 #                (gpu-devkit.sh with FG_KIT_REF=COMMIT packs it), in
-#                /tmp/fg-ref; build and buildref at once in the background
-#                take about two minutes on 16 cores
+#                /tmp/fg-ref (build and buildref can run at once, in the
+#                background: session 37's A/B did)
 #   modules      the CUDA module alone of each KIT/trees/C (gpu-devkit.sh
 #                FG_KIT_COMMITS), in /tmp/fg-m/C, all at once: minutes,
 #                not a full build each
