@@ -430,6 +430,26 @@ START_TEST(test_qkvpacked_errors)
     o.cu_seqlens_q = o.cu_seqlens_k = cu;
     o.n_seq = 1;
     FGT_FAILS(fg_attention_qkvpacked(b2, 2, &o, &out), FG_ERR_INVALID_ARGUMENT);
+    {
+        /* Bad offset values, refused by the attention's validation of the
+         * op's own host copies (the device arrays are never read back):
+         * decreasing, past the packed rows, and a key count past the
+         * sequence's keys. */
+        const int32_t down[3] = {0, 3, 2}, past[2] = {0, 9}, used[1] = {5};
+        o.cu_seqlens_q = o.cu_seqlens_k = down;
+        o.n_seq = 2;
+        FGT_FAILS(fg_attention_qkvpacked(qkv, 2, &o, &out), FG_ERR_INVALID_ARGUMENT);
+        ck_assert_ptr_nonnull(strstr(fg_last_error(), "cu_seqlens_q"));
+        o.cu_seqlens_q = o.cu_seqlens_k = past;
+        o.n_seq = 1;
+        FGT_FAILS(fg_attention_qkvpacked(qkv, 2, &o, &out), FG_ERR_INVALID_ARGUMENT);
+        ck_assert_ptr_nonnull(strstr(fg_last_error(), "cu_seqlens_q"));
+        o.cu_seqlens_q = o.cu_seqlens_k = cu;
+        o.seqused_k = used;
+        FGT_FAILS(fg_attention_qkvpacked(qkv, 2, &o, &out), FG_ERR_INVALID_ARGUMENT);
+        ck_assert_ptr_nonnull(strstr(fg_last_error(), "seqused_k"));
+        o.seqused_k = NULL;
+    }
     /* cu_seqlens_q without cu_seqlens_k (and the reverse, and n_seq 0):
      * refused before either array is read (once a crash) */
     o.cu_seqlens_k = NULL;
