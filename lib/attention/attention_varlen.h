@@ -14,8 +14,8 @@ extern "C" {
 /* Host copies of p's cu_seqlens_q, cu_seqlens_k and seqused_k, from a
  * caller inside the library that made the device arrays from them (the
  * attention autograd op): validation reads these instead of copying the
- * arrays back, which on CUDA waits for the stream. A NULL member: that
- * array is read from p as usual. */
+ * arrays back, which on CUDA waits for the stream. Used only when it
+ * holds every array p gives; otherwise all are read from p. */
 typedef struct fg_attn_host_offsets {
     const int32_t *cu_q, *cu_k, *used;
 } fg_attn_host_offsets;

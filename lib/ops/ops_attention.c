@@ -56,17 +56,21 @@ static fg_attn_host_offsets host_offsets(const int32_t *h, int64_t n_cu,
 /* The op's device copy of the host offsets: cu_seqlens_q, cu_seqlens_k
  * ([n_seq + 1] each, if given) then seqused_k, as raw 4-byte words in an
  * fp32 tensor (there is no integer dtype; the bits are copied, never
- * converted). */
+ * converted). *host: the same *words words on the host (host_offsets
+ * reads them; the node keeps a copy), freed by the caller; NULL and 0
+ * when there are no offsets. */
 static fg_status offsets_tensor(const fg_attention_options *o, int64_t B,
-                                fg_device dev, fg_tensor **out, int64_t *n_cu)
+                                fg_device dev, fg_tensor **out, int64_t *n_cu,
+                                int32_t **host, int64_t *words)
 {
     *out = NULL;
+    *host = NULL;
     *n_cu = o->cu_seqlens_q ? o->n_seq + 1 : 0;
     const int64_t n_used = o->seqused_k ? B : 0;
-    if (!*n_cu && !n_used)
+    *words = 2 * *n_cu + n_used;
+    if (!*words)
         return FG_OK;
-    const int64_t n = 2 * *n_cu + n_used;
-    int32_t *h = malloc(sizeof(int32_t) * (size_t)n);
+    int32_t *h = malloc(sizeof(int32_t) * (size_t)*words);
     if (!h)
         return FG_FAIL(FG_ERR_OUT_OF_MEMORY, "offsets copy");
     if (*n_cu) {
@@ -75,21 +79,17 @@ static fg_status offsets_tensor(const fg_attention_options *o, int64_t B,
     }
     if (n_used)
         memcpy(h + 2 * *n_cu, o->seqused_k, sizeof(int32_t) * (size_t)n_used);
-    fg_status s = fg_tensor_from_host(FG_FP32, dev, FG_SHAPE(n), h, out);
-    free(h);
-    return s;
+    *host = h;
+    return fg_tensor_from_host(FG_FP32, dev, FG_SHAPE(*words), h, out);
 }
 
-/* Points p's cu_seqlens and seqused_k into the offsets tensor; same_cu:
- * both offset arrays hold the same values (self-attention's usual call),
- * so both point at the first, and the attention's validation copies one
- * array to the host, not two (on CUDA each copy waits for the stream). */
+/* Points p's cu_seqlens and seqused_k into the offsets tensor. */
 static void use_offsets(fg_attn_params *p, const fg_tensor *t, int64_t n_cu,
-                        int has_used, int same_cu)
+                        int has_used)
 {
     const int32_t *base = t ? (const int32_t *)fg_tensor_base(t) : NULL;
     p->cu_seqlens_q = n_cu ? base : NULL;
-    p->cu_seqlens_k = n_cu ? (same_cu ? base : base + n_cu) : NULL;
+    p->cu_seqlens_k = n_cu ? base + n_cu : NULL;
     p->seqused_k = has_used ? base + 2 * n_cu : NULL;
 }
 
@@ -216,8 +216,7 @@ static fg_status attention_backward_impl(fg_node *n, fg_tensor *const *g,
     if (pp.cu_seqlens_q || pp.seqused_k) { /* packed: p.batch = n_seq */
         const int64_t n_cu = pp.cu_seqlens_q ? pp.batch + 1 : 0;
         hm = host_offsets((const int32_t *)(ex + 1), n_cu, pp.seqused_k != NULL);
-        use_offsets(&pp, fg_node_saved(n, 6), n_cu, pp.seqused_k != NULL,
-                    pp.cu_seqlens_k == pp.cu_seqlens_q);
+        use_offsets(&pp, fg_node_saved(n, 6), n_cu, pp.seqused_k != NULL);
     }
     const fg_attn_params *p = &pp;
     const fg_tensor *q = fg_node_saved(n, 0), *k = fg_node_saved(n, 1),
@@ -385,13 +384,11 @@ static fg_status attention_run(const char *fn, const fg_op_def *def,
     /* [B, H, Nq] dense, [1, H, total_q] packed: the attention's layouts */
     const int64_t sshape[3] = {q->shape[0], q->shape[2], q->shape[1]};
     const fg_dtype sdt = q->dtype == FG_FP64 ? FG_FP64 : FG_FP32;
-    int64_t n_cu = 0;
-    fg_status s = offsets_tensor(&o, p.batch, q->device, &offs, &n_cu);
+    int64_t n_cu = 0, words = 0;
+    int32_t *host = NULL; /* the offsets' words on the host */
+    fg_status s = offsets_tensor(&o, p.batch, q->device, &offs, &n_cu, &host, &words);
     if (s == FG_OK)
-        use_offsets(&p, offs, n_cu, o.seqused_k != NULL,
-                    n_cu && (o.cu_seqlens_k == o.cu_seqlens_q ||
-                             !memcmp(o.cu_seqlens_k, o.cu_seqlens_q,
-                                     sizeof(int32_t) * (size_t)n_cu)));
+        use_offsets(&p, offs, n_cu, o.seqused_k != NULL);
     if (s == FG_OK)
         s = kernel_operand(q, dom, &qc);
     if (s == FG_OK)
@@ -409,10 +406,9 @@ static fg_status attention_run(const char *fn, const fg_op_def *def,
                        tv = attn_view(vc), to = attn_view(y);
         fg_attn_stats stt = {fg_tensor_base(m), fg_tensor_base(l), sdt};
         /* Validates everything (sizes, head_dim, p, scale) before writing;
-         * the offsets from the caller's host arrays (offsets_tensor copied
-         * them to the device) */
-        const fg_attn_host_offsets hm = {o.cu_seqlens_q, o.cu_seqlens_k,
-                                         o.seqused_k};
+         * the offsets from their host words (never read back from the
+         * device tensor made of them) */
+        const fg_attn_host_offsets hm = host_offsets(host, n_cu, o.seqused_k != NULL);
         s = fg_attn_forward_host(&p, &hm, &tq, &tk, &tv, &to, &stt);
     }
     if (s == FG_OK && qkv) { /* the node saves y, the caller gets res */
@@ -430,26 +426,21 @@ static fg_status attention_run(const char *fn, const fg_op_def *def,
         ex.p = p; /* p.bias only flags a bias: saved[6] holds it */
         if (p.block_mask)
             ex.bm = *p.block_mask;
-        /* ex, then the offsets' host values (host_offsets) */
-        const int64_t n_used = o.seqused_k ? p.batch : 0;
-        const size_t words = (size_t)(2 * n_cu + n_used);
-        unsigned char *xb = malloc(sizeof ex + sizeof(int32_t) * words);
+        /* ex, then the offsets' host words (host_offsets) */
+        const size_t hb = sizeof(int32_t) * (size_t)words;
+        unsigned char *xb = malloc(sizeof ex + hb);
         if (!xb) {
             s = FG_FAIL(FG_ERR_OUT_OF_MEMORY, "attention node");
         } else {
-            int32_t *h = (int32_t *)(xb + sizeof ex);
             memcpy(xb, &ex, sizeof ex);
-            if (n_cu) {
-                memcpy(h, o.cu_seqlens_q, sizeof(int32_t) * (size_t)n_cu);
-                memcpy(h + n_cu, o.cu_seqlens_k, sizeof(int32_t) * (size_t)n_cu);
-            }
-            if (n_used)
-                memcpy(h + 2 * n_cu, o.seqused_k, sizeof(int32_t) * (size_t)n_used);
+            if (hb)
+                memcpy(xb + sizeof ex, host, hb);
             s = fg_ag_record(def, in, n_in, &res, 1, saved, saved[6] ? 7 : 6, xb,
-                             sizeof ex + sizeof(int32_t) * words, NULL);
+                             sizeof ex + hb, NULL);
             free(xb);
         }
     }
+    free(host);
     fg_tensor *tmp[] = {qc, kc, vc, y, m, l, offs};
     for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
         fg_tensor_free(tmp[i]);
