@@ -162,13 +162,14 @@ def main():
             score_mod = lambda s, b, h, qi, ki: 30.0 * torch.tanh(s / 30.0)
         nqb = N // 128
         if "varlen" in name:  # documents packed into one row
-            gen = torch.Generator().manual_seed(1)
-            lens = []
-            while sum(lens) < N:
-                lens.append(int(torch.randint(256, 4097, (1,), generator=gen)))
-            lens[-1] -= sum(lens) - N
             if "equal" in name:  # 8 x 2048: the packed path's own cost
                 lens = [N // 8] * 8
+            else:
+                gen = torch.Generator().manual_seed(1)
+                lens = []
+                while sum(lens) < N:
+                    lens.append(int(torch.randint(256, 4097, (1,), generator=gen)))
+                lens[-1] -= sum(lens) - N
             cu = torch.tensor([0] + list(itertools.accumulate(lens)), dtype=torch.int32,
                               device=dev)
             p.batch, p.seqlen_q, p.seqlen_k = len(lens), max(lens), max(lens)
