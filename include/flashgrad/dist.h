@@ -229,13 +229,14 @@ FG_API fg_status fg_comm_wait(fg_comm_request *req);
 typedef struct fg_dp fg_dp;
 
 typedef struct fg_dp_config {
-    size_t bucket_bytes; /* gradient bucket size; 0 -> 4 MiB */
+    size_t bucket_bytes; /* gradient bucket size; 0: 4 MiB (MPI), 25 MiB (NCCL) */
     int zero1;           /* shard the AdamW moments (ZeRO stage 1) */
     int overlap;         /* 1 (default): start buckets from the backward's
                             hooks; 0: all after the backward */
     fg_adamw_config adamw;
 } fg_dp_config;
-/* Defaults: 4 MiB buckets, no ZeRO-1, overlap on, fg_adamw_config_init. */
+/* Defaults: the backend's bucket size (bucket_bytes 0), no ZeRO-1, overlap
+ * on, fg_adamw_config_init. */
 FG_API void fg_dp_config_init(fg_dp_config *c);
 
 /* Data parallelism over comm for n parameters (fp32 or fp64, all on the
