@@ -8,13 +8,17 @@ Three backward runs of the same problem, interleaved in each round:
                  blocks reach them (not bitwise repeatable)
   deterministic  deterministic = 1: on the wgmma kernels (d <= 128, no
                  block mask) each dQ tile is summed in a fixed order of
-                 key blocks, into two accumulators (key block kb into
-                 kb % 2) summed at the end
+                 key blocks (one accumulator, since session 38)
   strict dQ      deterministic = 1 with FG_ATTN_DET_DQ=0: the separate
                  strict dQ kernel (the earlier deterministic path)
-  det x1, det x4 deterministic = 1 with FG_ATTN_DET_COPIES=1 / 4: one
-                 accumulator (one chain of turns per tile, twice as long)
-                 or four (half as long)
+  det x2, det x4 deterministic = 1 with FG_ATTN_DET_COPIES=2 / 4: two
+                 or four accumulators (key block kb into kb % copies,
+                 summed at the end: chains of turns per tile 2 or 4 times
+                 shorter; two were the default before session 38)
+  unrotated      deterministic = 1 with FG_ATTN_DET_ROTATE=0: without a
+                 mask every key block walks the query steps from the
+                 first (the order before session 38; rotated, block kb
+                 starts at step kb and each tile's turns follow)
 Each cell also reruns the deterministic backward and compares dQ, dK and
 dV bit for bit. Method as bench/compare_torch.py (fg_ctypes.best_times):
 standard-normal bf16 inputs, CUDA events, the best of the per-round
@@ -48,15 +52,15 @@ def main():
     if args.quick:
         cells = [x for x in cells if x[0] == 128]
     print(f"{torch.cuda.get_device_name()}; bf16, 16k tokens, H = 2048 / d; backward "
-          "TFLOP/s: default | deterministic | strict dQ | det x1 | det x4 | det / default "
-          "(x2, x1, x4)", flush=True)
+          "TFLOP/s: default | deterministic | strict dQ | det x2 | det x4 | unrotated | "
+          "det / default (x1, x2, x4, unrotated)", flush=True)
     for d, N, causal, wl in cells:
         H, B = 2048 // d, max(1, 16384 // N)
         (q, k, v, g), (o, dq, dk, dv), m, l = buffers(B, N, H, d)
         ps = {}
-        env = {"strict dQ": ("FG_ATTN_DET_DQ", "0"), "det x1": ("FG_ATTN_DET_COPIES", "1"),
-               "det x4": ("FG_ATTN_DET_COPIES", "4")}
-        for who in ("default", "deterministic", "strict dQ", "det x1", "det x4"):
+        env = {"strict dQ": ("FG_ATTN_DET_DQ", "0"), "det x2": ("FG_ATTN_DET_COPIES", "2"),
+               "det x4": ("FG_ATTN_DET_COPIES", "4"), "unrotated": ("FG_ATTN_DET_ROTATE", "0")}
+        for who in ("default", "deterministic", "strict dQ", "det x2", "det x4", "unrotated"):
             p = fg.params(B, N, H, d)
             p.causal = causal
             if wl is not None:
@@ -83,7 +87,7 @@ def main():
         for _ in range(2):
             run("deterministic")
             same = same and all(torch.equal(a, b) for a, b in zip(ref, (dq, dk, dv)))
-        for who in ("det x1", "det x4"):
+        for who in ("det x2", "det x4", "unrotated"):
             run(who)
             ref2 = dq.clone()
             run(who)
@@ -95,9 +99,11 @@ def main():
         fl = 2.5 * 4.0 * B * H * d * kept
         r = {who: fl / t[who][1] / 1e9 for who in ps}
         name = f"d={d} N={N}" + (" causal" if causal else "") + (f" window {wl}" if wl else "")
-        rel = " ".join(f"{r[w] / r['default']:4.2f}" for w in ("deterministic", "det x1", "det x4"))
+        rel = " ".join(f"{r[w] / r['default']:4.2f}"
+                       for w in ("deterministic", "det x2", "det x4", "unrotated"))
         print(f"{name:>28} | {r['default']:6.1f} | {r['deterministic']:6.1f} | "
-              f"{r['strict dQ']:6.1f} | {r['det x1']:6.1f} | {r['det x4']:6.1f} | {rel} | "
+              f"{r['strict dQ']:6.1f} | {r['det x2']:6.1f} | {r['det x4']:6.1f} | "
+              f"{r['unrotated']:6.1f} | {rel} | "
               f"reruns {'bitwise equal' if same else 'DIFFER'}", flush=True)
     return 0
 

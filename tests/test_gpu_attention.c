@@ -112,7 +112,8 @@ static int g_deterministic;
  * deterministic before reset_modes. */
 static const char *const g_switches[] = {"FG_ATTN_BWD_WIDE", "FG_ATTN_DET_DQ",
                                          "FG_ATTN_DET_COPIES", "FG_ATTN_KERNEL",
-                                         "FG_ATTN_FWD_EPI", "FG_ATTN_BWD_EPI"};
+                                         "FG_ATTN_FWD_EPI", "FG_ATTN_BWD_EPI",
+                                         "FG_ATTN_DET_ROTATE"};
 
 static void params_for(const gcase *c, fg_attn_params *p, uint64_t seed)
 {
@@ -791,36 +792,44 @@ static int g_det_reruns;
 
 /* Deterministic mode (g_deterministic): two more runs bitwise identical
  * to the first; with FG_ATTN_DET_DQ=0 (the strict dQ kernel, an
- * independent sum), and with FG_ATTN_DET_COPIES=1 and 4 (other fixed
- * orders than the default two copies), O, dK and dV bitwise identical and dQ within 4 ulps of the
+ * independent sum), and with FG_ATTN_DET_COPIES=2 and 4 (other fixed
+ * orders than the default one copy) and with FG_ATTN_DET_ROTATE=0 (the
+ * unmasked kernels' blocks all walking from the first query step, another
+ * order), O, dK and dV bitwise identical and dQ within 4 ulps of the
  * dtype (2^-8 fp16, 2^-5 bf16) of max |dQ|; each copies setting twice,
- * bitwise identical. */
+ * bitwise identical. `rotated` (an unmasked case): the strict dQ kernel's
+ * run and FG_ATTN_DET_ROTATE=0 walk the query steps of each key block in
+ * another order, so dK and dV are other fixed-order sums there: within
+ * the same bound, not bitwise. */
 static void det_reruns(const gcase *c, fg_dtype dt, const fg_attn_params *pg,
-                       double *in[4], const outs *first, const size_t no[4])
+                       double *in[4], const outs *first, const size_t no[4], int rotated)
 {
     outs prev = {{NULL}};
-    for (int run = 0; run < 7; run++) {
+    for (int run = 0; run < 8; run++) {
         if (run == 2)
             setenv("FG_ATTN_DET_DQ", "0", 1);
-        if (run >= 3)
-            setenv("FG_ATTN_DET_COPIES", run < 5 ? "1" : "4", 1);
+        if (run >= 3 && run < 7)
+            setenv("FG_ATTN_DET_COPIES", run < 5 ? "2" : "4", 1);
+        if (run == 7)
+            setenv("FG_ATTN_DET_ROTATE", "0", 1);
         outs r;
         gpu_run(c, dt, pg, in, &r);
         fgt_switch_restore("FG_ATTN_DET_DQ");
         fgt_switch_restore("FG_ATTN_DET_COPIES");
+        fgt_switch_restore("FG_ATTN_DET_ROTATE");
         if (run == 4 || run == 6) /* the second run of a copies setting */
             ck_assert_msg(memcmp(r.t[1], prev.t[1], no[1] * 8) == 0,
                           "%s dQ differs between reruns with %s copies",
-                          fg_dtype_name(dt), run == 4 ? "1" : "4");
+                          fg_dtype_name(dt), run == 4 ? "2" : "4");
         if (prev.t[0])
             outs_free(&prev);
         prev = r;
         for (int t = 0; t < 4; t++) {
-            if (run >= 2 && t == 1) {
-                const double e = fgt_rel_err_floor(r.t[1], first->t[1], no[1], 0.1);
+            if ((run >= 2 && t == 1) || (rotated && (run == 2 || run == 7) && t >= 2)) {
+                const double e = fgt_rel_err_floor(r.t[t], first->t[t], no[t], 0.1);
                 ck_assert_msg(e <= (dt == FG_FP16 ? 0x1p-8 : 0x1p-5),
-                              "%s dQ: fixed-order sum vs %s %.3g", fg_dtype_name(dt),
-                              run == 2 ? "strict kernel" : "other copies", e);
+                              "%s %s: fixed-order sum vs %s %.3g", fg_dtype_name(dt), names[t],
+                              run == 2 ? "strict kernel" : run == 7 ? "no rotation" : "other copies", e);
                 continue;
             }
             ck_assert_msg(memcmp(r.t[t], first->t[t], no[t] * 8) == 0,
@@ -909,7 +918,9 @@ static void run_variant(const vcase *vc, fg_dtype dt, uint64_t salt)
     cpu_ref(c, &p, in, &ref);
     gpu_run(c, dt, &pg, in, &gpu);
     if (g_det_reruns)
-        det_reruns(c, dt, &pg, in, &gpu, no);
+        det_reruns(c, dt, &pg, in, &gpu, no,
+                   !c->causal && !vc->window && !vc->top_left && vc->softcap == 0 &&
+                       !vc->alibi && vc->sparse == 0);
     const double tol = dt == FG_FP64 ? 1e-12 : dt == FG_FP32 ? 1e-5
                      : dt == FG_FP16 ? 6e-3 : 4e-2;
     for (int i = 0; i < 4; i++) {
@@ -985,7 +996,8 @@ END_TEST
  * dQ tile is summed in a fixed order of key blocks (turn counters, one
  * per 64-query tile; at d <= 64 by the wide kernels, two tiles a step,
  * and by the 64-query ones). Enough key blocks (Bc = 128) that the order matters:
- * plain (GQA, kMode 0), causal with dropout (kMode 1), top-left causal +
+ * plain (GQA, kMode 0: d = 128, and d = 64 with dropout; walks rotated,
+ * dq_rotate), causal with dropout (kMode 1), top-left causal +
  * window + softcap and ALiBi (kMode 2), in fp16 and bf16: against the CPU
  * oracle as test_variants, reruns bitwise identical, and against the
  * strict dQ kernel (det_reruns). Other GPUs run the strict kernel: the
@@ -995,6 +1007,9 @@ static const vcase det_vcases[] = {
     {{2, 777, 777, 2, 2, 64, 1, 0, 0.1}, 0, 0, 0, 0, 0, 0, 0, 0},
     {{1, 900, 700, 4, 2, 128, 1, 1, 0.0}, 1, 1, 300, -1, 20.0, 0, 0, 0},
     {{1, 513, 1100, 2, 1, 64, 0, 0, 0.0}, 0, 0, 0, 0, 0, 2, 0, 0},
+    /* unmasked at d = 64 (the wide kernels' rotated walk: 8 key blocks,
+     * 10 steps of two heads) with dropout and GQA */
+    {{2, 600, 900, 4, 2, 64, 0, 0, 0.1}, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 
 /* The checked fixture of every test case (g_switches above). */
@@ -1219,7 +1234,8 @@ int main(void)
     tcase_add_loop_test(tc, test_general_lowp, 0, sanitize ? 4 : ncases);
     tcase_add_loop_test(tc, test_mma_lowp, 0, sanitize ? 4 : ncases);
     tcase_add_loop_test(tc, test_deterministic, 0, 3);
-    tcase_add_loop_test(tc, test_deterministic_tiles, 0, sanitize ? 2 : 4);
+    tcase_add_loop_test(tc, test_deterministic_tiles, 0,
+                        sanitize ? 2 : (int)(sizeof det_vcases / sizeof det_vcases[0]));
     tcase_add_loop_test(tc, test_fast_path, 0, (int)(sizeof fast_cases / sizeof fast_cases[0]));
     /* a case of its own, so CK_RUN_CASE=wide runs it alone */
     TCase *tw = tcase_create("wide");

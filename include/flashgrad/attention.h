@@ -245,11 +245,11 @@ typedef struct fg_attn_params {
                           instead of by atomics, so reruns are bitwise
                           identical. The Hopper fp16/bf16 kernels at
                           d <= 128 without a block mask add each 64-query
-                          tile of dQ in a fixed order of key blocks, into
-                          two accumulators (even and odd key blocks)
-                          summed at the end (0.85-1.02x the default's
-                          speed on an H200, 0.89-1.02x on an H100);
-                          elsewhere a separate dQ pass (much slower). The
+                          tile of dQ in a fixed order of key blocks
+                          (0.85-1.00x the default's speed on an H200);
+                          elsewhere a separate dQ pass (much slower).
+                          The order, and so the bits, can differ between
+                          GPU models (it depends on the SM count). The
                           CPU backend is always deterministic. */
     /* Variants (see the top of this file); fg_attn_params_init() sets
      * none of them. */

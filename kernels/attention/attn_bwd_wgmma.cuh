@@ -257,7 +257,24 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     if (!kSpec && total > 0 && threadIdx.x == 0)
         load_kv();
     /* Step st -> its head gh, first query row i0 and whether it is dead. */
+    /* det without a mask (a.dq_rotate): block kb takes step kb first and
+     * the others cyclically after it, so that at any moment the blocks of
+     * a head add to different dQ tiles, each tile's turns in the order the
+     * blocks reach it (dq_writer). Walked all from step 0 instead, block kb
+     * waits at its first step for every block above it: a chain of turns
+     * (a bulk reduce each) before it can start, about as long as the
+     * blocks' whole work at N = 2k. Every block of the head must be able
+     * to run at once (block nk - 1 waits for block 0, started last): the
+     * launch sets dq_rotate only where they fit twice over. */
+    const int nkb = (nk_rows + Bc - 1) / Bc;
+    const bool rot = det && kMode == 0 && a.dq_rotate && total >= nkb;
+    auto rotated = [&](int64_t st) { /* rot: the step block kb takes st-th */
+        st += kb;
+        return st >= total ? st - total : st;
+    };
     auto locate = [&](int64_t st, int &gh, int64_t &i0, bool &dead) {
+        if (rot)
+            st = rotated(st);
         dead = steps.locate(a, b, hk, j0, Bc, Br, st, &gh, &i0) && kMasked;
     };
 
@@ -351,7 +368,19 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 if (kb < w.first || kb > last)
                     continue;
                 mine |= 1u << t;
-                turn_wait(ctr + 8 * t, (int)((last - kb) >> (K >> 1)), giveup);
+                /* this block's place among the blocks of its copy adding to
+                 * the tile: from the last block to the first, or rotated
+                 * (every tile's walk is all blocks, first = 0): block k
+                 * reaches step p at its step (p - k) mod total, so the
+                 * order is min(p, last), ..., 0, then last, ..., p + 1 */
+                int turn = (int)((last - kb) >> (K >> 1));
+                if (rot) {
+                    const int64_t p = rotated(s), m = min(p, last);
+                    turn = kb <= m ? (int)((m - kb) >> (K >> 1))
+                                   : (int)((m >= copy ? ((m - copy) >> (K >> 1)) + 1 : 0) +
+                                           ((last - kb) >> (K >> 1)));
+                }
+                turn_wait(ctr + 8 * t, turn, giveup);
                 bulk_reduce_add_f32(acc0 + (bh * a.nq_pad + it) * D + lane * DQ * 16,
                                     sStage + (uint32_t)(8 * t + lane) * DQ * 64, DQ * 64);
                 bulk_commit();
@@ -1193,7 +1222,18 @@ fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
     int order = 0;
     if (!a.dq_sem && !(kMode == 5 && (m.bias_flags & 8)))
         FG_TRY(grid_order((int)nkb, a.Hk * a.B, 1, kMode != 0, &order));
-    kern<<<grid, BwdSpec<D, kDr>::kThreads, smem, st>>>(a, m.q, m.k, m.v, m.o, m.bias, m.dbias,
+    /* The rotated deterministic walk (dq_rotate) where a head's key
+     * blocks (one per SM: __launch_bounds__(.., 1)) fit in half the GPU,
+     * so a head's blocks run together even beside other work;
+     * FG_ATTN_DET_ROTATE=0 turns it off (comparisons). */
+    AttnArgs ar = a;
+    if (kMode == 0 && a.dq_sem && nkb >= 2 && !env_is("FG_ATTN_DET_ROTATE", "0")) {
+        int dev = 0, sms = 0;
+        FG_CUDA_TRY(cudaGetDevice(&dev));
+        FG_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        ar.dq_rotate = 2 * (int64_t)nkb <= sms;
+    }
+    kern<<<grid, BwdSpec<D, kDr>::kThreads, smem, st>>>(ar, m.q, m.k, m.v, m.o, m.bias, m.dbias,
                                                          kMode == 5 ? m.bias_flags : 0, order);
     FG_CUDA_TRY_LAUNCH();
     return FG_OK;

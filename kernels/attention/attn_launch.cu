@@ -228,10 +228,15 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
     const bool det_tiles = hopper && pb->deterministic && pb->d <= 128 && !pb->sparse;
     size_t dq_bytes = pb->deterministic && !det_tiles ? 0 : acc * rows * (size_t)pb->d;
     size_t sem_bytes = 0;
-    /* Two dQ accumulators (AttnArgs::dq_copies) halve each tile's chain of
-     * turns: H200, d = 128, N = 8k, deterministic / default 0.82-0.84 ->
-     * 0.90-0.91 (four gave no more). FG_ATTN_DET_COPIES=1, 2 or 4 overrides. */
-    int copies = det_tiles ? 2 : 1;
+    /* Copies of the dQ accumulator (AttnArgs::dq_copies) shorten each
+     * tile's chain of turns: two were the default from session 18 (H200,
+     * d = 128, N = 8k, deterministic / default 0.82-0.84 -> 0.90-0.91). With
+     * the rotated walks of the unmasked kernels and the wide d = 64 writers
+     * (session 38, H200, bench/compare_det.py) one was faster in 16 of 18
+     * cells of two runs, causal included: 0.84-1.07 of the default
+     * backward against 0.81-1.09 with two. FG_ATTN_DET_COPIES=1, 2 or 4
+     * overrides. */
+    int copies = 1;
     static const char *const kCopies[] = {"1", "2", "4"};
     if (det_tiles)
         for (const char *c : kCopies)

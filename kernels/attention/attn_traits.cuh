@@ -122,6 +122,11 @@ struct AttnArgs {
      * each tile's chain of turns is that many times shorter, and
      * attn_bwd_write_dq* sums the copies in order. */
     int dq_copies;
+    /* The deterministic wgmma backward without a mask (kMode 0): key block
+     * kb walks the query steps from step kb on, cyclically, and each dQ
+     * tile's turns follow the order in which the blocks reach it (set by
+     * the launch when a head's key blocks can all run at once). */
+    int dq_rotate;
     /* The wgmma kernels' outputs through shared memory in 16-byte stores
      * (wgmma_epilogue.cuh): O in the forward, dK and dV in the backward
      * at d <= 128; the dispatch sets them where every output row starts
