@@ -52,7 +52,8 @@ class Params(C.Structure):  # fg_attn_params, field for field
                 ("block_mask", C.c_void_p), ("bias", C.c_void_p), ("dbias", C.c_void_p),
                 ("cu_seqlens_q", C.c_void_p), ("cu_seqlens_k", C.c_void_p),
                 ("total_q", C.c_int64), ("total_k", C.c_int64),
-                ("seqused_k", C.c_void_p)]
+                ("seqused_k", C.c_void_p), ("cu_seqlens_q_host", C.c_void_p),
+                ("cu_seqlens_k_host", C.c_void_p), ("seqused_k_host", C.c_void_p)]
 
 
 class Bias(C.Structure):  # fg_attn_bias

@@ -323,7 +323,12 @@ START_TEST(test_bad_offsets)
         {"seqused_k[0]", 8, FG_ERR_INVALID_ARGUMENT},
         {"cu_seqlens_k", 9, FG_ERR_INVALID_ARGUMENT},
         {"output o overlaps q", 10, FG_ERR_INVALID_ARGUMENT},
+        {"cu_seqlens_q_host differs from cu_seqlens_q", 11, FG_ERR_INVALID_ARGUMENT},
+        {"seqused_k_host is given without seqused_k", 12, FG_ERR_INVALID_ARGUMENT},
+        {"cu_seqlens_k_host is not 4-byte aligned", 13, FG_ERR_INVALID_ARGUMENT},
+        {"seqused_k_host differs", 14, FG_ERR_INVALID_ARGUMENT},
     };
+    int32_t hq[4], hk[5], hu[3];
     int32_t lists[16] = {0};
     fg_attn_block_mask bm = {1, 1, 1, 1, lists, lists + 1, lists + 2, lists + 3};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -353,6 +358,22 @@ START_TEST(test_bad_offsets)
                 p.seqlen_k = 5; used[0] = -1; break;
         case 9: p.cu_seqlens_k = (const int32_t *)((const char *)ck + 2); break;
         case 10: break; /* O over Q's last packed row: they overlap */
+        case 11: /* host copies: on the CPU each must equal its array */
+            memcpy(hq, cq, sizeof hq);
+            hq[2] = 6;
+            p.cu_seqlens_q_host = hq;
+            break;
+        case 12: p.seqused_k_host = used; break;
+        case 13: memcpy(hk, ck, sizeof ck);
+                 p.cu_seqlens_k_host = (const int32_t *)((const char *)hk + 2); break;
+        case 14: /* the offsets' copies right, seqused_k's not */
+            p.seqused_k = used;
+            memcpy(hu, used, sizeof hu);
+            hu[2] = 9;
+            p.cu_seqlens_q_host = cq;
+            p.cu_seqlens_k_host = ck;
+            p.seqused_k_host = hu;
+            break;
         }
         fg_attn_tensor t = {q, FG_FP32, 0, d, d};
         fg_attn_tensor to = {o, FG_FP32, 0, d, d};
@@ -373,6 +394,48 @@ START_TEST(test_bad_offsets)
 }
 END_TEST
 
+/* Host copies of the offsets (cu_seqlens_q_host, ...): equal to their
+ * arrays, they change nothing (forward and backward bit for bit, fp64),
+ * whichever of them are given. */
+START_TEST(test_host_copies)
+{
+    vl_case c = {0};
+    const int32_t lq[3] = {5, 0, 7}, lk[3] = {6, 4, 10};
+    set_lengths(&c, 3, lq, lk);
+    c.H = 2;
+    c.Hk = 1;
+    c.d = 8;
+    c.causal = 1;
+    c.use_used = 1;
+    c.dtype = FG_FP64;
+    vl_data d;
+    vl_make(&c, 4242, &d);
+    vl_out r0;
+    fg_status f0, b0;
+    run_cpu(&c, &d, &r0, &f0, &b0);
+    ck_assert_msg(f0 == FG_OK && b0 == FG_OK, "%s", fg_last_error());
+    const int64_t nq = d.cu_q[c.B], nk = d.cu_k[c.B];
+    const size_t n[6] = {(size_t)(nq * c.H * c.d), (size_t)(c.H * d.total_q),
+                         (size_t)(c.H * d.total_q), (size_t)(nq * c.H * c.d),
+                         (size_t)(nk * c.Hk * c.d), (size_t)(nk * c.Hk * c.d)};
+    for (int mask = 1; mask < 8; mask++) { /* bit 0 q, 1 k, 2 seqused_k */
+        c.host_copies = mask;
+        vl_out r;
+        fg_status f, b;
+        run_cpu(&c, &d, &r, &f, &b);
+        ck_assert_msg(f == FG_OK && b == FG_OK, "copies %d: %s", mask, fg_last_error());
+        const double *x[6] = {r.o, r.m, r.l, r.dq, r.dk, r.dv},
+                     *y[6] = {r0.o, r0.m, r0.l, r0.dq, r0.dk, r0.dv};
+        for (int i = 0; i < 6; i++)
+            ck_assert_msg(memcmp(x[i], y[i], n[i] * sizeof(double)) == 0,
+                          "copies %d: output %d differs", mask, i);
+        vl_out_free(&r);
+    }
+    vl_out_free(&r0);
+    vl_free(&d);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("attention_varlen");
@@ -384,6 +447,7 @@ int main(void)
     tcase_add_loop_test(tc, test_equals_dense_per_sequence, 0, 2);
     tcase_add_test(tc, test_seqused_equals_truncated);
     tcase_add_test(tc, test_bad_offsets);
+    tcase_add_test(tc, test_host_copies);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }

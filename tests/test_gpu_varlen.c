@@ -238,7 +238,8 @@ START_TEST(test_gpu_varlen_random)
 END_TEST
 
 /* Device offsets that do not start at 0 are refused after the host copy,
- * with nothing written; host arrays with device = CUDA too. */
+ * with nothing written; host arrays with device = CUDA too, and right
+ * device offsets whose host copies (cu_seqlens_q_host) are wrong. */
 START_TEST(test_gpu_bad_offsets)
 {
     const int64_t d = 8, total = 20;
@@ -246,9 +247,11 @@ START_TEST(test_gpu_bad_offsets)
     for (int i = 0; i < 20 * 8; i++)
         host[i] = 1.0f;
     const int32_t bad_q[3] = {1, 5, 12}, good_k[3] = {0, 6, 10};
+    const int32_t good_q[3] = {0, 5, 12}, falling_q[3] = {0, 5, 4};
     void *q = gpu_put(host, sizeof host), *o = gpu_put(host, sizeof host);
     void *m = gpu_put(host, 20 * 4), *l = gpu_put(host, 20 * 4);
     int32_t *cq = gpu_put(bad_q, sizeof bad_q), *ck = gpu_put(good_k, sizeof good_k);
+    int32_t *cq_good = gpu_put(good_q, sizeof good_q);
     fg_attn_params p;
     fg_attn_params_init(&p, 2, 10, 10, 1, 1, d);
     p.device = FG_DEVICE_CUDA;
@@ -261,6 +264,11 @@ START_TEST(test_gpu_bad_offsets)
     ck_assert_msg(strstr(fg_last_error(), "cu_seqlens_q[0]"), "%s", fg_last_error());
     p.cu_seqlens_q = bad_q; /* host memory */
     ck_assert(fg_attention_forward(&p, &t, &t, &t, &to, &st) == FG_ERR_INVALID_ARGUMENT);
+    p.cu_seqlens_q = cq_good; /* right on the device, wrong in the copy */
+    p.cu_seqlens_q_host = falling_q;
+    p.cu_seqlens_k_host = good_k;
+    ck_assert(fg_attention_forward(&p, &t, &t, &t, &to, &st) == FG_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(fg_last_error(), "non-decreasing"), "%s", fg_last_error());
     float back[20 * 8];
     gpu_get(back, o, sizeof back);
     for (int i = 0; i < 20 * 8; i++)
@@ -268,9 +276,49 @@ START_TEST(test_gpu_bad_offsets)
     gpu_get(back, m, 20 * 4);
     for (int i = 0; i < 20; i++)
         ck_assert(back[i] == 1.0f);
-    void *all[] = {q, o, m, l, cq, ck};
-    for (int i = 0; i < 6; i++)
+    void *all[] = {q, o, m, l, cq, ck, cq_good};
+    for (int i = 0; i < 7; i++)
         gpu_drop(all[i]);
+}
+END_TEST
+
+/* Host copies of the offsets (cu_seqlens_q_host, ...): with all of them
+ * the call validates the copies and reads nothing back; with some it
+ * reads the arrays back as without. Either way the outputs are bit for
+ * bit those without copies (bf16; packed with key padding, causal, MQA
+ * and dropout; packed causal). Bad copies: test_gpu_bad_offsets. */
+START_TEST(test_gpu_host_copies)
+{
+    for (int ci = 0; ci < 2; ci++) {
+        vl_case c = gpu_case(ci == 0 ? 3 : 0);
+        c.dtype = FG_BF16;
+        vl_data d;
+        vl_make(&c, 5100 + (uint64_t)ci, &d);
+        vl_out r0;
+        fg_status f, b;
+        vl_run(&c, &d, c.dtype, &g_gpu, &r0, &f, &b);
+        ck_assert_msg(f == FG_OK && b == FG_OK, "%s", fg_last_error());
+        const int64_t nq = d.cu_q[c.B], nk = d.cu_k[c.B];
+        const size_t n[6] = {(size_t)(nq * c.H * c.d), (size_t)(c.H * d.total_q),
+                             (size_t)(c.H * d.total_q), (size_t)(nq * c.H * c.d),
+                             (size_t)(nk * c.Hk * c.d), (size_t)(nk * c.Hk * c.d)};
+        static const int masks[3] = {7, 3, 1};
+        for (int mi = 0; mi < 3; mi++) {
+            c.host_copies = masks[mi];
+            vl_out r;
+            vl_run(&c, &d, c.dtype, &g_gpu, &r, &f, &b);
+            ck_assert_msg(f == FG_OK && b == FG_OK, "copies %d: %s", masks[mi],
+                          fg_last_error());
+            const double *x[6] = {r.o, r.m, r.l, r.dq, r.dk, r.dv},
+                         *y[6] = {r0.o, r0.m, r0.l, r0.dq, r0.dk, r0.dv};
+            for (int i = 0; i < 6; i++)
+                ck_assert_msg(memcmp(x[i], y[i], n[i] * sizeof(double)) == 0,
+                              "case %d, copies %d: output %d differs", ci, masks[mi], i);
+            vl_out_free(&r);
+        }
+        vl_out_free(&r0);
+        vl_free(&d);
+    }
 }
 END_TEST
 
@@ -296,6 +344,7 @@ int main(void)
     tcase_add_loop_test(tc, test_gpu_varlen_cases, 0, fast ? 3 : N_GPU_CASES);
     tcase_add_loop_test(tc, test_gpu_varlen_random, 0, fast ? 2 : 6);
     tcase_add_test(tc, test_gpu_bad_offsets);
+    tcase_add_test(tc, test_gpu_host_copies);
     tcase_add_loop_test(tc, test_gpu_varlen_narrow, 0,
                         fast ? 2 : (int)(sizeof narrow_cases / sizeof narrow_cases[0]));
     tcase_add_loop_test(tc, test_gpu_varlen_regs, 0, fast ? 2 : N_GPU_CASES);

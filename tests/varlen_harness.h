@@ -42,6 +42,10 @@ typedef struct vl_case {
      * where the exact dQ and dK vanish (a row with one visible key, kept by
      * dropout) that rounding is all the GPU's result holds. */
     int o_as_stored;
+    /* Host copies of the offsets in the call (fg_attn_params's
+     * cu_seqlens_q_host, ...): bit 0 cu_seqlens_q, bit 1 cu_seqlens_k,
+     * bit 2 seqused_k, each only where the call has that array. */
+    int host_copies;
 } vl_case;
 
 /* Inputs (fp64, contiguous [total, heads, d], already rounded to the
@@ -417,6 +421,17 @@ static inline void vl_run(const vl_case *c, const vl_data *d, fg_dtype dt,
             p.alibi_slopes = small[3] =
                 dev->put(d->slopes, sizeof(float) * (size_t)ns_alibi);
     }
+    /* copies of their own (the CPU compares them with the arrays) */
+    int32_t hc[2 * VL_MAXB + 2 + VL_MAXB];
+    memcpy(hc, d->cu_q, sizeof(int32_t) * (size_t)(c->B + 1));
+    memcpy(hc + VL_MAXB + 1, d->cu_k, sizeof(int32_t) * (size_t)(c->B + 1));
+    memcpy(hc + 2 * VL_MAXB + 2, c->used, sizeof(int32_t) * (size_t)c->B);
+    if (p.cu_seqlens_q && (c->host_copies & 1))
+        p.cu_seqlens_q_host = hc;
+    if (p.cu_seqlens_k && (c->host_copies & 2))
+        p.cu_seqlens_k_host = hc + VL_MAXB + 1;
+    if (p.seqused_k && (c->host_copies & 4))
+        p.seqused_k_host = hc + 2 * VL_MAXB + 2;
     fg_attn_stats st = {devp[8], devp[9], sd};
     *fwd = fg_attention_forward(&p, &t[0], &t[1], &t[2], &t[4], &st);
     fg_attn_tensor o_in = t[4]; /* the O the backward reads */

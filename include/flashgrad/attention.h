@@ -288,8 +288,8 @@ typedef struct fg_attn_params {
      * O, m, l, dQ, dK, dV keep their contents). On CUDA the validation
      * copies the B+1 offsets to the host (once when cu_seqlens_k ==
      * cu_seqlens_q, else twice), so the call waits for cuda_stream and
-     * cannot be captured in a CUDA graph. Which kernels run them: the top
-     * of this file. */
+     * cannot be captured in a CUDA graph, unless the host copies below
+     * are given. Which kernels run them: the top of this file. */
     const int32_t *cu_seqlens_q;
     const int32_t *cu_seqlens_k;
     int64_t total_q, total_k;  /* rows of the packed buffers, < 2^31 */
@@ -301,8 +301,22 @@ typedef struct fg_attn_params {
      * right alignment): i' is still computed from len_k(b). Padded keys
      * get dK = dV = 0; a row that sees no key gets O = 0, m = -inf,
      * l = 0. On CUDA the values are validated through a host copy (one
-     * synchronisation, as for cu_seqlens). */
+     * synchronisation, as for cu_seqlens) unless seqused_k_host is given. */
     const int32_t *seqused_k;
+    /* Host copies of cu_seqlens_q, cu_seqlens_k and seqused_k (NULL =
+     * none; each only beside its array), for CUDA calls that must not
+     * wait: when every array the call gives has its copy here, the
+     * validation reads the copies and nothing is copied back from the
+     * device. The caller guarantees that the device arrays hold the same
+     * values when the kernels run on cuda_stream: the kernels read the
+     * device arrays, and a copy that differs from them is undefined
+     * behaviour (as a wrong max_seqlen is in FlashAttention). On the CPU
+     * the arrays themselves are validated and a copy must equal its array
+     * (FG_ERR_INVALID_ARGUMENT otherwise). The autograd op
+     * (fg_attention_options) makes its own. */
+    const int32_t *cu_seqlens_q_host;
+    const int32_t *cu_seqlens_k_host;
+    const int32_t *seqused_k_host;
 } fg_attn_params;
 
 /* Defaults: CPU, scale 1/sqrt(d), no causal mask, no dropout. */

@@ -397,8 +397,8 @@ FG_API void fg_attention_options_init(fg_attention_options *o);
  * statistics m and l ([B, H, Nq] each, fp32 for fp32 and fp64 for fp64)
  * and the dropout seed/offset: nothing of size Nq x Nk. With cu_seqlens
  * the maximum lengths are taken from the offsets; on CUDA the call
- * copies the offsets to the device and reads them back once to validate
- * them (one synchronisation, attention.h). */
+ * copies the offsets to the device and validates its host copies
+ * (attention.h's cu_seqlens_q_host): no synchronisation. */
 FG_API fg_status fg_attention(fg_tensor *q, fg_tensor *k, fg_tensor *v,
                               const fg_attention_options *opt,
                               fg_tensor **out);

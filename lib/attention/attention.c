@@ -329,16 +329,15 @@ static fg_status check_operands(fg_attn_problem *pb, fg_device dev,
 
 #define OP(nm, ptr, sl, hd) { nm, ptr, sl, hd }
 
-fg_status fg_attn_forward_host(const fg_attn_params *p,
-                               const fg_attn_host_offsets *hm,
-                               const fg_attn_tensor *q, const fg_attn_tensor *k,
-                               const fg_attn_tensor *v, const fg_attn_tensor *o,
+fg_status fg_attention_forward(const fg_attn_params *p, const fg_attn_tensor *q,
+                               const fg_attn_tensor *k, const fg_attn_tensor *v,
+                               const fg_attn_tensor *o,
                                const fg_attn_stats *stats)
 {
     static const char fn[] = "fg_attention_forward";
     fg_attn_problem pb;
     FG_TRY(check_params(p, &pb, fn));
-    FG_TRY(fg_attn_check_varlen(p, hm, &pb, fn));
+    FG_TRY(fg_attn_check_varlen(p, &pb, fn));
     const int64_t rq = pb.varlen ? pb.total_q : pb.Nq;
     const int64_t rk = pb.varlen ? pb.total_k : pb.Nk;
     operand ops[] = {
@@ -355,18 +354,11 @@ fg_status fg_attn_forward_host(const fg_attn_params *p,
     return fg_attn_cpu_forward(&pb, q, k, v, o, stats);
 }
 
-fg_status fg_attention_forward(const fg_attn_params *p, const fg_attn_tensor *q,
-                               const fg_attn_tensor *k, const fg_attn_tensor *v,
-                               const fg_attn_tensor *o,
-                               const fg_attn_stats *stats)
-{
-    return fg_attn_forward_host(p, NULL, q, k, v, o, stats);
-}
-
-fg_status fg_attn_backward_host(const fg_attn_params *p,
-                                const fg_attn_host_offsets *hm,
-                                const fg_attn_tensor *q, const fg_attn_tensor *k,
-                                const fg_attn_tensor *v, const fg_attn_tensor *o,
+fg_status fg_attention_backward(const fg_attn_params *p,
+                                const fg_attn_tensor *q,
+                                const fg_attn_tensor *k,
+                                const fg_attn_tensor *v,
+                                const fg_attn_tensor *o,
                                 const fg_attn_tensor *dout,
                                 const fg_attn_stats *stats,
                                 const fg_attn_tensor *dq,
@@ -376,7 +368,7 @@ fg_status fg_attn_backward_host(const fg_attn_params *p,
     static const char fn[] = "fg_attention_backward";
     fg_attn_problem pb;
     FG_TRY(check_params(p, &pb, fn));
-    FG_TRY(fg_attn_check_varlen(p, hm, &pb, fn));
+    FG_TRY(fg_attn_check_varlen(p, &pb, fn));
     const int64_t rq = pb.varlen ? pb.total_q : pb.Nq;
     const int64_t rk = pb.varlen ? pb.total_k : pb.Nk;
     operand ops[] = {
@@ -395,19 +387,6 @@ fg_status fg_attn_backward_host(const fg_attn_params *p,
     return fg_attn_cpu_backward(&pb, q, k, v, o, dout, stats, dq, dk, dv);
 }
 
-fg_status fg_attention_backward(const fg_attn_params *p,
-                                const fg_attn_tensor *q,
-                                const fg_attn_tensor *k,
-                                const fg_attn_tensor *v,
-                                const fg_attn_tensor *o,
-                                const fg_attn_tensor *dout,
-                                const fg_attn_stats *stats,
-                                const fg_attn_tensor *dq,
-                                const fg_attn_tensor *dk,
-                                const fg_attn_tensor *dv)
-{
-    return fg_attn_backward_host(p, NULL, q, k, v, o, dout, stats, dq, dk, dv);
-}
 
 fg_status fg_attention_dropout_mask(const fg_attn_params *p, uint8_t *mask)
 {

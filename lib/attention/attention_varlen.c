@@ -4,6 +4,7 @@
  * anything is written) and the per-sequence view of attention_varlen.h. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "attention_varlen.h"
 #include "kernels/runtime/device.h"
@@ -65,12 +66,46 @@ static fg_status check_used(const int32_t *used, const int32_t *cu_k,
     return FG_OK;
 }
 
-/* The arrays' values, on the host: hm's (on either device, so the CPU
- * tests run this path too), the CPU's own, or one copy of each array
- * from the device (synchronous on the caller's stream, so work enqueued
- * before that writes them is seen). *host is freed by the caller. */
-static fg_status host_arrays(const fg_attn_params *p,
-                             const fg_attn_host_offsets *hm, int64_t B,
+/* The host copies (cu_seqlens_q_host, ...): each only beside its array,
+ * 4-byte aligned; on the CPU equal to it (the kernels read the array, so
+ * validating a copy that differs would validate nothing). */
+static fg_status check_copies(const fg_attn_params *p, int64_t B,
+                              const char *fn)
+{
+    const struct {
+        const int32_t *a, *h;
+        int64_t n;
+        const char *name;
+    } c[3] = {{p->cu_seqlens_q, p->cu_seqlens_q_host, B + 1, "cu_seqlens_q"},
+              {p->cu_seqlens_k, p->cu_seqlens_k_host, B + 1, "cu_seqlens_k"},
+              {p->seqused_k, p->seqused_k_host, B, "seqused_k"}};
+    for (int i = 0; i < 3; i++) {
+        if (!c[i].h)
+            continue;
+        if (!c[i].a)
+            return fg_error(FG_ERR_INVALID_ARGUMENT,
+                            "%s: %s_host is given without %s", fn, c[i].name,
+                            c[i].name);
+        if ((uintptr_t)c[i].h % sizeof(int32_t) != 0)
+            return fg_error(FG_ERR_INVALID_ARGUMENT,
+                            "%s: %s_host is not 4-byte aligned", fn,
+                            c[i].name);
+        if (p->device != FG_DEVICE_CUDA &&
+            memcmp(c[i].a, c[i].h, sizeof(int32_t) * (size_t)c[i].n) != 0)
+            return fg_error(FG_ERR_INVALID_ARGUMENT,
+                            "%s: %s_host differs from %s (a host copy must "
+                            "hold the array's values)",
+                            fn, c[i].name, c[i].name);
+    }
+    return FG_OK;
+}
+
+/* The arrays' values, on the host: the CPU's own, p's host copies when
+ * it has every array's (CUDA: nothing read back, no wait), or one copy of
+ * each array from the device (synchronous on the caller's stream, so
+ * work enqueued before that writes them is seen). *host is freed by the
+ * caller. */
+static fg_status host_arrays(const fg_attn_params *p, int64_t B,
                              const int32_t **cq, const int32_t **ck,
                              const int32_t **used, int32_t **host,
                              const char *fn)
@@ -79,15 +114,15 @@ static fg_status host_arrays(const fg_attn_params *p,
     *ck = p->cu_seqlens_k;
     *used = p->seqused_k;
     *host = NULL;
-    if (hm && (!p->cu_seqlens_q || (hm->cu_q && hm->cu_k)) &&
-        (!p->seqused_k || hm->used)) {
-        *cq = p->cu_seqlens_q ? hm->cu_q : NULL;
-        *ck = p->cu_seqlens_k ? hm->cu_k : NULL;
-        *used = p->seqused_k ? hm->used : NULL;
-        return FG_OK;
-    }
     if (p->device != FG_DEVICE_CUDA)
         return FG_OK;
+    if ((!p->cu_seqlens_q || (p->cu_seqlens_q_host && p->cu_seqlens_k_host)) &&
+        (!p->seqused_k || p->seqused_k_host)) {
+        *cq = p->cu_seqlens_q_host;
+        *ck = p->cu_seqlens_k_host;
+        *used = p->seqused_k_host;
+        return FG_OK;
+    }
     int32_t *h = malloc(sizeof(int32_t) * (size_t)(3 * B + 2));
     if (!h)
         return fg_error(FG_ERR_OUT_OF_MEMORY, "%s: cu_seqlens host copy", fn);
@@ -111,9 +146,8 @@ static fg_status host_arrays(const fg_attn_params *p,
     return FG_OK;
 }
 
-fg_status fg_attn_check_varlen(const fg_attn_params *p,
-                               const fg_attn_host_offsets *hm,
-                               fg_attn_problem *pb, const char *fn)
+fg_status fg_attn_check_varlen(const fg_attn_params *p, fg_attn_problem *pb,
+                               const char *fn)
 {
     pb->varlen = 0;
     pb->cu_q = pb->cu_k = NULL;
@@ -133,8 +167,10 @@ fg_status fg_attn_check_varlen(const fg_attn_params *p,
                         "together",
                         fn);
     const int varlen = p->cu_seqlens_q != NULL;
-    if (!varlen && !p->seqused_k)
+    if (!varlen && !p->seqused_k) {
+        FG_TRY(check_copies(p, pb->B, fn)); /* a copy without its array */
         return FG_OK;
+    }
     if (varlen && p->block_mask)
         return fg_error(FG_ERR_UNSUPPORTED,
                         "%s: block masks are per padded batch and cannot be "
@@ -152,10 +188,11 @@ fg_status fg_attn_check_varlen(const fg_attn_params *p,
     }
     if (p->seqused_k)
         FG_TRY(check_array(p->seqused_k, "seqused_k", p->device, fn));
+    FG_TRY(check_copies(p, pb->B, fn));
 
     const int32_t *cq, *ck, *used;
     int32_t *host;
-    fg_status st = host_arrays(p, hm, pb->B, &cq, &ck, &used, &host, fn);
+    fg_status st = host_arrays(p, pb->B, &cq, &ck, &used, &host, fn);
     if (st == FG_OK && varlen)
         st = check_cu(cq, pb->B, pb->Nq, p->total_q, "cu_seqlens_q", fn);
     if (st == FG_OK && varlen)

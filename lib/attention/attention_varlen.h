@@ -11,40 +11,13 @@
 extern "C" {
 #endif
 
-/* Host copies of p's cu_seqlens_q, cu_seqlens_k and seqused_k, from a
- * caller inside the library that made the device arrays from them (the
- * attention autograd op): validation reads these instead of copying the
- * arrays back, which on CUDA waits for the stream. Used only when it
- * holds every array p gives; otherwise all are read from p. */
-typedef struct fg_attn_host_offsets {
-    const int32_t *cu_q, *cu_k, *used;
-} fg_attn_host_offsets;
-
-/* Checks cu_seqlens_q/k, total_q/k and seqused_k of p (on CUDA through a
- * synchronous copy of the arrays to the host, on params.cuda_stream,
- * unless hm, which may be NULL, has them) and fills the matching fields of
- * pb, which already holds the sizes. Runs before the operands are checked:
- * packed operands are [total, heads, d]. */
-fg_status fg_attn_check_varlen(const fg_attn_params *p,
-                               const fg_attn_host_offsets *hm,
-                               fg_attn_problem *pb, const char *fn);
-
-/* fg_attention_forward / _backward with host copies of the offsets (hm,
- * as for fg_attn_check_varlen). */
-fg_status fg_attn_forward_host(const fg_attn_params *p,
-                               const fg_attn_host_offsets *hm,
-                               const fg_attn_tensor *q, const fg_attn_tensor *k,
-                               const fg_attn_tensor *v, const fg_attn_tensor *o,
-                               const fg_attn_stats *stats);
-fg_status fg_attn_backward_host(const fg_attn_params *p,
-                                const fg_attn_host_offsets *hm,
-                                const fg_attn_tensor *q, const fg_attn_tensor *k,
-                                const fg_attn_tensor *v, const fg_attn_tensor *o,
-                                const fg_attn_tensor *dout,
-                                const fg_attn_stats *stats,
-                                const fg_attn_tensor *dq,
-                                const fg_attn_tensor *dk,
-                                const fg_attn_tensor *dv);
+/* Checks cu_seqlens_q/k, total_q/k and seqused_k of p (on CUDA from their
+ * host copies in p when it has them all, else through a synchronous copy
+ * of the arrays to the host, on params.cuda_stream) and fills the matching
+ * fields of pb, which already holds the sizes. Runs before the operands
+ * are checked: packed operands are [total, heads, d]. */
+fg_status fg_attn_check_varlen(const fg_attn_params *p, fg_attn_problem *pb,
+                               const char *fn);
 
 /* True when sequences differ from the dense [B, Nq] x [B, Nk] problem. */
 static inline int fg_attn_ragged(const fg_attn_problem *pb)

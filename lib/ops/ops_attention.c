@@ -17,7 +17,6 @@
 #include "flashgrad/attention.h"
 #include "flashgrad/cuda.h"
 #include "ops_internal.h"
-#include "lib/attention/attention_varlen.h"
 #include "kernels/runtime/profile.h"
 
 void fg_attention_options_init(fg_attention_options *o)
@@ -31,34 +30,20 @@ void fg_attention_options_init(fg_attention_options *o)
 /* The node's copy of the parameters: the block mask struct travels with
  * them (its arrays stay the caller's); cu_seqlens and seqused_k live in
  * the node's saved tensor 6 (offsets_tensor), and their host values right
- * after this struct in the node's extra (host_offsets: what the backward
- * validates, so it never copies the device arrays back). */
+ * after this struct in the node's extra (the backward's host copies,
+ * use_offsets: what it validates, so it never copies the device arrays
+ * back). */
 typedef struct attn_extra {
     fg_attn_params p;
     fg_attn_block_mask bm;
 } attn_extra;
 
-/* The host values of the offsets as offsets_tensor lays them out (h: 2
- * n_cu + (has_used ? B : 0) words). */
-static fg_attn_host_offsets host_offsets(const int32_t *h, int64_t n_cu,
-                                         int has_used)
-{
-    fg_attn_host_offsets hm = {NULL, NULL, NULL};
-    if (n_cu) {
-        hm.cu_q = h;
-        hm.cu_k = h + n_cu;
-    }
-    if (has_used)
-        hm.used = h + 2 * n_cu;
-    return hm;
-}
-
 /* The op's device copy of the host offsets: cu_seqlens_q, cu_seqlens_k
  * ([n_seq + 1] each, if given) then seqused_k, as raw 4-byte words in an
  * fp32 tensor (there is no integer dtype; the bits are copied, never
- * converted). *host: the same *words words on the host (host_offsets
- * reads them; the node keeps a copy), freed by the caller; NULL and 0
- * when there are no offsets. */
+ * converted). *host: the same *words words on the host (the calls'
+ * host copies, use_offsets; the node keeps a copy), freed by the caller;
+ * NULL and 0 when there are no offsets. */
 static fg_status offsets_tensor(const fg_attention_options *o, int64_t B,
                                 fg_device dev, fg_tensor **out, int64_t *n_cu,
                                 int32_t **host, int64_t *words)
@@ -83,14 +68,20 @@ static fg_status offsets_tensor(const fg_attention_options *o, int64_t B,
     return fg_tensor_from_host(FG_FP32, dev, FG_SHAPE(*words), h, out);
 }
 
-/* Points p's cu_seqlens and seqused_k into the offsets tensor. */
-static void use_offsets(fg_attn_params *p, const fg_tensor *t, int64_t n_cu,
-                        int has_used)
+/* Points p's cu_seqlens and seqused_k into the offsets tensor t, and
+ * their host copies into h, the same words on the host (laid out as
+ * offsets_tensor lays them: 2 n_cu + (has_used ? B : 0)), so the
+ * attention validates those and never copies the device arrays back. */
+static void use_offsets(fg_attn_params *p, const fg_tensor *t,
+                        const int32_t *h, int64_t n_cu, int has_used)
 {
     const int32_t *base = t ? (const int32_t *)fg_tensor_base(t) : NULL;
     p->cu_seqlens_q = n_cu ? base : NULL;
     p->cu_seqlens_k = n_cu ? base + n_cu : NULL;
     p->seqused_k = has_used ? base + 2 * n_cu : NULL;
+    p->cu_seqlens_q_host = n_cu ? h : NULL;
+    p->cu_seqlens_k_host = n_cu ? h + n_cu : NULL;
+    p->seqused_k_host = has_used ? h + 2 * n_cu : NULL;
 }
 
 /* The longest sequence of a host offsets array (at least 1; bad offsets
@@ -212,11 +203,10 @@ static fg_status attention_backward_impl(fg_node *n, fg_tensor *const *g,
     fg_attn_params pp = ex->p;
     if (pp.block_mask)
         pp.block_mask = &ex->bm;
-    fg_attn_host_offsets hm = {NULL, NULL, NULL};
     if (pp.cu_seqlens_q || pp.seqused_k) { /* packed: p.batch = n_seq */
         const int64_t n_cu = pp.cu_seqlens_q ? pp.batch + 1 : 0;
-        hm = host_offsets((const int32_t *)(ex + 1), n_cu, pp.seqused_k != NULL);
-        use_offsets(&pp, fg_node_saved(n, 6), n_cu, pp.seqused_k != NULL);
+        use_offsets(&pp, fg_node_saved(n, 6), (const int32_t *)(ex + 1), n_cu,
+                    pp.seqused_k != NULL);
     }
     const fg_attn_params *p = &pp;
     const fg_tensor *q = fg_node_saved(n, 0), *k = fg_node_saved(n, 1),
@@ -257,8 +247,8 @@ static fg_status attention_backward_impl(fg_node *n, fg_tensor *const *g,
                        tdq = attn_view(d[0]), tdk = attn_view(d[1]),
                        tdv = attn_view(d[2]);
         fg_attn_stats stt = {fg_tensor_base(m), fg_tensor_base(l), m->dtype};
-        s = fg_attn_backward_host(p, &hm, &tq, &tk, &tv, &to, &tdo, &stt, &tdq,
-                                  &tdk, &tdv);
+        s = fg_attention_backward(p, &tq, &tk, &tv, &to, &tdo, &stt, &tdq, &tdk,
+                                  &tdv);
     }
     fg_tensor_free(dout);
     if (s != FG_OK || packed) /* d[] are views of dqkv when packed */
@@ -388,7 +378,7 @@ static fg_status attention_run(const char *fn, const fg_op_def *def,
     int32_t *host = NULL; /* the offsets' words on the host */
     fg_status s = offsets_tensor(&o, p.batch, q->device, &offs, &n_cu, &host, &words);
     if (s == FG_OK)
-        use_offsets(&p, offs, n_cu, o.seqused_k != NULL);
+        use_offsets(&p, offs, host, n_cu, o.seqused_k != NULL);
     if (s == FG_OK)
         s = kernel_operand(q, dom, &qc);
     if (s == FG_OK)
@@ -408,8 +398,7 @@ static fg_status attention_run(const char *fn, const fg_op_def *def,
         /* Validates everything (sizes, head_dim, p, scale) before writing;
          * the offsets from their host words (never read back from the
          * device tensor made of them) */
-        const fg_attn_host_offsets hm = host_offsets(host, n_cu, o.seqused_k != NULL);
-        s = fg_attn_forward_host(&p, &hm, &tq, &tk, &tv, &to, &stt);
+        s = fg_attention_forward(&p, &tq, &tk, &tv, &to, &stt);
     }
     if (s == FG_OK && qkv) { /* the node saves y, the caller gets res */
         const int64_t C = y->shape[2] * y->shape[3];
@@ -424,6 +413,9 @@ static fg_status attention_run(const char *fn, const fg_op_def *def,
          * attention refuses a bias with either, so never both. */
         fg_tensor *saved[7] = {qc, kc, vc, y, m, l, offs ? offs : o.bias};
         ex.p = p; /* p.bias only flags a bias: saved[6] holds it */
+        /* the host copies point into `host`, freed below: the backward
+         * points them into the node's own words (use_offsets) */
+        ex.p.cu_seqlens_q_host = ex.p.cu_seqlens_k_host = ex.p.seqused_k_host = NULL;
         if (p.block_mask)
             ex.bm = *p.block_mask;
         /* ex, then the offsets' host words (host_offsets) */
