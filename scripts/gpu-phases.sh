@@ -116,6 +116,11 @@
 #                shape, tokens/s (doc/distributed.md); FG_DP_ARGS adds
 #                trainer options (e.g. "--bucket-mb 1")
 #   dpeq         W GPUs against one GPU with --accum W, dropout 0
+#   dpbuckets    the bucket size on every GPU count there is: both models
+#                with each --bucket-mb of FG_DP_BUCKETS (default "4 25
+#                64"; 0 = the library's default) against one GPU, two
+#                rounds, tokens/s of the last two progress lines;
+#                $OUT/dpbuckets.txt (session 38 did 2 GPUs by hand)
 #   rings        bench/bench_ring at 128k (--check), 512k and 1M tokens
 # The text corpus is KIT/data/tinyshakespeare.txt (gpu-devkit.sh copies it
 # when it finds ../shared/data/tinyshakespeare.txt).
@@ -510,6 +515,33 @@ print(f"  {len(d)} logged losses, largest difference {max(d):.3g}, bitwise {all(
 PY
     done
 }
+dpbuckets() {
+    log "data parallel, bucket sizes ${FG_DP_BUCKETS:-4 25 64} on $(gpus 2 4 8 | tr '\n' ' ')GPUs"
+    local round n b m args
+    : >"$OUT/dpbuckets.txt"
+    for round in 1 2; do
+        for m in baby g2s; do
+            if [ $m = baby ]; then
+                args="$BABY --dropout 0.2 --batch 64 --steps 300 --print-interval 50"
+            else
+                args="$G2 --dropout 0.1 --batch 16 --steps 80 --print-interval 20"
+            fi
+            # shellcheck disable=SC2086
+            dp 1 "bk-$m-1" $args >/dev/null
+            for n in $(gpus 2 4 8); do
+                for b in ${FG_DP_BUCKETS:-4 25 64}; do
+                    # shellcheck disable=SC2086
+                    dp "$n" "bk-$m-$n-$b" $args --bucket-mb "$b" >/dev/null
+                    # tokens/s of the last two progress lines against one GPU's
+                    echo "round $round $m $n GPUs bucket $b MiB: $(paste \
+                        <(grep '^step' "$W/bk-$m-$n-$b.log" | tail -n 2 | sed 's/.*| *\([0-9]*\) tok\/s.*/\1/') \
+                        <(grep '^step' "$W/bk-$m-1.log" | tail -n 2 | sed 's/.*| *\([0-9]*\) tok\/s.*/\1/') |
+                        awk '{printf "%.2fx ", $1 / $2}')" | tee -a "$OUT/dpbuckets.txt"
+                done
+            done
+        done
+    done
+}
 # twin NAME ARGS...: bench/train_gpt_torch.py --bench-only --both (eager
 # and torch.compile) with ARGS; its summary lines into $OUT/train.txt
 twin() {
@@ -692,7 +724,7 @@ rings() {
 
 for ph in "$@"; do # every phase known before any runs
     case $ph in
-    san:?* | build | buildref | modules | cells | ncu | ktimes | suites | sweep | rcseed | variants | det | detsan | bias | modes | envs | torch | train | quality | trainab | batches | gemms | benchab | dpspeed | dpeq | rings) ;;
+    san:?* | build | buildref | modules | cells | ncu | ktimes | suites | sweep | rcseed | variants | det | detsan | bias | modes | envs | torch | train | quality | trainab | batches | gemms | benchab | dpspeed | dpeq | dpbuckets | rings) ;;
     *) echo "gpu-phases.sh: unknown phase '$ph'" >&2; exit 2 ;;
     esac
 done
