@@ -256,7 +256,6 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * (split d, the only kernel here, keeps the register epilogue) */
     if (!kSpec && total > 0 && threadIdx.x == 0)
         load_kv();
-    /* Step st -> its head gh, first query row i0 and whether it is dead. */
     /* det without a mask (a.dq_rotate): block kb takes step kb first and
      * the others cyclically after it, so that at any moment the blocks of
      * a head add to different dQ tiles, each tile's turns in the order the
@@ -272,6 +271,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         st += kb;
         return st >= total ? st - total : st;
     };
+    /* Step st -> its head gh, first query row i0 and whether it is dead. */
     auto locate = [&](int64_t st, int &gh, int64_t &i0, bool &dead) {
         if (rot)
             st = rotated(st);

@@ -387,7 +387,6 @@ fg_status fg_attention_backward(const fg_attn_params *p,
     return fg_attn_cpu_backward(&pb, q, k, v, o, dout, stats, dq, dk, dv);
 }
 
-
 fg_status fg_attention_dropout_mask(const fg_attn_params *p, uint8_t *mask)
 {
     static const char fn[] = "fg_attention_dropout_mask";
