@@ -753,6 +753,10 @@ static const vcase vcases[] = {
      * two-sided window */
     {{2, 320, 320, 4, 2, 256, 1, 0, 0.1}, 0, 1, 128, -1, 0, 0, 0.6, 0},
     {{1, 333, 333, 2, 1, 64, 0, 0, 0.1}, 0, 1, 70, 70, 0, 0, 0, 0},
+    /* ALiBi under a causal band (the wgmma kernels' alibi_acc: S starts
+     * as the bias): bottom-right with Nk > Nq, a left window, [B, H]
+     * slopes, dropout and GQA at d = 64 */
+    {{2, 300, 420, 4, 2, 64, 1, 0, 0.1}, 0, 1, 150, -1, 0, 2, 0, 0},
 };
 
 /* The d = 256 Hopper backward over several query steps per key block
@@ -771,6 +775,7 @@ static const vcase d256_vcases[] = {
     {{2, 256, 384, 4, 2, 256, 0, 1, 0.1}, 0, 0, 0, 0, 0, 2, 0.5, 0},
     {{2, 320, 320, 4, 2, 256, 1, 0, 0.1}, 0, 1, 128, -1, 0, 0, 0.6, 0},
     {{1, 200, 300, 2, 2, 256, 1, 0, 0.0}, 1, 0, 0, 0, 20.0, 1, 0, 0},
+    {{1, 260, 330, 2, 1, 256, 1, 0, 0.0}, 0, 0, 0, 0, 0, 1, 0, 0}, /* ALiBi + causal */
 };
 
 static void run_variant(const vcase *vc, fg_dtype dt, uint64_t salt);
@@ -978,7 +983,7 @@ END_TEST
 /* The d <= 64 variant cases (windows, top-left causal, softcap, ALiBi,
  * block maps, dropout, GQA/MQA): the wide backward's kModes 2 and 6 by
  * default, then the 64-query ones (FG_ATTN_BWD_WIDE=0). */
-static const int wide_vcases[] = {0, 2, 3, 5, 6, 9, 12};
+static const int wide_vcases[] = {0, 2, 3, 5, 6, 9, 12, 13};
 
 START_TEST(test_wide_variants)
 {
@@ -1039,7 +1044,7 @@ END_TEST
 /* The racecheck subset of the variants and of the other kernel families:
  * bf16 variants on the fast kernels, and small shapes on the strict fp32
  * kernels (attn_fp32_*.cu) and the sm_80 (bf16) kernels. */
-static const int fast_vcases[] = {0, 4, 7};
+static const int fast_vcases[] = {0, 4, 7, 13};
 
 START_TEST(test_fast_variants)
 {
@@ -1245,7 +1250,8 @@ int main(void)
     tcase_add_test(tw, test_wide_mask);
     tcase_add_loop_test(tw, test_staged_epilogue, 0,
                         (int)(sizeof epi_cases / sizeof epi_cases[0]));
-    tcase_add_loop_test(tw, test_d256_steps, 0, 6);
+    tcase_add_loop_test(tw, test_d256_steps, 0,
+                        3 + (int)(sizeof d256_vcases / sizeof d256_vcases[0]));
     tcase_add_loop_test(tw, test_wide_variants, 0,
                         (int)(sizeof wide_vcases / sizeof wide_vcases[0]));
     suite_add_tcase(s, tw);

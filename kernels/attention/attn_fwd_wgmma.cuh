@@ -237,6 +237,17 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     const int64_t bias_row0 = kMasked && kMods && a.bias ? b * a.bias_s[0] + h * a.bias_s[1] + row_w * bias_s2
                                                 : 0;
     const int bias_rows = (int)min(a.Nq - row_w, (int64_t)16);
+    /* ALiBi alone under a causal band (win_hi <= 0: every visible pair has
+     * i + shift - j >= 0, so |d| = d; masked pairs' values do not matter):
+     * S starts as the bias, -(slope / scale) d, and the first k-step of
+     * Q K^T accumulates onto it. One FFMA an element (a per-block base
+     * and a compile-time offset) instead of the FADD and FFMA after it:
+     * H200, d = 128, N = 8k, ALiBi + causal forward 466 -> 497 TFLOP/s.
+     * The backward's S^T done this way ran 20% slower (508 -> 403) and
+     * keeps the two operations. */
+    const bool alibi_acc = kMasked && kMods && a.alibi && !(a.softcap > 0.f) && a.band &&
+                           a.win_hi <= 0;
+    const float alibi_sl = slope * inv_scale;
     for (int jb = 0; jb < nblocks; jb++) {
         const int64_t j0 = walk.start(jb);
         const uint32_t sK = sK0 + (jb & 1) * kv_stride;
@@ -259,6 +270,13 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         /* S = Q_i K_j^T (Alg1 L.9): D/16 k-steps, 32 bytes apart inside a
          * 128-byte swizzled row, 64 columns per panel. */
         float s[SR];
+        if (alibi_acc) { /* element i: d = dist0 + its offset (the modifiers below) */
+            const float base = -alibi_sl * (float)(int)(row_w + a.shift - (j0 + 2 * t4));
+#pragma unroll
+            for (int i = 0; i < SR; i++)
+                s[i] = fmaf(-alibi_sl, (float)(((i >> 1) & 1) * 8 - (i >> 2) * 8 - (i & 1)), base);
+            wg_fence_regs(s); /* written before the wgmma fence, not after */
+        }
         gemm_turn();
         wg_fence();
         const uint64_t dq0 = wg_desc(sQw, 16, 1024), dk0 = wg_desc(sK, 16, 1024);
@@ -266,7 +284,7 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         for (int kk = 0; kk < D / 16; kk++) /* start address moves in 16-byte units */
             WgmmaOp<T, Bc>::template ss<0, 0>(s, dq0 + (((kk >> 2) * Br * 128 + (kk & 3) * 32) >> 4),
                                               dk0 + (((kk >> 2) * Bc * 128 + (kk & 3) * 32) >> 4),
-                                              kk > 0);
+                                              kk > 0 || alibi_acc);
         wg_commit();
         if (jb > 0)
             issue_pv(sV0 + ((jb - 1) & 1) * kv_stride);
@@ -281,7 +299,8 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 
         /* Score modifiers, then the mask (only on blocks that cross the
          * band's edges or the end). */
-        if (kMasked && kMods && (a.softcap > 0.f || a.alibi)) { /* raw_score_mod, per block */
+        /* raw_score_mod, per block */
+        if (kMasked && kMods && (a.softcap > 0.f || (a.alibi && !alibi_acc))) {
             /* ALiBi's |i - j + shift|: a per-block base and a compile-time
              * offset per element, in float (exact below 2^24) */
             const float dist0 = (float)(int)(row_w + a.shift - (j0 + 2 * t4));
