@@ -8,8 +8,10 @@ The fast kernels have plain instantiations (no mask, bottom-right causal)
 and variant ones (windows, ALiBi, softcap, block masks). A window as wide
 as the sequence masks nothing but runs the variant kernel, so "dense
 through the variant kernel" against "dense" is the variant kernel's own
-overhead; windows of growing width show what a call costs beyond its
-kept pairs (fixed per-call passes, per-block prologues). The last cell
+overhead; the ALiBi and softcap cells against "causal" are what each
+modifier costs on causal work (issue 16's rate over kept pairs); windows
+of growing width show what a call costs beyond its kept pairs (fixed
+per-call passes, per-block prologues). The last cell
 packs the causal batch into one row (B documents of N tokens): what the
 packed kernels cost on the same pairs (try --N 2048). Method as in
 bench/compare_torch.py (fg_ctypes.best_times): standard-normal inputs,
@@ -57,11 +59,11 @@ def main():
     H, B = 2048 // d, max(1, 16384 // N)
     io = buffers(B, N, H, d)
     slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / H) for h in range(H)], device="cuda")
-    # name, causal, window_left, window_right, alibi
-    cells = [("dense", 0, None, None, 0), ("dense, variant kernel", 0, N, N, 0),
-             ("causal", 1, None, None, 0), ("causal, variant kernel", 1, N, None, 0),
-             ("ALiBi + causal", 1, None, None, 1)]
-    cells += [(f"window {w}", 1, w, None, 0) for w in (512, 1024, 2048, 4096) if w < N]
+    # name, causal, window_left, window_right, alibi, softcap
+    cells = [("dense", 0, None, None, 0, 0), ("dense, variant kernel", 0, N, N, 0, 0),
+             ("causal", 1, None, None, 0, 0), ("causal, variant kernel", 1, N, None, 0, 0),
+             ("ALiBi + causal", 1, None, None, 1, 0), ("softcap 30 + causal", 1, None, None, 0, 30)]
+    cells += [(f"window {w}", 1, w, None, 0, 0) for w in (512, 1024, 2048, 4096) if w < N]
 
     def cell(name, p, fl, io):
         """Time problem p on buffers io (fg_ctypes.buffers); print its TFLOP/s."""
@@ -85,7 +87,7 @@ def main():
 
     print(f"{torch.cuda.get_device_name()}; bf16, B={B}, N={N}, H={H}, d={d}; "
           "TFLOP/s over kept pairs, fwd / bwd", flush=True)
-    for name, causal, wl, wr, alibi in cells:
+    for name, causal, wl, wr, alibi, softcap in cells:
         p = fg.params(B, N, H, d)
         p.causal = causal
         if wl is not None:
@@ -94,6 +96,8 @@ def main():
             p.window_right = wr
         if alibi:
             p.alibi_slopes = slopes.data_ptr()
+        if softcap:
+            p.softcap = float(softcap)
         kept = kept_pairs(N, causal, wl if wr is None else None)
         cell(name, p, 4.0 * B * H * d * kept, io)
     # The causal batch again as a packed one (cu_seqlens, B documents of N
