@@ -243,8 +243,8 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * Q K^T accumulates onto it. One FFMA an element (a per-block base
      * and a compile-time offset) instead of the FADD and FFMA after it:
      * H200, d = 128, N = 8k, ALiBi + causal forward 466 -> 497 TFLOP/s.
-     * The backward's S^T done this way ran 20% slower (508 -> 403) and
-     * keeps the two operations. */
+     * The backward's S^T done this way ran 20% slower (508 -> 403:
+     * ptxas serialised its wgmmas, C7512) and keeps the two operations. */
     const bool alibi_acc = kMasked && kMods && a.alibi && !(a.softcap > 0.f) && a.band &&
                            a.win_hi <= 0;
     const float alibi_sl = slope * inv_scale;
