@@ -9,7 +9,7 @@
  *    to fp32, fresh per run; the fp64 reference runs on the rounded inputs.
  *    For the SIMT path O, dQ, dK and dV must be within 1e-5 of
  *    max(max |ref|, 0.1) (test_gpu_attention.c's measure), m and l within
- *    1e-5 (3xTF32: SPLIT_TOL below), over head dims 32..256 (and padded ones), odd lengths, Nq != Nk,
+ *    1e-5 (3xTF32: split_tol() below), over head dims 32..256 (and padded ones), odd lengths, Nq != Nk,
  *    causal, windows, softcap, ALiBi, dropout and GQA, with the atomic dQ
  *    and with deterministic = 1; the two paths must not be bitwise
  *    equal (3xTF32 did run: its sums go in another order). Outputs are
@@ -275,10 +275,19 @@ static void set_tf32(int on)
  * PATH_TF32 the TF32 switch on for the run. */
 enum { PATH_DEFAULT = 1, PATH_SIMT = 2, PATH_TF32 = 4 };
 
-/* 3xTF32's bound: the tensor cores truncate each MMA's sum, three MMAs
- * per k step, so the error grows with the row length; measured on an H100
- * up to 5.5e-5 (dK, N = 4097 causal, d = 128). Stated with room: 2e-4. */
-#define SPLIT_TOL 2e-4
+/* 3xTF32's bound: the tensor cores truncate each MMA's sum; with the
+ * three MMAs of a k step going straight into the long-lived accumulator
+ * the error grew with the row length, measured on an H100 up to 5.5e-5
+ * (dK, N = 4097 causal, d = 128). Stated with room: 2e-4. Since session 39
+ * they are summed in a tile of their own (attn_tf32.cuh `mma`; the CPU
+ * model scripts/tf32x3-model.py gives 4e-7 for such a dK), not yet run on
+ * a GPU: FG_TEST_SPLIT_TOL sets the bound (1e-5, the strict one, to see
+ * whether 3xTF32 now holds it; the err/tol lines give the margins). */
+static double split_tol(void)
+{
+    const char *e = getenv("FG_TEST_SPLIT_TOL");
+    return e && atof(e) > 0 ? atof(e) : 2e-4;
+}
 
 static void run_path(const fcase *c, const fg_attn_params *p, double *in[4], int path, res *r)
 {
@@ -296,7 +305,7 @@ static void run_path(const fcase *c, const fg_attn_params *p, double *in[4], int
 }
 
 /* Each GPU path in `paths` against one fp64 CPU oracle run: 1e-5 (SIMT),
- * SPLIT_TOL (3xTF32) or the TF32 bound. With both on aligned operands,
+ * split_tol() (3xTF32) or the TF32 bound. With both on aligned operands,
  * their O and dK must differ somewhere (else 3xTF32 did not run). */
 static void check_case(const fcase *c, int det, int paths, uint64_t salt)
 {
@@ -323,7 +332,7 @@ static void check_case(const fcase *c, int det, int paths, uint64_t salt)
         run_path(c, &pg, in, path, &gpu[path]);
         const res *g = &gpu[path];
         const double tol = path == PATH_TF32      ? tf32_bound(c, in)
-                           : path == PATH_DEFAULT ? SPLIT_TOL
+                           : path == PATH_DEFAULT ? split_tol()
                                                   : 1e-5;
         double err[6];
         for (int i = 0; i < 4; i++)

@@ -125,9 +125,10 @@
  * experimental 3xTF32 mode (each operand split into a TF32 part and a
  * TF32 remainder, three products), built with ./configure
  * --enable-attn-tf32x3 and reached with FG_ATTN_KERNEL=tf32x3 in the
- * environment when the switch is off: near fp32 but not within 1e-5
- * on long rows (the tensor cores truncate each product's sum; up to 5.5e-5
- * of max |dK| measured at N = 4097), and an infinite input gives NaN
+ * environment when the switch is off: near fp32 (the tensor cores
+ * truncate each product's sum: up to 5.5e-5 of max |dK| measured at
+ * N = 4097 before each step's products were summed apart, which a CPU
+ * model puts at 4e-7; not yet remeasured), and an infinite input gives NaN
  * there (inf - inf in the split). FG_ATTN_KERNEL=simt forces the SIMT
  * kernels for fp32, the switch notwithstanding (testing and comparison). TF32 error: Q, K, V, dO
  * and the intermediate P and dS are rounded to 10 mantissa bits (2^-11

@@ -24,6 +24,11 @@
  * floor); with round to nearest, 1e-6. Keeping S's small terms in an
  * accumulator of their own, or summing each key block's P V apart, halves
  * that in the model but cost 30-80 registers and spills here (tried).
+ * Since session 39 `mma` sums each k step's three products in a zeroed
+ * tile and adds that to the accumulator in fp32 (round to nearest): the
+ * truncations are then relative to one step's partial sum (model:
+ * 4.2e-5 -> 4.0e-7 on a dK over 4097 rows; scripts/tf32x3-model.py). Not
+ * yet measured on a GPU.
  *
  * Tiles are fp32, row-major, rows padded to D + 4 floats. Then the eight
  * 16-byte rows of one ldmatrix phase fall in distinct bank groups (row r at
@@ -235,16 +240,30 @@ template <int N, bool kSplit> struct Frag {
 };
 
 /* c += a b with B registers j, j + 1 of b: one TF32 product, or (kSplit)
- * the three of 3xTF32 (the small terms first). */
+ * the three of 3xTF32 (the small terms first) into a zeroed tile of their
+ * own, added to c in fp32 (round to nearest). Each MMA's truncated sum is
+ * then off by an ulp of this k step's partial sum, not of the accumulator,
+ * which may be far larger and, for O, dK and dV, runs over a whole walk.
+ * CPU model (scripts/tf32x3-model.py): dK over N = 4097 queries, max
+ * error / max |ref| 4.2e-5 into c, 4.0e-7 by the tile; a logit of 13 over
+ * d = 256, error 3.1e-5 -> 3.8e-6. Four transient registers and four
+ * FADDs per three MMAs; ptxas spills 20-800 bytes in the 3xTF32 kernels
+ * at d = 32-256 for them (none in the TF32 ones, which do not change). */
 template <bool kSplit, int NB>
 __device__ __forceinline__ void mma(float c[4], const Frag<4, kSplit> &a,
                                     const Frag<NB, kSplit> &b, int j)
 {
     if constexpr (kSplit) {
-        Mma<Tf32>::run(c, a.l, b.h[j], b.h[j + 1]);
-        Mma<Tf32>::run(c, a.h, b.l[j], b.l[j + 1]);
+        float t[4] = {0.f, 0.f, 0.f, 0.f};
+        Mma<Tf32>::run(t, a.l, b.h[j], b.h[j + 1]);
+        Mma<Tf32>::run(t, a.h, b.l[j], b.l[j + 1]);
+        Mma<Tf32>::run(t, a.h, b.h[j], b.h[j + 1]);
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            c[i] += t[i];
+    } else {
+        Mma<Tf32>::run(c, a.h, b.h[j], b.h[j + 1]);
     }
-    Mma<Tf32>::run(c, a.h, b.h[j], b.h[j + 1]);
 }
 
 /* The operand rows the kernels copy with cp.async: 16-byte aligned
@@ -258,8 +277,9 @@ inline bool aligned(const Operand &t)
  * 3xTF32 only when asked for with FG_ATTN_KERNEL=tf32x3 (experimental:
  * measured on an H100 it misses the strict 1e-5 bound on long rows, dK
  * 5.5e-5 at N = 4097 causal, from the truncating accumulation described
- * above, and it is 0.66-1.59x / 0.71-0.90x the efficient kernel, so strict
- * fp32 stays on the SIMT kernels by default); none (the SIMT kernels run)
+ * above (changed since; unmeasured), and it is 0.66-1.59x / 0.71-0.90x the
+ * efficient kernel, so strict fp32 stays on the SIMT kernels by default);
+ * none (the SIMT kernels run)
  * outside the sm80 kernels' cover (a bias, packed or key-padded batches),
  * for operands not 16-byte aligned, or with FG_ATTN_KERNEL=general or
  * =simt. */
