@@ -53,7 +53,9 @@ done
 
 # Cross references to our pages: a page, or a function (installed as a
 # link to its page).
-ls man/*.1 2>/dev/null | xargs -r -n1 basename | sed 's/\.1$//' >>"$tmp/pages"
+for f in man/*.1; do
+    [ -e "$f" ] && basename "$f" .1
+done >>"$tmp/pages"
 cat "$tmp/pages" "$tmp/documented" | LC_ALL=C sort -u >"$tmp/known"
 perl -ne 'print "$ARGV: $1\n" while /^\.Xr\s+((?:fg_|flashgrad)\S*)\s+\d/g' \
     man/*.[13] | while read -r where name; do
