@@ -358,6 +358,23 @@ static inline vl_err vl_compare(const vl_case *c, const vl_data *d,
     return e;
 }
 
+/* The first of r's outputs (0..5: O, m, l, dQ, dK, dV) whose bits differ
+ * from b's over the owned rows (m and l: all of [H, total_q]), or -1. */
+static inline int vl_bitwise_diff(const vl_case *c, const vl_data *d,
+                                  const vl_out *r, const vl_out *b)
+{
+    const size_t nq = (size_t)(d->cu_q[c->B] * c->H * c->d);
+    const size_t nk = (size_t)(d->cu_k[c->B] * c->Hk * c->d);
+    const size_t ns = (size_t)(c->H * d->total_q);
+    const double *x[6] = {r->o, r->m, r->l, r->dq, r->dk, r->dv},
+                 *y[6] = {b->o, b->m, b->l, b->dq, b->dk, b->dv};
+    const size_t n[6] = {nq, ns, ns, nq, nk, nk};
+    for (int i = 0; i < 6; i++)
+        if (memcmp(x[i], y[i], n[i] * sizeof(double)) != 0)
+            return i;
+    return -1;
+}
+
 /* Where vl_run puts the buffers: NULL = the CPU (host buffers as they
  * are); else copies to and from a device. */
 typedef struct vl_dev {

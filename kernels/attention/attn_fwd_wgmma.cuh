@@ -314,10 +314,9 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 }
             } else { /* ALiBi alone, in S's units: s - (slope / scale) |d|,
                       * two operations an element instead of four */
-                const float sl = slope * inv_scale;
 #pragma unroll
                 for (int i = 0; i < SR; i++)
-                    s[i] = fmaf(-sl, fabsf(dist0 + (float)(((i >> 1) & 1) * 8 - (i >> 2) * 8 - (i & 1))),
+                    s[i] = fmaf(-alibi_sl, fabsf(dist0 + (float)(((i >> 1) & 1) * 8 - (i >> 2) * 8 - (i & 1))),
                                 s[i]);
             }
         }

@@ -418,7 +418,7 @@ static fg_status attention_run(const char *fn, const fg_op_def *def,
         ex.p.cu_seqlens_q_host = ex.p.cu_seqlens_k_host = ex.p.seqused_k_host = NULL;
         if (p.block_mask)
             ex.bm = *p.block_mask;
-        /* ex, then the offsets' host words (host_offsets) */
+        /* ex, then the offsets' host words (the backward's use_offsets) */
         const size_t hb = sizeof(int32_t) * (size_t)words;
         unsigned char *xb = malloc(sizeof ex + hb);
         if (!xb) {
