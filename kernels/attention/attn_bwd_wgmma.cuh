@@ -522,6 +522,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     float slope_c = 0.f;
     const float scale_f = (float)a.scale, inv_scale = (float)(1.0 / a.scale);
     const float inv_cap = kMods && a.softcap > 0.f ? 1.f / a.softcap : 0.f;
+    const float cap_k = inv_cap * 0.6931471805599453f; /* ln 2 / cap */
     const int64_t bias_s0 = a.bias_s[0], bias_s1 = a.bias_s[1], bias_s2 = a.bias_s[2],
                   bias_s3 = a.bias_s[3];
     const void *bias_p = a.bias;
@@ -713,18 +714,27 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 }
             }
         };
-        /* dS^T through the softcap: times 1 - tanh^2, recovered from P. */
-        auto cap_grad = [&](float p, int e) { /* softcap_grad, per step */
+        /* dS^T through the softcap: times 1 - tanh^2, recovered from P
+         * (softcap_grad, per step): t = tanh = (log2 p + lse2) ln2 / cap,
+         * less the bias, plus ALiBi, over the cap. cap_rows(qt): lse2 ln2
+         * / cap of query rows 8 qt + 2 t4 (+ 1), one load per four
+         * elements; cap_grad(p, e, lc) with lc that of e's row. p = 0
+         * (masked, log2 p = -inf) gives t = -1 by the clamp, so 0, as the
+         * test p > 0 did (a NaN p still makes dS NaN through dl). */
+        auto cap_rows = [&](int qt) {
+            const float2 L = *reinterpret_cast<const float2 *>(lse2 + 8 * qt + 2 * t4);
+            return make_float2(L.x * cap_k, L.y * cap_k);
+        };
+        auto cap_grad = [&](float p, int e, float lc) {
             if (!kMasked || !kMods || !(a.softcap > 0.f))
                 return 1.f;
-            if (!(p > 0.f))
-                return 0.f;
-            float x = (__log2f(p) + lse2[8 * (e >> 2) + 2 * t4 + (e & 1)]) * 0.6931471805599453f -
-                      bias_of(e);
+            float t = fmaf(__log2f(p), cap_k, lc);
+            if constexpr (kBias)
+                t = fmaf(-bias_of(e), inv_cap, t);
             if (a.alibi)
-                x += alibi_of(e);
-            const float t = x * inv_cap;
-            return 1.f - t * t;
+                t = fmaf(slope * inv_cap, alibi_dist(e), t);
+            t = fmaxf(t, -1.f);
+            return fmaf(-t, t, 1.f);
         };
         /* kBias: dbias += dS at the biased logit (before the softcap) for
          * pairs inside the problem that have a probability (masked pairs and
@@ -913,13 +923,14 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 for (int qt = 0; qt < Br / 8; qt++) {
                     float ds[4];
                     const float4 p4 = reinterpret_cast<const float4 *>(xch)[qt * 128 + tid];
+                    const float2 lc = kMods && a.softcap > 0.f ? cap_rows(qt) : make_float2(0.f, 0.f);
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int x = 4 * qt + e;
                         const float p = e == 0 ? p4.x : e == 1 ? p4.y : e == 2 ? p4.z : p4.w;
                         const float dl = p * (acc[x] * zf(keep, x) - Dv[8 * qt + 2 * t4 + (e & 1)]);
                         put_dbias(p, x, dl);
-                        ds[e] = dl * cap_grad(p, x);
+                        ds[e] = dl * cap_grad(p, x, (e & 1) ? lc.y : lc.x);
                     }
                     r[2 * (qt & 1)] = pack2<T>(ds[0], ds[1]);
                     r[2 * (qt & 1) + 1] = pack2<T>(ds[2], ds[3]);
@@ -1027,6 +1038,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                     if constexpr (kWide)
                         pack_p(qt);
                     const float2 Dq = *reinterpret_cast<const float2 *>(Dv + 8 * qt + 2 * t4);
+                    const float2 lc = kCap ? cap_rows(qt) : make_float2(0.f, 0.f);
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int x = 4 * qt + e;
@@ -1035,7 +1047,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                             dls[e] = s[x] == 0.f ? 0.f : dl;
                         else
                             put_dbias(s[x], x, dl);
-                        ds[e] = kCap ? dl * cap_grad(s[x], x) : dl;
+                        ds[e] = kCap ? dl * cap_grad(s[x], x, (e & 1) ? lc.y : lc.x) : dl;
                     }
                     if (dbtma) { /* over the bias just read (this warp's columns) */
                         dbm[(qt & 1) * 2] = pack2<T>(dls[0], dls[1]);
