@@ -523,6 +523,12 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     const float scale_f = (float)a.scale, inv_scale = (float)(1.0 / a.scale);
     const float inv_cap = kMods && a.softcap > 0.f ? 1.f / a.softcap : 0.f;
     const float cap_k = inv_cap * 0.6931471805599453f; /* ln 2 / cap */
+    /* The softcap alone (no ALiBi, no bias): S^T kept as t = tanh(scale
+     * s / cap) and P = exp2(t cap log2(e) - lse2) (the forward's
+     * cap_units): one FMUL and the tanh an element, not four FMULs. */
+    const bool cap_units = !kBias && kMasked && kMods && a.softcap > 0.f && !a.alibi;
+    const float cap_k1 = scale_f * inv_cap, cap_k2 = kMods ? a.softcap * inv_scale : 0.f;
+    const float exp_k = cap_units ? (float)(a.softcap * 1.4426950408889634) : scale_log2;
     const int64_t bias_s0 = a.bias_s[0], bias_s1 = a.bias_s[1], bias_s2 = a.bias_s[2],
                   bias_s3 = a.bias_s[3];
     const void *bias_p = a.bias;
@@ -573,7 +579,6 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         auto alibi_dist = [&](int e) {
             return fabsf(dist0 + (float)(8 * (e >> 2) + (e & 1) - 8 * ((e >> 1) & 1)));
         };
-        auto alibi_of = [&](int e) { return slope * alibi_dist(e); };
         /* Score modifiers (kMasked: softcap, ALiBi) on the raw S^T, then
          * masked scores -> -inf -> P = 0. */
         const bool mods = kBias || (kMasked && kMods && (a.softcap > 0.f || a.alibi));
@@ -651,13 +656,16 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         };
         auto mask = [&](float (&x)[Br / 2]) {
             if constexpr (kMasked) {
-                if (kMods && a.softcap > 0.f) { /* raw_score_mod, per step */
+                if (kMods && cap_units) {
+#pragma unroll
+                    for (int e = 0; e < Br / 2; e++)
+                        x[e] = tanh_fast(x[e] * cap_k1);
+                } else if (kMods && a.softcap > 0.f) { /* (cap t - ALiBi) / scale */
+                    const float sl = slope * inv_scale;
 #pragma unroll
                     for (int e = 0; e < Br / 2; e++) {
-                        float v = a.softcap * tanh_fast(x[e] * scale_f * inv_cap);
-                        if (a.alibi)
-                            v -= alibi_of(e);
-                        x[e] = v * inv_scale;
+                        const float t = tanh_fast(x[e] * cap_k1);
+                        x[e] = a.alibi ? fmaf(t, cap_k2, -sl * alibi_dist(e)) : t * cap_k2;
                     }
                 } else if (kMods && a.alibi) {
                     /* ALiBi alone, in S's units: x - (slope / scale) |d|,
@@ -806,14 +814,14 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 for (int e = 0; e < Br / 2; e += 2) {
                     const float2 L =
                         *reinterpret_cast<const float2 *>(lse2 + 8 * (e >> 2) + 2 * t4);
-                    x[e] = exp2_fast(fmaf(x[e], scale_log2, -L.x));
-                    x[e + 1] = exp2_fast(fmaf(x[e + 1], scale_log2, -L.y));
+                    x[e] = exp2_fast(fmaf(x[e], exp_k, -L.x));
+                    x[e + 1] = exp2_fast(fmaf(x[e + 1], exp_k, -L.y));
                 }
             } else {
 #pragma unroll
                 for (int e = 0; e < Br / 2; e++) {
                     const float L = lse2[8 * (e >> 2) + 2 * t4 + (e & 1)];
-                    x[e] = exp2_fast(fmaf(x[e], scale_log2, -L));
+                    x[e] = exp2_fast(fmaf(x[e], exp_k, -L));
                 }
             }
         };

@@ -231,6 +231,14 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * element they are recomputed after every wgmma (a memory clobber). */
     const float scale_f = (float)a.scale, inv_scale = (float)(1.0 / a.scale);
     const float inv_cap = a.softcap > 0.f ? 1.f / a.softcap : 0.f;
+    /* The softcap alone (no ALiBi, no bias): S is kept as t = tanh(scale
+     * s / cap), whose logit is cap t, so the softmax's exponent takes cap
+     * log2(e) for scale log2(e) and m leaves as cap max t. One FMUL and
+     * the tanh an element instead of four FMULs and the tanh. */
+    const bool cap_units = kMasked && kMods && a.softcap > 0.f && !a.alibi && !a.bias;
+    const float cap_k1 = scale_f * inv_cap, cap_k2 = a.softcap * inv_scale;
+    const float exp_k = cap_units ? (float)(a.softcap * 1.4426950408889634) : scale_log2;
+    const float m_k = cap_units ? a.softcap : scale_f; /* m = m_k max S */
     /* kMasked with a bias: element i's offset is a per-block base plus
      * compile-time multiples of the row and key strides. */
     const int64_t bias_s2 = a.bias_s[2], bias_s3 = a.bias_s[3];
@@ -304,13 +312,18 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             /* ALiBi's |i - j + shift|: a per-block base and a compile-time
              * offset per element, in float (exact below 2^24) */
             const float dist0 = (float)(int)(row_w + a.shift - (j0 + 2 * t4));
-            if (a.softcap > 0.f) {
+            if (cap_units) {
+#pragma unroll
+                for (int i = 0; i < SR; i++)
+                    s[i] = tanh_fast(s[i] * cap_k1);
+            } else if (a.softcap > 0.f) { /* (cap t - slope |d|) / scale */
 #pragma unroll
                 for (int i = 0; i < SR; i++) {
-                    float v = a.softcap * tanh_fast(s[i] * scale_f * inv_cap);
-                    if (a.alibi)
-                        v -= slope * fabsf(dist0 + (float)(((i >> 1) & 1) * 8 - (i >> 2) * 8 - (i & 1)));
-                    s[i] = v * inv_scale;
+                    const float t = tanh_fast(s[i] * cap_k1);
+                    s[i] = a.alibi ? fmaf(t, cap_k2,
+                                          -alibi_sl * fabsf(dist0 + (float)(((i >> 1) & 1) * 8 -
+                                                                            (i >> 2) * 8 - (i & 1))))
+                                   : t * cap_k2;
                 }
             } else { /* ALiBi alone, in S's units: s - (slope / scale) |d|,
                       * two operations an element instead of four */
@@ -390,18 +403,18 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 mx = fmax_nan(mx, fmax_nan(s[4 * n + 2 * r], s[4 * n + 2 * r + 1]));
             mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float ms = mx == -INFINITY ? 0.f : mx * scale_log2;
+            const float ms = mx == -INFINITY ? 0.f : mx * exp_k;
             /* an unmoved maximum gives alpha = 1 exactly (the FFMA below
              * would leave the rounding error of ms in the exponent) */
             alpha[r] = mx == -INFINITY || mx == m_raw[r] ? 1.f
-                                                          : exp2_fast(m_raw[r] * scale_log2 - ms);
+                                                          : exp2_fast(m_raw[r] * exp_k - ms);
             m_raw[r] = mx;
             float sum = 0.f;
 #pragma unroll
             for (int n = 0; n < Bc / 8; n++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    const float p = exp2_fast(fmaf(s[4 * n + 2 * r + e], scale_log2, -ms));
+                    const float p = exp2_fast(fmaf(s[4 * n + 2 * r + e], exp_k, -ms));
                     s[4 * n + 2 * r + e] = p;
                     sum += p;
                 }
@@ -483,7 +496,7 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             if (t4 == 0) {
                 const float mr = m_raw[r];
                 const int64_t at = (kRagged ? stat_row0(a, b, h) : bh * a.Nq) + i;
-                ((float *)a.m)[at] = mr == -INFINITY ? -INFINITY : mr * (float)a.scale;
+                ((float *)a.m)[at] = mr == -INFINITY ? -INFINITY : mr * m_k;
                 ((float *)a.l)[at] = l;
             }
         }
