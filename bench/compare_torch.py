@@ -18,9 +18,10 @@ Method (issue 18; the same for every contender and every cell):
 
 Cells: bf16 and fp16 over d = 64/128/256, N = 1k..16k, causal and not,
 against flash, cuDNN and efficient; fp32 (strict) and tf32 over
-d = 64/128, N = 4k, against efficient and math (fp32: flashgrad's default,
-its strict SIMT fp32 kernels; fp32x3: the same cells with
-FG_ATTN_KERNEL=tf32x3, its experimental 3xTF32 tensor-core mode; tf32: PyTorch with
+d = 32..256 (64/128 with --quick), N = 4k, against efficient and math
+(fp32: flashgrad's default, strict fp32 by 3xTF32 on tensor cores;
+fp32simt: the same cells with FG_ATTN_KERNEL=simt, its strict SIMT fp32
+kernels; tf32: PyTorch with
 allow_tf32 on, flashgrad with its attention TF32 switch when the library
 has one, else its strict fp32 kernels, marked "strict"); fp64 at N = 2k
 for flashgrad alone, with the math backend as a reference (no target).
@@ -28,7 +29,7 @@ The last column is max |O_flashgrad - O_reference| of the cell (reference:
 the first SDPA backend that runs), a sanity check, not a test.
 
     python3 bench/compare_torch.py --lib .libs/libflashgrad.so [--quick] \\
-        [--dtypes bf16,fp32,fp32x3,tf32,fp64] [--rounds 5] [--reps 10] \\
+        [--dtypes bf16,fp32,fp32simt,tf32,fp64] [--rounds 5] [--reps 10] \\
         [--csv out.csv] [--dropout 0.1] [--ds 64,128] [--ns 2048,4096,8192]
     python3 bench/compare_torch.py --mem --bench ./bench_attention
         (peak memory of one fwd+bwd at N = 16k and 64k, both sides)
@@ -52,7 +53,7 @@ BACKENDS = {
     "math": SDPBackend.MATH,
 }
 TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
-               "fp32x3": torch.float32, "tf32": torch.float32, "fp64": torch.float64}
+               "fp32simt": torch.float32, "tf32": torch.float32, "fp64": torch.float64}
 
 
 def grid(dt, quick, args=None):
@@ -62,8 +63,9 @@ def grid(dt, quick, args=None):
         ds, ns = ((64, 128), (2048, 8192)) if quick else ((64, 128, 256),
                                                           (1024, 2048, 4096, 8192, 16384))
         bes = ["flash", "cudnn", "efficient"]
-    elif dt in ("fp32", "fp32x3", "tf32"):
-        ds, ns, bes = (64, 128), (4096,), ["efficient", "math"]
+    elif dt in ("fp32", "fp32simt", "tf32"):
+        ds = (64, 128) if quick else (32, 64, 128, 256)
+        ns, bes = (4096,), ["efficient", "math"]
     else:
         ds, ns, bes = (64, 128), (2048,), ["math"]
     if args is not None and args.ds:
@@ -210,11 +212,11 @@ def main():
         fg_tf32 = set_tf32(fg, dt == "tf32")
         note = " (flashgrad: strict fp32, no TF32 switch)" if dt == "tf32" and not fg_tf32 else ""
         saved = os.environ.get("FG_ATTN_KERNEL")
-        if dt == "fp32x3":  # read by the library at every call (getenv)
-            os.environ["FG_ATTN_KERNEL"] = "tf32x3"
-            note = " (flashgrad: FG_ATTN_KERNEL=tf32x3)"
+        if dt == "fp32simt":  # read by the library at every call (getenv)
+            os.environ["FG_ATTN_KERNEL"] = "simt"
+            note = " (flashgrad: FG_ATTN_KERNEL=simt)"
         rows = [cell(fg, dt, d, n, c, bes, args) for d, n, c in cells]
-        if dt == "fp32x3":
+        if dt == "fp32simt":
             if saved is None:
                 del os.environ["FG_ATTN_KERNEL"]
             else:

@@ -13,7 +13,7 @@
 #   build        configure + make KIT/src in /tmp/fg-b (FG_ARCH, default 90;
 #                with NCCL when the machine has it, e.g. PyTorch's; more
 #                configure options in FG_CONFIGURE_EXTRA, e.g.
-#                --enable-attn-tf32x3)
+#                --enable-cuda-lineinfo)
 #   buildref     the same for KIT/ref, a second tree to compare with
 #                (gpu-devkit.sh with FG_KIT_REF=COMMIT packs it), in
 #                /tmp/fg-ref (build and buildref can run at once, in the

@@ -108,10 +108,15 @@
  * that are not 16-byte aligned (a pointer or a stride not a multiple of 8
  * elements) run on the general kernels (correct, plain-FMA speed), as
  * plain attention does (doc/performance.md). fp32 on CUDA is strict fp32
- * (no TF32 rounding; every output within 1e-5 of max |output| against
- * fp64 in the GPU suite) on register-blocked SIMT fp32 kernels (fp32
- * FMAs) with every variant but a bias (the general kernels); fp64 runs on
- * the general kernels.
+ * (every output within 1e-5 of max |output| against fp64 in the GPU
+ * suite): on sm_80+ tensor cores by 3xTF32 (each operand split into a
+ * TF32 part and a TF32 remainder, three products summed in fp32, each
+ * k step's products apart; CUTLASS's fast-accurate fp32) where the
+ * tensor-core kernels below take the problem, else on register-blocked
+ * SIMT fp32 kernels (fp32 FMAs) with every variant but a bias (the
+ * general kernels); fp64 runs on the general kernels. An infinite input
+ * may give NaN on the 3xTF32 path where fp32 gives an infinity (inf - inf
+ * in the split); ./configure --disable-attn-tf32x3 builds without it.
  * With fg_cuda_set_attention_allow_tf32(1) (flashgrad/cuda.h; off by
  * default) fp32 runs on TF32 tensor cores (sm_80+ mma.sync, one rounded
  * product; 4-10x the SIMT kernels) with every mask, score modifier and
@@ -121,16 +126,10 @@
  * big for the GPU's shared memory (the d = 256 backward on GPUs with less
  * than 205 KiB per block, e.g. an A100); with deterministic = 1 the
  * backward's dQ comes from the SIMT kernel, except on the Hopper kernels
- * at d <= 128 without a block mask (see deterministic below). The same kernels have an
- * experimental 3xTF32 mode (each operand split into a TF32 part and a
- * TF32 remainder, three products), built with ./configure
- * --enable-attn-tf32x3 and reached with FG_ATTN_KERNEL=tf32x3 in the
- * environment when the switch is off: near fp32 (the tensor cores
- * truncate each product's sum: up to 5.5e-5 of max |dK| measured at
- * N = 4097 before each step's products were summed apart, which a CPU
- * model puts at 4e-7; not yet remeasured), and an infinite input gives NaN
- * there (inf - inf in the split). FG_ATTN_KERNEL=simt forces the SIMT
- * kernels for fp32, the switch notwithstanding (testing and comparison). TF32 error: Q, K, V, dO
+ * at d <= 128 without a block mask (see deterministic below); the strict
+ * 3xTF32 mode above has the same cover. FG_ATTN_KERNEL=simt forces the
+ * SIMT kernels for fp32, the switch notwithstanding (testing and
+ * comparison). TF32 error: Q, K, V, dO
  * and the intermediate P and dS are rounded to 10 mantissa bits (2^-11
  * relative), products are summed in fp32, so every output stays within
  * 2^-11 (1 + scale max|q_i| max|k_j|) of max |output| (the bound the GPU

@@ -7,9 +7,8 @@
  * The kernels run in two precisions (template flag kSplit): TF32, the
  * opt-in of fg_cuda_set_attention_allow_tf32 (operands rounded to TF32,
  * one MMA per product), and 3xTF32 (every operand of every product split
- * into a TF32 big part and a TF32 remainder, three MMAs), an experimental
- * near-fp32 mode reached with FG_ATTN_KERNEL=tf32x3 (see precision()
- * below for why it is not the default). Everything else (tiles,
+ * into a TF32 big part and a TF32 remainder, three MMAs), strict fp32's
+ * default since session 40 (see precision() below). Everything else (tiles,
  * masks, modifiers, dropout, GQA, strides) is the same code.
  *
  * 3xTF32 accuracy. The split loses about 2^-22 relative per product (the
@@ -27,8 +26,9 @@
  * Since session 39 `mma` sums each k step's three products in a zeroed
  * tile and adds that to the accumulator in fp32 (round to nearest): the
  * truncations are then relative to one step's partial sum (model:
- * 4.2e-5 -> 4.0e-7 on a dK over 4097 rows; scripts/tf32x3-model.py). Not
- * yet measured on a GPU.
+ * 4.2e-5 -> 4.0e-7 on a dK over 4097 rows; scripts/tf32x3-model.py). On
+ * an H200 (session 40) every output of test_gpu_fp32 then stays within
+ * 0.31 of the strict 1e-5 bound (dK at N = 4097: 0.10; 5.5e-5 before).
  *
  * Tiles are fp32, row-major, rows padded to D + 4 floats. Then the eight
  * 16-byte rows of one ldmatrix phase fall in distinct bank groups (row r at
@@ -274,18 +274,17 @@ inline bool aligned(const Operand &t)
 }
 
 /* Which tensor-core fp32 kernels take a problem: TF32 with the opt-in;
- * 3xTF32 only when asked for with FG_ATTN_KERNEL=tf32x3 (experimental:
- * measured on an H100 it misses the strict 1e-5 bound on long rows, dK
- * 5.5e-5 at N = 4097 causal, from the truncating accumulation described
- * above (changed since; unmeasured), and it is 0.66-1.59x / 0.71-0.90x the
- * efficient kernel, so strict fp32 stays on the SIMT kernels by default);
- * none (the SIMT kernels run)
- * outside the sm80 kernels' cover (a bias, packed or key-padded batches),
- * for operands not 16-byte aligned, or with FG_ATTN_KERNEL=general or
- * =simt. */
+ * otherwise 3xTF32, strict fp32's default where it is built (since
+ * session 40: within 1e-5 of max |ref| in test_gpu_fp32 on an H200, every
+ * output at <= 0.31 of that bound, and 0.85-1.49x / 0.90-1.09x the
+ * efficient kernel where the SIMT kernels give 0.39-0.45x / 0.59-0.64x);
+ * none (the SIMT kernels run) outside the sm80 kernels' cover (a bias,
+ * packed or key-padded batches), for operands not 16-byte aligned, in
+ * builds without 3xTF32 (./configure --disable-attn-tf32x3), or with
+ * FG_ATTN_KERNEL=general or =simt. */
 enum class Prec { kNone, kTf32, kSplit };
-/* The 3xTF32 instantiations exist only with ./configure
- * --enable-attn-tf32x3 (they are experimental and cost build time). */
+/* The 3xTF32 instantiations exist unless ./configure
+ * --disable-attn-tf32x3 (48 kernels: build time). */
 #ifdef FG_ATTN_TF32X3
 constexpr bool kHaveSplit = true;
 #else
@@ -303,7 +302,7 @@ inline Prec precision(const AttnArgs &a, bool backward)
         return Prec::kNone;
     if (fg_cuda_attention_tf32_allowed())
         return Prec::kTf32;
-    return kHaveSplit && env_is("FG_ATTN_KERNEL", "tf32x3") ? Prec::kSplit : Prec::kNone;
+    return kHaveSplit ? Prec::kSplit : Prec::kNone;
 }
 
 /* f(integral_constant<int, kMode>, integral_constant<bool, kDropout>)
