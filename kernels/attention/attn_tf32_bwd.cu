@@ -327,11 +327,15 @@ fg_status attn_tf32_bwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, b
     return f32::with_pad_d(a.d, [&](auto dim) {
         constexpr int D = decltype(dim)::value;
         using Cfg = tf32::BwdCfg<D>;
-        if (Cfg::Tile::kSmem > smem_limit)
+        /* No 3xTF32 backward at d = 256: it recomputes S per d half, three
+         * MMAs a product each time, and ran at 11.2-11.5 TFLOP/s where the
+         * SIMT kernels give 15.6-17.9 (H200, N 4k, session 40). */
+        constexpr bool kSplitHere = tf32::kHaveSplit && D <= 128;
+        if (Cfg::Tile::kSmem > smem_limit || (prec == tf32::Prec::kSplit && !kSplitHere))
             return FG_OK; /* *ran stays false: the SIMT kernels run */
         *ran = true;
         bool split = false;
-        if constexpr (tf32::kHaveSplit)
+        if constexpr (kSplitHere)
             if (prec == tf32::Prec::kSplit) {
                 FG_TRY((tf32::launch<D, Cfg::kBr, Cfg::kDh, true>(a, st)));
                 split = true;
