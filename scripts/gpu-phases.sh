@@ -159,9 +159,13 @@ cfg() {
 # bld SRC BUILDDIR JOBS (a subshell: its cd stays inside)
 bld() (
     src=$1 bd=$2 jobs=$3
-    if [ -x "$bd/tools/train/flashgrad-train" ] &&
-        cmp -s "$src/.kit-stamp" "$bd/.kit-stamp"; then
-        echo "$bd: kept (built from this kit)"
+    # kept only when built from this kit with the same FG_CONFIGURE_EXTRA
+    # and FG_ARCH (session 40 lost a call to a kept default build that was
+    # meant to be --enable-attn-tf32x3)
+    stamp="$(cat "$src/.kit-stamp" 2>/dev/null) | ${FG_CONFIGURE_EXTRA:-} | $ARCH"
+    if [ -x "$bd/tools/train/flashgrad-train" ] && [ -f "$bd/.kit-stamp" ] &&
+        [ "$(cat "$bd/.kit-stamp")" = "$stamp" ]; then
+        echo "$bd: kept (built from this kit, same options)"
         exit 0
     fi
     rm -rf "$bd" # another kit's build, or a partial one
@@ -176,7 +180,7 @@ bld() (
     # from (or FG_CUDA_BACKEND): the benchmarks load the link.
     ln -sf .libs/libflashgrad.so libflashgrad-bench.so
     ln -sf .libs/libflashgrad-cuda.so libflashgrad-cuda.so
-    cp "$src/.kit-stamp" .kit-stamp 2>/dev/null || true
+    printf '%s\n' "$stamp" >.kit-stamp
     echo "$bd: built, module $(stat -c %s .libs/libflashgrad-cuda.so) bytes"
 )
 build() { log "build $K/src -> $B (arch $ARCH)"; bld "$K/src" "$B" "$(nproc)"; }
