@@ -281,7 +281,8 @@ inline bool aligned(const Operand &t)
  * none (the SIMT kernels run) outside the sm80 kernels' cover (a bias,
  * packed or key-padded batches), for operands not 16-byte aligned, in
  * builds without 3xTF32 (./configure --disable-attn-tf32x3), or with
- * FG_ATTN_KERNEL=general or =simt. */
+ * FG_ATTN_KERNEL=general or =simt. attn_tf32_bwd declines kSplit at
+ * d = 256 (it has no such instantiation: SIMT is faster there). */
 enum class Prec { kNone, kTf32, kSplit };
 /* The 3xTF32 instantiations exist unless ./configure
  * --disable-attn-tf32x3 (48 kernels: build time). */
