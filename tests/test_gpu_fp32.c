@@ -436,6 +436,23 @@ START_TEST(test_fp32_dropout_mask)
 }
 END_TEST
 
+/* The d = 256 cases on the 4-warp forward tile (FG_ATTN_TF32_WIDE=0),
+ * which GPUs without 200 KiB of shared memory per block (A100) take; an
+ * H100 or H200 runs the 8-warp one by default. Strict, deterministic (its
+ * dQ from the SIMT kernel) and TF32. */
+static const int d256_cases[] = {3, 7, 11};
+
+START_TEST(test_d256_narrow_forward)
+{
+    setenv("FG_ATTN_TF32_WIDE", "0", 1);
+    const fcase *c = &cases[d256_cases[_i]];
+    check_case(c, 0, PATH_DEFAULT | PATH_SIMT, 9700 + (uint64_t)_i);
+    check_case(c, 1, PATH_DEFAULT, 9710 + (uint64_t)_i);
+    check_case(c, 0, PATH_TF32, 9720 + (uint64_t)_i);
+    fgt_switch_restore("FG_ATTN_TF32_WIDE");
+}
+END_TEST
+
 START_TEST(test_tf32_vs_cpu)
 {
     check_case(&cases[_i], 0, PATH_TF32, 9500 + (uint64_t)_i);
@@ -573,7 +590,7 @@ END_TEST
  * under CK_FORK=no a failed test would leave them set), and the TF32
  * opt-in turned off after each (not before: test_tf32_switch checks that
  * it starts off). */
-static const char *const g_switches[] = {"FG_ATTN_KERNEL"};
+static const char *const g_switches[] = {"FG_ATTN_KERNEL", "FG_ATTN_TF32_WIDE"};
 
 static void reset_paths(void)
 {
@@ -601,6 +618,7 @@ int main(void)
     tcase_add_loop_test(tc, test_fp32_deterministic_vs_cpu, 0, fast ? 2 : ncases);
     tcase_add_test(tc, test_fp32_dropout_mask);
     tcase_add_test(tc, test_fp32_deterministic_reruns);
+    tcase_add_loop_test(tc, test_d256_narrow_forward, 0, fast ? 1 : 3);
     suite_add_tcase(s, tc);
     TCase *tt = tcase_create("tf32");
     tcase_set_timeout(tt, 900);

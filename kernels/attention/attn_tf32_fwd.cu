@@ -5,7 +5,8 @@
  * 3xTF32 split of every operand (attn_tf32.cuh).
  *
  * The structure of the fp16/bf16 kernel (attn_fwd_mma.cu), with fp32 tiles
- * (attn_tf32.cuh): one block of 4 warps per (query block, head, batch),
+ * (attn_tf32.cuh): one block of 4 warps (8 at d = 256 where the shared
+ * memory allows: FwdTile) per (query block, head, batch),
  * each warp owning 16 query rows per m-tile (two m-tiles for d <= 64, so a
  * K/V fragment feeds two products; one above, where O fills the
  * registers), so the online softmax of Algorithm 1 reduces over the 4
@@ -28,23 +29,28 @@
 namespace fg {
 namespace tf32 {
 
-template <int D> struct FwdTile {
+/* NW warps of 16 query rows per m-tile. At d = 256 the 4-warp tile takes
+ * 133 KiB of shared memory, so an SM holds one block, 4 warps, too few to
+ * hide mma.sync latency; where 200 KiB fits (H100, H200) the 8-warp tile
+ * shares each K/V tile among twice the rows with 8 warps an SM (the
+ * registers, 255 a thread, still fit); FG_ATTN_TF32_WIDE=0 keeps 4. */
+template <int D, int NW = 4> struct FwdTile {
     static constexpr int kMT = D <= 64 ? 2 : 1; /* m16 tiles per warp */
-    static constexpr int kThreads = 128;        /* 4 warps */
-    static constexpr int kBr = 16 * kMT * 4;    /* 128 or 64 query rows */
+    static constexpr int kThreads = 32 * NW;
+    static constexpr int kBr = 16 * kMT * NW; /* 4 warps: 128 or 64 rows */
     static constexpr int kBc = D == 256 ? 32 : 64;
     static constexpr int kLd = D + 4;
     static constexpr size_t kSmem = sizeof(float) * (size_t)(kBr + 2 * kBc) * kLd;
 };
 
-template <int D, int kMode, bool kDropout, bool kSplit>
-__global__ void __launch_bounds__(FwdTile<D>::kThreads) fwd_kernel(const AttnArgs a)
+template <int D, int NW, int kMode, bool kDropout, bool kSplit>
+__global__ void __launch_bounds__(FwdTile<D, NW>::kThreads) fwd_kernel(const AttnArgs a)
 {
     constexpr bool kMasked = kMode == 2;
     /* Plain causal: a runtime flag, not an instantiation (build time; see
      * fwd_mask). The variants' band carries their causality. */
     const bool causal = !kMasked && a.causal;
-    using Tile = FwdTile<D>;
+    using Tile = FwdTile<D, NW>;
     constexpr int Br = Tile::kBr, Bc = Tile::kBc, LD = Tile::kLd, MT = Tile::kMT;
     constexpr int NT = Bc / 8; /* n8 tiles of S, k8 steps of P V */
     constexpr int DT = D / 8;  /* n8 tiles of O */
@@ -208,11 +214,11 @@ __global__ void __launch_bounds__(FwdTile<D>::kThreads) fwd_kernel(const AttnArg
         }
 }
 
-template <int D, bool kSplit> static fg_status launch(const AttnArgs &a, cudaStream_t st)
+template <int D, int NW, bool kSplit> static fg_status launch(const AttnArgs &a, cudaStream_t st)
 {
-    using Tile = FwdTile<D>;
+    using Tile = FwdTile<D, NW>;
     return with_mode(a, [&](auto mode, auto drop) {
-        auto kern = fwd_kernel<D, decltype(mode)::value, decltype(drop)::value, kSplit>;
+        auto kern = fwd_kernel<D, NW, decltype(mode)::value, decltype(drop)::value, kSplit>;
         FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)Tile::kSmem));
         dim3 grid((unsigned)((a.Nq + Tile::kBr - 1) / Tile::kBr), (unsigned)a.H,
@@ -233,13 +239,23 @@ fg_status attn_tf32_fwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, b
         return FG_OK;
     return f32::with_pad_d(a.d, [&](auto dim) {
         constexpr int D = decltype(dim)::value;
+        const bool split = tf32::kHaveSplit && prec == tf32::Prec::kSplit;
+        if constexpr (D == 256) {
+            if (tf32::FwdTile<D, 8>::kSmem <= smem_limit && !env_is("FG_ATTN_TF32_WIDE", "0")) {
+                *ran = true;
+                if constexpr (tf32::kHaveSplit)
+                    if (split)
+                        return tf32::launch<D, 8, true>(a, st);
+                return tf32::launch<D, 8, false>(a, st);
+            }
+        }
         if (tf32::FwdTile<D>::kSmem > smem_limit)
             return FG_OK; /* *ran stays false: the SIMT kernel runs */
         *ran = true;
         if constexpr (tf32::kHaveSplit)
-            if (prec == tf32::Prec::kSplit)
-                return tf32::launch<D, true>(a, st);
-        return tf32::launch<D, false>(a, st);
+            if (split)
+                return tf32::launch<D, 4, true>(a, st);
+        return tf32::launch<D, 4, false>(a, st);
     });
 }
 
