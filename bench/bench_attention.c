@@ -10,6 +10,8 @@
  *                              and N any positive values, not only the
  *                              grid's)
  *                   [--dropout P]    dropout probability (default 0)
+ *                   [--dtype T]      bf16, fp16 or fp32 alone (fp32: the
+ *                              strict fp32 kernels, 3xTF32 by default)
  *                   [--tokens T] [--hidden W]  B = T / N, H = W / d
  *                              (default 16384 and 2048; GPT-2-small's
  *                              attention: --tokens 16384 --hidden 768)
@@ -119,8 +121,12 @@ static float half_bits_to_float(uint16_t h, fg_dtype dt)
 /* Copy n device elements of dtype dt to a host float array. */
 static float *to_host(const void *dev, size_t n, fg_dtype dt)
 {
-    uint16_t *h = malloc(n * 2);
     float *f = malloc(n * sizeof(float));
+    if (dt == FG_FP32) {
+        CK(cudaMemcpy(f, dev, n * sizeof(float), cudaMemcpyDeviceToHost));
+        return f;
+    }
+    uint16_t *h = malloc(n * 2);
     CK(cudaMemcpy(h, dev, n * 2, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < n; i++)
         f[i] = half_bits_to_float(h[i], dt);
@@ -304,6 +310,7 @@ int main(int argc, char **argv)
     int reps = 10, quick = 0, one_d = 0, one_n = 0, one_causal = -1;
     int check = 0, mem = 0, tokens = 16384, hidden = 2048;
     double dropout = 0;
+    const char *one_dtype = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--csv") && i + 1 < argc)
             csv_path = argv[++i];
@@ -327,10 +334,12 @@ int main(int argc, char **argv)
             tokens = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--hidden") && i + 1 < argc)
             hidden = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc)
+            one_dtype = argv[++i];
         else {
             fprintf(stderr, "usage: %s [--csv FILE] [--reps R] [--quick] "
                             "[--d D] [--N N] [--causal 0|1] [--dropout P] "
-                            "[--tokens T] [--hidden W] [--check] [--mem]\n",
+                            "[--dtype bf16|fp16|fp32] [--tokens T] [--hidden W] [--check] [--mem]\n",
                     argv[0]);
             return 2;
         }
@@ -350,6 +359,20 @@ int main(int argc, char **argv)
     if ((one_n > 0 && tokens / one_n < 1) || (one_d > 0 && hidden / one_d < 1)) {
         fprintf(stderr, "bench_attention: no cell: --tokens below --N or --hidden below --d\n");
         return 2;
+    }
+    fg_dtype dts[2] = {FG_BF16, FG_FP16};
+    int ndt = quick ? 1 : 2;
+    if (one_dtype) {
+        if (!strcmp(one_dtype, "bf16") || !strcmp(one_dtype, "fp16") ||
+            !strcmp(one_dtype, "fp32")) {
+            dts[0] = !strcmp(one_dtype, "bf16")   ? FG_BF16
+                     : !strcmp(one_dtype, "fp16") ? FG_FP16
+                                                  : FG_FP32;
+            ndt = 1;
+        } else {
+            fprintf(stderr, "bench_attention: --dtype must be bf16, fp16 or fp32\n");
+            return 2;
+        }
     }
     if (!fg_cuda_available()) {
         fprintf(stderr, "bench_attention: no CUDA GPU\n");
@@ -385,8 +408,7 @@ int main(int argc, char **argv)
         Ns[0] = one_n;
         nn = 1;
     }
-    const fg_dtype dts[] = {FG_BF16, FG_FP16};
-    for (int di = 0; di < (quick ? 1 : 2); di++)
+    for (int di = 0; di < ndt; di++)
         for (int a = 0; a < nd; a++)
             for (int b = 0; b < nn; b++)
                 for (int causal = 0; causal < 2; causal++) {
