@@ -307,9 +307,12 @@ static fg_status launch(const AttnArgs &a, cudaStream_t st)
 }
 
 /* Queries per step and d slice per padded head dim: 64 rows where two
- * blocks still fit an H100's SM (d <= 64), 32 above; d = 256 in halves. */
-template <int D> struct BwdCfg {
-    static constexpr int kBr = D <= 64 ? 64 : 32;
+ * blocks still fit an H100's SM (d <= 64), 32 above; d = 256 in halves.
+ * 3xTF32 (kSplit) at d <= 64 steps 32 rows: with 64 its fragments' split
+ * halves and per-step tile spilled 228-464 bytes (ptxas, sm_90), with 32
+ * none (175-248 registers). */
+template <int D, bool kSplit = false> struct BwdCfg {
+    static constexpr int kBr = D <= 64 && !kSplit ? 64 : 32;
     static constexpr int kDh = D == 256 ? 128 : D;
     typedef BwdTile<D, kBr, kDh> Tile;
 };
@@ -327,17 +330,20 @@ fg_status attn_tf32_bwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, b
     return f32::with_pad_d(a.d, [&](auto dim) {
         constexpr int D = decltype(dim)::value;
         using Cfg = tf32::BwdCfg<D>;
+        using CfgS = tf32::BwdCfg<D, true>;
         /* No 3xTF32 backward at d = 256: it recomputes S per d half, three
          * MMAs a product each time, and ran at 11.2-11.5 TFLOP/s where the
          * SIMT kernels give 15.6-17.9 (H200, N 4k, session 40). */
         constexpr bool kSplitHere = tf32::kHaveSplit && D <= 128;
-        if (Cfg::Tile::kSmem > smem_limit || (prec == tf32::Prec::kSplit && !kSplitHere))
+        const size_t smem =
+            prec == tf32::Prec::kSplit ? CfgS::Tile::kSmem : Cfg::Tile::kSmem;
+        if (smem > smem_limit || (prec == tf32::Prec::kSplit && !kSplitHere))
             return FG_OK; /* *ran stays false: the SIMT kernels run */
         *ran = true;
         bool split = false;
         if constexpr (kSplitHere)
             if (prec == tf32::Prec::kSplit) {
-                FG_TRY((tf32::launch<D, Cfg::kBr, Cfg::kDh, true>(a, st)));
+                FG_TRY((tf32::launch<D, CfgS::kBr, CfgS::kDh, true>(a, st)));
                 split = true;
             }
         if (!split)
