@@ -308,11 +308,14 @@ static fg_status launch(const AttnArgs &a, cudaStream_t st)
 
 /* Queries per step and d slice per padded head dim: 64 rows where two
  * blocks still fit an H100's SM (d <= 64), 32 above; d = 256 in halves.
- * 3xTF32 (kSplit) at d <= 64 steps 32 rows: with 64 its fragments' split
- * halves and per-step tile spilled 228-464 bytes (ptxas, sm_90), with 32
- * none (175-248 registers). */
-template <int D, bool kSplit = false> struct BwdCfg {
-    static constexpr int kBr = D <= 64 && !kSplit ? 64 : 32;
+ * kNarrow: 32 rows at d <= 64 too, which 3xTF32 takes for masked work
+ * (causal, the variants): the diagonal's partly dead steps cost less, and
+ * its fragments' split halves fit (no spills, where 64 rows spill 228-464
+ * bytes). Unmasked work keeps 64 despite the spills: on an H200 (N 4k,
+ * session 41) 32 rows ran d 32 / 64 at 37.0 / 36.6 TFLOP/s against 38.4
+ * with 64, and causal at 35.9 / 35.2 against 33.8 / 32.5. */
+template <int D, bool kNarrow = false> struct BwdCfg {
+    static constexpr int kBr = D <= 64 && !kNarrow ? 64 : 32;
     static constexpr int kDh = D == 256 ? 128 : D;
     typedef BwdTile<D, kBr, kDh> Tile;
 };
@@ -335,15 +338,18 @@ fg_status attn_tf32_bwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, b
          * MMAs a product each time, and ran at 11.2-11.5 TFLOP/s where the
          * SIMT kernels give 15.6-17.9 (H200, N 4k, session 40). */
         constexpr bool kSplitHere = tf32::kHaveSplit && D <= 128;
-        const size_t smem =
-            prec == tf32::Prec::kSplit ? CfgS::Tile::kSmem : Cfg::Tile::kSmem;
+        const bool narrow = prec == tf32::Prec::kSplit && (a.causal || a.variant);
+        const size_t smem = narrow ? CfgS::Tile::kSmem : Cfg::Tile::kSmem;
         if (smem > smem_limit || (prec == tf32::Prec::kSplit && !kSplitHere))
             return FG_OK; /* *ran stays false: the SIMT kernels run */
         *ran = true;
         bool split = false;
         if constexpr (kSplitHere)
             if (prec == tf32::Prec::kSplit) {
-                FG_TRY((tf32::launch<D, CfgS::kBr, CfgS::kDh, true>(a, st)));
+                if (narrow)
+                    FG_TRY((tf32::launch<D, CfgS::kBr, CfgS::kDh, true>(a, st)));
+                else
+                    FG_TRY((tf32::launch<D, Cfg::kBr, Cfg::kDh, true>(a, st)));
                 split = true;
             }
         if (!split)
