@@ -453,6 +453,54 @@ START_TEST(test_d256_narrow_forward)
 }
 END_TEST
 
+/* The 3xTF32 forward at d = 128 splits K and V once per block into
+ * shared memory (8 warps); FG_ATTN_TF32X3_TILES=0 keeps the 4-warp kernel
+ * that splits them in registers. The splits are the same values and each
+ * row's sums run in the same order, so O, m, l and the backward's dK, dV
+ * (dQ's atomics are not ordered) are bitwise equal, and the register
+ * kernel holds the strict bound against the oracle. Cases: window, causal
+ * over 1000 and 4097 rows, a sharp softmax with GQA. */
+static const int d128_cases[] = {2, 4, 8, 9};
+
+START_TEST(test_d128_split_tiles_forward)
+{
+#ifdef FG_ATTN_TF32X3
+    const fcase *c = &cases[d128_cases[_i]];
+    size_t n[4], ns;
+    sizes(c, n, &ns);
+    fgt_rng rng = fgt_rng_for(9800 + (uint64_t)_i);
+    double *in[4];
+    make_inputs(c, &rng, in);
+    fg_attn_params p;
+    float slopes[64], *dslopes;
+    make_params(c, &rng, 0, &p, slopes, &dslopes);
+    if (dslopes)
+        p.alibi_slopes = dslopes;
+    res tiles, regs;
+    run_path(c, &p, in, PATH_DEFAULT, &tiles);
+    setenv("FG_ATTN_TF32X3_TILES", "0", 1);
+    run_path(c, &p, in, PATH_DEFAULT, &regs);
+    fgt_switch_restore("FG_ATTN_TF32X3_TILES");
+    static const int outs[3] = {0, 2, 3};
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(memcmp(tiles.t[outs[i]], regs.t[outs[i]], n[outs[i]] * 8) == 0,
+                      "%s differs between the tile and register splits (d=128 Nq=%lld)",
+                      names[outs[i]], (long long)c->Nq);
+    ck_assert_msg(memcmp(tiles.m, regs.m, ns * 8) == 0 && memcmp(tiles.l, regs.l, ns * 8) == 0,
+                  "m, l differ between the tile and register splits");
+    res_free(&tiles);
+    res_free(&regs);
+    for (int i = 0; i < 4; i++)
+        free(in[i]);
+    if (dslopes)
+        CK_CUDA(cudaFree(dslopes));
+    setenv("FG_ATTN_TF32X3_TILES", "0", 1);
+    check_case(c, 0, PATH_DEFAULT, 9810 + (uint64_t)_i);
+    fgt_switch_restore("FG_ATTN_TF32X3_TILES");
+#endif
+}
+END_TEST
+
 START_TEST(test_tf32_vs_cpu)
 {
     check_case(&cases[_i], 0, PATH_TF32, 9500 + (uint64_t)_i);
@@ -590,7 +638,8 @@ END_TEST
  * under CK_FORK=no a failed test would leave them set), and the TF32
  * opt-in turned off after each (not before: test_tf32_switch checks that
  * it starts off). */
-static const char *const g_switches[] = {"FG_ATTN_KERNEL", "FG_ATTN_TF32_WIDE"};
+static const char *const g_switches[] = {"FG_ATTN_KERNEL", "FG_ATTN_TF32_WIDE",
+                                          "FG_ATTN_TF32X3_TILES"};
 
 static void reset_paths(void)
 {
@@ -619,6 +668,7 @@ int main(void)
     tcase_add_test(tc, test_fp32_dropout_mask);
     tcase_add_test(tc, test_fp32_deterministic_reruns);
     tcase_add_loop_test(tc, test_d256_narrow_forward, 0, fast ? 1 : 3);
+    tcase_add_loop_test(tc, test_d128_split_tiles_forward, 0, fast ? 1 : 4);
     suite_add_tcase(s, tc);
     TCase *tt = tcase_create("tf32");
     tcase_set_timeout(tt, 900);

@@ -119,6 +119,30 @@ __device__ __forceinline__ void round_rows(float *tile, int rows, int nthreads)
     }
 }
 
+/* 3xTF32 split of a tile in shared memory, for kernels whose warps all
+ * read the same K or V tile: the chunks this thread copied with
+ * load_rows (same rows, nthreads) become their TF32 big part in place and
+ * the remainder into `lo` (same layout), once per block instead of once
+ * per warp in registers. Same values as Frag::split, so the products are
+ * bitwise those of splitting in registers. Call after the thread's
+ * cp.async group landed and before the barrier that publishes the tile. */
+template <int D>
+__device__ __forceinline__ void split_rows(float *tile, float *lo, int rows, int nthreads)
+{
+    constexpr int C = D / 4;
+    for (int idx = threadIdx.x; idx < rows * C; idx += nthreads) {
+        const int r = idx / C, c = idx - r * C;
+        float4 *p = (float4 *)(tile + r * (D + 4) + c * 4);
+        const float4 v = *p;
+        const float4 h = make_float4(__uint_as_float(to_tf32(v.x)), __uint_as_float(to_tf32(v.y)),
+                                     __uint_as_float(to_tf32(v.z)), __uint_as_float(to_tf32(v.w)));
+        *p = h;
+        *(float4 *)(lo + r * (D + 4) + c * 4) =
+            make_float4(__uint_as_float(to_tf32(v.x - h.x)), __uint_as_float(to_tf32(v.y - h.y)),
+                        __uint_as_float(to_tf32(v.z - h.z)), __uint_as_float(to_tf32(v.w - h.w)));
+    }
+}
+
 /* A fragment (rows m0 .. m0+15, k0 .. k0+7) of a row-major [m][k] tile
  * with LD floats per row, at shared address `tile`. */
 template <int LD>

@@ -13,7 +13,12 @@
  * lanes of a quad. S = Q K^T and O += P V on tensor cores with fp32
  * accumulators; in TF32 mode Q, K, V are rounded to TF32 once in shared
  * memory and P in registers (as FlashAttention-2 rounds P to fp16); in
- * 3xTF32 mode fragments of Q, K, V and P are split as they are read. exp2 with the scale
+ * 3xTF32 mode fragments of Q, K, V and P are split as they are read, except
+ * at d = 128 (kLo), where K and V are split once per block into shared
+ * memory (their TF32 part in place, the remainder in tiles of its own) and
+ * 8 warps share them: per warp, splitting all of K and V in registers was
+ * half of the instructions (ncu, H200: FADD 30%, F2FP 22%, HMMA 14%).
+ * exp2 with the scale
  * folded in, O / l once at the end; masks only on blocks that cross the
  * diagonal, the band or the end. K and V stream through one buffer each,
  * by cp.async: K_{j+1} is fetched while the softmax and P V of block j
@@ -33,31 +38,36 @@ namespace tf32 {
  * 133 KiB of shared memory, so an SM holds one block, 4 warps, too few to
  * hide mma.sync latency; where 200 KiB fits (H100, H200) the 8-warp tile
  * shares each K/V tile among twice the rows with 8 warps an SM (the
- * registers, 255 a thread, still fit); FG_ATTN_TF32_WIDE=0 keeps 4. */
-template <int D, int NW = 4> struct FwdTile {
+ * registers, 255 a thread, still fit); FG_ATTN_TF32_WIDE=0 keeps 4. kLo
+ * (3xTF32, d = 128, 8 warps): 198 KiB with the remainder tiles of K and V;
+ * FG_ATTN_TF32X3_TILES=0 keeps the 4-warp register split. */
+template <int D, int NW = 4, bool kLo = false> struct FwdTile {
     static constexpr int kMT = D <= 64 ? 2 : 1; /* m16 tiles per warp */
     static constexpr int kThreads = 32 * NW;
     static constexpr int kBr = 16 * kMT * NW; /* 4 warps: 128 or 64 rows */
     static constexpr int kBc = D == 256 ? 32 : 64;
     static constexpr int kLd = D + 4;
-    static constexpr size_t kSmem = sizeof(float) * (size_t)(kBr + 2 * kBc) * kLd;
+    /* Q, K, V (and with kLo the remainders of K and V) */
+    static constexpr size_t kSmem = sizeof(float) * (size_t)(kBr + (kLo ? 4 : 2) * kBc) * kLd;
 };
 
-template <int D, int NW, int kMode, bool kDropout, bool kSplit>
-__global__ void __launch_bounds__(FwdTile<D, NW>::kThreads) fwd_kernel(const AttnArgs a)
+template <int D, int NW, int kMode, bool kDropout, bool kSplit, bool kLo>
+__global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(const AttnArgs a)
 {
     constexpr bool kMasked = kMode == 2;
     /* Plain causal: a runtime flag, not an instantiation (build time; see
      * fwd_mask). The variants' band carries their causality. */
     const bool causal = !kMasked && a.causal;
-    using Tile = FwdTile<D, NW>;
+    using Tile = FwdTile<D, NW, kLo>;
+    static_assert(!kLo || kSplit, "remainder tiles are 3xTF32's");
     constexpr int Br = Tile::kBr, Bc = Tile::kBc, LD = Tile::kLd, MT = Tile::kMT;
     constexpr int NT = Bc / 8; /* n8 tiles of S, k8 steps of P V */
     constexpr int DT = D / 8;  /* n8 tiles of O */
     constexpr int NTH = Tile::kThreads;
     extern __shared__ __align__(128) float smem_f[];
     float *Qs = smem_f, *Ks = Qs + Br * LD, *Vs = Ks + Bc * LD;
-    const uint32_t sQ = smem_u32(Qs), sK = smem_u32(Ks);
+    float *Kl = Vs + Bc * LD, *Vl = Kl + Bc * LD; /* kLo only */
+    const uint32_t sQ = smem_u32(Qs), sK = smem_u32(Ks), sKl = smem_u32(Kl);
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
@@ -113,6 +123,8 @@ __global__ void __launch_bounds__(FwdTile<D, NW>::kThreads) fwd_kernel(const Att
                 round_rows<D>(Qs, Br, NTH);
             round_rows<D>(Ks, Bc, NTH);
         }
+        if (kLo)
+            split_rows<D>(Ks, Kl, Bc, NTH);
         __syncthreads();
 
         /* S = Q_i K_j^T (Alg1 L.9). */
@@ -134,7 +146,10 @@ __global__ void __launch_bounds__(FwdTile<D, NW>::kThreads) fwd_kernel(const Att
             for (int n2 = 0; n2 < NT / 2; n2++) {
                 Frag<4, kSplit> bf;
                 ldb_rows<LD>(bf.h, sK, n2 * 16, kk * 8);
-                bf.split();
+                if constexpr (kLo)
+                    ldb_rows<LD>(bf.l, sKl, n2 * 16, kk * 8);
+                else
+                    bf.split();
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
                     mma(s[mt][2 * n2], af[mt], bf, 0);
@@ -157,6 +172,8 @@ __global__ void __launch_bounds__(FwdTile<D, NW>::kThreads) fwd_kernel(const Att
         cp_async_wait<1>(); /* V_j landed */
         if (!kSplit) /* rounded, and pair-interleaved for ldb_pairs_il */
             round_rows_pairs<D>(Vs, Bc, NTH);
+        if (kLo)
+            split_rows<D>(Vs, Vl, Bc, NTH);
         __syncthreads();
         /* O += P V_j (Alg1 L.12): S's n8 tile kk is the pair-permuted A
          * fragment of k8 step kk. */
@@ -171,7 +188,10 @@ __global__ void __launch_bounds__(FwdTile<D, NW>::kThreads) fwd_kernel(const Att
                 Frag<2, kSplit> bv;
                 if constexpr (kSplit) { /* fp32 rows, split as read */
                     ldb_pairs<LD>(Vs, kk * 8, dt * 8, &bv.h[0], &bv.h[1]);
-                    bv.split();
+                    if constexpr (kLo)
+                        ldb_pairs<LD>(Vl, kk * 8, dt * 8, &bv.l[0], &bv.l[1]);
+                    else
+                        bv.split();
                 } else {
                     ldb_pairs_il<LD>(Vs, kk * 8, dt * 8, &bv.h[0], &bv.h[1]);
                 }
@@ -214,11 +234,12 @@ __global__ void __launch_bounds__(FwdTile<D, NW>::kThreads) fwd_kernel(const Att
         }
 }
 
-template <int D, int NW, bool kSplit> static fg_status launch(const AttnArgs &a, cudaStream_t st)
+template <int D, int NW, bool kSplit, bool kLo = false>
+static fg_status launch(const AttnArgs &a, cudaStream_t st)
 {
-    using Tile = FwdTile<D, NW>;
+    using Tile = FwdTile<D, NW, kLo>;
     return with_mode(a, [&](auto mode, auto drop) {
-        auto kern = fwd_kernel<D, NW, decltype(mode)::value, decltype(drop)::value, kSplit>;
+        auto kern = fwd_kernel<D, NW, decltype(mode)::value, decltype(drop)::value, kSplit, kLo>;
         FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)Tile::kSmem));
         dim3 grid((unsigned)((a.Nq + Tile::kBr - 1) / Tile::kBr), (unsigned)a.H,
@@ -247,6 +268,13 @@ fg_status attn_tf32_fwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, b
                     if (split)
                         return tf32::launch<D, 8, true>(a, st);
                 return tf32::launch<D, 8, false>(a, st);
+            }
+        }
+        if constexpr (D == 128 && tf32::kHaveSplit) {
+            using Lo = tf32::FwdTile<D, 8, true>;
+            if (split && Lo::kSmem <= smem_limit && !env_is("FG_ATTN_TF32X3_TILES", "0")) {
+                *ran = true;
+                return tf32::launch<D, 8, true, true>(a, st);
             }
         }
         if (tf32::FwdTile<D>::kSmem > smem_limit)
