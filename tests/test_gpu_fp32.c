@@ -453,16 +453,17 @@ START_TEST(test_d256_narrow_forward)
 }
 END_TEST
 
-/* The 3xTF32 forward at d = 128 splits K and V once per block into
- * shared memory (8 warps); FG_ATTN_TF32X3_TILES=0 keeps the 4-warp kernel
- * that splits them in registers. The splits are the same values and each
- * row's sums run in the same order, so O, m, l and the backward's dK, dV
- * (dQ's atomics are not ordered) are bitwise equal, and the register
- * kernel holds the strict bound against the oracle. Cases: window, causal
- * over 1000 and 4097 rows, a sharp softmax with GQA. */
+/* The 3xTF32 kernels at d = 128 split K and V (forward) or Q_i and dO_i
+ * (backward) once per block into shared memory, for 8 warps;
+ * FG_ATTN_TF32X3_TILES=0 keeps the 4-warp kernels that split them in
+ * registers. The splits are the same values and every sum runs in the
+ * same order, so O, m, l, dK and dV (dQ's atomics are not ordered) are
+ * bitwise equal, and the register kernels hold the strict bound against
+ * the oracle. Cases: window, causal over 1000 and 4097 rows, a sharp
+ * softmax with GQA. */
 static const int d128_cases[] = {2, 4, 8, 9};
 
-START_TEST(test_d128_split_tiles_forward)
+START_TEST(test_d128_split_tiles)
 {
 #ifdef FG_ATTN_TF32X3
     const fcase *c = &cases[d128_cases[_i]];
@@ -668,7 +669,7 @@ int main(void)
     tcase_add_test(tc, test_fp32_dropout_mask);
     tcase_add_test(tc, test_fp32_deterministic_reruns);
     tcase_add_loop_test(tc, test_d256_narrow_forward, 0, fast ? 1 : 3);
-    tcase_add_loop_test(tc, test_d128_split_tiles_forward, 0, fast ? 1 : 4);
+    tcase_add_loop_test(tc, test_d128_split_tiles, 0, fast ? 1 : 4);
     suite_add_tcase(s, tc);
     TCase *tt = tcase_create("tf32");
     tcase_set_timeout(tt, 900);

@@ -8,7 +8,11 @@
  * with fp32 tiles (attn_tf32.cuh).
  *
  * One block of 4 warps per (64 keys, K/V head, batch); warp w owns keys
- * 16w .. 16w+15 and keeps their dK, dV in registers. K, V are loaded
+ * 16w .. 16w+15 and keeps their dK, dV in registers. 3xTF32 at d = 128
+ * (kLo): 8 warps and 128 keys, with Q_i and dO_i split once a step into
+ * shared memory (TF32 part in place, remainder tiles) instead of twice
+ * by every warp in registers (H200, N 2k-8k: 37.3-37.9 TFLOP/s against
+ * 36.2-36.7 unmasked, 33.8-37.3 against 30.2-34.6 causal, session 41). K, V are loaded
  * (and in TF32 mode rounded) once; for each query head of the group and
  * each query block of BR rows (Q_i, dO_i through one buffer; a second
  * block per SM overlaps the loads for d <= 128 on an H100):
@@ -35,22 +39,25 @@ namespace tf32 {
 
 /* D: head dim (padded); BR: queries per step; DH: the d slice whose dK/dV
  * a launch accumulates (D, or D / 2 for d = 256). */
-template <int D, int BR, int DH> struct BwdTile {
-    static constexpr int kThreads = 128; /* 4 warps */
-    static constexpr int kBc = 64;       /* keys per block, 16 per warp */
+template <int D, int BR, int DH, int NW = 4, bool kLo = false> struct BwdTile {
+    static constexpr int kThreads = 32 * NW; /* NW warps */
+    static constexpr int kBc = 16 * NW;      /* keys per block, 16 per warp */
     static constexpr int kLd = D + 4;
     static constexpr int kLdS = BR + 4; /* dS^T [key][query] row */
-    /* K, V, Q, dO, dS^T, lse2 and D per query. */
+    /* K, V, Q, dO (kLo: and the remainders of Q, dO), dS^T, lse2 and D
+     * per query. */
     static constexpr size_t kSmem =
-        sizeof(float) * ((size_t)(2 * kBc + 2 * BR) * kLd + (size_t)kBc * kLdS + 2 * BR);
+        sizeof(float) *
+        ((size_t)(2 * kBc + (kLo ? 4 : 2) * BR) * kLd + (size_t)kBc * kLdS + 2 * BR);
 };
 
 /* c0 += A0 B0^T and, with kTwo, c1 += A1 B1^T, over the D contraction in
  * one k loop: A this warp's 16 rows (m0 ..) of a row-major [m][D] tile, B
  * the QT n8 tiles of an [n][D] tile (shared addresses). */
-template <bool kSplit, bool kTwo, int LD, int D, int QT>
+template <bool kSplit, bool kTwo, int LD, int D, int QT, bool kBLo = false>
 __device__ __forceinline__ void nt_products(float (&c0)[QT][4], uint32_t a0, uint32_t b0,
-                                            float (&c1)[QT][4], uint32_t a1, uint32_t b1, int m0)
+                                            float (&c1)[QT][4], uint32_t a1, uint32_t b1, int m0,
+                                            uint32_t b0l = 0)
 {
 #pragma unroll
     for (int kk = 0; kk < D / 8; kk++) {
@@ -65,7 +72,10 @@ __device__ __forceinline__ void nt_products(float (&c0)[QT][4], uint32_t a0, uin
         for (int n2 = 0; n2 < QT / 2; n2++) {
             Frag<4, kSplit> fb0, fb1;
             ldb_rows<LD>(fb0.h, b0, n2 * 16, kk * 8);
-            fb0.split();
+            if constexpr (kBLo) /* B's split made once, in shared memory */
+                ldb_rows<LD>(fb0.l, b0l, n2 * 16, kk * 8);
+            else
+                fb0.split();
             if constexpr (kTwo) {
                 ldb_rows<LD>(fb1.h, b1, n2 * 16, kk * 8);
                 fb1.split();
@@ -80,14 +90,15 @@ __device__ __forceinline__ void nt_products(float (&c0)[QT][4], uint32_t a0, uin
     }
 }
 
-template <int D, int BR, int DH, int kMode, bool kDropout, bool kSplit>
-__global__ void __launch_bounds__(128) bwd_kernel(const AttnArgs a, const int dslice)
+template <int D, int BR, int DH, int kMode, bool kDropout, bool kSplit, int NW, bool kLo>
+__global__ void __launch_bounds__(32 * NW) bwd_kernel(const AttnArgs a, const int dslice)
 {
     constexpr bool kMasked = kMode == 2;
     /* Plain causal: a runtime flag, not an instantiation (build time; see
      * fwd_mask). The variants' band carries their causality. */
     const bool causal = !kMasked && a.causal;
-    using Tile = BwdTile<D, BR, DH>;
+    using Tile = BwdTile<D, BR, DH, NW, kLo>;
+    static_assert(!kLo || (kSplit && DH == D), "remainder tiles are 3xTF32's, one d slice");
     constexpr int Bc = Tile::kBc, Br = BR, LD = Tile::kLd, LDS = Tile::kLdS;
     constexpr int NTH = Tile::kThreads;
     constexpr int QT = Br / 8; /* n8 tiles of S^T over queries */
@@ -95,8 +106,10 @@ __global__ void __launch_bounds__(128) bwd_kernel(const AttnArgs a, const int ds
     const int dbase = dslice * DH;
     extern __shared__ __align__(128) float smem_f[];
     float *Ks = smem_f, *Vs = Ks + Bc * LD, *Qs = Vs + Bc * LD, *dOs = Qs + Br * LD;
-    float *dST = dOs + Br * LD, *lse2_s = dST + Bc * LDS, *D_s = lse2_s + Br;
+    float *Ql = dOs + Br * LD, *dOl = Ql + Br * LD; /* kLo only */
+    float *dST = kLo ? dOl + Br * LD : Ql, *lse2_s = dST + Bc * LDS, *D_s = lse2_s + Br;
     const uint32_t sK = smem_u32(Ks), sV = smem_u32(Vs), sQ = smem_u32(Qs), sdO = smem_u32(dOs);
+    const uint32_t sQl = smem_u32(Ql), sdOl = smem_u32(dOl);
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
@@ -146,6 +159,10 @@ __global__ void __launch_bounds__(128) bwd_kernel(const AttnArgs a, const int ds
             round_rows<D>(Qs, Br, NTH);
             round_rows<D>(dOs, Br, NTH);
         }
+        if (kLo) {
+            split_rows<D>(Qs, Ql, Br, NTH);
+            split_rows<D>(dOs, dOl, Br, NTH);
+        }
         __syncthreads();
 
         /* S^T = K Q_i^T (Alg4 L.12), dP^T = V dO_i^T (L.18), this warp's
@@ -158,8 +175,8 @@ __global__ void __launch_bounds__(128) bwd_kernel(const AttnArgs a, const int ds
             for (int e = 0; e < 4; e++)
                 s[i][e] = dp[i][e] = 0.f;
         if constexpr (kSplit) {
-            nt_products<true, false, LD, D>(s, sK, sQ, s, 0, 0, warp * 16);
-            nt_products<true, false, LD, D>(dp, sV, sdO, dp, 0, 0, warp * 16);
+            nt_products<true, false, LD, D, QT, kLo>(s, sK, sQ, s, 0, 0, warp * 16, sQl);
+            nt_products<true, false, LD, D, QT, kLo>(dp, sV, sdO, dp, 0, 0, warp * 16, sdOl);
         } else {
             nt_products<false, true, LD, D>(s, sK, sQ, dp, sV, sdO, warp * 16);
         }
@@ -210,10 +227,16 @@ __global__ void __launch_bounds__(128) bwd_kernel(const AttnArgs a, const int ds
             for (int dt = 0; dt < DT; dt++) {
                 Frag<2, kSplit> bf;
                 ldb_pairs<LD>(dOs, 8 * qt, dbase + dt * 8, &bf.h[0], &bf.h[1]);
-                bf.split();
+                if constexpr (kLo)
+                    ldb_pairs<LD>(dOl, 8 * qt, dbase + dt * 8, &bf.l[0], &bf.l[1]);
+                else
+                    bf.split();
                 mma(dv[dt], pf, bf, 0);
                 ldb_pairs<LD>(Qs, 8 * qt, dbase + dt * 8, &bf.h[0], &bf.h[1]);
-                bf.split();
+                if constexpr (kLo)
+                    ldb_pairs<LD>(Ql, 8 * qt, dbase + dt * 8, &bf.l[0], &bf.l[1]);
+                else
+                    bf.split();
                 mma(dk[dt], sf, bf, 0);
             }
         }
@@ -223,7 +246,7 @@ __global__ void __launch_bounds__(128) bwd_kernel(const AttnArgs a, const int ds
          * warp w takes query m-tile w % (Br/16) and a 1/parts slice of d;
          * fp32 atomics into the accumulator. */
         if (dslice == 0 && !a.deterministic) {
-            constexpr int MTS = Br / 16, parts = 4 / MTS, DW = D / parts;
+            constexpr int MTS = Br / 16, parts = NW / MTS, DW = D / parts;
             const int mt = warp % MTS, part = warp / MTS;
             float q[DW / 8][4];
 #pragma unroll
@@ -287,12 +310,13 @@ __global__ void __launch_bounds__(128) bwd_kernel(const AttnArgs a, const int ds
     }
 }
 
-template <int D, int BR, int DH, bool kSplit>
+template <int D, int BR, int DH, bool kSplit, int NW = 4, bool kLo = false>
 static fg_status launch(const AttnArgs &a, cudaStream_t st)
 {
-    using Tile = BwdTile<D, BR, DH>;
+    using Tile = BwdTile<D, BR, DH, NW, kLo>;
     return with_mode(a, [&](auto mode, auto drop) {
-        auto kern = bwd_kernel<D, BR, DH, decltype(mode)::value, decltype(drop)::value, kSplit>;
+        auto kern =
+            bwd_kernel<D, BR, DH, decltype(mode)::value, decltype(drop)::value, kSplit, NW, kLo>;
         FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)Tile::kSmem));
         dim3 grid((unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc), (unsigned)a.Hk,
@@ -338,6 +362,18 @@ fg_status attn_tf32_bwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, b
          * MMAs a product each time, and ran at 11.2-11.5 TFLOP/s where the
          * SIMT kernels give 15.6-17.9 (H200, N 4k, session 40). */
         constexpr bool kSplitHere = tf32::kHaveSplit && D <= 128;
+        /* d = 128, 3xTF32: 8 warps and 128 keys a block, Q_i and dO_i
+         * split once a step into shared memory for all of them (every
+         * warp split both tiles twice a step in registers). */
+        if constexpr (D == 128 && kSplitHere) {
+            using Lo = tf32::BwdTile<D, 32, D, 8, true>;
+            if (prec == tf32::Prec::kSplit && Lo::kSmem <= smem_limit &&
+                !env_is("FG_ATTN_TF32X3_TILES", "0")) {
+                *ran = true;
+                FG_TRY((tf32::launch<D, 32, D, true, 8, true>(a, st)));
+                return a.deterministic ? attn_fp32_dq(a, st) : FG_OK;
+            }
+        }
         const bool narrow = prec == tf32::Prec::kSplit && (a.causal || a.variant);
         const size_t smem = narrow ? CfgS::Tile::kSmem : Cfg::Tile::kSmem;
         if (smem > smem_limit || (prec == tf32::Prec::kSplit && !kSplitHere))
