@@ -38,7 +38,10 @@
  * rounds the chunks it copied to TF32 in place (cvt.rna) before the barrier
  * that publishes them, so fragments need no conversion when read. In
  * 3xTF32 mode the tiles stay fp32 and each fragment is split in registers
- * as it is read (two tiles per operand would not fit two blocks per SM).
+ * as it is read (two tiles per operand would not fit two blocks per SM),
+ * except at d = 128, where blocks of 8 warps split the tiles every warp
+ * reads (K, V forward; Q_i, dO_i backward) once into shared memory
+ * (split_rows): the per-warp splits were half the instructions.
  *
  * ldmatrix (.b16) moves 32-bit data unchanged: lane L receives row L / 4,
  * 4-byte word L % 4 of each 8 x 16-byte matrix, which is the m16n8k8 TF32
@@ -300,8 +303,9 @@ inline bool aligned(const Operand &t)
 /* Which tensor-core fp32 kernels take a problem: TF32 with the opt-in;
  * otherwise 3xTF32, strict fp32's default where it is built (since
  * session 40: within 1e-5 of max |ref| in test_gpu_fp32 on an H200, every
- * output at <= 0.31 of that bound, and 0.85-1.49x / 0.90-1.09x the
- * efficient kernel where the SIMT kernels give 0.39-0.45x / 0.59-0.64x);
+ * output at <= 0.31 of that bound; session 41, H200, N 4k: forward /
+ * backward 1.00-2.48x / 1.00-1.88x the efficient kernel at d = 32-128,
+ * 0.86-0.90x forward at d = 256);
  * none (the SIMT kernels run) outside the sm80 kernels' cover (a bias,
  * packed or key-padded batches), for operands not 16-byte aligned, in
  * builds without 3xTF32 (./configure --disable-attn-tf32x3), or with
@@ -309,7 +313,7 @@ inline bool aligned(const Operand &t)
  * d = 256 (it has no such instantiation: SIMT is faster there). */
 enum class Prec { kNone, kTf32, kSplit };
 /* The 3xTF32 instantiations exist unless ./configure
- * --disable-attn-tf32x3 (48 kernels: build time). */
+ * --disable-attn-tf32x3 (they cost build time). */
 #ifdef FG_ATTN_TF32X3
 constexpr bool kHaveSplit = true;
 #else
