@@ -11,11 +11,12 @@
  * 16w .. 16w+15 and keeps their dK, dV in registers. 3xTF32 at d = 128
  * (kLo): 8 warps and 128 keys, with Q_i and dO_i split once a step into
  * shared memory (TF32 part in place, remainder tiles) instead of twice
- * by every warp in registers (H200, N 2k-8k: 37.3-37.9 TFLOP/s against
- * 36.2-36.7 unmasked, 33.8-37.3 against 30.2-34.6 causal, session 41). K, V are loaded
- * (and in TF32 mode rounded) once; for each query head of the group and
- * each query block of BR rows (Q_i, dO_i through one buffer; a second
- * block per SM overlaps the loads for d <= 128 on an H100):
+ * by every warp in registers (H200, N 2k-8k: 37.6-37.9 TFLOP/s against
+ * 36.2-36.7 unmasked, 33.8-37.3 against 30.2-34.6 causal, session 41).
+ * K, V are loaded (and in TF32 mode rounded) once; for each query head
+ * of the group and each query block of BR rows (Q_i, dO_i through one
+ * buffer; a second block per SM overlaps the loads for d <= 128 on an
+ * H100):
  *   S^T  = K Q_i^T                   P^T = exp2(S^T scale log2e - lse2)
  *   dP^T = V dO_i^T                  dS^T = P^T (dP^T Z - D_i)
  *   dV  += (P^T Z) dO_i              dK  += dS^T Q_i
