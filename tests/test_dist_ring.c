@@ -96,7 +96,7 @@ static void run(fg_comm *c, const rcase *rc)
     const int64_t lq = B * n * H * d, lk = B * n * Hk * d, ls = B * H * n;
     void *pk_in = NULL, *pk_gr = NULL;
     fg_attn_tensor q, k, v, dq, dk, dv;
-    void *bq, *bk, *bv, *bdq, *bdk, *bdv;
+    void *bq = NULL, *bk = NULL, *bv = NULL, *bdq = NULL, *bdk = NULL, *bdv = NULL;
     if (rc->packed) {
         pk_in = calloc((size_t)(3 * lq), es);
         pk_gr = calloc((size_t)(3 * lq), es);
