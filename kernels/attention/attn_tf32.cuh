@@ -103,47 +103,51 @@ __device__ __forceinline__ void load_rows(uint32_t sbase, const Operand &t, int6
     }
 }
 
-/* Rounds the chunks this thread copied with load_rows (same rows,
- * nthreads) to TF32 in place; call after its cp.async group landed and
- * before the barrier that hands the tile to the other warps. */
-template <int D>
-__device__ __forceinline__ void round_rows(float *tile, int rows, int nthreads)
+/* f(offset) for each 16-byte chunk that load_rows<D> (same rows,
+ * nthreads) made this thread copy, offset in floats into the [rows][D + 4]
+ * tile: the chunks a thread may touch after its own cp.async.wait, before
+ * the barrier that publishes the tile. */
+template <int D, typename F>
+__device__ __forceinline__ void own_chunks(int rows, int nthreads, F f)
 {
     constexpr int C = D / 4;
     for (int idx = threadIdx.x; idx < rows * C; idx += nthreads) {
-        const int r = idx / C, c = idx - r * C;
-        float4 *p = (float4 *)(tile + r * (D + 4) + c * 4);
-        float4 v = *p;
-        v.x = __uint_as_float(to_tf32(v.x));
-        v.y = __uint_as_float(to_tf32(v.y));
-        v.z = __uint_as_float(to_tf32(v.z));
-        v.w = __uint_as_float(to_tf32(v.w));
-        *p = v;
+        const int r = idx / C;
+        f(r * (D + 4) + (idx - r * C) * 4);
     }
+}
+
+__device__ __forceinline__ float4 tf32x4(float4 v)
+{
+    return make_float4(__uint_as_float(to_tf32(v.x)), __uint_as_float(to_tf32(v.y)),
+                       __uint_as_float(to_tf32(v.z)), __uint_as_float(to_tf32(v.w)));
+}
+
+/* Rounds the chunks this thread copied with load_rows to TF32 in place. */
+template <int D>
+__device__ __forceinline__ void round_rows(float *tile, int rows, int nthreads)
+{
+    own_chunks<D>(rows, nthreads, [&](int o) {
+        float4 *p = (float4 *)(tile + o);
+        *p = tf32x4(*p);
+    });
 }
 
 /* 3xTF32 split of a tile in shared memory, for kernels whose warps all
  * read the same K or V tile: the chunks this thread copied with
- * load_rows (same rows, nthreads) become their TF32 big part in place and
- * the remainder into `lo` (same layout), once per block instead of once
- * per warp in registers. Same values as Frag::split, so the products are
- * bitwise those of splitting in registers. Call after the thread's
- * cp.async group landed and before the barrier that publishes the tile. */
+ * load_rows become their TF32 big part in place and the remainder into
+ * `lo` (same layout), once per block instead of once per warp in
+ * registers. Same values as Frag::split, so the products are bitwise those
+ * of splitting in registers. */
 template <int D>
 __device__ __forceinline__ void split_rows(float *tile, float *lo, int rows, int nthreads)
 {
-    constexpr int C = D / 4;
-    for (int idx = threadIdx.x; idx < rows * C; idx += nthreads) {
-        const int r = idx / C, c = idx - r * C;
-        float4 *p = (float4 *)(tile + r * (D + 4) + c * 4);
-        const float4 v = *p;
-        const float4 h = make_float4(__uint_as_float(to_tf32(v.x)), __uint_as_float(to_tf32(v.y)),
-                                     __uint_as_float(to_tf32(v.z)), __uint_as_float(to_tf32(v.w)));
+    own_chunks<D>(rows, nthreads, [&](int o) {
+        float4 *p = (float4 *)(tile + o);
+        const float4 v = *p, h = tf32x4(v);
         *p = h;
-        *(float4 *)(lo + r * (D + 4) + c * 4) =
-            make_float4(__uint_as_float(to_tf32(v.x - h.x)), __uint_as_float(to_tf32(v.y - h.y)),
-                        __uint_as_float(to_tf32(v.z - h.z)), __uint_as_float(to_tf32(v.w - h.w)));
-    }
+        *(float4 *)(lo + o) = tf32x4(make_float4(v.x - h.x, v.y - h.y, v.z - h.z, v.w - h.w));
+    });
 }
 
 /* A fragment (rows m0 .. m0+15, k0 .. k0+7) of a row-major [m][k] tile
