@@ -363,32 +363,27 @@ fg_status attn_tf32_bwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, b
          * MMAs a product each time, and ran at 11.2-11.5 TFLOP/s where the
          * SIMT kernels give 15.6-17.9 (H200, N 4k, session 40). */
         constexpr bool kSplitHere = tf32::kHaveSplit && D <= 128;
+        const bool split = prec == tf32::Prec::kSplit;
         /* d = 128, 3xTF32: 8 warps and 128 keys a block, Q_i and dO_i
          * split once a step into shared memory for all of them (every
          * warp split both tiles twice a step in registers). */
-        if constexpr (D == 128 && kSplitHere) {
-            using Lo = tf32::BwdTile<D, 32, D, 8, true>;
-            if (prec == tf32::Prec::kSplit && Lo::kSmem <= smem_limit &&
-                !env_is("FG_ATTN_TF32X3_TILES", "0")) {
-                *ran = true;
-                FG_TRY((tf32::launch<D, 32, D, true, 8, true>(a, st)));
-                return a.deterministic ? attn_fp32_dq(a, st) : FG_OK;
-            }
-        }
-        const bool narrow = prec == tf32::Prec::kSplit && (a.causal || a.variant);
-        const size_t smem = narrow ? CfgS::Tile::kSmem : Cfg::Tile::kSmem;
-        if (smem > smem_limit || (prec == tf32::Prec::kSplit && !kSplitHere))
+        using Lo = tf32::BwdTile<D, Cfg::kBr, Cfg::kDh, 8, true>;
+        const bool tiles = D == 128 && split && Lo::kSmem <= smem_limit &&
+                           !env_is("FG_ATTN_TF32X3_TILES", "0");
+        const bool narrow = split && !tiles && (a.causal || a.variant);
+        const size_t smem = tiles ? Lo::kSmem : narrow ? CfgS::Tile::kSmem : Cfg::Tile::kSmem;
+        if (smem > smem_limit || (split && !kSplitHere))
             return FG_OK; /* *ran stays false: the SIMT kernels run */
         *ran = true;
-        bool split = false;
-        if constexpr (kSplitHere)
-            if (prec == tf32::Prec::kSplit) {
-                if (narrow)
-                    FG_TRY((tf32::launch<D, CfgS::kBr, CfgS::kDh, true>(a, st)));
-                else
-                    FG_TRY((tf32::launch<D, Cfg::kBr, Cfg::kDh, true>(a, st)));
-                split = true;
-            }
+        if constexpr (kSplitHere) {
+            if constexpr (D == 128)
+                if (tiles)
+                    FG_TRY((tf32::launch<D, Cfg::kBr, Cfg::kDh, true, 8, true>(a, st)));
+            if (narrow)
+                FG_TRY((tf32::launch<D, CfgS::kBr, CfgS::kDh, true>(a, st)));
+            else if (split && !tiles)
+                FG_TRY((tf32::launch<D, Cfg::kBr, Cfg::kDh, true>(a, st)));
+        }
         if (!split)
             FG_TRY((tf32::launch<D, Cfg::kBr, Cfg::kDh, false>(a, st)));
         return a.deterministic ? attn_fp32_dq(a, st) : FG_OK;

@@ -261,15 +261,17 @@ fg_status attn_tf32_fwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, b
     return f32::with_pad_d(a.d, [&](auto dim) {
         constexpr int D = decltype(dim)::value;
         const bool split = tf32::kHaveSplit && prec == tf32::Prec::kSplit;
-        if constexpr (D == 256) {
-            if (tf32::FwdTile<D, 8>::kSmem <= smem_limit && !env_is("FG_ATTN_TF32_WIDE", "0")) {
-                *ran = true;
-                if constexpr (tf32::kHaveSplit)
-                    if (split)
-                        return tf32::launch<D, 8, true>(a, st);
-                return tf32::launch<D, 8, false>(a, st);
-            }
-        }
+        auto run = [&](auto nw) { /* 3xTF32 or TF32 on blocks of NW warps */
+            constexpr int NW = decltype(nw)::value;
+            *ran = true;
+            if constexpr (tf32::kHaveSplit)
+                if (split)
+                    return tf32::launch<D, NW, true>(a, st);
+            return tf32::launch<D, NW, false>(a, st);
+        };
+        if constexpr (D == 256)
+            if (tf32::FwdTile<D, 8>::kSmem <= smem_limit && !env_is("FG_ATTN_TF32_WIDE", "0"))
+                return run(std::integral_constant<int, 8>());
         if constexpr (D == 128 && tf32::kHaveSplit) {
             using Lo = tf32::FwdTile<D, 8, true>;
             if (split && Lo::kSmem <= smem_limit && !env_is("FG_ATTN_TF32X3_TILES", "0")) {
@@ -279,11 +281,7 @@ fg_status attn_tf32_fwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, b
         }
         if (tf32::FwdTile<D>::kSmem > smem_limit)
             return FG_OK; /* *ran stays false: the SIMT kernel runs */
-        *ran = true;
-        if constexpr (tf32::kHaveSplit)
-            if (split)
-                return tf32::launch<D, 4, true>(a, st);
-        return tf32::launch<D, 4, false>(a, st);
+        return run(std::integral_constant<int, 4>());
     });
 }
 
