@@ -436,19 +436,23 @@ START_TEST(test_fp32_dropout_mask)
 }
 END_TEST
 
-/* The d = 256 cases on the 4-warp forward tile (FG_ATTN_TF32_WIDE=0),
- * which GPUs without 200 KiB of shared memory per block (A100) take; an
- * H100 or H200 runs the 8-warp one by default. Strict, deterministic (its
- * dQ from the SIMT kernel) and TF32. */
+/* The d = 256 cases on the kernels that GPUs without about 220 KiB of
+ * shared memory per block (A100) take: the 4-warp forward tile
+ * (FG_ATTN_TF32_WIDE=0) and, with FG_ATTN_TF32_PAIR=0, the backward in
+ * two launches of d halves (TF32; strict fp32's backward then runs on
+ * the SIMT kernels). An H100 or H200 runs the 8-warp forward and the
+ * paired-warp backward by default. Strict, deterministic and TF32. */
 static const int d256_cases[] = {3, 7, 11};
 
-START_TEST(test_d256_narrow_forward)
+START_TEST(test_d256_narrow)
 {
     setenv("FG_ATTN_TF32_WIDE", "0", 1);
+    setenv("FG_ATTN_TF32_PAIR", "0", 1);
     const fcase *c = &cases[d256_cases[_i]];
     check_case(c, 0, PATH_DEFAULT | PATH_SIMT, 9700 + (uint64_t)_i);
     check_case(c, 1, PATH_DEFAULT, 9710 + (uint64_t)_i);
     check_case(c, 0, PATH_TF32, 9720 + (uint64_t)_i);
+    fgt_switch_restore("FG_ATTN_TF32_PAIR");
     fgt_switch_restore("FG_ATTN_TF32_WIDE");
 }
 END_TEST
@@ -520,7 +524,7 @@ START_TEST(test_tf32_dropout_mask)
 {
     mask_case(64, 64, PATH_TF32, 9700);
     mask_case(100, 128, PATH_TF32, 9701);
-    mask_case(61, 256, PATH_TF32, 9702); /* d = 256: 32-key blocks, two dK/dV halves */
+    mask_case(61, 256, PATH_TF32, 9702); /* d = 256: 32-key blocks, paired warps */
     mask_case(32, 32, PATH_TF32, 9703);
 }
 END_TEST
@@ -640,7 +644,7 @@ END_TEST
  * opt-in turned off after each (not before: test_tf32_switch checks that
  * it starts off). */
 static const char *const g_switches[] = {"FG_ATTN_KERNEL", "FG_ATTN_TF32_WIDE",
-                                          "FG_ATTN_TF32X3_TILES"};
+                                          "FG_ATTN_TF32X3_TILES", "FG_ATTN_TF32_PAIR"};
 
 static void reset_paths(void)
 {
@@ -668,7 +672,7 @@ int main(void)
     tcase_add_loop_test(tc, test_fp32_deterministic_vs_cpu, 0, fast ? 2 : ncases);
     tcase_add_test(tc, test_fp32_dropout_mask);
     tcase_add_test(tc, test_fp32_deterministic_reruns);
-    tcase_add_loop_test(tc, test_d256_narrow_forward, 0, fast ? 1 : 3);
+    tcase_add_loop_test(tc, test_d256_narrow, 0, fast ? 1 : 3);
     tcase_add_loop_test(tc, test_d128_split_tiles, 0, fast ? 1 : 4);
     suite_add_tcase(s, tc);
     TCase *tt = tcase_create("tf32");

@@ -112,8 +112,9 @@
  * suite): on sm_80+ tensor cores by 3xTF32 (each operand split into a
  * TF32 part and a TF32 remainder, three products summed in fp32, each
  * k step's products apart; CUTLASS's fast-accurate fp32) where the
- * tensor-core kernels below take the problem (not the backward at head
- * dims above 128, faster on SIMT), else on register-blocked
+ * tensor-core kernels below take the problem (the backward at head dims
+ * above 128 only where a block gets 221 KiB of shared memory: H100,
+ * H200), else on register-blocked
  * SIMT fp32 kernels (fp32 FMAs) with every variant but a bias (the
  * general kernels); fp64 runs on the general kernels. An infinite input
  * may give NaN on the 3xTF32 path where fp32 gives an infinity (inf - inf

@@ -313,8 +313,10 @@ inline bool aligned(const Operand &t)
  * none (the SIMT kernels run) outside the sm80 kernels' cover (a bias,
  * packed or key-padded batches), for operands not 16-byte aligned, in
  * builds without 3xTF32 (./configure --disable-attn-tf32x3), or with
- * FG_ATTN_KERNEL=general or =simt. attn_tf32_bwd declines kSplit at
- * d = 256 (it has no such instantiation: SIMT is faster there). */
+ * FG_ATTN_KERNEL=general or =simt. At d = 256 attn_tf32_bwd takes kSplit
+ * only on its paired-warp kernel (BwdTile::kPair: 220 KiB of shared
+ * memory, FG_ATTN_TF32_PAIR unset); its two-launch kernel was slower in
+ * 3xTF32 than the SIMT kernels. */
 enum class Prec { kNone, kTf32, kSplit };
 /* The 3xTF32 instantiations exist unless ./configure
  * --disable-attn-tf32x3 (they cost build time). */

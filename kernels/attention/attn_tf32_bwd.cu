@@ -25,8 +25,11 @@
  * which the pair permutation (attn_tf32.cuh) makes the A operand of the
  * dV and dK products, 8 queries at a time, so each k8 step's fragments
  * die at once. For d = 256 the dK/dV accumulators do not fit in
- * registers: two launches each own half of d (and recompute S, dP); the
- * first also does dQ. With deterministic = 1 dQ is left to the strict dQ
+ * registers: where 220 KiB of shared memory fits (H100, H200), blocks of
+ * 8 warps in pairs (BwdTile::kPair): the pair's first warp computes S^T,
+ * the second dP^T, they swap tiles, and each keeps dK/dV of one d half;
+ * elsewhere two launches each own half of d (and recompute S, dP), the
+ * first also doing dQ. With deterministic = 1 dQ is left to the strict dQ
  * kernel (attn_fp32_dq), which sums it in a fixed order.
  *
  * kMode: 0 no mask or bottom-right causal (a.causal, at run time), 2 the
@@ -42,15 +45,28 @@ namespace tf32 {
  * a launch accumulates (D, or D / 2 for d = 256). */
 template <int D, int BR, int DH, int NW = 4, bool kLo = false> struct BwdTile {
     static constexpr int kThreads = 32 * NW; /* NW warps */
-    static constexpr int kBc = 16 * NW;      /* keys per block, 16 per warp */
+    /* kPair (8 warps owning half of d each): warps w and w + 4 share keys
+     * 16w .. 16w+15; w computes their S^T, w + 4 their dP^T, over all of
+     * d, and each hands its tile to the other (kXchg floats), so that
+     * both own dK, dV of one d half without recomputing either product. */
+    static constexpr bool kPair = DH < D && NW == 8;
+    static constexpr int kKeyWarps = kPair ? NW / 2 : NW;
+    static constexpr int kBc = 16 * kKeyWarps; /* keys per block, 16 per warp */
     static constexpr int kLd = D + 4;
     static constexpr int kLdS = BR + 4; /* dS^T [key][query] row */
+    static constexpr int kXchg = kPair ? NW * 32 * (BR / 2) : 0;
     /* K, V, Q, dO (kLo: and the remainders of Q, dO), dS^T, lse2 and D
-     * per query. */
+     * per query, the pairs' exchange. */
     static constexpr size_t kSmem =
-        sizeof(float) *
-        ((size_t)(2 * kBc + (kLo ? 4 : 2) * BR) * kLd + (size_t)kBc * kLdS + 2 * BR);
+        sizeof(float) * ((size_t)(2 * kBc + (kLo ? 4 : 2) * BR) * kLd + (size_t)kBc * kLdS +
+                         2 * BR + (size_t)kXchg);
 };
+
+/* Named barrier `id` (1..15; 0 is __syncthreads) of `threads` threads. */
+__device__ __forceinline__ void pair_sync(int id, int threads)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 /* c0 += A0 B0^T and, with kTwo, c1 += A1 B1^T, over the D contraction in
  * one k loop: A this warp's 16 rows (m0 ..) of a row-major [m][D] tile, B
@@ -103,17 +119,22 @@ __global__ void __launch_bounds__(32 * NW) bwd_kernel(const AttnArgs a, const in
     constexpr int Bc = Tile::kBc, Br = BR, LD = Tile::kLd, LDS = Tile::kLdS;
     constexpr int NTH = Tile::kThreads;
     constexpr int QT = Br / 8; /* n8 tiles of S^T over queries */
-    constexpr int DT = DH / 8; /* n8 tiles of this launch's d slice */
-    const int dbase = dslice * DH;
+    constexpr int DT = DH / 8; /* n8 tiles of this launch's (warp's) d slice */
+    constexpr bool kPair = Tile::kPair;
+    static_assert(!kPair || DH * 2 == D, "pairs own halves of d");
     extern __shared__ __align__(128) float smem_f[];
     float *Ks = smem_f, *Vs = Ks + Bc * LD, *Qs = Vs + Bc * LD, *dOs = Qs + Br * LD;
     float *Ql = dOs + Br * LD, *dOl = Ql + Br * LD; /* kLo only */
     float *dST = kLo ? dOl + Br * LD : Ql, *lse2_s = dST + Bc * LDS, *D_s = lse2_s + Br;
+    float4 *xch = reinterpret_cast<float4 *>(D_s + Br); /* kPair: [warp][qt][lane] */
     const uint32_t sK = smem_u32(Ks), sV = smem_u32(Vs), sQ = smem_u32(Qs), sdO = smem_u32(dOs);
     const uint32_t sQl = smem_u32(Ql), sdOl = smem_u32(dOl);
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
+    /* kw: this warp's 16 keys; half: its d half (kPair) */
+    const int kw = kPair ? warp % Tile::kKeyWarps : warp, half = kPair ? warp / Tile::kKeyWarps : 0;
+    const int dbase = (kPair ? half : dslice) * DH;
     const int64_t j0 = (int64_t)blockIdx.x * Bc;
     const int hk = blockIdx.y, b = blockIdx.z;
     const int kvalid = (int)min((int64_t)Bc, (int64_t)a.Nk - j0);
@@ -175,11 +196,36 @@ __global__ void __launch_bounds__(32 * NW) bwd_kernel(const AttnArgs a, const in
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 s[i][e] = dp[i][e] = 0.f;
-        if constexpr (kSplit) {
-            nt_products<true, false, LD, D, QT, kLo>(s, sK, sQ, s, 0, 0, warp * 16, sQl);
-            nt_products<true, false, LD, D, QT, kLo>(dp, sV, sdO, dp, 0, 0, warp * 16, sdOl);
+        if constexpr (kPair) {
+            /* S^T by the first warp of a pair, dP^T by the second; each
+             * then takes the other's tile through shared memory. */
+            float x[QT][4];
+#pragma unroll
+            for (int i = 0; i < QT; i++)
+                x[i][0] = x[i][1] = x[i][2] = x[i][3] = 0.f;
+            nt_products<kSplit, false, LD, D>(x, half ? sV : sK, half ? sdO : sQ, x, 0, 0, kw * 16);
+#pragma unroll
+            for (int qt = 0; qt < QT; qt++)
+                xch[(warp * QT + qt) * 32 + lane] = make_float4(x[qt][0], x[qt][1], x[qt][2], x[qt][3]);
+            pair_sync(1 + kw, 64);
+            const int other = warp ^ Tile::kKeyWarps;
+#pragma unroll
+            for (int qt = 0; qt < QT; qt++) {
+                const float4 o = xch[(other * QT + qt) * 32 + lane];
+                const float y[4] = {o.x, o.y, o.z, o.w};
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    s[qt][e] = half ? y[e] : x[qt][e];
+                    dp[qt][e] = half ? x[qt][e] : y[e];
+                }
+            }
+            /* The next write of xch follows the next step's block barrier,
+             * after both warps read it. */
+        } else if constexpr (kSplit) {
+            nt_products<true, false, LD, D, QT, kLo>(s, sK, sQ, s, 0, 0, kw * 16, sQl);
+            nt_products<true, false, LD, D, QT, kLo>(dp, sV, sdO, dp, 0, 0, kw * 16, sdOl);
         } else {
-            nt_products<false, true, LD, D>(s, sK, sQ, dp, sV, sdO, warp * 16);
+            nt_products<false, true, LD, D>(s, sK, sQ, dp, sV, sdO, kw * 16);
         }
 
         /* P^T (Alg4 L.13-14), dropout (L.15-16, 19), dS^T (L.20-21), then
@@ -187,7 +233,7 @@ __global__ void __launch_bounds__(32 * NW) bwd_kernel(const AttnArgs a, const in
          * key j = j0 + 16 warp + g + 8 (e >> 1), query i = i0 + 8 qt +
          * 2 t4 + (e & 1). kMasked: softcap and ALiBi on the raw S^T first;
          * the mask is the rows each of this thread's two keys is seen by. */
-        const BwdMask mk = bwd_mask<kMasked, Bc, Br>(a, causal, dead, i0, j0, warp, g);
+        const BwdMask mk = bwd_mask<kMasked, Bc, Br>(a, causal, dead, i0, j0, kw, g);
         const float slope = kMasked && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
         uint32_t keep = 0; /* bwd_dropout_bits of the current 16 queries */
         static_assert(QT % 2 == 0, "dropout draws 16 queries at a time");
@@ -196,7 +242,7 @@ __global__ void __launch_bounds__(32 * NW) bwd_kernel(const AttnArgs a, const in
             float p[4], ds[4];
             /* Alg4 L.15: the keep bits of 16 queries, drawn at even qt */
             if (kDropout && !(qt & 1)) /* without dropout: all kept, z = 1 */
-                keep = a.dropout ? bwd_dropout_bits(a, bh, i0 + 8 * qt, j0 + 16 * warp, g, t4)
+                keep = a.dropout ? bwd_dropout_bits(a, bh, i0 + 8 * qt, j0 + 16 * kw, g, t4)
                                  : ~0u;
             const float2 L = *reinterpret_cast<const float2 *>(lse2_s + 8 * qt + 2 * t4);
             const float2 Dq = *reinterpret_cast<const float2 *>(D_s + 8 * qt + 2 * t4);
@@ -205,7 +251,7 @@ __global__ void __launch_bounds__(32 * NW) bwd_kernel(const AttnArgs a, const in
                 const int qi = 8 * qt + 2 * t4 + (e & 1);
                 bwd_elem<true, kMasked, kDropout>(
                     a, mk, s[qt][e], dp[qt][e], (e & 1) ? L.y : L.x, (e & 1) ? Dq.y : Dq.x, qi,
-                    e >> 1, i0 + qi, j0 + 16 * warp + g + 8 * (e >> 1), slope, scale_log2,
+                    e >> 1, i0 + qi, j0 + 16 * kw + g + 8 * (e >> 1), slope, scale_log2,
                     (keep >> (4 * (qt & 1) + e)) & 1u, 0.f, false, &p[e], &ds[e]);
             }
             Frag<4, kSplit> pf, sf;
@@ -213,8 +259,10 @@ __global__ void __launch_bounds__(32 * NW) bwd_kernel(const AttnArgs a, const in
             sf.from_acc(ds);
             /* dS^T to shared memory for dQ, [key][query]: rounded (TF32),
              * or fp32 to be split when read (3xTF32). */
-            float *d0 = dST + (16 * warp + g) * LDS + 8 * qt + 2 * t4;
-            if constexpr (kSplit) {
+            float *d0 = dST + (16 * kw + g) * LDS + 8 * qt + 2 * t4;
+            if (kPair && half) {
+                /* the pair's first warp writes the same dS^T */
+            } else if constexpr (kSplit) {
                 *reinterpret_cast<float2 *>(d0) = make_float2(ds[0], ds[1]);
                 *reinterpret_cast<float2 *>(d0 + 8 * LDS) = make_float2(ds[2], ds[3]);
             } else {
@@ -295,7 +343,7 @@ __global__ void __launch_bounds__(32 * NW) bwd_kernel(const AttnArgs a, const in
     const float sc = (float)a.scale;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        const int kr = 16 * warp + g + 8 * r;
+        const int kr = 16 * kw + g + 8 * r;
         if (kr >= kvalid)
             continue;
         float *dkp = elem<float>(a.dk, b, j0 + kr, hk), *dvp = elem<float>(a.dv, b, j0 + kr, hk);
@@ -322,8 +370,9 @@ static fg_status launch(const AttnArgs &a, cudaStream_t st)
                                          (int)Tile::kSmem));
         dim3 grid((unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc), (unsigned)a.Hk,
                   (unsigned)a.B);
-        /* Slices past the real head dim have nothing to write. */
-        for (int slice = 0; slice < D / DH && slice * DH < a.d; slice++) {
+        /* Slices past the real head dim have nothing to write; pairs
+         * cover both halves in one launch. */
+        for (int slice = 0; slice < (Tile::kPair ? 1 : D / DH) && slice * DH < a.d; slice++) {
             kern<<<grid, Tile::kThreads, Tile::kSmem, st>>>(a, slice);
             FG_CUDA_TRY_LAUNCH();
         }
@@ -364,6 +413,26 @@ fg_status attn_tf32_bwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, b
          * SIMT kernels give 15.6-17.9 (H200, N 4k, session 40). */
         constexpr bool kSplitHere = tf32::kHaveSplit && D <= 128;
         const bool split = prec == tf32::Prec::kSplit;
+        /* d = 256: pairs of warps (BwdTile::kPair), 8 warps a block,
+         * unless FG_ATTN_TF32_PAIR=0: then TF32 runs the two launches of
+         * d halves (each recomputing S^T and dP^T, 4 warps and 208 KiB a
+         * block) and 3xTF32 the SIMT kernels (3xTF32 ran those launches
+         * at 11.2-11.5 TFLOP/s against SIMT's 15.6-17.9, session 40). */
+        if constexpr (D == 256) {
+            using Pair = tf32::BwdTile<D, Cfg::kBr, Cfg::kDh, 8>;
+            if (Pair::kSmem <= smem_limit && !env_is("FG_ATTN_TF32_PAIR", "0")) {
+                *ran = true;
+                bool done = false;
+                if constexpr (tf32::kHaveSplit)
+                    if (split) {
+                        FG_TRY((tf32::launch<D, Cfg::kBr, Cfg::kDh, true, 8>(a, st)));
+                        done = true;
+                    }
+                if (!done)
+                    FG_TRY((tf32::launch<D, Cfg::kBr, Cfg::kDh, false, 8>(a, st)));
+                return a.deterministic ? attn_fp32_dq(a, st) : FG_OK;
+            }
+        }
         /* d = 128, 3xTF32: 8 warps and 128 keys a block, Q_i and dO_i
          * split once a step into shared memory for all of them (every
          * warp split both tiles twice a step in registers). */
