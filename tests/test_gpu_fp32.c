@@ -440,8 +440,9 @@ END_TEST
  * shared memory per block (A100) take: the 4-warp forward tile
  * (FG_ATTN_TF32_WIDE=0) and, with FG_ATTN_TF32_PAIR=0, the backward in
  * two launches of d halves (TF32; strict fp32's backward then runs on
- * the SIMT kernels). An H100 or H200 runs the 8-warp forward and the
- * paired-warp backward by default. Strict, deterministic and TF32. */
+ * the SIMT kernels). An H100 or H200 runs the paired-warp kernels by
+ * default (3xTF32 forward and backward, TF32 backward) and the unpaired
+ * 8-warp TF32 forward. Strict, deterministic and TF32. */
 static const int d256_cases[] = {3, 7, 11};
 
 START_TEST(test_d256_narrow)
@@ -454,6 +455,17 @@ START_TEST(test_d256_narrow)
     check_case(c, 0, PATH_TF32, 9720 + (uint64_t)_i);
     fgt_switch_restore("FG_ATTN_TF32_PAIR");
     fgt_switch_restore("FG_ATTN_TF32_WIDE");
+}
+END_TEST
+
+/* The d = 256 cases with FG_ATTN_TF32_PAIR=0 alone: the unpaired 8-warp
+ * 3xTF32 forward (and the backward as in test_d256_narrow). */
+START_TEST(test_d256_unpaired)
+{
+    setenv("FG_ATTN_TF32_PAIR", "0", 1);
+    const fcase *c = &cases[d256_cases[_i]];
+    check_case(c, 0, PATH_DEFAULT | PATH_SIMT, 9730 + (uint64_t)_i);
+    fgt_switch_restore("FG_ATTN_TF32_PAIR");
 }
 END_TEST
 
@@ -673,6 +685,7 @@ int main(void)
     tcase_add_test(tc, test_fp32_dropout_mask);
     tcase_add_test(tc, test_fp32_deterministic_reruns);
     tcase_add_loop_test(tc, test_d256_narrow, 0, fast ? 1 : 3);
+    tcase_add_loop_test(tc, test_d256_unpaired, 0, fast ? 1 : 3);
     tcase_add_loop_test(tc, test_d128_split_tiles, 0, fast ? 1 : 4);
     suite_add_tcase(s, tc);
     TCase *tt = tcase_create("tf32");

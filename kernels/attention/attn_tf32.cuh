@@ -150,6 +150,13 @@ __device__ __forceinline__ void split_rows(float *tile, float *lo, int rows, int
     });
 }
 
+/* Named barrier `id` (1..15; 0 is __syncthreads) of `threads` threads:
+ * the two warps of a pair (kPair kernels) handing each other a tile. */
+__device__ __forceinline__ void pair_sync(int id, int threads)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 /* A fragment (rows m0 .. m0+15, k0 .. k0+7) of a row-major [m][k] tile
  * with LD floats per row, at shared address `tile`. */
 template <int LD>

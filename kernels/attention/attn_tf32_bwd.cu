@@ -62,11 +62,6 @@ template <int D, int BR, int DH, int NW = 4, bool kLo = false> struct BwdTile {
                          2 * BR + (size_t)kXchg);
 };
 
-/* Named barrier `id` (1..15; 0 is __syncthreads) of `threads` threads. */
-__device__ __forceinline__ void pair_sync(int id, int threads)
-{
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 
 /* c0 += A0 B0^T and, with kTwo, c1 += A1 B1^T, over the D contraction in
  * one k loop: A this warp's 16 rows (m0 ..) of a row-major [m][D] tile, B

@@ -40,15 +40,26 @@ namespace tf32 {
  * shares each K/V tile among twice the rows with 8 warps an SM (the
  * registers, 255 a thread, still fit); FG_ATTN_TF32_WIDE=0 keeps 4. kLo
  * (3xTF32, d = 128, 8 warps): 198 KiB with the remainder tiles of K and V;
- * FG_ATTN_TF32X3_TILES=0 keeps the 4-warp register split. */
+ * FG_ATTN_TF32X3_TILES=0 keeps the 4-warp register split.
+ * kPair (kLo at d = 256, 8 warps): warps w and w + 4 share query rows
+ * 16w .. 16w+15 and each owns half of d: each sums S over its half of
+ * d, they add each other's partial S through shared memory (kXchg
+ * floats; a + b = b + a, so both hold the same S), and each keeps O of
+ * its half, 64 registers instead of 128 (no spills); 64 rows and 211 KiB
+ * a block. FG_ATTN_TF32_PAIR=0 keeps the unpaired kernel. */
 template <int D, int NW = 4, bool kLo = false> struct FwdTile {
-    static constexpr int kMT = D <= 64 ? 2 : 1; /* m16 tiles per warp */
+    static constexpr bool kPair = kLo && D == 256 && NW == 8;
+    static constexpr int kRowWarps = kPair ? NW / 2 : NW; /* warps on distinct rows */
+    static constexpr int kMT = D <= 64 ? 2 : 1;           /* m16 tiles per warp */
     static constexpr int kThreads = 32 * NW;
-    static constexpr int kBr = 16 * kMT * NW; /* 4 warps: 128 or 64 rows */
+    static constexpr int kBr = 16 * kMT * kRowWarps; /* 4 warps: 128 or 64 rows */
     static constexpr int kBc = D == 256 ? 32 : 64;
     static constexpr int kLd = D + 4;
-    /* Q, K, V (and with kLo the remainders of K and V) */
-    static constexpr size_t kSmem = sizeof(float) * (size_t)(kBr + (kLo ? 4 : 2) * kBc) * kLd;
+    static constexpr int kDO = kPair ? D / 2 : D; /* O columns (and S's sum) per warp */
+    static constexpr int kXchg = kPair ? NW * 32 * (kBc / 2) : 0;
+    /* Q, K, V (and with kLo the remainders of K and V), the pairs' exchange */
+    static constexpr size_t kSmem =
+        sizeof(float) * ((size_t)(kBr + (kLo ? 4 : 2) * kBc) * kLd + (size_t)kXchg);
 };
 
 template <int D, int NW, int kMode, bool kDropout, bool kSplit, bool kLo>
@@ -62,15 +73,21 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
     static_assert(!kLo || kSplit, "remainder tiles are 3xTF32's");
     constexpr int Br = Tile::kBr, Bc = Tile::kBc, LD = Tile::kLd, MT = Tile::kMT;
     constexpr int NT = Bc / 8; /* n8 tiles of S, k8 steps of P V */
-    constexpr int DT = D / 8;  /* n8 tiles of O */
+    constexpr bool kPair = Tile::kPair;
+    constexpr int DO = Tile::kDO; /* this warp's columns of O, and of S's sum */
+    constexpr int DT = DO / 8;    /* n8 tiles of O */
     constexpr int NTH = Tile::kThreads;
     extern __shared__ __align__(128) float smem_f[];
     float *Qs = smem_f, *Ks = Qs + Br * LD, *Vs = Ks + Bc * LD;
     float *Kl = Vs + Bc * LD, *Vl = Kl + Bc * LD; /* kLo only */
+    float4 *xch = reinterpret_cast<float4 *>(Vl + Bc * LD); /* kPair: [warp][nt][lane] */
     const uint32_t sQ = smem_u32(Qs), sK = smem_u32(Ks), sKl = smem_u32(Kl);
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
+    /* rw: this warp's rows; half: its half of d (kPair), d0 its first column */
+    const int rw = kPair ? warp % Tile::kRowWarps : warp, half = kPair ? warp / Tile::kRowWarps : 0;
+    const int d0 = half * DO;
     /* Causal blocks near the end do the most work: launch them first. */
     const int mblk = kMasked || causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int64_t i0 = (int64_t)mblk * Br;
@@ -112,7 +129,7 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
         l_part[mt][0] = l_part[mt][1] = 0.f;
     }
     const float scale_log2 = (float)(a.scale * 1.4426950408889634);
-    const int64_t row_w = i0 + warp * 16 * MT + g; /* + 16 mt + 8 r */
+    const int64_t row_w = i0 + rw * 16 * MT + g; /* + 16 mt + 8 r */
     const float slope = kMasked && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
 
     for (int jb = 0; jb < nblocks; jb++) {
@@ -135,19 +152,19 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
             for (int i = 0; i < NT; i++)
                 s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
 #pragma unroll
-        for (int kk = 0; kk < D / 8; kk++) {
+        for (int kk = 0; kk < DO / 8; kk++) {
             Frag<4, kSplit> af[MT];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                lda_rows<LD>(af[mt].h, sQ, (warp * MT + mt) * 16, kk * 8);
+                lda_rows<LD>(af[mt].h, sQ, (rw * MT + mt) * 16, d0 + kk * 8);
                 af[mt].split();
             }
 #pragma unroll
             for (int n2 = 0; n2 < NT / 2; n2++) {
                 Frag<4, kSplit> bf;
-                ldb_rows<LD>(bf.h, sK, n2 * 16, kk * 8);
+                ldb_rows<LD>(bf.h, sK, n2 * 16, d0 + kk * 8);
                 if constexpr (kLo)
-                    ldb_rows<LD>(bf.l, sKl, n2 * 16, kk * 8);
+                    ldb_rows<LD>(bf.l, sKl, n2 * 16, d0 + kk * 8);
                 else
                     bf.split();
 #pragma unroll
@@ -157,6 +174,23 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
                 }
             }
         }
+        if constexpr (kPair) { /* S = this half's sum + the other's */
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+                xch[(warp * NT + nt) * 32 + lane] =
+                    make_float4(s[0][nt][0], s[0][nt][1], s[0][nt][2], s[0][nt][3]);
+            pair_sync(1 + rw, 64);
+            const int other = warp ^ Tile::kRowWarps;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const float4 y = xch[(other * NT + nt) * 32 + lane];
+                s[0][nt][0] += y.x;
+                s[0][nt][1] += y.y;
+                s[0][nt][2] += y.z;
+                s[0][nt][3] += y.w;
+            }
+            /* xch is written again after the barrier below */
+        }
         __syncthreads(); /* every warp is done with K_j */
         issue(Ks, a.k, jb + 1, false);
 
@@ -164,7 +198,7 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
          * and dropout on the P that feeds O (attn_mma_tile.cuh). */
         if (kMasked && (a.softcap > 0.f || a.alibi))
             fwd_score_mods<true>(a, s, slope, row_w, j0, t4);
-        fwd_mask<kMasked, Bc>(a, causal, s, walk, jb, i0, j0, warp, row_w, t4);
+        fwd_mask<kMasked, Bc>(a, causal, s, walk, jb, i0, j0, rw, row_w, t4);
         fwd_softmax(s, m_raw, l_part, o, scale_log2);
         if (kDropout && a.dropout) /* 256/T is applied at the end */
             fwd_dropout(a, s, j0, row_w, bh, t4);
@@ -187,9 +221,9 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
             for (int dt = 0; dt < DT; dt++) {
                 Frag<2, kSplit> bv;
                 if constexpr (kSplit) { /* fp32 rows, split as read */
-                    ldb_pairs<LD>(Vs, kk * 8, dt * 8, &bv.h[0], &bv.h[1]);
+                    ldb_pairs<LD>(Vs, kk * 8, d0 + dt * 8, &bv.h[0], &bv.h[1]);
                     if constexpr (kLo)
-                        ldb_pairs<LD>(Vl, kk * 8, dt * 8, &bv.l[0], &bv.l[1]);
+                        ldb_pairs<LD>(Vl, kk * 8, d0 + dt * 8, &bv.l[0], &bv.l[1]);
                     else
                         bv.split();
                 } else {
@@ -221,12 +255,12 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
             float *dst = elem<float>(a.o, b, i, h);
 #pragma unroll
             for (int dt = 0; dt < DT; dt++) {
-                const int c = dt * 8 + 2 * t4;
+                const int c = d0 + dt * 8 + 2 * t4;
                 if (c < a.d)
                     *reinterpret_cast<float2 *>(dst + c) =
                         make_float2(o[mt][dt][2 * r] * inv, o[mt][dt][2 * r + 1] * inv);
             }
-            if (t4 == 0) {
+            if (t4 == 0 && half == 0) { /* a pair's second warp has the same */
                 const float mr = m_raw[mt][r];
                 ((float *)a.m)[bh * a.Nq + i] = mr == -INFINITY ? -INFINITY : mr * (float)a.scale;
                 ((float *)a.l)[bh * a.Nq + i] = l;
@@ -269,6 +303,13 @@ fg_status attn_tf32_fwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, b
                     return tf32::launch<D, NW, true>(a, st);
             return tf32::launch<D, NW, false>(a, st);
         };
+        if constexpr (D == 256 && tf32::kHaveSplit) {
+            using Pair = tf32::FwdTile<D, 8, true>;
+            if (split && Pair::kSmem <= smem_limit && !env_is("FG_ATTN_TF32_PAIR", "0")) {
+                *ran = true;
+                return tf32::launch<D, 8, true, true>(a, st);
+            }
+        }
         if constexpr (D == 256)
             if (tf32::FwdTile<D, 8>::kSmem <= smem_limit && !env_is("FG_ATTN_TF32_WIDE", "0"))
                 return run(std::integral_constant<int, 8>());
