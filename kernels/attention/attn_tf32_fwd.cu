@@ -76,6 +76,7 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
     constexpr bool kPair = Tile::kPair;
     constexpr int DO = Tile::kDO; /* this warp's columns of O, and of S's sum */
     constexpr int DT = DO / 8;    /* n8 tiles of O */
+    static_assert(!kPair || MT == 1, "pairs hold one m-tile");
     constexpr int NTH = Tile::kThreads;
     extern __shared__ __align__(128) float smem_f[];
     float *Qs = smem_f, *Ks = Qs + Br * LD, *Vs = Ks + Bc * LD;
