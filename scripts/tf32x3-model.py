@@ -20,10 +20,15 @@ on one sharp logit over d = 256 (scaled to 13, where a P error is the
 logit's error). Pure Python (no numpy), a few seconds.
 
     python3 scripts/tf32x3-model.py
+    python3 scripts/tf32x3-model.py --groups
+
+--groups instead sums G k steps in each tile (G = 1, 2, 4, 8; the
+kernels' kGroup in attn_tf32_fwd.cu), the same two workloads.
 """
 import math
 import random
 import struct
+import sys
 
 
 def f32(x):
@@ -91,5 +96,40 @@ def main():
           "by the tile %.3g" % (e_into, e_tile))
 
 
+def grouped(a, b, g):
+    """The tile sums g k steps (three MMAs each) before c += tile."""
+    c = t = 0.0
+    for i, k0 in enumerate(range(0, len(a), 8)):
+        ah, al = zip(*[split(x) for x in a[k0:k0 + 8]])
+        bh, bl = zip(*[split(x) for x in b[k0:k0 + 8]])
+        t = mma(mma(mma(t, al, bh), ah, bl), ah, bh)
+        if (i + 1) % g == 0:
+            c, t = f32(c + t), 0.0
+    return f32(c + t)
+
+
+def groups():
+    rng = random.Random(1)
+    gs = (1, 2, 4, 8)
+    rows = []
+    for _ in range(12):
+        ds = [f32(rng.gauss(0, 1) * rng.expovariate(1) * 1e-2) for _ in range(4097)]
+        q = [f32(rng.gauss(0, 1)) for _ in range(4097)]
+        rows.append([math.fsum(x * y for x, y in zip(ds, q))] + [grouped(ds, q, g) for g in gs])
+    top = max(abs(r[0]) for r in rows)
+    print("dK over N = 4097 rows, max error / max |ref|, G = 1 2 4 8: " +
+          " ".join("%.2g" % (max(abs(r[i + 1] - r[0]) for r in rows) / top)
+                   for i in range(len(gs))))
+    err = [0.0] * len(gs)
+    for _ in range(150):
+        q = [f32(rng.gauss(0, 1)) for _ in range(256)]
+        k = [f32(x + rng.gauss(0, 0.3)) for x in q]
+        ref = math.fsum(x * y for x, y in zip(q, k))
+        for i, g in enumerate(gs):
+            err[i] = max(err[i], abs(grouped(q, k, g) - ref) * 13 / ref)
+    print("a logit of 13 over d = 256, its error, G = 1 2 4 8: " +
+          " ".join("%.2g" % e for e in err))
+
+
 if __name__ == "__main__":
-    main()
+    groups() if "--groups" in sys.argv[1:] else main()

@@ -277,7 +277,11 @@ template <int N, bool kSplit> struct Frag {
     }
 };
 
-/* c += a b with B registers j, j + 1 of b: one TF32 product, or (kSplit)
+/* t += a b with B registers j, j + 1 of b, no fp32 add (mma_into): one
+ * TF32 product, or the three of 3xTF32. Kernels that sum G k steps in one
+ * tile (kGroup) call it G times, then add the tile.
+ *
+ * c += a b with B registers j, j + 1 of b (mma): one TF32 product, or (kSplit)
  * the three of 3xTF32 (the small terms first) into a zeroed tile of their
  * own, added to c in fp32 (round to nearest). Each MMA's truncated sum is
  * then off by an ulp of this k step's partial sum, not of the accumulator,
@@ -288,19 +292,27 @@ template <int N, bool kSplit> struct Frag {
  * FADDs per three MMAs; ptxas spills 20-800 bytes in the 3xTF32 kernels
  * at d = 32-256 for them (none in the TF32 ones, which do not change). */
 template <bool kSplit, int NB>
+__device__ __forceinline__ void mma_into(float t[4], const Frag<4, kSplit> &a,
+                                         const Frag<NB, kSplit> &b, int j)
+{
+    if constexpr (kSplit) {
+        Mma<Tf32>::run(t, a.l, b.h[j], b.h[j + 1]);
+        Mma<Tf32>::run(t, a.h, b.l[j], b.l[j + 1]);
+    }
+    Mma<Tf32>::run(t, a.h, b.h[j], b.h[j + 1]);
+}
+template <bool kSplit, int NB>
 __device__ __forceinline__ void mma(float c[4], const Frag<4, kSplit> &a,
                                     const Frag<NB, kSplit> &b, int j)
 {
     if constexpr (kSplit) {
         float t[4] = {0.f, 0.f, 0.f, 0.f};
-        Mma<Tf32>::run(t, a.l, b.h[j], b.h[j + 1]);
-        Mma<Tf32>::run(t, a.h, b.l[j], b.l[j + 1]);
-        Mma<Tf32>::run(t, a.h, b.h[j], b.h[j + 1]);
+        mma_into(t, a, b, j);
 #pragma unroll
         for (int i = 0; i < 4; i++)
             c[i] += t[i];
     } else {
-        Mma<Tf32>::run(c, a.h, b.h[j], b.h[j + 1]);
+        mma_into(c, a, b, j);
     }
 }
 

@@ -65,12 +65,47 @@ template <int D, int BR, int DH, int NW = 4, bool kLo = false> struct BwdTile {
 
 /* c0 += A0 B0^T and, with kTwo, c1 += A1 B1^T, over the D contraction in
  * one k loop: A this warp's 16 rows (m0 ..) of a row-major [m][D] tile, B
- * the QT n8 tiles of an [n][D] tile (shared addresses). */
-template <bool kSplit, bool kTwo, int LD, int D, int QT, bool kBLo = false>
+ * the QT n8 tiles of an [n][D] tile (shared addresses). G > 1 (3xTF32,
+ * one product): G k steps summed in each tile before it is added, as in
+ * attn_tf32_fwd.cu. */
+template <bool kSplit, bool kTwo, int LD, int D, int QT, bool kBLo = false, int G = 1>
 __device__ __forceinline__ void nt_products(float (&c0)[QT][4], uint32_t a0, uint32_t b0,
                                             float (&c1)[QT][4], uint32_t a1, uint32_t b1, int m0,
                                             uint32_t b0l = 0)
 {
+    if constexpr (G > 1) {
+        static_assert(kSplit && !kTwo && (D / 8) % G == 0, "groups: 3xTF32, one product");
+#pragma unroll
+        for (int kg = 0; kg < D / 8; kg += G) {
+            Frag<4, true> fa[G];
+#pragma unroll
+            for (int u = 0; u < G; u++) {
+                lda_rows<LD>(fa[u].h, a0, m0, (kg + u) * 8);
+                fa[u].split();
+            }
+#pragma unroll
+            for (int n2 = 0; n2 < QT / 2; n2++) {
+                float t[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+                for (int u = 0; u < G; u++) {
+                    Frag<4, true> fb;
+                    ldb_rows<LD>(fb.h, b0, n2 * 16, (kg + u) * 8);
+                    if constexpr (kBLo)
+                        ldb_rows<LD>(fb.l, b0l, n2 * 16, (kg + u) * 8);
+                    else
+                        fb.split();
+                    mma_into(t[0], fa[u], fb, 0);
+                    mma_into(t[1], fa[u], fb, 2);
+                }
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    c0[2 * n2][e] += t[0][e];
+                    c0[2 * n2 + 1][e] += t[1][e];
+                }
+            }
+        }
+        return;
+    }
 #pragma unroll
     for (int kk = 0; kk < D / 8; kk++) {
         Frag<4, kSplit> fa0, fa1;
@@ -117,6 +152,8 @@ __global__ void __launch_bounds__(32 * NW) bwd_kernel(const AttnArgs a, const in
     constexpr int DT = DH / 8; /* n8 tiles of this launch's (warp's) d slice */
     constexpr bool kPair = Tile::kPair;
     static_assert(!kPair || DH * 2 == D, "pairs own halves of d");
+    /* 3xTF32 S^T and dP^T: k steps per tile (nt_products), 2 at d = 128 */
+    constexpr int kGroupS = kSplit && D == 128 ? 2 : kPair ? 2 : 1;
     extern __shared__ __align__(128) float smem_f[];
     float *Ks = smem_f, *Vs = Ks + Bc * LD, *Qs = Vs + Bc * LD, *dOs = Qs + Br * LD;
     float *Ql = dOs + Br * LD, *dOl = Ql + Br * LD; /* kLo only */
@@ -198,7 +235,8 @@ __global__ void __launch_bounds__(32 * NW) bwd_kernel(const AttnArgs a, const in
 #pragma unroll
             for (int i = 0; i < QT; i++)
                 x[i][0] = x[i][1] = x[i][2] = x[i][3] = 0.f;
-            nt_products<kSplit, false, LD, D>(x, half ? sV : sK, half ? sdO : sQ, x, 0, 0, kw * 16);
+            nt_products<kSplit, false, LD, D, QT, false, kSplit ? kGroupS : 1>(
+                x, half ? sV : sK, half ? sdO : sQ, x, 0, 0, kw * 16);
 #pragma unroll
             for (int qt = 0; qt < QT; qt++)
                 xch[(warp * QT + qt) * 32 + lane] = make_float4(x[qt][0], x[qt][1], x[qt][2], x[qt][3]);
@@ -217,8 +255,8 @@ __global__ void __launch_bounds__(32 * NW) bwd_kernel(const AttnArgs a, const in
             /* The next write of xch follows the next step's block barrier,
              * after both warps read it. */
         } else if constexpr (kSplit) {
-            nt_products<true, false, LD, D, QT, kLo>(s, sK, sQ, s, 0, 0, kw * 16, sQl);
-            nt_products<true, false, LD, D, QT, kLo>(dp, sV, sdO, dp, 0, 0, kw * 16, sdOl);
+            nt_products<true, false, LD, D, QT, kLo, kGroupS>(s, sK, sQ, s, 0, 0, kw * 16, sQl);
+            nt_products<true, false, LD, D, QT, kLo, kGroupS>(dp, sV, sdO, dp, 0, 0, kw * 16, sdOl);
         } else {
             nt_products<false, true, LD, D>(s, sK, sQ, dp, sV, sdO, kw * 16);
         }

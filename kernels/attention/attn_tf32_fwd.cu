@@ -77,6 +77,15 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
     constexpr int DO = Tile::kDO; /* this warp's columns of O, and of S's sum */
     constexpr int DT = DO / 8;    /* n8 tiles of O */
     static_assert(!kPair || MT == 1, "pairs hold one m-tile");
+    /* 3xTF32 sums G k steps in each zeroed tile before adding it in fp32
+     * (G = 1: mma), 1/G of the per-step tile's FADDs: 4 in the d = 256
+     * pairs, 2 at d = 128 (192 registers, no spills; 4 spilled 176-264
+     * bytes there, and 2 spilled at d = 32, 64). scripts/tf32x3-model.py
+     * --groups: the truncation error of one step per tile holds up to
+     * G = 4 (dK over 4097 rows, a logit of 13 over d = 256) and doubles
+     * at G = 8. */
+    constexpr int G = kPair ? 4 : kSplit && D == 128 ? 2 : 1;
+    static_assert((DO / 8) % G == 0 && NT % G == 0, "whole groups of k steps");
     constexpr int NTH = Tile::kThreads;
     extern __shared__ __align__(128) float smem_f[];
     float *Qs = smem_f, *Ks = Qs + Br * LD, *Vs = Ks + Bc * LD;
@@ -153,26 +162,51 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
             for (int i = 0; i < NT; i++)
                 s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
 #pragma unroll
-        for (int kk = 0; kk < DO / 8; kk++) {
-            Frag<4, kSplit> af[MT];
+        for (int kg = 0; kg < DO / 8; kg += G) {
+            Frag<4, kSplit> af[G][MT];
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                lda_rows<LD>(af[mt].h, sQ, (rw * MT + mt) * 16, d0 + kk * 8);
-                af[mt].split();
-            }
-#pragma unroll
-            for (int n2 = 0; n2 < NT / 2; n2++) {
-                Frag<4, kSplit> bf;
-                ldb_rows<LD>(bf.h, sK, n2 * 16, d0 + kk * 8);
-                if constexpr (kLo)
-                    ldb_rows<LD>(bf.l, sKl, n2 * 16, d0 + kk * 8);
-                else
-                    bf.split();
+            for (int u = 0; u < G; u++)
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    mma(s[mt][2 * n2], af[mt], bf, 0);
-                    mma(s[mt][2 * n2 + 1], af[mt], bf, 2);
+                    lda_rows<LD>(af[u][mt].h, sQ, (rw * MT + mt) * 16, d0 + (kg + u) * 8);
+                    af[u][mt].split();
                 }
+#pragma unroll
+            for (int n2 = 0; n2 < NT / 2; n2++) {
+                float t[MT][2][4]; /* 3xTF32: this group's sums */
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        t[mt][0][e] = t[mt][1][e] = 0.f;
+#pragma unroll
+                for (int u = 0; u < G; u++) {
+                    const int k0 = d0 + (kg + u) * 8;
+                    Frag<4, kSplit> bf;
+                    ldb_rows<LD>(bf.h, sK, n2 * 16, k0);
+                    if constexpr (kLo)
+                        ldb_rows<LD>(bf.l, sKl, n2 * 16, k0);
+                    else
+                        bf.split();
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        if constexpr (kSplit) {
+                            mma_into(t[mt][0], af[u][mt], bf, 0);
+                            mma_into(t[mt][1], af[u][mt], bf, 2);
+                        } else { /* TF32: straight into S */
+                            mma_into(s[mt][2 * n2], af[u][mt], bf, 0);
+                            mma_into(s[mt][2 * n2 + 1], af[u][mt], bf, 2);
+                        }
+                    }
+                }
+                if constexpr (kSplit)
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            s[mt][2 * n2][e] += t[mt][0][e];
+                            s[mt][2 * n2 + 1][e] += t[mt][1][e];
+                        }
             }
         }
         if constexpr (kPair) { /* S = this half's sum + the other's */
@@ -213,26 +247,46 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
         /* O += P V_j (Alg1 L.12): S's n8 tile kk is the pair-permuted A
          * fragment of k8 step kk. */
 #pragma unroll
-        for (int kk = 0; kk < NT; kk++) {
-            Frag<4, kSplit> pf[MT];
+        for (int kg = 0; kg < NT; kg += G) {
+            Frag<4, kSplit> pf[G][MT];
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-                pf[mt].from_acc(s[mt][kk]);
-#pragma unroll
-            for (int dt = 0; dt < DT; dt++) {
-                Frag<2, kSplit> bv;
-                if constexpr (kSplit) { /* fp32 rows, split as read */
-                    ldb_pairs<LD>(Vs, kk * 8, d0 + dt * 8, &bv.h[0], &bv.h[1]);
-                    if constexpr (kLo)
-                        ldb_pairs<LD>(Vl, kk * 8, d0 + dt * 8, &bv.l[0], &bv.l[1]);
-                    else
-                        bv.split();
-                } else {
-                    ldb_pairs_il<LD>(Vs, kk * 8, dt * 8, &bv.h[0], &bv.h[1]);
-                }
+            for (int u = 0; u < G; u++)
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
-                    mma(o[mt][dt], pf[mt], bv, 0);
+                    pf[u][mt].from_acc(s[mt][kg + u]);
+#pragma unroll
+            for (int dt = 0; dt < DT; dt++) {
+                float t[MT][4]; /* 3xTF32: this group's sums */
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+                    t[mt][0] = t[mt][1] = t[mt][2] = t[mt][3] = 0.f;
+#pragma unroll
+                for (int u = 0; u < G; u++) {
+                    const int kk = kg + u;
+                    Frag<2, kSplit> bv;
+                    if constexpr (kSplit) { /* fp32 rows, split as read */
+                        ldb_pairs<LD>(Vs, kk * 8, d0 + dt * 8, &bv.h[0], &bv.h[1]);
+                        if constexpr (kLo)
+                            ldb_pairs<LD>(Vl, kk * 8, d0 + dt * 8, &bv.l[0], &bv.l[1]);
+                        else
+                            bv.split();
+                    } else {
+                        ldb_pairs_il<LD>(Vs, kk * 8, dt * 8, &bv.h[0], &bv.h[1]);
+                    }
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        if constexpr (kSplit)
+                            mma_into(t[mt], pf[u][mt], bv, 0);
+                        else
+                            mma_into(o[mt][dt], pf[u][mt], bv, 0);
+                    }
+                }
+                if constexpr (kSplit)
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            o[mt][dt][e] += t[mt][e];
             }
         }
         __syncthreads(); /* every warp is done with V_j */
