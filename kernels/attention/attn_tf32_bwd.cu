@@ -104,34 +104,34 @@ __device__ __forceinline__ void nt_products(float (&c0)[QT][4], uint32_t a0, uin
                 }
             }
         }
-        return;
-    }
+    } else {
 #pragma unroll
-    for (int kk = 0; kk < D / 8; kk++) {
-        Frag<4, kSplit> fa0, fa1;
-        lda_rows<LD>(fa0.h, a0, m0, kk * 8);
-        fa0.split();
-        if constexpr (kTwo) {
-            lda_rows<LD>(fa1.h, a1, m0, kk * 8);
-            fa1.split();
-        }
-#pragma unroll
-        for (int n2 = 0; n2 < QT / 2; n2++) {
-            Frag<4, kSplit> fb0, fb1;
-            ldb_rows<LD>(fb0.h, b0, n2 * 16, kk * 8);
-            if constexpr (kBLo) /* B's split made once, in shared memory */
-                ldb_rows<LD>(fb0.l, b0l, n2 * 16, kk * 8);
-            else
-                fb0.split();
+        for (int kk = 0; kk < D / 8; kk++) {
+            Frag<4, kSplit> fa0, fa1;
+            lda_rows<LD>(fa0.h, a0, m0, kk * 8);
+            fa0.split();
             if constexpr (kTwo) {
-                ldb_rows<LD>(fb1.h, b1, n2 * 16, kk * 8);
-                fb1.split();
+                lda_rows<LD>(fa1.h, a1, m0, kk * 8);
+                fa1.split();
             }
-            mma(c0[2 * n2], fa0, fb0, 0);
-            mma(c0[2 * n2 + 1], fa0, fb0, 2);
-            if constexpr (kTwo) {
-                mma(c1[2 * n2], fa1, fb1, 0);
-                mma(c1[2 * n2 + 1], fa1, fb1, 2);
+#pragma unroll
+            for (int n2 = 0; n2 < QT / 2; n2++) {
+                Frag<4, kSplit> fb0, fb1;
+                ldb_rows<LD>(fb0.h, b0, n2 * 16, kk * 8);
+                if constexpr (kBLo) /* B's split made once, in shared memory */
+                    ldb_rows<LD>(fb0.l, b0l, n2 * 16, kk * 8);
+                else
+                    fb0.split();
+                if constexpr (kTwo) {
+                    ldb_rows<LD>(fb1.h, b1, n2 * 16, kk * 8);
+                    fb1.split();
+                }
+                mma(c0[2 * n2], fa0, fb0, 0);
+                mma(c0[2 * n2 + 1], fa0, fb0, 2);
+                if constexpr (kTwo) {
+                    mma(c1[2 * n2], fa1, fb1, 0);
+                    mma(c1[2 * n2 + 1], fa1, fb1, 2);
+                }
             }
         }
     }
