@@ -270,56 +270,82 @@ __global__ void __launch_bounds__(32 * NW) bwd_kernel(const AttnArgs a, const in
         const float slope = kMasked && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
         uint32_t keep = 0; /* bwd_dropout_bits of the current 16 queries */
         static_assert(QT % 2 == 0, "dropout draws 16 queries at a time");
+        /* 3xTF32 at d = 128 and in pairs: GV query slices (k steps of dV,
+         * dK) per tile, as nt_products' groups. */
+        constexpr int GV = kSplit ? kGroupS : 1;
+        static_assert(QT % GV == 0 && (GV == 1 || GV == 2), "whole groups of slices");
 #pragma unroll
-        for (int qt = 0; qt < QT; qt++) {
-            float p[4], ds[4];
-            /* Alg4 L.15: the keep bits of 16 queries, drawn at even qt */
-            if (kDropout && !(qt & 1)) /* without dropout: all kept, z = 1 */
-                keep = a.dropout ? bwd_dropout_bits(a, bh, i0 + 8 * qt, j0 + 16 * kw, g, t4)
-                                 : ~0u;
-            const float2 L = *reinterpret_cast<const float2 *>(lse2_s + 8 * qt + 2 * t4);
-            const float2 Dq = *reinterpret_cast<const float2 *>(D_s + 8 * qt + 2 * t4);
+        for (int qg = 0; qg < QT; qg += GV) {
+            Frag<4, kSplit> pf[GV], sf[GV];
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int qi = 8 * qt + 2 * t4 + (e & 1);
-                bwd_elem<true, kMasked, kDropout>(
-                    a, mk, s[qt][e], dp[qt][e], (e & 1) ? L.y : L.x, (e & 1) ? Dq.y : Dq.x, qi,
-                    e >> 1, i0 + qi, j0 + 16 * kw + g + 8 * (e >> 1), slope, scale_log2,
-                    (keep >> (4 * (qt & 1) + e)) & 1u, 0.f, false, &p[e], &ds[e]);
-            }
-            Frag<4, kSplit> pf, sf;
-            pf.from_acc(p);
-            sf.from_acc(ds);
-            /* dS^T to shared memory for dQ, [key][query]: rounded (TF32),
-             * or fp32 to be split when read (3xTF32). */
-            float *d0 = dST + (16 * kw + g) * LDS + 8 * qt + 2 * t4;
-            if (kPair && half) {
-                /* the pair's first warp writes the same dS^T */
-            } else if constexpr (kSplit) {
-                *reinterpret_cast<float2 *>(d0) = make_float2(ds[0], ds[1]);
-                *reinterpret_cast<float2 *>(d0 + 8 * LDS) = make_float2(ds[2], ds[3]);
-            } else {
-                *reinterpret_cast<float2 *>(d0) =
-                    make_float2(__uint_as_float(sf.h[0]), __uint_as_float(sf.h[2]));
-                *reinterpret_cast<float2 *>(d0 + 8 * LDS) =
-                    make_float2(__uint_as_float(sf.h[1]), __uint_as_float(sf.h[3]));
+            for (int u = 0; u < GV; u++) {
+                const int qt = qg + u;
+                float p[4], ds[4];
+                /* Alg4 L.15: the keep bits of 16 queries, drawn at even qt */
+                if (kDropout && !(qt & 1)) /* without dropout: all kept, z = 1 */
+                    keep = a.dropout ? bwd_dropout_bits(a, bh, i0 + 8 * qt, j0 + 16 * kw, g, t4)
+                                     : ~0u;
+                const float2 L = *reinterpret_cast<const float2 *>(lse2_s + 8 * qt + 2 * t4);
+                const float2 Dq = *reinterpret_cast<const float2 *>(D_s + 8 * qt + 2 * t4);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int qi = 8 * qt + 2 * t4 + (e & 1);
+                    bwd_elem<true, kMasked, kDropout>(
+                        a, mk, s[qt][e], dp[qt][e], (e & 1) ? L.y : L.x, (e & 1) ? Dq.y : Dq.x,
+                        qi, e >> 1, i0 + qi, j0 + 16 * kw + g + 8 * (e >> 1), slope,
+                        scale_log2, (keep >> (4 * (qt & 1) + e)) & 1u, 0.f, false, &p[e],
+                        &ds[e]);
+                }
+                pf[u].from_acc(p);
+                sf[u].from_acc(ds);
+                /* dS^T to shared memory for dQ, [key][query]: rounded
+                 * (TF32), or fp32 to be split when read (3xTF32). */
+                float *d0 = dST + (16 * kw + g) * LDS + 8 * qt + 2 * t4;
+                if (kPair && half) {
+                    /* the pair's first warp writes the same dS^T */
+                } else if constexpr (kSplit) {
+                    *reinterpret_cast<float2 *>(d0) = make_float2(ds[0], ds[1]);
+                    *reinterpret_cast<float2 *>(d0 + 8 * LDS) = make_float2(ds[2], ds[3]);
+                } else {
+                    *reinterpret_cast<float2 *>(d0) =
+                        make_float2(__uint_as_float(sf[u].h[0]), __uint_as_float(sf[u].h[2]));
+                    *reinterpret_cast<float2 *>(d0 + 8 * LDS) =
+                        make_float2(__uint_as_float(sf[u].h[1]), __uint_as_float(sf[u].h[3]));
+                }
             }
             /* dV += (P^T Z) dO_i (Alg4 L.17), dK += dS^T Q_i (L.23). */
 #pragma unroll
             for (int dt = 0; dt < DT; dt++) {
-                Frag<2, kSplit> bf;
-                ldb_pairs<LD>(dOs, 8 * qt, dbase + dt * 8, &bf.h[0], &bf.h[1]);
-                if constexpr (kLo)
-                    ldb_pairs<LD>(dOl, 8 * qt, dbase + dt * 8, &bf.l[0], &bf.l[1]);
-                else
-                    bf.split();
-                mma(dv[dt], pf, bf, 0);
-                ldb_pairs<LD>(Qs, 8 * qt, dbase + dt * 8, &bf.h[0], &bf.h[1]);
-                if constexpr (kLo)
-                    ldb_pairs<LD>(Ql, 8 * qt, dbase + dt * 8, &bf.l[0], &bf.l[1]);
-                else
-                    bf.split();
-                mma(dk[dt], sf, bf, 0);
+                float tv[4] = {0.f, 0.f, 0.f, 0.f}, tk[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                for (int u = 0; u < GV; u++) {
+                    const int qt = qg + u;
+                    Frag<2, kSplit> bf;
+                    ldb_pairs<LD>(dOs, 8 * qt, dbase + dt * 8, &bf.h[0], &bf.h[1]);
+                    if constexpr (kLo)
+                        ldb_pairs<LD>(dOl, 8 * qt, dbase + dt * 8, &bf.l[0], &bf.l[1]);
+                    else
+                        bf.split();
+                    if constexpr (GV > 1)
+                        mma_into(tv, pf[u], bf, 0);
+                    else
+                        mma(dv[dt], pf[u], bf, 0);
+                    ldb_pairs<LD>(Qs, 8 * qt, dbase + dt * 8, &bf.h[0], &bf.h[1]);
+                    if constexpr (kLo)
+                        ldb_pairs<LD>(Ql, 8 * qt, dbase + dt * 8, &bf.l[0], &bf.l[1]);
+                    else
+                        bf.split();
+                    if constexpr (GV > 1)
+                        mma_into(tk, sf[u], bf, 0);
+                    else
+                        mma(dk[dt], sf[u], bf, 0);
+                }
+                if constexpr (GV > 1)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        dv[dt][e] += tv[e];
+                        dk[dt][e] += tk[e];
+                    }
             }
         }
         __syncthreads(); /* dS^T complete in shared memory */
