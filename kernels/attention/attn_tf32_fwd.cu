@@ -46,7 +46,8 @@ namespace tf32 {
  * d, they add each other's partial S through shared memory (kXchg
  * floats; a + b = b + a, so both hold the same S), and each keeps O of
  * its half, 64 registers instead of 128 (no spills); 64 rows and 211 KiB
- * a block. FG_ATTN_TF32_PAIR=0 keeps the unpaired kernel. */
+ * a block, for masked work (causal, the variants). FG_ATTN_TF32_PAIR=0
+ * keeps the unpaired kernel. */
 template <int D, int NW = 4, bool kLo = false> struct FwdTile {
     static constexpr bool kPair = kLo && D == 256 && NW == 8;
     static constexpr int kRowWarps = kPair ? NW / 2 : NW; /* warps on distinct rows */
@@ -360,7 +361,12 @@ fg_status attn_tf32_fwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, b
         };
         if constexpr (D == 256 && tf32::kHaveSplit) {
             using Pair = tf32::FwdTile<D, 8, true>;
-            if (split && Pair::kSmem <= smem_limit && !env_is("FG_ATTN_TF32_PAIR", "0")) {
+            /* Pairs for masked work only: on an H200 (N 4k) they won causal
+             * (36.7 against 34.0-34.3 TFLOP/s) and lost unmasked (38.5-38.7
+             * against the 8-warp kernel's 39.4, session 42). */
+            const bool masked = a.causal || a.variant;
+            if (split && masked && Pair::kSmem <= smem_limit &&
+                !env_is("FG_ATTN_TF32_PAIR", "0")) {
                 *ran = true;
                 return tf32::launch<D, 8, true, true>(a, st);
             }
