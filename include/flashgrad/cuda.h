@@ -42,7 +42,8 @@ FG_API fg_status fg_cuda_set_allow_tf32(int allow);
 /* Lets fp32 attention (fg_attention_forward/backward on CUDA) run on TF32
  * tensor cores: Q, K, V, dO and the intermediate P and dS are rounded to
  * a 10-bit mantissa before each product (fp32 accumulation), instead of
- * strict fp32 on SIMT kernels (the default), at an error of about 2^-11
+ * strict fp32 (the default: 3xTF32 on the same tensor cores, or SIMT
+ * kernels, attention.h), at an error of about 2^-11
  * relative per product term (attention.h states the bound).
  * Process-wide, off by default, and separate from fg_cuda_set_allow_tf32
  * (like PyTorch's cudnn.allow_tf32 next to matmul.allow_tf32). Takes
