@@ -15,7 +15,9 @@
  *    fp32 2e-5;
  *  - checkpoints: save after two steps, load into a fresh model and fg_dp,
  *    one more step on both gives the same bits (full and ZeRO-1);
- *  - overlap: with several buckets, some start inside the backward. */
+ *  - overlap: with several buckets, some start inside the backward;
+ *  - loss scaling: fg_dp_train_step_scaled with power-of-two scales gives
+ *    the plain step's bits, every configuration. */
 #include "dist_util.h"
 
 enum { STEPS = 3, B = 3 };
@@ -105,6 +107,7 @@ static void run(fg_comm *c, const run_cfg *rc)
     const int64_t *yr = y + (int64_t)fgd_rank * A * B * T;
 
     fg_gpt *m = model(rc->dt), *micro = model(rc->dt), *big = model(rc->dt);
+    fg_gpt *sm = model(rc->dt); /* the loss-scaled step's */
     fg_dp_config dc;
     fg_dp_config_init(&dc);
     dc.zero1 = rc->zero1;
@@ -113,22 +116,33 @@ static void run(fg_comm *c, const run_cfg *rc)
     dc.adamw.lr = 1e-3;
     int n;
     const fg_param *ps = fg_gpt_params(m, &n);
-    fg_dp *dp = NULL;
+    fg_dp *dp = NULL, *dps = NULL;
     FGD_OK(fg_dp_create(c, ps, n, &dc, &dp));
+    FGD_OK(fg_dp_create(c, fg_gpt_params(sm, &n), n, &dc, &dps));
+    fg_grad_scaler sc;
+    fg_grad_scaler_init(&sc);
+    sc.growth_interval = 1; /* a new power of two every step */
     fg_adamw *om = NULL, *ob = NULL;
     const fg_param *pm = fg_gpt_params(micro, &n);
     FGD_OK(fg_adamw_create(pm, n, &dc.adamw, &om));
     const fg_param *pg = fg_gpt_params(big, &n);
     FGD_OK(fg_adamw_create(pg, n, &dc.adamw, &ob));
-    fg_generator g1, g2, g3;
+    fg_generator g1, g2, g3, g4;
     fg_generator_init(&g1, 5);
-    g2 = g3 = g1;
+    g2 = g3 = g4 = g1;
     double loss_dp = 0, loss_ref = 0;
     for (int s = 0; s < STEPS; s++) {
         batch(s, rows, x, y);
         fg_step_stats st, sr;
         FGD_OK(fg_dp_train_step(dp, m, xr, yr, B, T, A, rc->clip, -1, &g1,
                                 NULL, &st));
+        fg_step_stats ss;
+        FGD_OK(fg_dp_train_step_scaled(dps, sm, xr, yr, B, T, A, rc->clip, -1,
+                                       &g4, NULL, &sc, &ss));
+        FGD_CHECK(ss.loss == st.loss && ss.grad_norm == st.grad_norm,
+                  "%s: loss-scaled step: loss %.17g vs %.17g, norm %.17g vs "
+                  "%.17g", rc->name, ss.loss, st.loss, ss.grad_norm,
+                  st.grad_norm);
         FGD_OK(fg_gpt_train_step(micro, om, x, y, B, T, N * A, rc->clip, -1,
                                  &g2, NULL, &sr));
         FGD_OK(fg_gpt_train_step(big, ob, x, y, rows, T, 1, rc->clip, -1, &g3,
@@ -140,6 +154,11 @@ static void run(fg_comm *c, const run_cfg *rc)
               "%s: loss %.9g vs %.9g", rc->name, loss_dp, loss_ref);
     check_close(m, micro, rc->dt, rc->bitwise, "N micro-batches", rc->name);
     check_close(m, big, rc->dt, 0, "one batch of N*B", rc->name);
+    /* power-of-two scales: the same bits as without */
+    check_close(sm, m, rc->dt, 1, "the loss-scaled step", rc->name);
+    FGD_CHECK(sc.scale == 65536.0 * (1 << STEPS) && sc.skipped == 0,
+              "%s: scale %g, %lld skipped", rc->name, sc.scale,
+              (long long)sc.skipped);
 
     fg_dp_stats ds;
     FGD_OK(fg_dp_get_stats(dp, &ds));
@@ -156,6 +175,8 @@ static void run(fg_comm *c, const run_cfg *rc)
                   (long long)ds.shard_elements,
                   (long long)fg_gpt_num_params(m));
     fg_dp_free(dp);
+    fg_dp_free(dps);
+    fg_gpt_free(sm);
     fg_adamw_free(om);
     fg_adamw_free(ob);
     fg_gpt_free(m);

@@ -808,19 +808,19 @@ END_TEST
  * fg_clip_grad_norm + fg_adamw_step on the GPU: the same norm, parameters
  * and moments bit for bit, clipping (max_norm 0.5), not clipping (1e9)
  * and measuring only (0); .grad stays unscaled on the fused path. */
-START_TEST(test_adamw_clip_fused)
+/* The fused-update tests' parameters: FFNP random tensors (fp32 and fp64,
+ * odd and even sizes), `copies` identical sets on the GPU, each with an
+ * AdamW of its own. */
+enum { FNP = 4 };
+static const int64_t flen[FNP] = {4097, 3, 2112, 130};
+static const fg_dtype fdts[FNP] = {FG_FP32, FG_FP32, FG_FP64, FG_FP32};
+static void param_copies(fgt_rng *r, int copies, fg_tensor *(*p)[FNP],
+                         fg_param (*par)[FNP], fg_adamw **o)
 {
-    enum { NP = 4 };
-    fgt_rng r = fgt_rng_for(0xc11f);
-    const int64_t len[NP] = {4097, 3, 2112, 130};
-    const fg_dtype dts[NP] = {FG_FP32, FG_FP32, FG_FP64, FG_FP32};
-    const double maxn[3] = {0.5, 1e9, 0};
-    fg_tensor *p[2][NP];
-    fg_param par[2][NP];
-    for (int i = 0; i < NP; i++) {
-        fg_tensor *c = fgt_rand(&r, dts[i], FG_SHAPE(len[i]), 1.0, 0.0, 0);
-        for (int f = 0; f < 2; f++) {
-            p[f][i] = to_dev(c, dts[i], 1);
+    for (int i = 0; i < FNP; i++) {
+        fg_tensor *c = fgt_rand(r, fdts[i], FG_SHAPE(flen[i]), 1.0, 0.0, 0);
+        for (int f = 0; f < copies; f++) {
+            p[f][i] = to_dev(c, fdts[i], 1);
             memset(&par[f][i], 0, sizeof par[f][i]);
             par[f][i].tensor = p[f][i];
             par[f][i].decay = i % 2;
@@ -829,13 +829,22 @@ START_TEST(test_adamw_clip_fused)
     }
     fg_adamw_config oc;
     fg_adamw_config_init(&oc);
+    for (int f = 0; f < copies; f++)
+        FGT_OK(fg_adamw_create(par[f], FNP, &oc, &o[f]));
+}
+
+START_TEST(test_adamw_clip_fused)
+{
+    fgt_rng r = fgt_rng_for(0xc11f);
+    const double maxn[3] = {0.5, 1e9, 0};
+    fg_tensor *p[2][FNP];
+    fg_param par[2][FNP];
     fg_adamw *o[2] = {NULL, NULL};
-    for (int f = 0; f < 2; f++)
-        FGT_OK(fg_adamw_create(par[f], NP, &oc, &o[f]));
+    param_copies(&r, 2, p, par, o);
     for (int step = 0; step < 3; step++) {
-        for (int i = 0; i < NP; i++) {
-            fg_tensor *uc = fgt_rand(&r, dts[i], FG_SHAPE(len[i]), 1.0, 0.0, 0);
-            fg_tensor *u = to_dev(uc, dts[i], 0), *pu = NULL, *l = NULL;
+        for (int i = 0; i < FNP; i++) {
+            fg_tensor *uc = fgt_rand(&r, fdts[i], FG_SHAPE(flen[i]), 1.0, 0.0, 0);
+            fg_tensor *u = to_dev(uc, fdts[i], 0), *pu = NULL, *l = NULL;
             for (int f = 0; f < 2; f++) {
                 FGT_OK(fg_mul(p[f][i], u, &pu));
                 FGT_OK(fg_sum(pu, NULL, 0, 0, &l));
@@ -847,19 +856,19 @@ START_TEST(test_adamw_clip_fused)
             fg_tensor_free(uc);
         }
         double *g0 = fgt_host(fg_tensor_grad(p[1][0])), na = -1, nb = -2;
-        FGT_OK(fg_clip_grad_norm(par[0], NP, maxn[step], &na));
+        FGT_OK(fg_clip_grad_norm(par[0], FNP, maxn[step], &na));
         FGT_OK(fg_adamw_step(o[0], 1e-2));
         FGT_OK(fg_adamw_step_clip(o[1], 1e-2, maxn[step], &nb));
         ck_assert_msg(memcmp(&na, &nb, sizeof na) == 0,
                       "step %d: norm %.17g, fused %.17g", step, na, nb);
         double *g1 = fgt_host(fg_tensor_grad(p[1][0]));
-        ck_assert(memcmp(g0, g1, sizeof(double) * (size_t)len[0]) == 0);
+        ck_assert(memcmp(g0, g1, sizeof(double) * (size_t)flen[0]) == 0);
         free(g0);
         free(g1);
         for (int f = 0; f < 2; f++)
-            FGT_OK(fg_zero_grad(p[f], NP));
+            FGT_OK(fg_zero_grad(p[f], FNP));
     }
-    for (int i = 0; i < NP; i++) {
+    for (int i = 0; i < FNP; i++) {
         fg_tensor *st[2][3];
         for (int f = 0; f < 2; f++) {
             st[f][0] = p[f][i];
@@ -867,7 +876,7 @@ START_TEST(test_adamw_clip_fused)
         }
         for (int w = 0; w < 3; w++) {
             double *a = fgt_host(st[0][w]), *b = fgt_host(st[1][w]);
-            ck_assert_msg(memcmp(a, b, sizeof(double) * (size_t)len[i]) == 0,
+            ck_assert_msg(memcmp(a, b, sizeof(double) * (size_t)flen[i]) == 0,
                           "param %d, tensor %d: fused differs", i, w);
             free(a);
             free(b);
@@ -875,7 +884,116 @@ START_TEST(test_adamw_clip_fused)
     }
     for (int f = 0; f < 2; f++) {
         fg_adamw_free(o[f]);
-        fgt_free_all(p[f], NP);
+        fgt_free_all(p[f], FNP);
+    }
+}
+END_TEST
+
+/* Loss scaling on the GPU: gradients of loss * 2^(10 + step) through
+ * fg_adamw_step_unscale (the unscale folded into the fused update) give
+ * the unscaled step's norm, parameters and moments bit for bit (clipping,
+ * not clipping, measuring only); fg_grad_scaler_unscale (the clip
+ * kernels) likewise against fg_clip_grad_norm; gradients that hold an inf
+ * skip the step: nothing changes, the step count included, and the
+ * gradients are left as they were. */
+static void scaled_backward(fg_tensor *p, fg_tensor *u, double scale)
+{
+    fg_tensor *pu = NULL, *l = NULL, *ls = NULL;
+    FGT_OK(fg_mul(p, u, &pu));
+    FGT_OK(fg_sum(pu, NULL, 0, 0, &l));
+    FGT_OK(fg_scale(l, scale, &ls));
+    FGT_OK(fg_backward(ls));
+    fg_tensor_free(pu);
+    fg_tensor_free(l);
+    fg_tensor_free(ls);
+}
+
+START_TEST(test_adamw_unscale_fused)
+{
+    enum { F = 3 }; /* plain, fused unscale, unscale + step */
+    fgt_rng r = fgt_rng_for(0x5ca1e);
+    const double maxn[3] = {0.5, 1e9, 0};
+    fg_tensor *p[F][FNP];
+    fg_param par[F][FNP];
+    fg_adamw *o[F] = {NULL, NULL, NULL};
+    param_copies(&r, F, p, par, o);
+    fg_grad_scaler sc;
+    fg_grad_scaler_init(&sc);
+    for (int step = 0; step < 4; step++) {
+        /* the last step's scale overflows every gradient to inf */
+        const double scale = step < 3 ? ldexp(1, 10 + step) : INFINITY;
+        sc.scale = step < 3 ? scale : 1; /* for fg_grad_scaler_unscale */
+        for (int i = 0; i < FNP; i++) {
+            fg_tensor *uc = fgt_rand(&r, fdts[i], FG_SHAPE(flen[i]), 1.0, 0.0, 0);
+            fg_tensor *u = to_dev(uc, fdts[i], 0);
+            for (int f = 0; f < F; f++)
+                scaled_backward(p[f][i], u, f ? scale : 1.0);
+            fg_tensor_free(u);
+            fg_tensor_free(uc);
+        }
+        if (step == 3) {
+            double *before[F][FNP];
+            for (int f = 1; f < F; f++)
+                for (int i = 0; i < FNP; i++)
+                    before[f][i] = fgt_host(p[f][i]);
+            double *g_before = fgt_host(fg_tensor_grad(p[2][0])), nb = 0;
+            int skipped = 0, inf = 0;
+            const int64_t t = fg_adamw_steps(o[1]);
+            FGT_OK(fg_adamw_step_unscale(o[1], 1e-2, 0.5, 1.0 / scale, &nb,
+                                         &skipped));
+            ck_assert(skipped && !isfinite(nb));
+            ck_assert_int_eq(fg_adamw_steps(o[1]), t);
+            FGT_OK(fg_grad_scaler_unscale(&sc, par[2], FNP, 0.5, &nb, &inf));
+            ck_assert(inf && !isfinite(nb));
+            double *g_after = fgt_host(fg_tensor_grad(p[2][0]));
+            ck_assert(!memcmp(g_before, g_after,
+                              sizeof(double) * (size_t)flen[0]));
+            free(g_before);
+            free(g_after);
+            for (int f = 1; f < F; f++)
+                for (int i = 0; i < FNP; i++) {
+                    double *now = fgt_host(p[f][i]);
+                    ck_assert(!memcmp(now, before[f][i],
+                                      sizeof(double) * (size_t)flen[i]));
+                    free(now);
+                    free(before[f][i]);
+                }
+            break;
+        }
+        double na = -1, nb = -2, nc = -3;
+        int skipped = 1, inf = 1;
+        FGT_OK(fg_adamw_step_clip(o[0], 1e-2, maxn[step], &na));
+        FGT_OK(fg_adamw_step_unscale(o[1], 1e-2, maxn[step], 1.0 / scale,
+                                     &nb, &skipped));
+        FGT_OK(fg_grad_scaler_unscale(&sc, par[2], FNP, maxn[step], &nc,
+                                      &inf));
+        FGT_OK(fg_adamw_step(o[2], 1e-2));
+        ck_assert(!skipped && !inf);
+        ck_assert_msg(na == nb && na == nc, "step %d: norm %.17g, fused "
+                      "unscale %.17g, unscale %.17g", step, na, nb, nc);
+        for (int f = 0; f < F; f++)
+            FGT_OK(fg_zero_grad(p[f], FNP));
+    }
+    for (int i = 0; i < FNP; i++) {
+        fg_tensor *st[F][3];
+        for (int f = 0; f < F; f++) {
+            st[f][0] = p[f][i];
+            FGT_OK(fg_adamw_state(o[f], i, &st[f][1], &st[f][2]));
+        }
+        for (int w = 0; w < 3; w++) {
+            double *a = fgt_host(st[0][w]);
+            for (int f = 1; f < F; f++) {
+                double *b = fgt_host(st[f][w]);
+                ck_assert_msg(!memcmp(a, b, sizeof(double) * (size_t)flen[i]),
+                              "param %d, tensor %d: path %d differs", i, w, f);
+                free(b);
+            }
+            free(a);
+        }
+    }
+    for (int f = 0; f < F; f++) {
+        fg_adamw_free(o[f]);
+        fgt_free_all(p[f], FNP);
     }
 }
 END_TEST
@@ -902,6 +1020,7 @@ int main(void)
     tcase_add_test(tc, test_adamw_writes_copies);
     tcase_add_test(tc, test_adamw_matches_cpu);
     tcase_add_test(tc, test_adamw_clip_fused);
+    tcase_add_test(tc, test_adamw_unscale_fused);
     tcase_add_loop_test(tc, test_linear_epilogue, 0, 2);
     tcase_add_test(tc, test_linear_bgrad_accumulates);
     tcase_add_loop_test(tc, test_mlp_epilogues, 0, 2);

@@ -149,6 +149,19 @@ check "... gives the same losses and gradient norms" eval \
 t "--profile-steps past the end: the steps there are" 0 "^profile of steps 2\.\.3 " \
     "${TEXT[@]}" --steps 3 --profile-steps 10 --out-dir runp2
 
+# ---- loss scaling: fp16 needs a GPU; on fp32 a power-of-two scale changes no bit
+t "--dtype fp16 needs cuda" 2 "--dtype fp16 needs --device cuda" "${TEXT[@]}" \
+    --device cpu --dtype fp16
+t "bad --loss-scale" 2 "--loss-scale" "${TEXT[@]}" --loss-scale -1
+t "--loss-scale on fp32" 0 "\| loss scale 1024 \(0 skipped\) \|" "${TEXT[@]}" \
+    --steps 6 --print-interval 2 --dropout 0.1 --loss-scale 1024 --out-dir runls
+check "... gives the unscaled run's losses and gradient norms" eval \
+    'test "$(cut -d, -f1-5 runls/log.csv)" = "$(cut -d, -f1-5 runp0/log.csv)"'
+check "... and its checkpoint keeps the scaler (scale, good steps, skipped)" \
+    grep -aq "^@loss-scale 0x1p+10 6 0$" runls/last.ckpt
+t "... which a resumed run takes up" 0 "^step +8/8 .*\| loss scale 1024 \(0 skipped\) \|" \
+    --resume runls/last.ckpt --steps 8
+
 # ---- attention variants: window, ALiBi (no learned positions), softcap ------
 t "attention variants train" 0 "^final: train loss" "${TEXT[@]}" --steps 6 \
     --window 4 --alibi 1 --softcap 5 --out-dir runv

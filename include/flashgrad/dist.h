@@ -283,6 +283,18 @@ FG_API fg_status fg_dp_train_step(fg_dp *dp, const fg_gpt *m,
                                   double clip, double lr, fg_generator *rng,
                                   fg_arena *arena, fg_step_stats *stats);
 
+/* fg_dp_train_step with loss scaling (optim.h's fg_gpt_train_step_scaled):
+ * the decision to skip is taken on the global norm, so every rank skips
+ * the same steps and their scalers stay equal. scale NULL: exactly
+ * fg_dp_train_step. */
+FG_API fg_status fg_dp_train_step_scaled(fg_dp *dp, const fg_gpt *m,
+                                         const int64_t *x, const int64_t *y,
+                                         int64_t B, int64_t T, int accum,
+                                         double clip, double lr,
+                                         fg_generator *rng, fg_arena *arena,
+                                         fg_grad_scaler *scale,
+                                         fg_step_stats *stats);
+
 /* Flags (bits 0-7) this rank hands to the next fg_dp_train_step, which
  * reduces them with its loss (no collective or host synchronisation of
  * their own) and then clears them; fg_dp_flags returns the OR over every

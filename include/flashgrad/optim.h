@@ -86,6 +86,70 @@ FG_API fg_status fg_gpt_train_step(const fg_gpt *m, fg_adamw *opt,
                                    double clip, double lr, fg_generator *rng,
                                    fg_arena *arena, fg_step_stats *stats);
 
+/* ---- loss scaling (fp16 training) -------------------------------------------
+ * fp16's smallest normal is 2^-14: small gradients of an fp16 autocast
+ * region (fg_autocast_begin(FG_FP16)) underflow to zero. Like PyTorch's
+ * GradScaler, the loss is multiplied by `scale` before the backward, the
+ * gradients are divided by it before clipping and the update, and a step
+ * whose gradients hold an inf or NaN (the scale was too large) is skipped:
+ * parameters, moments and the optimizer's step count stay as they were,
+ * and the scale is multiplied by backoff_factor. After growth_interval
+ * steps in a row without one, the scale is multiplied by growth_factor.
+ * With a power-of-two scale and no overflow or underflow the gradients
+ * after the division are those of the unscaled loss bit for bit (fp32 /
+ * fp64 parameters' gradients). bf16 has fp32's range and needs none.
+ *
+ *     fg_grad_scaler sc;
+ *     fg_grad_scaler_init(&sc);                    // 2^16, x2 / 2000, x0.5
+ *     for (step ...) {
+ *         fg_gpt_train_step_scaled(m, opt, ..., &sc, &stats);
+ *         // stats.grad_norm is not finite where the step was skipped
+ *     }
+ * or, in a loop of one's own: backward of fg_scale(loss, sc.scale), then
+ * fg_grad_scaler_unscale(&sc, params, n, clip, &norm, &found_inf), then
+ * fg_adamw_step unless found_inf, then fg_grad_scaler_update(&sc,
+ * found_inf). */
+typedef struct fg_grad_scaler {
+    double scale;            /* multiplies the loss; 65536 (2^16) */
+    double growth_factor;    /* 2 */
+    double backoff_factor;   /* 0.5 */
+    int64_t growth_interval; /* 2000 */
+    int64_t good_steps;      /* finite steps since the scale last changed */
+    int64_t skipped;         /* steps skipped so far */
+} fg_grad_scaler;
+FG_API void fg_grad_scaler_init(fg_grad_scaler *s);
+/* After a step: found_inf 1 backs the scale off (and counts a skipped
+ * step), 0 counts a good step and grows the scale every growth_interval
+ * of them. FG_ERR_INVALID_ARGUMENT for NULL or a scaler whose fields are
+ * out of range (scale not finite and > 0, growth_factor < 1,
+ * backoff_factor not in (0, 1), growth_interval < 1); the scale stays
+ * within [2^-24, 2^64]. */
+FG_API fg_status fg_grad_scaler_update(fg_grad_scaler *s, int found_inf);
+/* The gradients of the n parameters (fp32/fp64, one device) hold
+ * s->scale times the true gradients: *norm = their global L2 norm
+ * divided by s->scale. If that is not finite, *found_inf = 1 and the
+ * gradients are left as they are; else *found_inf = 0 and every gradient
+ * is multiplied by 1 / s->scale, and by max_norm / (*norm + 1e-6) too when
+ * max_norm > 0 and *norm exceeds it (fg_clip_grad_norm's clipping). The
+ * scaler itself is not changed: see fg_grad_scaler_update. */
+FG_API fg_status fg_grad_scaler_unscale(const fg_grad_scaler *s,
+                                        const fg_param *params, int n,
+                                        double max_norm, double *norm,
+                                        int *found_inf);
+/* fg_gpt_train_step with loss scaling: each micro-batch's backward runs on
+ * loss * scale->scale / accum; the step is skipped (the gradients zeroed,
+ * nothing else changed) when they hold an inf or NaN, and
+ * fg_grad_scaler_update follows either way. stats->grad_norm is the
+ * unscaled norm, or not finite for a skipped step. scale NULL: exactly
+ * fg_gpt_train_step. */
+FG_API fg_status fg_gpt_train_step_scaled(const fg_gpt *m, fg_adamw *opt,
+                                          const int64_t *x, const int64_t *y,
+                                          int64_t B, int64_t T, int accum,
+                                          double clip, double lr,
+                                          fg_generator *rng, fg_arena *arena,
+                                          fg_grad_scaler *scale,
+                                          fg_step_stats *stats);
+
 /* ---- learning-rate schedule ------------------------------------------------ */
 
 /* Linear warmup from 0 to lr over `warmup` steps, then cosine decay to

@@ -54,7 +54,7 @@
 extern "C" {
 #endif
 
-#define FG_CUDA_BACKEND_ABI 5
+#define FG_CUDA_BACKEND_ABI 6
 #define FG_CUDA_BACKEND_NAME "libflashgrad-cuda.so"
 
 /* F(ret, name, params, args, fallback): an entry point returning a value;
@@ -241,12 +241,12 @@ extern "C" {
       (cache, ps, n, h), fg_cuda_backend_fail("fg_adamw_step"))                \
     F(fg_status, fg_cuda_adamw_step_clip,                                      \
       (fg_cuda_optim_cache * *cache, const fg_cuda_adamw_param *ps, int n,     \
-       const fg_cuda_adamw_hparams *h, double max_norm, double *norm),         \
-      (cache, ps, n, h, max_norm, norm),                                       \
+       const fg_cuda_adamw_hparams *h, const fg_cuda_clip *c, double *norm),   \
+      (cache, ps, n, h, c, norm),                                              \
       fg_cuda_backend_fail("fg_adamw_step"))                                   \
     F(fg_status, fg_cuda_clip_grad_norm,                                       \
-      (const fg_cuda_grad *gs, int n, double max_norm, double *norm),          \
-      (gs, n, max_norm, norm), fg_cuda_backend_fail("fg_clip_grad_norm"))    \
+      (const fg_cuda_grad *gs, int n, const fg_cuda_clip *c, double *norm),    \
+      (gs, n, c, norm), fg_cuda_backend_fail("fg_clip_grad_norm"))             \
     /* lib/dist/dist_internal.h */                                             \
     F(fg_status, fg_dist_cuda_copy4d,                                          \
       (void *dst, const int64_t dst_str[3], const void *src,                   \

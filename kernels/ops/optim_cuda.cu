@@ -240,6 +240,8 @@ __global__ void adamw_kernel(const Desc *descs, int n, Hp h)
     const long long begin = ((long long)blockIdx.x - d.chunk0) * kChunk;
     const long long end = begin + kChunk < d.numel ? begin + kChunk : d.numel;
     const double k = h.gscale ? *h.gscale : 1.0;
+    if (k == 0.0) /* a skipped step (finish_kernel): nothing changes */
+        return;
     if (d.dtype == FG_FP64)
         adamw_range<double>(d, begin, end, k, h);
     else
@@ -292,22 +294,26 @@ __global__ void sumsq_kernel(const Desc *descs, int n, double *partials)
         partials[blockIdx.x] = s;
 }
 
-/* out[0] = sqrt(sum of partials); out[1] = the clip factor (1: none), as
- * in lib/train/optim.c: max_norm / (norm + 1e-6) when max_norm > 0 and the norm
- * exceeds it. */
+/* out[0] = sqrt(sum of partials) * inv (the loss scale's inverse, 1
+ * without one); out[1] = the gradients' factor, as in lib/train/optim.c:
+ * inv times the clip factor max_norm / (norm + 1e-6) when max_norm > 0 and
+ * the norm exceeds it (1: none); 0 when skip is set and the norm is not
+ * finite (the step is skipped: nothing is scaled or updated). */
 __global__ void finish_kernel(const double *partials, long long np,
-                              double max_norm, double *out)
+                              double max_norm, double inv, int skip,
+                              double *out)
 {
     double acc = 0;
     for (long long i = threadIdx.x; i < np; i += blockDim.x)
         acc += partials[i];
     const double ss = block_sum(acc);
     if (threadIdx.x == 0) {
-        const double total = sqrt(ss);
+        const double total = sqrt(ss) * inv;
         out[0] = total;
-        out[1] = (max_norm > 0 && total > max_norm)
-                     ? max_norm / (total + 1e-6)
-                     : 1.0;
+        out[1] = skip && !isfinite(total) ? 0.0
+                 : inv * ((max_norm > 0 && total > max_norm)
+                              ? max_norm / (total + 1e-6)
+                              : 1.0);
     }
 }
 
@@ -321,7 +327,7 @@ __device__ void scale_range(T *g, long long begin, long long end, double k)
 __global__ void scale_kernel(const Desc *descs, int n, const double *out)
 {
     const double k = out[1];
-    if (k == 1.0) /* not clipping (the factor is < 1 whenever it clips) */
+    if (k == 1.0 || k == 0.0) /* not scaling, or a skipped step */
         return;
     __shared__ int s_i;
     if (threadIdx.x == 0)
@@ -378,7 +384,7 @@ extern "C" void fg_cuda_optim_cache_free(fg_cuda_optim_cache *c)
  * so both compute the norm with the same chunks and order: the same bits. */
 template <typename F>
 static fg_status norm_then(const Desc *table, int k, long long chunks,
-                           double max_norm, const char *what, F then,
+                           const fg_cuda_clip &c, const char *what, F then,
                            double *norm)
 {
     const size_t bytes = ((size_t)chunks + 2) * sizeof(double);
@@ -389,8 +395,9 @@ static fg_status norm_then(const Desc *table, int k, long long chunks,
     sumsq_kernel<<<(unsigned)chunks, kBlock, 0, st>>>(table, k, partials);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) {
-        finish_kernel<<<1, kFinishBlock, 0, st>>>(partials, chunks, max_norm,
-                                                  out);
+        finish_kernel<<<1, kFinishBlock, 0, st>>>(partials, chunks,
+                                                  c.max_norm, c.inv_scale,
+                                                  c.skip_nonfinite, out);
         e = cudaGetLastError();
     }
     if (e == cudaSuccess)
@@ -489,8 +496,11 @@ extern "C" fg_status fg_cuda_adamw_step_clip(fg_cuda_optim_cache **cache,
                                              const fg_cuda_adamw_param *ps,
                                              int n,
                                              const fg_cuda_adamw_hparams *h,
-                                             double max_norm, double *norm)
+                                             const fg_cuda_clip *c,
+                                             double *norm)
 {
+    if (!c)
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL clip");
     int k = 0;
     long long chunks = 0;
     Hp hp;
@@ -505,7 +515,7 @@ extern "C" fg_status fg_cuda_adamw_step_clip(fg_cuda_optim_cache **cache,
      * the same bits; the update reads the factor from the device. */
     const Desc *table = (const Desc *)(*cache)->dev;
     return norm_then(
-        table, k, chunks, max_norm, "adamw_step_clip kernels",
+        table, k, chunks, *c, "adamw_step_clip kernels",
         [&](double *out) {
             hp.gscale = out + 1;
             adamw_kernel<<<(unsigned)chunks, kBlock, 0, fg_cuda_stream()>>>(
@@ -516,9 +526,10 @@ extern "C" fg_status fg_cuda_adamw_step_clip(fg_cuda_optim_cache **cache,
 }
 
 extern "C" fg_status fg_cuda_clip_grad_norm(const fg_cuda_grad *gs, int n,
-                                            double max_norm, double *norm)
+                                            const fg_cuda_clip *c,
+                                            double *norm)
 {
-    if (n < 0 || (n > 0 && !gs))
+    if (n < 0 || (n > 0 && !gs) || !c)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "bad arguments");
     Desc *d = (Desc *)calloc(n > 0 ? (size_t)n : 1, sizeof(Desc));
     if (!d)
@@ -555,9 +566,9 @@ extern "C" fg_status fg_cuda_clip_grad_norm(const fg_cuda_grad *gs, int n,
     FG_TRY(s);
     const Desc *table = (const Desc *)g_norm_cache->dev;
     return norm_then(
-        table, k, chunks, max_norm, "clip_grad_norm kernels",
+        table, k, chunks, *c, "clip_grad_norm kernels",
         [&](double *out) {
-            if (!(max_norm > 0))
+            if (!(c->max_norm > 0) && c->inv_scale == 1.0)
                 return cudaSuccess;
             scale_kernel<<<(unsigned)chunks, kBlock, 0, fg_cuda_stream()>>>(
                 table, k, out);

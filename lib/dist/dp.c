@@ -450,12 +450,21 @@ void fg_dp_free(fg_dp *dp)
 
 /* ---- clipping, step ------------------------------------------------------------- */
 
-fg_status fg_dp_clip_grad_norm(fg_dp *dp, double max_norm, double *norm)
+/* fg_dp_clip_grad_norm on gradients that hold 1 / inv times the true
+ * ones (inv 1: none); skip: a global norm that is not finite leaves them
+ * as they are and sets *skipped, on every rank alike. */
+static fg_status clip_unscale(fg_dp *dp, double max_norm, double inv,
+                              int skip, double *norm, int *skipped)
 {
+    *skipped = 0;
     if (!dp)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL dp");
     if (!dp->cfg.zero1) /* every rank holds the same averaged gradients */
-        return fg_clip_grad_norm(dp->params, dp->n, max_norm, norm);
+        return skip ? fg_clip_grad_unscale(dp->params, dp->n, max_norm, inv,
+                                           norm, skipped)
+                    : fg_clip_grad_norm(dp->params, dp->n, max_norm, norm);
+    if (isnan(max_norm))
+        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "max_norm is NaN");
     /* ZeRO-1: the sum of squares of the slices, summed over the ranks. */
     double ss = 0;
     if (dp->nseg > 0) {
@@ -464,11 +473,17 @@ fg_status fg_dp_clip_grad_norm(fg_dp *dp, double max_norm, double *norm)
         ss = local * local;
     }
     FG_TRY(fg_comm_allreduce_host_f64(dp->comm, &ss, 1, FG_REDUCE_SUM));
-    const double total = sqrt(ss);
+    const double total = sqrt(ss) * inv;
     if (norm)
         *norm = total;
-    if (max_norm > 0 && total > max_norm) {
-        const double k = max_norm / (total + 1e-6);
+    if (skip && !isfinite(total)) {
+        *skipped = 1;
+        return FG_OK;
+    }
+    const double k = inv * ((max_norm > 0 && total > max_norm)
+                                ? max_norm / (total + 1e-6)
+                                : 1.0);
+    if (k != 1.0) {
         fg_no_grad_begin();
         fg_status s = FG_OK;
         for (int i = 0; s == FG_OK && i < dp->nseg; i++) {
@@ -482,6 +497,12 @@ fg_status fg_dp_clip_grad_norm(fg_dp *dp, double max_norm, double *norm)
         FG_TRY(s);
     }
     return FG_OK;
+}
+
+fg_status fg_dp_clip_grad_norm(fg_dp *dp, double max_norm, double *norm)
+{
+    int skipped;
+    return clip_unscale(dp, max_norm, 1.0, 0, norm, &skipped);
 }
 
 fg_status fg_dp_zero_grad(fg_dp *dp)
@@ -564,16 +585,22 @@ static fg_status check_model(const fg_dp *dp, const fg_gpt *m)
     return FG_OK;
 }
 
-fg_status fg_dp_train_step(fg_dp *dp, const fg_gpt *m, const int64_t *x,
-                           const int64_t *y, int64_t B, int64_t T, int accum,
-                           double clip, double lr, fg_generator *rng,
-                           fg_arena *arena, fg_step_stats *stats)
+fg_status fg_dp_train_step_scaled(fg_dp *dp, const fg_gpt *m,
+                                  const int64_t *x, const int64_t *y,
+                                  int64_t B, int64_t T, int accum,
+                                  double clip, double lr, fg_generator *rng,
+                                  fg_arena *arena, fg_grad_scaler *scale,
+                                  fg_step_stats *stats)
 {
     if (!dp || !m || !x || !y || accum < 1 || B <= 0 || T <= 0)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "bad arguments");
     FG_TRY(check_model(dp, m));
+    if (scale)
+        FG_TRY(fg_grad_scaler_check(scale));
+    const double ls = scale ? scale->scale : 1.0;
     double total = 0, norm = 0;
-    fg_status s = fg_gpt_accumulate(m, x, y, B, T, accum, rng, arena,
+    int skipped = 0;
+    fg_status s = fg_gpt_accumulate(m, x, y, B, T, accum, ls, rng, arena,
                                     before_backward, dp, &total, NULL);
     /* Reductions already started must complete on every rank, even when
      * this one failed. */
@@ -599,12 +626,14 @@ fg_status fg_dp_train_step(fg_dp *dp, const fg_gpt *m, const int64_t *x,
             dp->flags_out |= (v[1 + i] > 0) ? 1u << i : 0u;
     }
     if (s == FG_OK)
-        s = fg_dp_clip_grad_norm(dp, clip, &norm);
-    if (s == FG_OK)
+        s = clip_unscale(dp, clip, 1.0 / ls, scale != NULL, &norm, &skipped);
+    if (s == FG_OK && !skipped)
         s = fg_dp_step(dp, lr);
     fg_status z = fg_dp_zero_grad(dp);
     if (s == FG_OK)
         s = z;
+    if (s == FG_OK && scale)
+        s = fg_grad_scaler_update(scale, skipped);
     if (s == FG_OK && stats) {
         stats->loss = v[0];
         stats->grad_norm = norm;
@@ -774,4 +803,13 @@ fg_status fg_dp_get_stats(const fg_dp *dp, fg_dp_stats *st)
     st->steps = dp->steps;
     st->started_in_backward = dp->started_in_backward;
     return FG_OK;
+}
+
+fg_status fg_dp_train_step(fg_dp *dp, const fg_gpt *m, const int64_t *x,
+                           const int64_t *y, int64_t B, int64_t T, int accum,
+                           double clip, double lr, fg_generator *rng,
+                           fg_arena *arena, fg_step_stats *stats)
+{
+    return fg_dp_train_step_scaled(dp, m, x, y, B, T, accum, clip, lr, rng,
+                                   arena, NULL, stats);
 }

@@ -152,6 +152,19 @@ fg_status fg_cuda_adamw_step(fg_cuda_optim_cache **cache,
                              const fg_cuda_adamw_param *ps, int n,
                              const fg_cuda_adamw_hparams *h);
 
+/* What the norm kernels do with the norm (lib/train/optim.c's clip):
+ * the gradients hold inv_scale^-1 times the true ones (a loss scale; 1:
+ * none); the norm reported is the true one, and the gradients are
+ * multiplied by inv_scale and by the clip factor max_norm / (norm + 1e-6)
+ * when max_norm > 0 and the norm exceeds it. skip_nonfinite: a norm that
+ * is not finite leaves every gradient (and, in the step, every parameter
+ * and moment) unchanged; the caller sees it in the norm. */
+typedef struct fg_cuda_clip {
+    double max_norm;
+    double inv_scale;
+    int skip_nonfinite;
+} fg_cuda_clip;
+
 /* fg_cuda_clip_grad_norm over the n gradients, then fg_cuda_adamw_step,
  * with the same bits for the parameters, moments and norm, except that
  * the gradients are not written: the update scales each one by the clip
@@ -162,7 +175,7 @@ fg_status fg_cuda_adamw_step(fg_cuda_optim_cache **cache,
 fg_status fg_cuda_adamw_step_clip(fg_cuda_optim_cache **cache,
                                   const fg_cuda_adamw_param *ps, int n,
                                   const fg_cuda_adamw_hparams *h,
-                                  double max_norm, double *norm);
+                                  const fg_cuda_clip *c, double *norm);
 
 typedef struct fg_cuda_grad {
     void *data; /* contiguous */
@@ -172,12 +185,13 @@ typedef struct fg_cuda_grad {
 
 /* Global L2 norm of the n gradients: squares summed in fp64, per block of
  * a fixed partition then in a fixed order (no atomics: the same gradients
- * give the same bits). If max_norm > 0 and the norm exceeds it, every
- * gradient is scaled by max_norm / (norm + 1e-6), the factor computed on
- * the device. With norm non-NULL the norm is copied to the host (this
- * waits for the stream); with norm NULL nothing waits. */
+ * give the same bits), then c's scaling (above; with inv_scale 1: if
+ * max_norm > 0 and the norm exceeds it, every gradient is scaled by
+ * max_norm / (norm + 1e-6)), the factor computed on the device. With norm
+ * non-NULL the norm is copied to the host (this waits for the stream);
+ * with norm NULL nothing waits. */
 fg_status fg_cuda_clip_grad_norm(const fg_cuda_grad *gs, int n,
-                                 double max_norm, double *norm);
+                                 const fg_cuda_clip *c, double *norm);
 
 #ifdef __cplusplus
 }

@@ -174,12 +174,22 @@ void fg_adamw_free(fg_adamw *o)
         }                                                                 \
     } while (0)
 
+/* What follows the gradient norm: the clip to max_norm and a loss
+ * scale's inverse inv (1: none); skip: a norm that is not finite skips
+ * the scaling and the update (fg_grad_scaler). */
+typedef struct clip_req {
+    double max_norm, inv;
+    int skip;
+} clip_req;
+
 #ifdef FG_HAVE_CUDA
 /* The GPU update: the table of parameters that have a gradient, then one
  * launch (the table is uploaded again only when it changed). Validates
- * every gradient before anything is updated. */
+ * every gradient before anything is updated. *skipped = 1 where clip
+ * skipped the update (the norm, read back, is not finite). */
 static fg_status adamw_step_cuda(fg_adamw *o, double lr, double bc1,
-                                 double bc2, const double *clip, double *norm)
+                                 double bc2, const clip_req *clip,
+                                 double *norm, int *skipped)
 {
     int k = 0;
     for (int i = 0; i < o->n; i++) {
@@ -215,10 +225,18 @@ static fg_status adamw_step_cuda(fg_adamw *o, double lr, double bc1,
     h.bc1 = bc1;
     h.bc2 = bc2;
     h.decay = 1 - lr * o->cfg.weight_decay; /* as the CPU loop's */
-    if (clip) /* the norm, then the update scaling as it reads */
+    if (clip) { /* the norm, then the update scaling as it reads */
+        const fg_cuda_clip c = {clip->max_norm, clip->inv, clip->skip};
+        double nm = 0;
         FG_TRY(fg_cuda_adamw_step_clip(&o->cuda_cache, o->cuda_params, k, &h,
-                                       *clip, norm));
-    else
+                                       &c, &nm));
+        if (norm)
+            *norm = nm;
+        if (clip->skip && !isfinite(nm)) {
+            *skipped = 1; /* nothing written: the copies stay as they were */
+            return FG_OK;
+        }
+    } else
         FG_TRY(fg_cuda_adamw_step(&o->cuda_cache, o->cuda_params, k, &h));
     for (int i = 0; i < o->n; i++) { /* the copies written are current */
         fg_tensor *pt = o->params[i].tensor;
@@ -229,31 +247,43 @@ static fg_status adamw_step_cuda(fg_adamw *o, double lr, double bc1,
 }
 #endif
 
-static fg_status fg_clip_grad_norm_impl(const fg_param *params, int n,
-                                        double max_norm, double *norm);
+static fg_status clip_impl(const fg_param *params, int n, const clip_req *c,
+                           double *norm, int *skipped);
 
-/* clip non-NULL: fg_clip_grad_norm over o's parameters with max_norm
- * *clip first (on CUDA folded into the update, .grad left unscaled). */
-static fg_status adamw_step_any(fg_adamw *o, double lr, const double *clip,
-                                double *norm)
+/* clip non-NULL: clip_impl over o's parameters first (on CUDA folded into
+ * the update, .grad left unscaled); a step it skips changes nothing, t
+ * included, and sets *skipped. */
+static fg_status adamw_step_any(fg_adamw *o, double lr, const clip_req *clip,
+                                double *norm, int *skipped)
 {
+    int skip_local = 0;
+    if (!skipped)
+        skipped = &skip_local;
+    *skipped = 0;
     if (!o)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL optimizer");
     if (lr < 0)
         lr = o->cfg.lr;
     if (!isfinite(lr)) /* NaN or inf: no step, and t stays */
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "learning rate %g", lr);
-    if (clip && isnan(*clip)) /* it would skip clipping silently */
+    if (clip && isnan(clip->max_norm)) /* it would skip clipping silently */
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "max_norm is NaN");
-    if (clip && o->dev != FG_DEVICE_CUDA)
-        FG_TRY(fg_clip_grad_norm_impl(o->params, o->n, *clip, norm));
+    if (clip && o->dev != FG_DEVICE_CUDA) {
+        FG_TRY(clip_impl(o->params, o->n, clip, norm, skipped));
+        if (*skipped)
+            return FG_OK;
+    }
     o->t++;
     const double b1 = o->cfg.beta1, b2 = o->cfg.beta2, eps = o->cfg.eps;
     const double bc1 = 1 - pow(b1, (double)o->t),
                  bc2 = 1 - pow(b2, (double)o->t);
 #ifdef FG_HAVE_CUDA
-    if (o->dev == FG_DEVICE_CUDA)
-        return adamw_step_cuda(o, lr, bc1, bc2, clip, norm);
+    if (o->dev == FG_DEVICE_CUDA) {
+        fg_status s = adamw_step_cuda(o, lr, bc1, bc2, clip, norm, skipped);
+        if (s != FG_OK || *skipped)
+            o->t--; /* no update happened */
+        return s;
+    }
 #endif
     for (int i = 0; i < o->n; i++) {
         fg_tensor *pt = o->params[i].tensor, *gt = fg_tensor_grad(pt);
@@ -279,13 +309,23 @@ static fg_status adamw_step_any(fg_adamw *o, double lr, const double *clip,
 
 fg_status fg_adamw_step(fg_adamw *o, double lr)
 {
-    FG_PROF_RETURN(FG_PROF_OPTIMIZER, adamw_step_any(o, lr, NULL, NULL));
+    FG_PROF_RETURN(FG_PROF_OPTIMIZER,
+                   adamw_step_any(o, lr, NULL, NULL, NULL));
 }
 
 fg_status fg_adamw_step_clip(fg_adamw *o, double lr, double max_norm,
                              double *norm)
 {
-    FG_PROF_RETURN(FG_PROF_OPTIMIZER, adamw_step_any(o, lr, &max_norm, norm));
+    const clip_req c = {max_norm, 1.0, 0};
+    FG_PROF_RETURN(FG_PROF_OPTIMIZER, adamw_step_any(o, lr, &c, norm, NULL));
+}
+
+fg_status fg_adamw_step_unscale(fg_adamw *o, double lr, double max_norm,
+                                double inv_scale, double *norm, int *skipped)
+{
+    const clip_req c = {max_norm, inv_scale, 1};
+    FG_PROF_RETURN(FG_PROF_OPTIMIZER,
+                   adamw_step_any(o, lr, &c, norm, skipped));
 }
 
 const fg_param *fg_adamw_params(const fg_adamw *o, int *n)
@@ -322,8 +362,8 @@ fg_status fg_adamw_state(const fg_adamw *o, int i, fg_tensor **m,
 #ifdef FG_HAVE_CUDA
 /* The GPU norm and clip: the gradients' table, one reduction, the factor
  * and the scaling computed on the device. */
-static fg_status clip_cuda(const fg_param *params, int n, double max_norm,
-                           double *norm)
+static fg_status clip_cuda(const fg_param *params, int n, const clip_req *c,
+                           double *norm, int *skipped)
 {
     fg_cuda_grad *gs = calloc((size_t)n, sizeof *gs);
     if (!gs)
@@ -345,25 +385,35 @@ static fg_status clip_cuda(const fg_param *params, int n, double max_norm,
         gs[k].dtype = fg_tensor_dtype(g);
         k++;
     }
-    fg_status s = fg_cuda_clip_grad_norm(gs, k, max_norm, norm);
+    const fg_cuda_clip cc = {c->max_norm, c->inv, c->skip};
+    double nm = 0;
+    fg_status s = fg_cuda_clip_grad_norm(gs, k, &cc, c->skip ? &nm : norm);
     free(gs);
+    if (s == FG_OK && c->skip) {
+        if (norm)
+            *norm = nm;
+        *skipped = !isfinite(nm);
+    }
     return s;
 }
 #endif
 
-static fg_status fg_clip_grad_norm_impl(const fg_param *params, int n,
-                                        double max_norm,
-                                        double *norm)
+/* The global norm (divided by the loss scale: c->inv), then the
+ * gradients times c->inv and the clip factor; with c->skip, a norm that is
+ * not finite sets *skipped and leaves the gradients as they are. */
+static fg_status clip_impl(const fg_param *params, int n, const clip_req *c,
+                           double *norm, int *skipped)
 {
+    *skipped = 0;
     if (!params || n < 0)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "bad arguments");
-    if (isnan(max_norm)) /* it would skip clipping silently */
+    if (isnan(c->max_norm)) /* it would skip clipping silently */
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "max_norm is NaN");
     fg_device dev;
     FG_TRY(check_params(__func__, params, n, &dev));
 #ifdef FG_HAVE_CUDA
     if (dev == FG_DEVICE_CUDA)
-        return clip_cuda(params, n, max_norm, norm);
+        return clip_cuda(params, n, c, norm, skipped);
 #endif
     double ss = 0;
     for (int i = 0; i < n; i++) {
@@ -381,11 +431,18 @@ static fg_status fg_clip_grad_norm_impl(const fg_param *params, int n,
                 ss += x[j] * x[j];
         }
     }
-    const double total = sqrt(ss);
+    /* a power-of-two scale divides exactly: the unscaled gradients' norm */
+    const double total = sqrt(ss) * c->inv, max_norm = c->max_norm;
     if (norm)
         *norm = total;
-    if (max_norm > 0 && total > max_norm) {
-        const double k = max_norm / (total + 1e-6);
+    if (c->skip && !isfinite(total)) {
+        *skipped = 1;
+        return FG_OK;
+    }
+    const double k =
+        c->inv * ((max_norm > 0 && total > max_norm) ? max_norm / (total + 1e-6)
+                                                     : 1.0);
+    if (k != 1.0) {
         for (int i = 0; i < n; i++) {
             fg_tensor *g = fg_tensor_grad(params[i].tensor);
             if (!g)
@@ -408,8 +465,19 @@ static fg_status fg_clip_grad_norm_impl(const fg_param *params, int n,
 fg_status fg_clip_grad_norm(const fg_param *params, int n, double max_norm,
                             double *norm)
 {
+    const clip_req c = {max_norm, 1.0, 0};
+    int skipped;
     FG_PROF_RETURN(FG_PROF_OPTIMIZER,
-                   fg_clip_grad_norm_impl(params, n, max_norm, norm));
+                   clip_impl(params, n, &c, norm, &skipped));
+}
+
+fg_status fg_clip_grad_unscale(const fg_param *params, int n,
+                               double max_norm, double inv_scale,
+                               double *norm, int *skipped)
+{
+    const clip_req c = {max_norm, inv_scale, 1};
+    FG_PROF_RETURN(FG_PROF_OPTIMIZER,
+                   clip_impl(params, n, &c, norm, skipped));
 }
 
 double fg_lr_at(const fg_lr_schedule *s, int64_t step)

@@ -40,9 +40,10 @@ static fg_status zero_grads(const fg_param *ps, int n)
 
 fg_status fg_gpt_accumulate(const fg_gpt *m, const int64_t *x,
                             const int64_t *y, int64_t B, int64_t T, int accum,
-                            fg_generator *rng, fg_arena *arena,
-                            fg_micro_fn before_backward, void *user,
-                            double *loss_sum, fg_tensor **last_loss)
+                            double loss_scale, fg_generator *rng,
+                            fg_arena *arena, fg_micro_fn before_backward,
+                            void *user, double *loss_sum,
+                            fg_tensor **last_loss)
 {
     if (last_loss)
         *last_loss = NULL;
@@ -61,9 +62,12 @@ fg_status fg_gpt_accumulate(const fg_gpt *m, const int64_t *x,
         double l = 0;
         s = fg_gpt_forward(m, x + a * B * T, B, T, y + a * B * T, &mode,
                            NULL, &loss);
+        /* loss_scale / accum: a power of two times 1 / accum, so with a
+         * power-of-two scale the product is that of 1 / accum exactly */
         if (s == FG_OK)
-            s = accum > 1 ? fg_scale(loss, 1.0 / accum, &scaled)
-                          : (scaled = fg_tensor_retain(loss), FG_OK);
+            s = accum > 1 || loss_scale != 1.0
+                    ? fg_scale(loss, loss_scale / accum, &scaled)
+                    : (scaled = fg_tensor_retain(loss), FG_OK);
         if (s == FG_OK && before_backward)
             s = before_backward(user, a, accum);
         if (s == FG_OK)
@@ -86,22 +90,27 @@ fg_status fg_gpt_accumulate(const fg_gpt *m, const int64_t *x,
     return s;
 }
 
-fg_status fg_gpt_train_step(const fg_gpt *m, fg_adamw *opt, const int64_t *x,
-                            const int64_t *y, int64_t B, int64_t T, int accum,
-                            double clip, double lr, fg_generator *rng,
-                            fg_arena *arena, fg_step_stats *stats)
+fg_status fg_gpt_train_step_scaled(const fg_gpt *m, fg_adamw *opt,
+                                   const int64_t *x, const int64_t *y,
+                                   int64_t B, int64_t T, int accum,
+                                   double clip, double lr, fg_generator *rng,
+                                   fg_arena *arena, fg_grad_scaler *scale,
+                                   fg_step_stats *stats)
 {
     if (!m || !opt || !x || !y || accum < 1 || B <= 0 || T <= 0)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "bad arguments");
-    int n;
+    if (scale)
+        FG_TRY(fg_grad_scaler_check(scale));
+    const double ls = scale ? scale->scale : 1.0;
+    int n, skipped = 0;
     const fg_param *ps = fg_gpt_params(m, &n);
     double total = 0;
     /* the last loss read after the optimizer and the zeroing are queued:
      * the GPU then runs from the backward into them, and the step waits
      * for the device once (the gradient norm) instead of twice */
     fg_tensor *last = NULL;
-    fg_status s = fg_gpt_accumulate(m, x, y, B, T, accum, rng, arena, NULL,
-                                    NULL, &total, &last);
+    fg_status s = fg_gpt_accumulate(m, x, y, B, T, accum, ls, rng, arena,
+                                    NULL, NULL, &total, &last);
     double norm = 0;
     /* the optimizer over exactly the model's parameters: clip and step in
      * one (on CUDA without the clip's pass over the gradients) */
@@ -111,15 +120,21 @@ fg_status fg_gpt_train_step(const fg_gpt *m, fg_adamw *opt, const int64_t *x,
     for (int i = 0; same && i < n; i++)
         same = po[i].tensor == ps[i].tensor;
     if (s == FG_OK && same)
-        s = fg_adamw_step_clip(opt, lr, clip, &norm);
+        s = scale ? fg_adamw_step_unscale(opt, lr, clip, 1.0 / ls, &norm,
+                                          &skipped)
+                  : fg_adamw_step_clip(opt, lr, clip, &norm);
     else if (s == FG_OK) {
-        s = fg_clip_grad_norm(ps, n, clip, &norm);
-        if (s == FG_OK)
+        s = scale ? fg_clip_grad_unscale(ps, n, clip, 1.0 / ls, &norm,
+                                         &skipped)
+                  : fg_clip_grad_norm(ps, n, clip, &norm);
+        if (s == FG_OK && !skipped)
             s = fg_adamw_step(opt, lr);
     }
     fg_status z = zero_grads(ps, n);
     if (s == FG_OK)
         s = z;
+    if (s == FG_OK && scale)
+        s = fg_grad_scaler_update(scale, skipped);
     if (last) {
         double l = 0;
         fg_status r = fg_tensor_item(last, &l);
@@ -133,4 +148,13 @@ fg_status fg_gpt_train_step(const fg_gpt *m, fg_adamw *opt, const int64_t *x,
         stats->grad_norm = norm;
     }
     return s;
+}
+
+fg_status fg_gpt_train_step(const fg_gpt *m, fg_adamw *opt, const int64_t *x,
+                            const int64_t *y, int64_t B, int64_t T, int accum,
+                            double clip, double lr, fg_generator *rng,
+                            fg_arena *arena, fg_step_stats *stats)
+{
+    return fg_gpt_train_step_scaled(m, opt, x, y, B, T, accum, clip, lr, rng,
+                                    arena, NULL, stats);
 }

@@ -13,7 +13,7 @@
 typedef fg_status (*fg_micro_fn)(void *user, int micro, int accum);
 
 /* The forward/backward loop of fg_gpt_train_step (optim.h): gradients of
- * loss / accum accumulate into the parameters' .grad (created zero first
+ * loss * loss_scale / accum (loss_scale 1 without a scaler) accumulate into the parameters' .grad (created zero first
  * where missing); *loss_sum receives the sum of the micro-batch losses.
  * before_backward may be NULL. last_loss non-NULL: the last micro-batch's
  * loss is not read (a wait for the GPU) but returned, a new reference
@@ -22,7 +22,8 @@ typedef fg_status (*fg_micro_fn)(void *user, int micro, int accum);
  * NULL on failure. */
 fg_status fg_gpt_accumulate(const fg_gpt *m, const int64_t *x,
                             const int64_t *y, int64_t B, int64_t T, int accum,
-                            fg_generator *rng, fg_arena *arena,
+                            double loss_scale, fg_generator *rng,
+                            fg_arena *arena,
                             fg_micro_fn before_backward, void *user,
                             double *loss_sum, fg_tensor **last_loss);
 
@@ -34,6 +35,20 @@ fg_status fg_gpt_accumulate(const fg_gpt *m, const int64_t *x,
  * next). Elsewhere the two calls. */
 fg_status fg_adamw_step_clip(fg_adamw *o, double lr, double max_norm,
                              double *norm);
+/* fg_adamw_step_clip on gradients that hold 1 / inv_scale times the true
+ * ones (a loss scale): *norm = the true norm; the update sees each
+ * gradient times inv_scale and the clip factor; a norm that is not finite
+ * skips the step (parameters, moments and t unchanged) and sets *skipped. */
+fg_status fg_adamw_step_unscale(fg_adamw *o, double lr, double max_norm,
+                                double inv_scale, double *norm, int *skipped);
+/* fg_clip_grad_norm likewise: the gradients are multiplied by inv_scale
+ * and the clip factor, or left alone with *skipped = 1 where the norm is
+ * not finite. */
+fg_status fg_clip_grad_unscale(const fg_param *params, int n,
+                               double max_norm, double inv_scale,
+                               double *norm, int *skipped);
+/* FG_OK for a scaler fg_grad_scaler_update accepts (optim.h). */
+fg_status fg_grad_scaler_check(const fg_grad_scaler *s);
 /* o's parameters (borrowed), n of them. */
 const fg_param *fg_adamw_params(const fg_adamw *o, int *n);
 

@@ -182,7 +182,7 @@ static int build_model(run *r)
     if (o->peak_tflops >= 0)
         r->peak_flops = o->peak_tflops * 1e12;
     else
-        r->peak_flops = !cuda ? 0 : r->bf16 ? 989e12 : 67e12;
+        r->peak_flops = !cuda ? 0 : r->amp ? 989e12 : 67e12;
     return 0;
 }
 
@@ -255,8 +255,8 @@ static int write_config(run *r)
     fprintf(f, "# flashgrad-train (flashgrad %s): this run's settings, one "
                "option per line\n# device %s, %s, %lld parameters\n",
             fg_version(), fg_device_name(r->dev),
-            r->bf16 ? "bf16 autocast" : strcmp(r->o.dtype, "auto")
-                                            ? r->o.dtype : "fp32",
+            r->amp ? (r->amp_dt == FG_FP16 ? "fp16 autocast" : "bf16 autocast")
+            : strcmp(r->o.dtype, "auto") ? r->o.dtype : "fp32",
             (long long)fg_gpt_num_params(r->m));
     opts_write(&r->o, f, 0);
     if (fclose(f) != 0)
@@ -345,7 +345,8 @@ static void print_header(run *r)
     printf("model: %lld parameters | %s, %s, %lld thread%s | %.4g MFLOP "
            "per token (6N + 12 L C T), %.4g GFLOP per step | %s\n",
            (long long)fg_gpt_num_params(r->m), fg_device_name(r->dev),
-           r->bf16 ? "bf16 autocast, fp32 parameters"
+           r->amp ? (r->amp_dt == FG_FP16 ? "fp16 autocast, fp32 parameters"
+                                          : "bf16 autocast, fp32 parameters")
            : strcmp(o->dtype, "auto") ? o->dtype : "fp32",
            (long long)o->threads, o->threads == 1 ? "" : "s",
            r->flops_per_token / 1e6, r->flops_per_token * tokens / 1e9, peak);
@@ -382,16 +383,29 @@ static int setup(run *r, int argc, char **argv)
      * the ranks agree on it before the next collective (dist_agree). */
     rc = pick_device(r);
     const int cuda = r->dev == FG_DEVICE_CUDA;
-    r->bf16 = !strcmp(o->dtype, "bf16") || (!strcmp(o->dtype, "auto") && cuda);
-    if (!rc && r->bf16 && !cuda)
-        rc = complain(EXIT_USAGE, "--dtype bf16 needs --device cuda");
+    const int fp16 = !strcmp(o->dtype, "fp16");
+    r->amp = fp16 || !strcmp(o->dtype, "bf16") ||
+             (!strcmp(o->dtype, "auto") && cuda);
+    r->amp_dt = fp16 ? FG_FP16 : FG_BF16;
+    if (!rc && r->amp && !cuda)
+        rc = complain(EXIT_USAGE, "--dtype %s needs --device cuda", o->dtype);
+    /* fp16's range needs loss scaling (PyTorch's GradScaler); any other
+     * dtype takes it on request (power-of-two scales change no bit) */
+    r->scaled = fp16 || o->loss_scale > 0;
+    if (r->scaled) {
+        fg_grad_scaler_init(&r->scaler);
+        if (o->loss_scale > 0)
+            r->scaler.scale = o->loss_scale;
+        if (r->from.has_scaler) /* --resume: where the run was */
+            r->scaler = r->from.scaler;
+    }
     if (!rc && o->gemm_autotune && o->deterministic)
         rc = complain(EXIT_USAGE, "--gemm-autotune 1 picks GEMM algorithms "
                                   "by timing: not with --deterministic 1");
     if (!rc && o->gemm_autotune && cuda &&
         fg_cuda_set_gemm_autotune(1) != FG_OK)
         rc = lib_error(EXIT_FAIL);
-    if (!rc && r->bf16 && fg_autocast_begin(FG_BF16) != FG_OK) /* the whole run */
+    if (!rc && r->amp && fg_autocast_begin(r->amp_dt) != FG_OK) /* the whole run */
         rc = lib_error(EXIT_FAIL);
     if (!rc)
         rc = data_open(&r->d, o);
@@ -502,12 +516,14 @@ static int train(run *r)
          * offset, so a checkpoint's generator restores every rank. */
         fg_generator g = r->st.rng;
         g.seed += (uint64_t)r->rank * 0x9E3779B97F4A7C15ull;
-        if ((r->dp ? fg_dp_train_step(r->dp, r->m, r->x + mine, r->y + mine,
-                                      B, T, (int)o->accum, o->clip, lr, &g,
-                                      r->arena, &ss)
-                   : fg_gpt_train_step(r->m, r->opt, r->x, r->y, B, T,
-                                       (int)o->accum, o->clip, lr, &g,
-                                       r->arena, &ss)) != FG_OK)
+        fg_grad_scaler *sc = r->scaled ? &r->scaler : NULL;
+        if ((r->dp ? fg_dp_train_step_scaled(r->dp, r->m, r->x + mine,
+                                             r->y + mine, B, T,
+                                             (int)o->accum, o->clip, lr, &g,
+                                             r->arena, sc, &ss)
+                   : fg_gpt_train_step_scaled(r->m, r->opt, r->x, r->y, B, T,
+                                              (int)o->accum, o->clip, lr, &g,
+                                              r->arena, sc, &ss)) != FG_OK)
             return lib_error(EXIT_FAIL);
         r->st.rng.offset = g.offset;
         iv.train_s += now() - t;

@@ -98,9 +98,16 @@ static const spec SPECS[] = {
     GROUP("Machine"),
     STR("--device", device, BOTH, "cpu|cuda|auto",
         .help = "auto: cuda when a GPU is usable, else cpu"),
-    STR("--dtype", dtype, BOTH, "auto|fp32|fp64|bf16",
+    STR("--dtype", dtype, BOTH, "auto|fp32|fp64|bf16|fp16",
         .help = "bf16: fp32 parameters, bf16 products and attention\n"
-                "(cuda only); auto: bf16 on cuda, fp32 on cpu"),
+                "(cuda only); fp16: the same in fp16, with dynamic\n"
+                "loss scaling (cuda only); auto: bf16 on cuda, fp32\n"
+                "on cpu"),
+    REAL("--loss-scale", loss_scale, 0, 0x1p64, 0, 0, BOTH,
+         .help = "dynamic loss scaling's first scale (doubled after\n"
+                 "2000 steps without an overflow, halved at one, which\n"
+                 "skips the step); 0: 65536 with fp16, off otherwise",
+         .dflt = "0"),
     INT("--threads", threads, 0, 4096, BOTH,
         .help = "CPU threads (0: OpenMP's default); toy models gain\n"
                 "nothing from more than 1"),

@@ -31,6 +31,7 @@ typedef struct opts {
     /* optimisation */
     int64_t steps, batch, accum, warmup, seed;
     double lr, min_lr, wd, beta2, clip;
+    double loss_scale; /* first loss scale (0: 2^16 with fp16, else none) */
     /* machine */
     char device[8], dtype[8];
     int64_t threads, deterministic, gemm_autotune, zero1;

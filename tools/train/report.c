@@ -81,13 +81,16 @@ void report_progress(run *r, const interval *iv)
     double tps, mfu;
     speed(r, iv, &tps, &mfu);
     const double ms = iv->train_s * 1e3 / (double)iv->steps;
-    char mf[32] = "", el[32], eta[32];
+    char mf[32] = "", el[32], eta[32], sc[64] = "";
     if (mfu >= 0)
         snprintf(mf, sizeof mf, " | MFU %.1f%%", 100 * mfu);
-    printf("step %5lld/%lld | loss %.4f | gnorm %.3f | lr %.2e | "
+    if (r->scaled) /* a skipped step's gnorm is inf or nan */
+        snprintf(sc, sizeof sc, " | loss scale %g (%lld skipped)",
+                 r->scaler.scale, (long long)r->scaler.skipped);
+    printf("step %5lld/%lld | loss %.4f | gnorm %.3f | lr %.2e%s | "
            "%.1f ms/step | %.0f tok/s%s | elapsed %s | ETA %s\n",
            (long long)r->st.step, (long long)r->o.steps,
-           iv->loss / (double)iv->steps, iv->gnorm, iv->lr, ms, tps, mf,
+           iv->loss / (double)iv->steps, iv->gnorm, iv->lr, sc, ms, tps, mf,
            hms(r->elapsed0 + now() - r->t0, el),
            hms((double)(r->o.steps - r->st.step) * ms / 1e3, eta));
     fflush(stdout);

@@ -20,6 +20,8 @@ typedef struct run_origin {
     unsigned char vocab[256];
     int n_vocab;          /* 0: none kept */
     char data[PATH_CAP];  /* the text it was trained on ("": sort) */
+    int has_scaler;       /* the loss scaler's state at the save */
+    fg_grad_scaler scaler;
 } run_origin;
 
 typedef struct run {
@@ -31,7 +33,10 @@ typedef struct run {
     FILE *csv;
     dataset d;
     fg_device dev;
-    int bf16;
+    int amp;              /* autocast to amp_dt (bf16 / fp16) */
+    fg_dtype amp_dt;
+    fg_grad_scaler scaler; /* dynamic loss scaling, when scaled */
+    int scaled;
     fg_gpt *m;
     fg_adamw *opt;
     fg_train_state st;

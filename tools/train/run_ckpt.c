@@ -3,6 +3,7 @@
  * plus, in its meta text, every run setting, the time trained so far, and
  * for text the vocabulary and a fingerprint of the text, so that --resume
  * can restore the run and refuse other data. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,7 +11,8 @@
 #include "util.h"
 
 /* The meta text: this line, then "--option value" lines (options.c) and
- * "@key value" lines. Checkpoints of the first flashgrad-train hold one
+ * "@key value" lines (@loss-scale: the loss scaler's scale, good steps
+ * and skipped steps). Checkpoints of the first flashgrad-train hold one
  * space-separated line of options instead; they still load. */
 static const char META_MAGIC[] = "flashgrad-train-run 2";
 enum { META_CAP = 1 << 16 };
@@ -27,6 +29,10 @@ int ckpt_save(run *r, const char *path, const char *why)
     fprintf(f, "%s\n", META_MAGIC);
     opts_write(&r->o, f, 0);
     fprintf(f, "@elapsed %.3f\n", r->elapsed0 + now() - r->t0);
+    if (r->scaled) /* exact (%a): the resumed run scales as this one */
+        fprintf(f, "@loss-scale %a %lld %lld\n", r->scaler.scale,
+                (long long)r->scaler.good_steps,
+                (long long)r->scaler.skipped);
     if (r->d.text) {
         fprintf(f, "@data-bytes %lld\n@data-fnv1a %016llx\n@vocab ",
                 (long long)r->d.nbytes, (unsigned long long)r->d.fnv);
@@ -75,6 +81,18 @@ static int read_state(run_origin *g, const char *key, const char *v,
             g->vocab[g->n_vocab++] = (unsigned char)(hi << 4 | lo);
         }
         end = (char *)v + 2 * g->n_vocab;
+    } else if (!strcmp(key, "@loss-scale")) {
+        fg_grad_scaler *sc = &g->scaler;
+        fg_grad_scaler_init(sc);
+        sc->scale = strtod(v, &end);
+        if (end != v && *end == ' ')
+            sc->good_steps = strtoll(end + 1, &end, 10);
+        if (end && *end == ' ')
+            sc->skipped = strtoll(end + 1, &end, 10);
+        if (!(sc->scale > 0) || !isfinite(sc->scale) || sc->good_steps < 0 ||
+            sc->skipped < 0)
+            return complain(EXIT_USAGE, "%s: bad value of %s", src, key);
+        g->has_scaler = 1;
     } else
         return complain(EXIT_USAGE, "%s: unknown entry %s", src, key);
     if (!end || end == v || *end)
