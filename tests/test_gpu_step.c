@@ -901,7 +901,13 @@ static void scaled_backward(fg_tensor *p, fg_tensor *u, double scale)
     fg_tensor *pu = NULL, *l = NULL, *ls = NULL;
     FGT_OK(fg_mul(p, u, &pu));
     FGT_OK(fg_sum(pu, NULL, 0, 0, &l));
-    FGT_OK(fg_scale(l, scale, &ls));
+    if (scale > 0x1p100) { /* in two: each factor stays finite in fp32 */
+        fg_tensor *l1 = NULL;
+        FGT_OK(fg_scale(l, 0x1p100, &l1));
+        FGT_OK(fg_scale(l1, scale / 0x1p100, &ls));
+        fg_tensor_free(l1);
+    } else
+        FGT_OK(fg_scale(l, scale, &ls));
     FGT_OK(fg_backward(ls));
     fg_tensor_free(pu);
     fg_tensor_free(l);
@@ -920,9 +926,9 @@ START_TEST(test_adamw_unscale_fused)
     fg_grad_scaler sc;
     fg_grad_scaler_init(&sc);
     for (int step = 0; step < 4; step++) {
-        /* the last step's scale, 2^127, overflows the fp32 gradients of
-         * entries |u| >= 2 to inf (fg_scale refuses an inf scalar) */
-        const double scale = ldexp(1, step < 3 ? 10 + step : 127);
+        /* the last step's scale, 2^200 (two fg_scale of 2^100: one would
+         * be refused as inf in fp32), overflows the fp32 gradients to inf */
+        const double scale = ldexp(1, step < 3 ? 10 + step : 200);
         sc.scale = step < 3 ? scale : 1; /* for fg_grad_scaler_unscale */
         for (int i = 0; i < FNP; i++) {
             fg_tensor *uc = fgt_rand(&r, fdts[i], FG_SHAPE(flen[i]), 1.0, 0.0, 0);
