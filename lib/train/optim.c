@@ -280,7 +280,7 @@ static fg_status adamw_step_any(fg_adamw *o, double lr, const clip_req *clip,
 #ifdef FG_HAVE_CUDA
     if (o->dev == FG_DEVICE_CUDA) {
         fg_status s = adamw_step_cuda(o, lr, bc1, bc2, clip, norm, skipped);
-        if (s != FG_OK || *skipped)
+        if (s == FG_OK && *skipped)
             o->t--; /* no update happened */
         return s;
     }
