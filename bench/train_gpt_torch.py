@@ -277,10 +277,15 @@ def run(a, data, synthetic, compiled, csv_writer):
     fwd = model
     if compiled:
         fwd = torch.compile(model, mode=a.compile_mode)
-    if a.dtype == "bf16":
-        amp = lambda: torch.autocast(device_type=dev.type, dtype=torch.bfloat16)
+    if a.dtype in ("bf16", "fp16"):
+        adt = torch.bfloat16 if a.dtype == "bf16" else torch.float16
+        amp = lambda: torch.autocast(device_type=dev.type, dtype=adt)
     else:
         amp = contextlib.nullcontext
+    # fp16: dynamic loss scaling with GradScaler's defaults (2^16, x2 per
+    # 2000 good steps, x0.5 and a skipped step on inf/NaN), as
+    # flashgrad-train --dtype fp16 does (fg_grad_scaler)
+    scaler = torch.amp.GradScaler(dev.type, enabled=a.dtype == "fp16")
     B, T, accum = a.batch, a.ctx, a.accum
     rows = B * accum
     tokens_per_step = rows * T
@@ -344,11 +349,13 @@ def run(a, data, synthetic, compiled, csv_writer):
             xm, ym = x[m * B:(m + 1) * B], y[m * B:(m + 1) * B]
             with amp():
                 loss = fwd(xm, ym)
-            (loss / accum if accum > 1 else loss).backward()
+            scaler.scale(loss / accum if accum > 1 else loss).backward()
             ld = loss.detach().float()
             loss_sum = ld if loss_sum is None else loss_sum + ld
+        scaler.unscale_(opt)  # no-op unless fp16
         gnorm = torch.nn.utils.clip_grad_norm_(params, clip)
-        opt.step()
+        scaler.step(opt)
+        scaler.update()
         opt.zero_grad(set_to_none=True)
         if a.free_run:
             # No per-step sync: the host runs ahead of the GPU as far as
@@ -471,8 +478,10 @@ def main():
                     help="AdamW weight decay on matrices/embeddings (0.1)")
     ap.add_argument("--clip", type=float, default=1.0,
                     help="clip the global grad norm (1.0; 0 = off)")
-    ap.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16",
-                    help="bf16: autocast, fp32 parameters (default)")
+    ap.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
+                    default="bf16",
+                    help="bf16: autocast, fp32 parameters (default); fp16: "
+                         "the same in fp16 with GradScaler")
     ap.add_argument("--tf32", action="store_true",
                     help="allow TF32 matmuls (fp32 runs on the GPU)")
     ap.add_argument("--compile", action="store_true",
