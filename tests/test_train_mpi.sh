@@ -12,7 +12,9 @@
 #    rank with an error, and FG_DIST_CHECK set on one rank only is agreed
 #    on: neither hangs (both once did, until the timeout);
 #  - ranks given other settings (--steps) all refuse to start;
-#  - SIGTERM to one rank stops both, with rank 0's checkpoint.
+#  - SIGTERM to one rank stops both, with rank 0's checkpoint;
+#  - --loss-scale 1024 (fg_dp_train_step_scaled) logs the unscaled run's
+#    columns, with and without ZeRO-1.
 # Skipped (77) when configure found no MPI.
 set -u
 mpirun=${FG_MPIRUN-}
@@ -25,7 +27,7 @@ export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
 train=$PWD/tools/train/flashgrad-train
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cd "$work"
+cd "$work" || exit 1
 args=(--batch 8 --sort-len 4 --sort-digits 5 --threads 1 --dropout 0
       --eval-interval 10 --print-interval 5 --eval-examples 64
       --final-examples 64 --plot none --device cpu)
@@ -62,6 +64,12 @@ check "ZeRO-1, 20 steps" run "${np2[@]}" "$train" --steps 20 "${args[@]}" --zero
 check "ZeRO-1, 10 steps" run "${np2[@]}" "$train" --steps 10 "${args[@]}" --zero1 1 --out-dir z10
 check "ZeRO-1, resumed to 20" run "${np2[@]}" "$train" --resume z10/last.ckpt --steps 20
 check "ZeRO-1 resume = straight run" cmp -s <(cols z10) <(cols z20)
+# loss scaling through the data-parallel step: a power-of-two scale
+# changes no bit, with and without ZeRO-1
+check "2 ranks, --loss-scale 1024" run "${np2[@]}" "$train" --steps 20 "${args[@]}" --loss-scale 1024 --out-dir ls
+check "... logs what the unscaled run logs" cmp -s <(cols dp) <(cols ls)
+check "ZeRO-1, --loss-scale 1024" run "${np2[@]}" "$train" --steps 20 "${args[@]}" --zero1 1 --loss-scale 1024 --out-dir zls
+check "... logs what the unscaled ZeRO-1 run logs" cmp -s <(cols z20) <(cols zls)
 # rank 0's run folder already holds a run: every rank exits, not 124
 "${np2[@]}" "$train" --steps 2 "${args[@]}" --out-dir dp >setup.out 2>&1
 rc=$?
