@@ -93,9 +93,11 @@
 #                flashgrad-train once more); the baby GPT, then a GPT-2-small
 #                shape (batch FG_G2_BATCH, default 16), and that shape's
 #                --profile-steps table (other kernels by operation);
-#                $OUT/train.txt
+#                $OUT/train.txt. FG_TRAIN_DTYPE=fp16 (or bf16, fp32):
+#                --dtype for both sides (fp16: loss scaling on both)
 #   quality      the baby GPT for 2000 steps, validation loss every 500
-#                (issue 22's bar: <= 1.48 at 2000); $OUT/quality.txt
+#                (issue 22's bar: <= 1.48 at 2000); $OUT/quality.txt;
+#                FG_TRAIN_DTYPE likewise
 #   trainab      the build's flashgrad-train against ref's (buildref;
 #                FG_AB_BUILD_ENV="VAR=1 ..." set for the build's runs only),
 #                interleaved over two rounds, then each one's profiled
@@ -570,6 +572,8 @@ fgt() {
 train() {
     log "training speed (issue 22): flashgrad-train, the PyTorch twin, flashgrad-train again"
     local g2b=${FG_G2_BATCH:-16} rounds=${FG_TWIN_ROUNDS:-1} i sfx
+    local BABY="$BABY${FG_TRAIN_DTYPE:+ --dtype $FG_TRAIN_DTYPE}"
+    local G2="$G2${FG_TRAIN_DTYPE:+ --dtype $FG_TRAIN_DTYPE}"
     : >"$OUT/train.txt"
     # FG_TWIN_ROUNDS=2: the twin twice, each between flashgrad runs (its
     # times vary more than flashgrad's between runs of one call)
@@ -578,7 +582,9 @@ train() {
     for i in $(seq 1 "$rounds"); do
         sfx=""
         if [ "$i" -gt 1 ]; then sfx="-$i"; fi
-        twin "torch-baby$sfx" --layers 6 --heads 6 --width 384 --ctx 256 --batch 64 --dropout 0.2
+        # shellcheck disable=SC2086 # FG_TRAIN_DTYPE: two words or none
+        twin "torch-baby$sfx" --layers 6 --heads 6 --width 384 --ctx 256 --batch 64 --dropout 0.2 \
+            ${FG_TRAIN_DTYPE:+--dtype $FG_TRAIN_DTYPE}
         # shellcheck disable=SC2086
         fgt "fg-baby-$((i + 1))" $BABY --dropout 0.2 --batch 64 --steps 300 --print-interval 50
     done
@@ -587,7 +593,9 @@ train() {
     for i in $(seq 1 "$rounds"); do
         sfx=""
         if [ "$i" -gt 1 ]; then sfx="-$i"; fi
-        twin "torch-g2s$sfx" --layers 12 --heads 12 --width 768 --ctx 1024 --batch "$g2b" --dropout 0.1
+        # shellcheck disable=SC2086
+        twin "torch-g2s$sfx" --layers 12 --heads 12 --width 768 --ctx 1024 --batch "$g2b" --dropout 0.1 \
+            ${FG_TRAIN_DTYPE:+--dtype $FG_TRAIN_DTYPE}
         # shellcheck disable=SC2086
         fgt "fg-g2s-$((i + 1))" $G2 --dropout 0.1 --batch "$g2b" --steps 60 --print-interval 20
     done
@@ -604,7 +612,7 @@ quality() {
     dp 1 baby-q --data "$D" --device cuda --layers 6 --heads 6 --width 384 --ctx 256 \
         --lr 1e-3 --min-lr 1e-4 --warmup 100 --beta2 0.99 --dropout 0.2 --batch 64 \
         --steps 2000 --eval-interval 500 --print-interval 500 --ckpt none --samples 0 \
-        >/dev/null
+        ${FG_TRAIN_DTYPE:+--dtype $FG_TRAIN_DTYPE} >/dev/null
     grep -E '^(eval at|step .*2000/2000|final)' "$W/baby-q.log" | tee "$OUT/quality.txt"
 }
 # trainab: the build against ref (buildref) on the same GPU, interleaved
