@@ -34,17 +34,6 @@ static fg_gpt *model(uint64_t seed, int64_t width)
     return m;
 }
 
-static fg_adamw *optimizer(fg_gpt *m)
-{
-    int n;
-    const fg_param *ps = fg_gpt_params(m, &n);
-    fg_adamw_config oc;
-    fg_adamw_config_init(&oc);
-    fg_adamw *o;
-    FGT_OK(fg_adamw_create(ps, n, &oc, &o));
-    return o;
-}
-
 static void train(fg_gpt *m, fg_adamw *o, fg_train_state *st, int steps)
 {
     const int64_t T = fg_sort_task_seqlen(&TASK);
@@ -88,7 +77,7 @@ static void tmp_path(char *buf, const char *tag)
 static fg_gpt *trained(uint64_t seed, int steps, fg_adamw **o, fg_train_state *st)
 {
     fg_gpt *m = model(seed, 32);
-    *o = optimizer(m);
+    *o = fgt_adamw_for(m);
     init_state(st);
     train(m, *o, st, steps);
     return m;
@@ -124,7 +113,7 @@ START_TEST(test_round_trip)
     ck_assert_int_eq(cfg.n_embd, 32);
     ck_assert(cfg.dropout == 0.1);
     fg_gpt *m2 = model(2, 32);
-    fg_adamw *o2 = optimizer(m2);
+    fg_adamw *o2 = fgt_adamw_for(m2);
     ck_assert(!same_params(m, m2));
     memset(&st2, 0, sizeof st2);
     FGT_OK(fg_checkpoint_load(path, m2, o2, &st2));
@@ -176,7 +165,7 @@ START_TEST(test_resume_is_bitwise_identical)
     fg_adamw_free(ob);
     fg_gpt_free(b);
     fg_gpt *c = model(99, 32);
-    fg_adamw *oc = optimizer(c);
+    fg_adamw *oc = fgt_adamw_for(c);
     fg_train_state sc;
     memset(&sc, 0, sizeof sc);
     FGT_OK(fg_checkpoint_load(path, c, oc, &sc));
@@ -206,14 +195,14 @@ START_TEST(test_bad_files_rejected)
     tmp_path(path, "good");
     tmp_path(bad, "bad");
     fg_gpt *m = model(1, 32);
-    fg_adamw *o = optimizer(m);
+    fg_adamw *o = fgt_adamw_for(m);
     fg_train_state st;
     init_state(&st);
     FGT_OK(fg_checkpoint_save(path, m, o, &st, "meta"));
     size_t size;
     unsigned char *buf = read_whole(path, &size);
     fg_gpt *t = model(7, 32);
-    fg_adamw *ot = optimizer(t);
+    fg_adamw *ot = fgt_adamw_for(t);
     fg_gpt *ref = model(7, 32);
     /* truncated anywhere */
     const size_t cuts[] = {0, 5, 8, 20, 31, 200, size / 2, size - 9, size - 1};
@@ -294,7 +283,7 @@ START_TEST(test_concurrent_savers)
         ck_assert_int_ge(kids[k], 0);
         if (kids[k] == 0) {
             fg_gpt *m = model(100 + (uint64_t)k, 32);
-            fg_adamw *o = optimizer(m);
+            fg_adamw *o = fgt_adamw_for(m);
             fg_train_state st;
             init_state(&st);
             st.step = k;
@@ -314,7 +303,7 @@ START_TEST(test_concurrent_savers)
                       "saver %d failed", k);
     }
     fg_gpt *got = model(7, 32), *a = model(100, 32), *b = model(101, 32);
-    fg_adamw *og = optimizer(got);
+    fg_adamw *og = fgt_adamw_for(got);
     fg_train_state st;
     char meta[8];
     FGT_OK(fg_checkpoint_load(path, got, og, &st));

@@ -194,12 +194,9 @@ START_TEST(test_adamw_writes_copies)
     c.device = FG_DEVICE_CUDA;
     fg_gpt *m = NULL;
     FGT_OK(fg_gpt_create(&c, 7, &m));
+    fg_adamw *o = fgt_adamw_for(m);
     int n;
-    const fg_param *ps = fg_gpt_params(m, &n);
-    fg_adamw_config oc;
-    fg_adamw_config_init(&oc);
-    fg_adamw *o = NULL;
-    FGT_OK(fg_adamw_create(ps, n, &oc, &o));
+    fg_gpt_params(m, &n);
     fg_arena *a;
     FGT_OK(fg_arena_create(0, &a));
     fg_generator g;

@@ -30,17 +30,6 @@ static fg_gpt *model(fg_device dev, double dropout)
     return m;
 }
 
-static fg_adamw *optimizer(const fg_gpt *m)
-{
-    int n;
-    const fg_param *ps = fg_gpt_params(m, &n);
-    fg_adamw_config oc;
-    fg_adamw_config_init(&oc);
-    fg_adamw *o = NULL;
-    FGT_OK(fg_adamw_create(ps, n, &oc, &o));
-    return o;
-}
-
 static double *host_values(const fg_tensor *t)
 {
     int64_t n = fg_tensor_numel(t);
@@ -53,7 +42,7 @@ static double *host_values(const fg_tensor *t)
 START_TEST(test_step_matches_cpu)
 {
     fg_gpt *mc = model(FG_DEVICE_CPU, 0), *mg = model(FG_DEVICE_CUDA, 0);
-    fg_adamw *oc = optimizer(mc), *og = optimizer(mg);
+    fg_adamw *oc = fgt_adamw_for(mc), *og = fgt_adamw_for(mg);
     const int64_t T = fg_sort_task_seqlen(&task);
     int64_t x[B * TMAX], y[B * TMAX];
     uint64_t r = fgt_base_seed() | 1;
@@ -174,7 +163,7 @@ END_TEST
 START_TEST(test_no_allocation_when_warm)
 {
     fg_gpt *m = model(FG_DEVICE_CUDA, 0.1); /* dropout on: all paths */
-    fg_adamw *o = optimizer(m);
+    fg_adamw *o = fgt_adamw_for(m);
     fg_arena *a;
     FGT_OK(fg_arena_create(0, &a));
     fg_generator g;
@@ -241,7 +230,7 @@ END_TEST
 START_TEST(test_bf16_tracks_fp32)
 {
     fg_gpt *m32 = model(FG_DEVICE_CUDA, 0), *m16 = model(FG_DEVICE_CUDA, 0);
-    fg_adamw *o32 = optimizer(m32), *o16 = optimizer(m16);
+    fg_adamw *o32 = fgt_adamw_for(m32), *o16 = fgt_adamw_for(m16);
     fg_arena *a;
     FGT_OK(fg_arena_create(0, &a));
     const int64_t T = fg_sort_task_seqlen(&task);
@@ -288,7 +277,7 @@ END_TEST
 START_TEST(test_checkpoint_gpu_to_cpu)
 {
     fg_gpt *mg = model(FG_DEVICE_CUDA, 0), *mc = model(FG_DEVICE_CPU, 0);
-    fg_adamw *og = optimizer(mg), *oc = optimizer(mc);
+    fg_adamw *og = fgt_adamw_for(mg), *oc = fgt_adamw_for(mc);
     const int64_t T = fg_sort_task_seqlen(&task);
     int64_t x[B * TMAX], y[B * TMAX];
     uint64_t r = 3;

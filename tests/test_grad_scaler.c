@@ -79,17 +79,6 @@ static fg_gpt *model(fg_dtype dt, uint64_t seed)
     return m;
 }
 
-static fg_adamw *optimizer(fg_gpt *m)
-{
-    int n;
-    const fg_param *ps = fg_gpt_params(m, &n);
-    fg_adamw_config oc;
-    fg_adamw_config_init(&oc);
-    fg_adamw *o;
-    FGT_OK(fg_adamw_create(ps, n, &oc, &o));
-    return o;
-}
-
 /* Parameters and both moments of a and b, bit for bit. */
 static void assert_same(const fg_gpt *a, const fg_adamw *oa, const fg_gpt *b,
                         const fg_adamw *ob)
@@ -118,7 +107,7 @@ static void assert_same(const fg_gpt *a, const fg_adamw *oa, const fg_gpt *b,
 static void scaled_equals_plain(fg_dtype dt)
 {
     fg_gpt *a = model(dt, 7), *b = model(dt, 7);
-    fg_adamw *oa = optimizer(a), *ob = optimizer(b);
+    fg_adamw *oa = fgt_adamw_for(a), *ob = fgt_adamw_for(b);
     fg_grad_scaler sc;
     fg_grad_scaler_init(&sc);
     sc.growth_interval = 2; /* the scale changes during the run */
@@ -163,7 +152,7 @@ END_TEST
 START_TEST(test_nonfinite_step_skipped)
 {
     fg_gpt *m = model(FG_FP32, 5), *twin = model(FG_FP32, 5);
-    fg_adamw *o = optimizer(m), *ot = optimizer(twin);
+    fg_adamw *o = fgt_adamw_for(m), *ot = fgt_adamw_for(twin);
     fg_grad_scaler sc;
     fg_grad_scaler_init(&sc);
     const int64_t T = fg_sort_task_seqlen(&TASK);

@@ -35,6 +35,18 @@
             return fgt_t_;                                             \
     } while (0)
 
+/* AdamW with the default config over every parameter of m. */
+static inline fg_adamw *fgt_adamw_for(const fg_gpt *m)
+{
+    int n;
+    const fg_param *ps = fg_gpt_params(m, &n);
+    fg_adamw_config oc;
+    fg_adamw_config_init(&oc);
+    fg_adamw *o = NULL;
+    FGT_OK(fg_adamw_create(ps, n, &oc, &o));
+    return o;
+}
+
 /* Uniform values in [-amp, amp), with |x| >= min_abs (kinks, log, div). */
 static inline fg_tensor *fgt_rand(fgt_rng *r, fg_dtype dt, int nd,
                                   const int64_t *shape, double amp,
