@@ -480,9 +480,7 @@ static fg_status clip_unscale(fg_dp *dp, double max_norm, double inv,
         *skipped = 1;
         return FG_OK;
     }
-    const double k = inv * ((max_norm > 0 && total > max_norm)
-                                ? max_norm / (total + 1e-6)
-                                : 1.0);
+    const double k = fg_clip_factor(total, max_norm, inv);
     if (k != 1.0) {
         fg_no_grad_begin();
         fg_status s = FG_OK;

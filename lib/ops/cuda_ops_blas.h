@@ -152,7 +152,8 @@ fg_status fg_cuda_adamw_step(fg_cuda_optim_cache **cache,
                              const fg_cuda_adamw_param *ps, int n,
                              const fg_cuda_adamw_hparams *h);
 
-/* What the norm kernels do with the norm (lib/train/optim.c's clip):
+/* What follows a gradient norm, on the GPU's norm kernels and in
+ * lib/train/optim.c's CPU loop alike (fg_clip_factor, train_internal.h):
  * the gradients hold inv_scale^-1 times the true ones (a loss scale; 1:
  * none); the norm reported is the true one, and the gradients are
  * multiplied by inv_scale and by the clip factor max_norm / (norm + 1e-6)

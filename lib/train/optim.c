@@ -13,9 +13,8 @@
 #include "lib/core/error.h"
 #include "lib/autograd/tensor_internal.h"
 #include "kernels/runtime/profile.h"
-#ifdef FG_HAVE_CUDA
-#include "lib/ops/cuda_ops_blas.h"
-#endif
+#include "lib/ops/cuda_ops_blas.h" /* fg_cuda_clip (plain C) */
+#include "train_internal.h"
 
 struct fg_adamw {
     fg_adamw_config cfg;
@@ -174,21 +173,13 @@ void fg_adamw_free(fg_adamw *o)
         }                                                                 \
     } while (0)
 
-/* What follows the gradient norm: the clip to max_norm and a loss
- * scale's inverse inv (1: none); skip: a norm that is not finite skips
- * the scaling and the update (fg_grad_scaler). */
-typedef struct clip_req {
-    double max_norm, inv;
-    int skip;
-} clip_req;
-
 #ifdef FG_HAVE_CUDA
 /* The GPU update: the table of parameters that have a gradient, then one
  * launch (the table is uploaded again only when it changed). Validates
  * every gradient before anything is updated. *skipped = 1 where clip
  * skipped the update (the norm, read back, is not finite). */
 static fg_status adamw_step_cuda(fg_adamw *o, double lr, double bc1,
-                                 double bc2, const clip_req *clip,
+                                 double bc2, const fg_cuda_clip *clip,
                                  double *norm, int *skipped)
 {
     int k = 0;
@@ -226,13 +217,12 @@ static fg_status adamw_step_cuda(fg_adamw *o, double lr, double bc1,
     h.bc2 = bc2;
     h.decay = 1 - lr * o->cfg.weight_decay; /* as the CPU loop's */
     if (clip) { /* the norm, then the update scaling as it reads */
-        const fg_cuda_clip c = {clip->max_norm, clip->inv, clip->skip};
         double nm = 0;
         FG_TRY(fg_cuda_adamw_step_clip(&o->cuda_cache, o->cuda_params, k, &h,
-                                       &c, &nm));
+                                       clip, &nm));
         if (norm)
             *norm = nm;
-        if (clip->skip && !isfinite(nm)) {
+        if (clip->skip_nonfinite && !isfinite(nm)) {
             *skipped = 1; /* nothing written: the copies stay as they were */
             return FG_OK;
         }
@@ -247,13 +237,13 @@ static fg_status adamw_step_cuda(fg_adamw *o, double lr, double bc1,
 }
 #endif
 
-static fg_status clip_impl(const fg_param *params, int n, const clip_req *c,
+static fg_status clip_impl(const fg_param *params, int n, const fg_cuda_clip *c,
                            double *norm, int *skipped);
 
 /* clip non-NULL: clip_impl over o's parameters first (on CUDA folded into
  * the update, .grad left unscaled); a step it skips changes nothing, t
  * included, and sets *skipped. */
-static fg_status adamw_step_any(fg_adamw *o, double lr, const clip_req *clip,
+static fg_status adamw_step_any(fg_adamw *o, double lr, const fg_cuda_clip *clip,
                                 double *norm, int *skipped)
 {
     int skip_local = 0;
@@ -316,14 +306,14 @@ fg_status fg_adamw_step(fg_adamw *o, double lr)
 fg_status fg_adamw_step_clip(fg_adamw *o, double lr, double max_norm,
                              double *norm)
 {
-    const clip_req c = {max_norm, 1.0, 0};
+    const fg_cuda_clip c = {max_norm, 1.0, 0};
     FG_PROF_RETURN(FG_PROF_OPTIMIZER, adamw_step_any(o, lr, &c, norm, NULL));
 }
 
 fg_status fg_adamw_step_unscale(fg_adamw *o, double lr, double max_norm,
                                 double inv_scale, double *norm, int *skipped)
 {
-    const clip_req c = {max_norm, inv_scale, 1};
+    const fg_cuda_clip c = {max_norm, inv_scale, 1};
     FG_PROF_RETURN(FG_PROF_OPTIMIZER,
                    adamw_step_any(o, lr, &c, norm, skipped));
 }
@@ -362,7 +352,7 @@ fg_status fg_adamw_state(const fg_adamw *o, int i, fg_tensor **m,
 #ifdef FG_HAVE_CUDA
 /* The GPU norm and clip: the gradients' table, one reduction, the factor
  * and the scaling computed on the device. */
-static fg_status clip_cuda(const fg_param *params, int n, const clip_req *c,
+static fg_status clip_cuda(const fg_param *params, int n, const fg_cuda_clip *c,
                            double *norm, int *skipped)
 {
     fg_cuda_grad *gs = calloc((size_t)n, sizeof *gs);
@@ -385,11 +375,10 @@ static fg_status clip_cuda(const fg_param *params, int n, const clip_req *c,
         gs[k].dtype = fg_tensor_dtype(g);
         k++;
     }
-    const fg_cuda_clip cc = {c->max_norm, c->inv, c->skip};
     double nm = 0;
-    fg_status s = fg_cuda_clip_grad_norm(gs, k, &cc, c->skip ? &nm : norm);
+    fg_status s = fg_cuda_clip_grad_norm(gs, k, c, c->skip_nonfinite ? &nm : norm);
     free(gs);
-    if (s == FG_OK && c->skip) {
+    if (s == FG_OK && c->skip_nonfinite) {
         if (norm)
             *norm = nm;
         *skipped = !isfinite(nm);
@@ -398,10 +387,10 @@ static fg_status clip_cuda(const fg_param *params, int n, const clip_req *c,
 }
 #endif
 
-/* The global norm (divided by the loss scale: c->inv), then the
- * gradients times c->inv and the clip factor; with c->skip, a norm that is
+/* The global norm (divided by the loss scale: c->inv_scale), then the
+ * gradients times fg_clip_factor; with c->skip_nonfinite, a norm that is
  * not finite sets *skipped and leaves the gradients as they are. */
-static fg_status clip_impl(const fg_param *params, int n, const clip_req *c,
+static fg_status clip_impl(const fg_param *params, int n, const fg_cuda_clip *c,
                            double *norm, int *skipped)
 {
     *skipped = 0;
@@ -432,16 +421,14 @@ static fg_status clip_impl(const fg_param *params, int n, const clip_req *c,
         }
     }
     /* a power-of-two scale divides exactly: the unscaled gradients' norm */
-    const double total = sqrt(ss) * c->inv, max_norm = c->max_norm;
+    const double total = sqrt(ss) * c->inv_scale;
     if (norm)
         *norm = total;
-    if (c->skip && !isfinite(total)) {
+    if (c->skip_nonfinite && !isfinite(total)) {
         *skipped = 1;
         return FG_OK;
     }
-    const double k =
-        c->inv * ((max_norm > 0 && total > max_norm) ? max_norm / (total + 1e-6)
-                                                     : 1.0);
+    const double k = fg_clip_factor(total, c->max_norm, c->inv_scale);
     if (k != 1.0) {
         for (int i = 0; i < n; i++) {
             fg_tensor *g = fg_tensor_grad(params[i].tensor);
@@ -465,7 +452,7 @@ static fg_status clip_impl(const fg_param *params, int n, const clip_req *c,
 fg_status fg_clip_grad_norm(const fg_param *params, int n, double max_norm,
                             double *norm)
 {
-    const clip_req c = {max_norm, 1.0, 0};
+    const fg_cuda_clip c = {max_norm, 1.0, 0};
     int skipped;
     FG_PROF_RETURN(FG_PROF_OPTIMIZER,
                    clip_impl(params, n, &c, norm, &skipped));
@@ -475,7 +462,7 @@ fg_status fg_clip_grad_unscale(const fg_param *params, int n,
                                double max_norm, double inv_scale,
                                double *norm, int *skipped)
 {
-    const clip_req c = {max_norm, inv_scale, 1};
+    const fg_cuda_clip c = {max_norm, inv_scale, 1};
     FG_PROF_RETURN(FG_PROF_OPTIMIZER,
                    clip_impl(params, n, &c, norm, skipped));
 }

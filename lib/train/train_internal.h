@@ -35,6 +35,16 @@ fg_status fg_gpt_accumulate(const fg_gpt *m, const int64_t *x,
  * next). Elsewhere the two calls. */
 fg_status fg_adamw_step_clip(fg_adamw *o, double lr, double max_norm,
                              double *norm);
+/* What gradients whose true global norm is `norm` are multiplied by:
+ * inv_scale (a loss scale's inverse, 1 without one) times the clip factor
+ * max_norm / (norm + 1e-6) when max_norm > 0 and norm exceeds it; the
+ * CUDA norm kernels' finish_kernel computes the same. */
+static inline double fg_clip_factor(double norm, double max_norm,
+                                    double inv_scale)
+{
+    return inv_scale *
+           ((max_norm > 0 && norm > max_norm) ? max_norm / (norm + 1e-6) : 1.0);
+}
 /* fg_adamw_step_clip on gradients that hold 1 / inv_scale times the true
  * ones (a loss scale): *norm = the true norm; the update sees each
  * gradient times inv_scale and the clip factor; a norm that is not finite
