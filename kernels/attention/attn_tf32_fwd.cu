@@ -79,13 +79,14 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
     constexpr int DT = DO / 8;    /* n8 tiles of O */
     static_assert(!kPair || MT == 1, "pairs hold one m-tile");
     /* 3xTF32 sums G k steps in each zeroed tile before adding it in fp32
-     * (G = 1: mma), 1/G of the per-step tile's FADDs: 4 in the d = 256
-     * pairs, 2 at d = 128 (192 registers, no spills; 4 spilled 176-264
-     * bytes there, and 2 spilled at d = 32, 64). scripts/tf32x3-model.py
-     * --groups: the truncation error of one step per tile holds up to
-     * G = 4 (dK over 4097 rows, a logit of 13 over d = 256) and doubles
-     * at G = 8. */
-    constexpr int G = kPair ? 4 : kSplit && D == 128 ? 2 : 1;
+     * (G = 1: mma), 1/G of the per-step tile's FADDs: 4 at d = 256 (the
+     * pairs; the unpaired 8 warps spill 432 / 288 bytes with it against
+     * 572 / 460 with G = 1), 2 at d = 128 (192 registers, no spills; 4
+     * spilled 176-264 bytes there, and 2 spilled at d = 32, 64).
+     * scripts/tf32x3-model.py --groups: the truncation error of one step
+     * per tile holds up to G = 4 (dK over 4097 rows, a logit of 13 over
+     * d = 256) and doubles at G = 8. */
+    constexpr int G = kSplit && D == 256 ? 4 : kSplit && D == 128 ? 2 : 1;
     static_assert((DO / 8) % G == 0 && NT % G == 0, "whole groups of k steps");
     constexpr int NTH = Tile::kThreads;
     extern __shared__ __align__(128) float smem_f[];
