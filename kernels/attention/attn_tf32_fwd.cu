@@ -41,26 +41,18 @@ namespace tf32 {
  * registers, 255 a thread, still fit); FG_ATTN_TF32_WIDE=0 keeps 4. kLo
  * (3xTF32, d = 128, 8 warps): 198 KiB with the remainder tiles of K and V;
  * FG_ATTN_TF32X3_TILES=0 keeps the 4-warp register split.
- * kPair (kLo at d = 256, 8 warps): warps w and w + 4 share query rows
- * 16w .. 16w+15 and each owns half of d: each sums S over its half of
- * d, they add each other's partial S through shared memory (kXchg
- * floats; a + b = b + a, so both hold the same S), and each keeps O of
- * its half, 64 registers instead of 128 (no spills); 64 rows and 211 KiB
- * a block, for masked work (causal, the variants). FG_ATTN_TF32_PAIR=0
- * keeps the unpaired kernel. */
+ * Warp pairs sharing rows, each with half of d (the backward's kPair),
+ * were dropped here: once the 8 unpaired warps summed 4 k steps per tile
+ * they won both ways on an H200 at N 4k (3xTF32, d = 256: 41.6 against
+ * 37.1 TFLOP/s causal, 47.7 against 39.6 unpaired G = 2; session 43). */
 template <int D, int NW = 4, bool kLo = false> struct FwdTile {
-    static constexpr bool kPair = kLo && D == 256 && NW == 8;
-    static constexpr int kRowWarps = kPair ? NW / 2 : NW; /* warps on distinct rows */
-    static constexpr int kMT = D <= 64 ? 2 : 1;           /* m16 tiles per warp */
+    static constexpr int kMT = D <= 64 ? 2 : 1; /* m16 tiles per warp */
     static constexpr int kThreads = 32 * NW;
-    static constexpr int kBr = 16 * kMT * kRowWarps; /* 4 warps: 128 or 64 rows */
+    static constexpr int kBr = 16 * kMT * NW; /* 4 warps: 128 or 64 rows */
     static constexpr int kBc = D == 256 ? 32 : 64;
     static constexpr int kLd = D + 4;
-    static constexpr int kDO = kPair ? D / 2 : D; /* O columns (and S's sum) per warp */
-    static constexpr int kXchg = kPair ? NW * 32 * (kBc / 2) : 0;
-    /* Q, K, V (and with kLo the remainders of K and V), the pairs' exchange */
-    static constexpr size_t kSmem =
-        sizeof(float) * ((size_t)(kBr + (kLo ? 4 : 2) * kBc) * kLd + (size_t)kXchg);
+    /* Q, K, V (and with kLo the remainders of K and V) */
+    static constexpr size_t kSmem = sizeof(float) * (size_t)(kBr + (kLo ? 4 : 2) * kBc) * kLd;
 };
 
 template <int D, int NW, int kMode, bool kDropout, bool kSplit, bool kLo>
@@ -74,32 +66,26 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
     static_assert(!kLo || kSplit, "remainder tiles are 3xTF32's");
     constexpr int Br = Tile::kBr, Bc = Tile::kBc, LD = Tile::kLd, MT = Tile::kMT;
     constexpr int NT = Bc / 8; /* n8 tiles of S, k8 steps of P V */
-    constexpr bool kPair = Tile::kPair;
-    constexpr int DO = Tile::kDO; /* this warp's columns of O, and of S's sum */
-    constexpr int DT = DO / 8;    /* n8 tiles of O */
-    static_assert(!kPair || MT == 1, "pairs hold one m-tile");
+    constexpr int DT = D / 8; /* n8 tiles of O */
     /* 3xTF32 sums G k steps in each zeroed tile before adding it in fp32
-     * (G = 1: mma), 1/G of the per-step tile's FADDs: 4 at d = 256 (the
-     * pairs; the unpaired 8 warps spill 432 / 288 bytes with it against
-     * 572 / 460 with G = 1), 2 at d = 128 (192 registers, no spills; 4
+     * (G = 1: mma), 1/G of the per-step tile's FADDs: 4 at d = 256 (8
+     * warps spill 432 / 288 bytes with it against 572 / 460 with G = 1,
+     * and run 47.7 against 39.6 TFLOP/s unmasked), 2 at d = 128 (192 registers, no spills; 4
      * spilled 176-264 bytes there, and 2 spilled at d = 32, 64).
      * scripts/tf32x3-model.py --groups: the truncation error of one step
      * per tile holds up to G = 4 (dK over 4097 rows, a logit of 13 over
      * d = 256) and doubles at G = 8. */
     constexpr int G = kSplit && D == 256 ? 4 : kSplit && D == 128 ? 2 : 1;
-    static_assert((DO / 8) % G == 0 && NT % G == 0, "whole groups of k steps");
+    static_assert(DT % G == 0 && NT % G == 0, "whole groups of k steps");
     constexpr int NTH = Tile::kThreads;
     extern __shared__ __align__(128) float smem_f[];
     float *Qs = smem_f, *Ks = Qs + Br * LD, *Vs = Ks + Bc * LD;
     float *Kl = Vs + Bc * LD, *Vl = Kl + Bc * LD; /* kLo only */
-    float4 *xch = reinterpret_cast<float4 *>(Vl + Bc * LD); /* kPair: [warp][nt][lane] */
     const uint32_t sQ = smem_u32(Qs), sK = smem_u32(Ks), sKl = smem_u32(Kl);
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
-    /* rw: this warp's rows; half: its half of d (kPair), d0 its first column */
-    const int rw = kPair ? warp % Tile::kRowWarps : warp, half = kPair ? warp / Tile::kRowWarps : 0;
-    const int d0 = half * DO;
+    const int rw = warp; /* this warp's rows: 16 MT rw .. */
     /* Causal blocks near the end do the most work: launch them first. */
     const int mblk = kMasked || causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int64_t i0 = (int64_t)mblk * Br;
@@ -164,13 +150,13 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
             for (int i = 0; i < NT; i++)
                 s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
 #pragma unroll
-        for (int kg = 0; kg < DO / 8; kg += G) {
+        for (int kg = 0; kg < DT; kg += G) {
             Frag<4, kSplit> af[G][MT];
 #pragma unroll
             for (int u = 0; u < G; u++)
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    lda_rows<LD>(af[u][mt].h, sQ, (rw * MT + mt) * 16, d0 + (kg + u) * 8);
+                    lda_rows<LD>(af[u][mt].h, sQ, (rw * MT + mt) * 16, (kg + u) * 8);
                     af[u][mt].split();
                 }
 #pragma unroll
@@ -183,7 +169,7 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
                         t[mt][0][e] = t[mt][1][e] = 0.f;
 #pragma unroll
                 for (int u = 0; u < G; u++) {
-                    const int k0 = d0 + (kg + u) * 8;
+                    const int k0 = (kg + u) * 8;
                     Frag<4, kSplit> bf;
                     ldb_rows<LD>(bf.h, sK, n2 * 16, k0);
                     if constexpr (kLo)
@@ -210,23 +196,6 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
                             s[mt][2 * n2 + 1][e] += t[mt][1][e];
                         }
             }
-        }
-        if constexpr (kPair) { /* S = this half's sum + the other's */
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-                xch[(warp * NT + nt) * 32 + lane] =
-                    make_float4(s[0][nt][0], s[0][nt][1], s[0][nt][2], s[0][nt][3]);
-            pair_sync(1 + rw, 64);
-            const int other = warp ^ Tile::kRowWarps;
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                const float4 y = xch[(other * NT + nt) * 32 + lane];
-                s[0][nt][0] += y.x;
-                s[0][nt][1] += y.y;
-                s[0][nt][2] += y.z;
-                s[0][nt][3] += y.w;
-            }
-            /* xch is written again after the barrier below */
         }
         __syncthreads(); /* every warp is done with K_j */
         issue(Ks, a.k, jb + 1, false);
@@ -267,9 +236,9 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
                     const int kk = kg + u;
                     Frag<2, kSplit> bv;
                     if constexpr (kSplit) { /* fp32 rows, split as read */
-                        ldb_pairs<LD>(Vs, kk * 8, d0 + dt * 8, &bv.h[0], &bv.h[1]);
+                        ldb_pairs<LD>(Vs, kk * 8, dt * 8, &bv.h[0], &bv.h[1]);
                         if constexpr (kLo)
-                            ldb_pairs<LD>(Vl, kk * 8, d0 + dt * 8, &bv.l[0], &bv.l[1]);
+                            ldb_pairs<LD>(Vl, kk * 8, dt * 8, &bv.l[0], &bv.l[1]);
                         else
                             bv.split();
                     } else {
@@ -312,12 +281,12 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
             float *dst = elem<float>(a.o, b, i, h);
 #pragma unroll
             for (int dt = 0; dt < DT; dt++) {
-                const int c = d0 + dt * 8 + 2 * t4;
+                const int c = dt * 8 + 2 * t4;
                 if (c < a.d)
                     *reinterpret_cast<float2 *>(dst + c) =
                         make_float2(o[mt][dt][2 * r] * inv, o[mt][dt][2 * r + 1] * inv);
             }
-            if (t4 == 0 && half == 0) { /* a pair's second warp has the same */
+            if (t4 == 0) {
                 const float mr = m_raw[mt][r];
                 ((float *)a.m)[bh * a.Nq + i] = mr == -INFINITY ? -INFINITY : mr * (float)a.scale;
                 ((float *)a.l)[bh * a.Nq + i] = l;
@@ -360,18 +329,6 @@ fg_status attn_tf32_fwd(const AttnArgs &a, size_t smem_limit, cudaStream_t st, b
                     return tf32::launch<D, NW, true>(a, st);
             return tf32::launch<D, NW, false>(a, st);
         };
-        if constexpr (D == 256 && tf32::kHaveSplit) {
-            using Pair = tf32::FwdTile<D, 8, true>;
-            /* Pairs for masked work only: on an H200 (N 4k) they won causal
-             * (36.7 against 34.0-34.3 TFLOP/s) and lost unmasked (38.5-38.7
-             * against the 8-warp kernel's 39.4, session 42). */
-            const bool masked = a.causal || a.variant;
-            if (split && masked && Pair::kSmem <= smem_limit &&
-                !env_is("FG_ATTN_TF32_PAIR", "0")) {
-                *ran = true;
-                return tf32::launch<D, 8, true, true>(a, st);
-            }
-        }
         if constexpr (D == 256)
             if (tf32::FwdTile<D, 8>::kSmem <= smem_limit && !env_is("FG_ATTN_TF32_WIDE", "0"))
                 return run(std::integral_constant<int, 8>());
