@@ -440,9 +440,9 @@ END_TEST
  * shared memory per block (A100) take: the 4-warp forward tile
  * (FG_ATTN_TF32_WIDE=0) and, with FG_ATTN_TF32_PAIR=0, the backward in
  * two launches of d halves (TF32; strict fp32's backward then runs on
- * the SIMT kernels). An H100 or H200 runs the paired-warp kernels by
- * default (3xTF32 forward and backward, TF32 backward) and the unpaired
- * 8-warp TF32 forward. Strict, deterministic and TF32. */
+ * the SIMT kernels). An H100 or H200 runs the paired-warp backward
+ * (3xTF32 and TF32) by default and the unpaired 8-warp forward. Strict,
+ * deterministic and TF32. */
 static const int d256_cases[] = {3, 7, 11};
 
 START_TEST(test_d256_narrow)

@@ -327,8 +327,8 @@ inline bool aligned(const Operand &t)
  * otherwise 3xTF32, strict fp32's default where it is built (since
  * session 40: within 1e-5 of max |ref| in test_gpu_fp32 on an H200, every
  * output at <= 0.31 of that bound; session 41, H200, N 4k: forward /
- * backward 1.00-2.48x / 1.00-1.88x the efficient kernel at d = 32-128,
- * 0.86-0.90x forward at d = 256);
+ * backward 1.00-2.48x / 1.00-1.88x the efficient kernel at d = 32-128;
+ * session 43: d = 256 1.05-1.09x / 1.03-1.05x);
  * none (the SIMT kernels run) outside the sm80 kernels' cover (a bias,
  * packed or key-padded batches), for operands not 16-byte aligned, in
  * builds without 3xTF32 (./configure --disable-attn-tf32x3), or with
