@@ -229,7 +229,9 @@ FG_API fg_status fg_comm_wait(fg_comm_request *req);
 typedef struct fg_dp fg_dp;
 
 typedef struct fg_dp_config {
-    size_t bucket_bytes; /* gradient bucket size; 0: 4 MiB (MPI), 25 MiB (NCCL) */
+    size_t bucket_bytes; /* gradient bucket size; 0: 4 MiB (MPI); NCCL: an
+                            eighth of the gradients' bytes, within 25 MiB ..
+                            64 MiB */
     int zero1;           /* shard the AdamW moments (ZeRO stage 1) */
     int overlap;         /* 1 (default): start buckets from the backward's
                             hooks; 0: all after the backward */

@@ -367,17 +367,27 @@ fg_status fg_dp_create(fg_comm *comm, const fg_param *params, int n,
         return FG_FAIL(FG_ERR_OUT_OF_MEMORY, "fg_dp");
     dp->comm = comm;
     dp->cfg = *c;
-    /* MPI on the CPU: small buckets overlap more of the backward. NCCL:
-     * 25 MiB, PyTorch DDP's size; on two H200s (session 38) it trained the
-     * baby GPT 1.97-1.98x and GPT-2-small 1.84-1.89x as fast as one GPU,
-     * 4 MiB 1.92-1.95x and 1.81-1.88x (doc/distributed.md). */
-    if (dp->cfg.bucket_bytes == 0)
-        dp->cfg.bucket_bytes = comm->backend == FG_COMM_NCCL
-                                   ? (size_t)25 << 20 : (size_t)4 << 20;
     dp->n = n;
     dp->dt = dt;
     dp->dev = comm->device;
     dp->es = fg_dtype_size(dt);
+    /* MPI on the CPU: small buckets overlap more of the backward. NCCL:
+     * an eighth of the gradients within 25 MiB (PyTorch DDP's size) ..
+     * 64 MiB. On two H200s (session 38) 25 MiB trained the baby GPT (43
+     * MB of gradients) 1.97-1.98x as fast as one GPU (64 MiB 1.95-1.96x)
+     * and GPT-2-small (497 MB) 1.84-1.89x, where 64 MiB gave 1.89-1.93x:
+     * fewer, larger collectives beside its longer kernels
+     * (doc/distributed.md). */
+    if (dp->cfg.bucket_bytes == 0) {
+        size_t total = 0;
+        for (int i = 0; i < n; i++)
+            total += (size_t)fg_tensor_numel(params[i].tensor) * dp->es;
+        const size_t lo = (size_t)25 << 20, hi = (size_t)64 << 20;
+        dp->cfg.bucket_bytes = comm->backend != FG_COMM_NCCL ? (size_t)4 << 20
+                               : total / 8 < lo                ? lo
+                               : total / 8 > hi                ? hi
+                                                               : total / 8;
+    }
     dp->ps = calloc((size_t)n, sizeof *dp->ps);
     dp->params = calloc((size_t)n, sizeof *dp->params);
     fg_status s = dp->ps && dp->params
