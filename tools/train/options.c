@@ -122,8 +122,8 @@ static const spec SPECS[] = {
                 "the AdamW moments across them (ZeRO-1)"),
     REAL("--bucket-mb", bucket_mb, 0, 1024, 0, 0, BOTH,
          .help = "with several ranks: MiB of gradients per all-reduce\n"
-                 "bucket (0: the library's default, 4 with MPI,\n"
-                 "25 with NCCL)"),
+                 "bucket (0: the library's default, 4 with MPI;\n"
+                 "with NCCL an eighth of the gradients, 25 to 64)"),
     GROUP("Progress and evaluation"),
     INT("--print-interval", print_interval, 1, BIG, BOTH,
         .help = "steps between progress lines (loss, speed, MFU, ETA)"),
