@@ -362,14 +362,13 @@ int main(int argc, char **argv)
     }
     fg_dtype dts[2] = {FG_BF16, FG_FP16};
     int ndt = quick ? 1 : 2;
-    if (one_dtype) {
-        if (!strcmp(one_dtype, "bf16") || !strcmp(one_dtype, "fp16") ||
-            !strcmp(one_dtype, "fp32")) {
-            dts[0] = !strcmp(one_dtype, "bf16")   ? FG_BF16
-                     : !strcmp(one_dtype, "fp16") ? FG_FP16
-                                                  : FG_FP32;
-            ndt = 1;
-        } else {
+    if (one_dtype) { /* the names fg_dtype_name gives */
+        const fg_dtype known[3] = {FG_BF16, FG_FP16, FG_FP32};
+        ndt = 0;
+        for (int k = 0; k < 3 && !ndt; k++)
+            if (!strcmp(one_dtype, fg_dtype_name(known[k])))
+                dts[0] = known[k], ndt = 1;
+        if (!ndt) {
             fprintf(stderr, "bench_attention: --dtype must be bf16, fp16 or fp32\n");
             return 2;
         }
