@@ -547,6 +547,39 @@ static void test_dp(fg_comm *c)
     free(y);
 }
 
+/* NCCL's default bucket size (fg_dp_config bucket_bytes 0): an eighth of
+ * the gradients' bytes within 25 .. 64 MiB. np fp32 parameters of `mib`
+ * MiB each; buckets take whole parameters until they reach the size. */
+static void dp_default_buckets(fg_comm *c, int np, int mib, int want)
+{
+    fg_param ps[64];
+    memset(ps, 0, sizeof ps);
+    for (int i = 0; i < np; i++) {
+        FGD_OK(fg_tensor_zeros(FG_FP32, FG_DEVICE_CUDA, FG_SHAPE((int64_t)mib << 18),
+                               &ps[i].tensor));
+        FGD_OK(fg_tensor_set_requires_grad(ps[i].tensor, 1));
+        snprintf(ps[i].name, sizeof ps[i].name, "p%d", i);
+    }
+    fg_dp *dp = NULL;
+    FGD_OK(fg_dp_create(c, ps, np, NULL, &dp));
+    fg_dp_stats st = {0};
+    if (dp)
+        FGD_OK(fg_dp_get_stats(dp, &st));
+    FGD_CHECK(st.buckets == want, "%d x %d MiB of gradients: %d default buckets, "
+              "want %d", np, mib, st.buckets, want);
+    fg_dp_free(dp);
+    for (int i = 0; i < np; i++)
+        fg_tensor_free(ps[i].tensor);
+}
+
+static void test_dp_buckets(fg_comm *c)
+{
+    dp_default_buckets(c, 48, 1, 2);  /* 48 MiB: 25 MiB buckets (25 + 23) */
+    dp_default_buckets(c, 64, 5, 8);  /* 320 MiB: 40 MiB, 8 parameters each */
+    dp_default_buckets(c, 60, 12, 10); /* 720 MiB: 64 MiB, 6 parameters each (72 >= 64) */
+    printf("  default bucket sizes (25 MiB, 1/8 of the gradients, 64 MiB): done\n");
+}
+
 /* A rank of the multi-process part (exec'd by run_ranks). Exit 3: NCCL
  * would not start (e.g. two ranks on one GPU). */
 static int child(int rank, int n, const char *path)
@@ -647,6 +680,7 @@ int main(int argc, char **argv)
         test_ring(c, FG_RING_ZIGZAG, 1, FG_FP32, 1e-4);
         test_ring(c, FG_RING_CONTIGUOUS, 0, FG_BF16, 3e-2);
         test_dp(c);
+        test_dp_buckets(c);
         fg_comm_free(c);
         FGD_CHECK(access(path, F_OK) != 0, "id file left behind");
         /* A world of 2 whose rank 1 never starts: the arrival check fails
