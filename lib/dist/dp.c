@@ -2,8 +2,8 @@
 /* lib/dist/dp.c - data parallelism (dist.h): the flat gradient buffer and
  * its buckets, the post-accumulate hooks that start each bucket's
  * reduction during the backward, ZeRO-1 (AdamW over this rank's slices of
- * every bucket, then the parameters' all-gather), the data-parallel train
- * step and checkpoints.
+ * every bucket, then the parameters' all-gather) and the data-parallel
+ * train step (checkpoints: dp_checkpoint.c).
  *
  * Layout. Parameters are laid out in the flat buffer in reverse order (the
  * backward produces the last layers' gradients first) and grouped into
@@ -24,68 +24,12 @@
 
 #include "config.h"
 
-#include "lib/autograd/tensor_internal.h"
 #include "comm_internal.h"
 #include "dist_internal.h"
+#include "dp_internal.h"
 #include "lib/autograd/tensor_internal.h"
 #include "lib/core/error.h"
 #include "lib/train/train_internal.h"
-
-typedef struct dp_param {
-    struct fg_dp *dp;
-    fg_tensor *t;       /* retained */
-    fg_tensor *view;    /* the .grad we installed (t owns it) */
-    int64_t numel, flat; /* elements; offset in the buffer */
-    int bucket;
-    uint64_t ready_epoch;
-    fg_hook *hook;
-} dp_param;
-
-typedef struct dp_bucket {
-    int64_t off, len, padded, chunk; /* elements; chunk = padded / size */
-    int nparams, pending;
-    int done; /* its request tested complete (MPI's poll skips it) */
-    fg_comm_request *req;
-} dp_bucket;
-
-/* ZeRO-1: one piece of a parameter inside this rank's slice of a bucket. */
-typedef struct dp_seg {
-    int param;
-    int64_t poff, flat, len; /* offset in the parameter, in the buffer */
-} dp_seg;
-
-enum { DP_NFLAGS = 8 }; /* fg_dp_set_flags: bits 0-7 */
-
-struct fg_dp {
-    fg_comm *comm;
-    fg_dp_config cfg;
-    int n;
-    dp_param *ps;
-    fg_param *params; /* copy of the caller's array */
-    int nb;
-    dp_bucket *bk;
-    fg_tensor *gflat; /* 1-D, the gradient buffer */
-    char *gbase;
-    fg_dtype dt;
-    fg_device dev;
-    size_t es;
-    int64_t total;
-    /* the step in progress */
-    int armed;
-    uint64_t epoch;
-    int next_launch;
-    /* optimizer: full, or over the segments */
-    fg_adamw *opt;
-    int nseg;
-    dp_seg *seg;
-    fg_param *segp; /* 1-D views: parameter slice, .grad = buffer slice */
-    int64_t shard_elements;
-    int64_t opt_steps; /* AdamW steps taken (ZeRO-1 ranks may own nothing) */
-    /* fg_dp_set_flags for the next step, and the last step's OR */
-    unsigned flags_in, flags_out;
-    /* stats */
-    int64_t steps, started_in_backward;
-};
 
 void fg_dp_config_init(fg_dp_config *c)
 {
@@ -578,7 +522,7 @@ static fg_status before_backward(void *user, int micro, int accum)
     return fg_dp_set_sync(user, micro == accum - 1);
 }
 
-static fg_status check_model(const fg_dp *dp, const fg_gpt *m)
+fg_status fg_dp_check_model(const fg_dp *dp, const fg_gpt *m)
 {
     int n = 0;
     const fg_param *ps = fg_gpt_params(m, &n);
@@ -602,7 +546,7 @@ fg_status fg_dp_train_step_scaled(fg_dp *dp, const fg_gpt *m,
 {
     if (!dp || !m || !x || !y || accum < 1 || B <= 0 || T <= 0)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "bad arguments");
-    FG_TRY(check_model(dp, m));
+    FG_TRY(fg_dp_check_model(dp, m));
     if (scale)
         FG_TRY(fg_grad_scaler_check(scale));
     const double ls = scale ? scale->scale : 1.0;
@@ -661,145 +605,6 @@ fg_status fg_dp_set_flags(fg_dp *dp, unsigned flags)
 }
 
 unsigned fg_dp_flags(const fg_dp *dp) { return dp ? dp->flags_out : 0; }
-
-/* ---- checkpoints ---------------------------------------------------------------------- */
-
-/* The same verdict on every rank: `bad` is this rank's (0 ok); returns the
- * number of ranks that failed. */
-static fg_status agree(fg_comm *c, int bad, int *nbad)
-{
-    double x = bad != 0;
-    FG_TRY(fg_comm_allreduce_host_f64(c, &x, 1, FG_REDUCE_SUM));
-    *nbad = (int)x;
-    return FG_OK;
-}
-
-/* ZeRO-1: moment k (0: m, 1: v) of every rank's slices into full's
- * moments on rank 0 (every rank takes part; full is NULL elsewhere). */
-static fg_status gather_moment(fg_dp *dp, int k, fg_tensor *flat,
-                               fg_adamw *full)
-{
-    char *base = fg_tensor_data(flat);
-    for (int i = 0; i < dp->nseg; i++) {
-        fg_tensor *mt = NULL, *vt = NULL;
-        FG_TRY(fg_adamw_state(dp->opt, i, &mt, &vt));
-        FG_TRY(fg_dist_copy(dp->dev, base + (size_t)dp->seg[i].flat * dp->es,
-                            fg_tensor_data(k ? vt : mt),
-                            (size_t)dp->seg[i].len * dp->es));
-    }
-    for (int i = 0; i < dp->nb; i++) {
-        const dp_bucket *b = &dp->bk[i];
-        char *p = base + (size_t)b->off * dp->es;
-        FG_TRY(fg_comm_allgather(dp->comm,
-                                 p + (size_t)(dp->comm->rank * b->chunk) *
-                                         dp->es,
-                                 p, (size_t)b->chunk, dp->dt));
-    }
-    for (int i = 0; full && i < dp->n; i++) {
-        fg_tensor *mt = NULL, *vt = NULL;
-        FG_TRY(fg_adamw_state(full, i, &mt, &vt));
-        FG_TRY(fg_dist_copy(dp->dev, fg_tensor_data(k ? vt : mt),
-                            base + (size_t)dp->ps[i].flat * dp->es,
-                            (size_t)dp->ps[i].numel * dp->es));
-    }
-    return FG_OK;
-}
-
-/* A full AdamW over the model's parameters (heap), for ZeRO-1 checkpoints. */
-static fg_status full_adamw(fg_dp *dp, fg_adamw **out)
-{
-    FG_TRY(fg_arena_push(NULL));
-    fg_status s = fg_adamw_create(dp->params, dp->n, &dp->cfg.adamw, out);
-    fg_arena_pop(NULL);
-    return s;
-}
-
-fg_status fg_dp_checkpoint_save(fg_dp *dp, const char *path, const fg_gpt *m,
-                                const fg_train_state *st, const char *meta)
-{
-    if (!dp || !m)
-        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL dp or model");
-    FG_TRY(check_model(dp, m));
-    const int root = dp->comm->rank == 0;
-    fg_adamw *opt = dp->opt, *full = NULL;
-    fg_status s = FG_OK;
-    if (dp->cfg.zero1) {
-        /* Collective: every rank runs the gathers, even after a local
-         * failure (with a zeroed staging buffer), so none is left waiting. */
-        fg_tensor *flat = NULL;
-        FG_TRY(fg_arena_push(NULL));
-        s = fg_tensor_zeros(dp->dt, dp->dev, FG_SHAPE(dp->total), &flat);
-        fg_arena_pop(NULL);
-        FG_TRY(s);
-        if (root)
-            s = full_adamw(dp, &full);
-        for (int k = 0; k < 2; k++) {
-            fg_status g = gather_moment(dp, k, flat, s == FG_OK ? full : NULL);
-            if (s == FG_OK)
-                s = g;
-        }
-        fg_tensor_free(flat);
-        if (s == FG_OK && full)
-            s = fg_adamw_set_steps(full, dp->opt_steps);
-        opt = full;
-    }
-    if (s == FG_OK && root)
-        s = fg_checkpoint_save(path, m, opt, st, meta);
-    fg_adamw_free(full);
-    int nbad = 0;
-    FG_TRY(agree(dp->comm, s != FG_OK, &nbad));
-    if (s == FG_OK && nbad)
-        return FG_FAIL(FG_ERR_IO, "rank 0 could not write the checkpoint %s",
-                       path);
-    return s;
-}
-
-fg_status fg_dp_checkpoint_load(fg_dp *dp, const char *path, fg_gpt *m,
-                                fg_train_state *st)
-{
-    if (!dp || !m)
-        return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL dp or model");
-    FG_TRY(check_model(dp, m));
-    fg_status s = FG_OK;
-    if (!dp->cfg.zero1) {
-        s = fg_checkpoint_load(path, m, dp->opt, st);
-        if (s == FG_OK)
-            dp->opt_steps = fg_adamw_steps(dp->opt);
-    } else {
-        /* The whole state into a temporary full AdamW, then this rank's
-         * slices out of it. */
-        fg_adamw *full = NULL;
-        s = full_adamw(dp, &full);
-        if (s == FG_OK)
-            s = fg_checkpoint_load(path, m, full, st);
-        for (int i = 0; s == FG_OK && i < dp->nseg; i++) {
-            const dp_seg *g = &dp->seg[i];
-            fg_tensor *fm, *fv, *sm, *sv;
-            s = fg_adamw_state(full, g->param, &fm, &fv);
-            if (s == FG_OK)
-                s = fg_adamw_state(dp->opt, i, &sm, &sv);
-            const size_t off = (size_t)g->poff * dp->es,
-                         nb = (size_t)g->len * dp->es;
-            if (s == FG_OK)
-                s = fg_dist_copy(dp->dev, fg_tensor_data(sm),
-                                 (char *)fg_tensor_data(fm) + off, nb);
-            if (s == FG_OK)
-                s = fg_dist_copy(dp->dev, fg_tensor_data(sv),
-                                 (char *)fg_tensor_data(fv) + off, nb);
-        }
-        if (s == FG_OK) {
-            dp->opt_steps = fg_adamw_steps(full);
-            if (dp->opt)
-                s = fg_adamw_set_steps(dp->opt, dp->opt_steps);
-        }
-        fg_adamw_free(full);
-    }
-    int nbad = 0;
-    FG_TRY(agree(dp->comm, s != FG_OK, &nbad));
-    if (s == FG_OK && nbad)
-        return FG_FAIL(FG_ERR_IO, "%d rank(s) could not load %s", nbad, path);
-    return s;
-}
 
 fg_status fg_dp_get_stats(const fg_dp *dp, fg_dp_stats *st)
 {
