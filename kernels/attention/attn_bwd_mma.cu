@@ -291,26 +291,7 @@ attn_bwd_mma_kernel(const AttnArgs args, const int dslice)
             const float sc = (float)a.scale;
             const int64_t srow = stat_row_of<kRagged>(a, b, h, bh);
             float *dqa = (float *)a.dq_acc + (srow + i0) * (int64_t)a.d;
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int qi = mt * 16 + g + 8 * r;
-                if (i0 + qi >= a.Nq)
-                    continue;
-#pragma unroll
-                for (int nt = 0; nt < DW / 8; nt++) {
-                    const int c = part * DW + nt * 8 + 2 * t4;
-                    if (c < a.d) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-                        /* one vector reduction (red.global.add.v2.f32) */
-                        atomicAdd(reinterpret_cast<float2 *>(dqa + qi * a.d + c),
-                                  make_float2(q[nt][2 * r] * sc, q[nt][2 * r + 1] * sc));
-#else
-                        atomicAdd(dqa + qi * a.d + c, q[nt][2 * r] * sc);
-                        atomicAdd(dqa + qi * a.d + c + 1, q[nt][2 * r + 1] * sc);
-#endif
-                    }
-                }
-            }
+            dq_tile_red<DW>(a, dqa, q, sc, i0, mt, part, g, t4);
         }
         __syncthreads(); /* dS and this Q/dO buffer are reused */
     }

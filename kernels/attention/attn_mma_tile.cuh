@@ -254,6 +254,37 @@ __device__ __forceinline__ bool bwd_elem(const AttnArgs &a, const BwdMask &mk, f
     return vis;
 }
 
+/* dQ_i += scale dS K (Alg4 L.22) from one warp's m16 tile of products q:
+ * rows mt 16 + g (+ 8) of the query block at i0, columns part DW + 8 nt +
+ * 2 t4 (+ 1), into the fp32 accumulator rows at dqa (row stride d) by
+ * fp32 reductions (one vector red.global.add.v2.f32 a pair on sm_90);
+ * rows past a.Nq and columns past a.d are skipped. */
+template <int DW>
+__device__ __forceinline__ void dq_tile_red(const AttnArgs &a, float *dqa,
+                                            const float (&q)[DW / 8][4], float sc, int64_t i0,
+                                            int mt, int part, int g, int t4)
+{
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int qi = mt * 16 + g + 8 * r;
+        if (i0 + qi >= a.Nq)
+            continue;
+#pragma unroll
+        for (int nt = 0; nt < DW / 8; nt++) {
+            const int c = part * DW + nt * 8 + 2 * t4;
+            if (c < a.d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+                atomicAdd(reinterpret_cast<float2 *>(dqa + qi * a.d + c),
+                          make_float2(q[nt][2 * r] * sc, q[nt][2 * r + 1] * sc));
+#else
+                atomicAdd(dqa + qi * a.d + c, q[nt][2 * r] * sc);
+                atomicAdd(dqa + qi * a.d + c + 1, q[nt][2 * r + 1] * sc);
+#endif
+            }
+        }
+    }
+}
+
 } /* namespace fg */
 
 #endif /* FG_KERNELS_ATTN_MMA_TILE_CUH */
