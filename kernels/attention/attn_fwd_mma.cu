@@ -109,18 +109,8 @@ attn_fwd_mma_kernel(const AttnArgs args)
     cp_async_commit();
 
     constexpr int MT = Tile::kMT;
-    float o[MT][DT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int i = 0; i < DT; i++)
-            o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
-    float m_raw[MT][2], l_part[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        m_raw[mt][0] = m_raw[mt][1] = -INFINITY;
-        l_part[mt][0] = l_part[mt][1] = 0.f;
-    }
+    float o[MT][DT][4], m_raw[MT][2], l_part[MT][2];
+    fwd_state_init(o, m_raw, l_part);
     const float scale_log2 = (float)(a.scale * 1.4426950408889634);
     /* Rows of m-tile mt for this thread: row_g(mt) + 0 and + 8. */
     const int64_t row_w = i0 + warp * 16 * MT + g;

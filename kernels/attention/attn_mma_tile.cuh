@@ -125,6 +125,24 @@ __device__ __forceinline__ void fwd_mask(const AttnArgs &a, bool causal, float (
     }
 }
 
+/* The forward's running state before the first key block (Alg1 L.2):
+ * O = 0, m = -inf, l = 0. */
+template <int MT, int DT>
+__device__ __forceinline__ void fwd_state_init(float (&o)[MT][DT][4], float (&m_raw)[MT][2],
+                                               float (&l_part)[MT][2])
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < DT; i++)
+            o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        m_raw[mt][0] = m_raw[mt][1] = -INFINITY;
+        l_part[mt][0] = l_part[mt][1] = 0.f;
+    }
+}
+
 /* Online softmax (Alg1 L.10-11) of rows g and g+8 of each m-tile: s
  * becomes P~ = exp2(s scale log2e - m), m_raw the running raw max, l_part
  * this lane's share of l, and O is rescaled by alpha. */

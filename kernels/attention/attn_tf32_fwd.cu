@@ -114,18 +114,8 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
     issue(Ks, a.k, 0, false);
     issue(Vs, a.v, 0, !kSplit);
 
-    float o[MT][DT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int i = 0; i < DT; i++)
-            o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
-    float m_raw[MT][2], l_part[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        m_raw[mt][0] = m_raw[mt][1] = -INFINITY;
-        l_part[mt][0] = l_part[mt][1] = 0.f;
-    }
+    float o[MT][DT][4], m_raw[MT][2], l_part[MT][2];
+    fwd_state_init(o, m_raw, l_part);
     const float scale_log2 = (float)(a.scale * 1.4426950408889634);
     const int64_t row_w = i0 + rw * 16 * MT + g; /* + 16 mt + 8 r */
     const float slope = kMasked && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
