@@ -247,6 +247,14 @@ static int output_path(run *r, char *setting, const char *name, char *out)
     return 0;
 }
 
+/* The run's arithmetic as the config file and the header name it. */
+static const char *precision(const run *r)
+{
+    if (r->amp)
+        return r->amp_dt == FG_FP16 ? "fp16 autocast" : "bf16 autocast";
+    return strcmp(r->o.dtype, "auto") ? r->o.dtype : "fp32";
+}
+
 static int write_config(run *r)
 {
     FILE *f = fopen(r->config, "w");
@@ -254,9 +262,7 @@ static int write_config(run *r)
         return complain(EXIT_USAGE, "%s: %s", r->config, strerror(errno));
     fprintf(f, "# flashgrad-train (flashgrad %s): this run's settings, one "
                "option per line\n# device %s, %s, %lld parameters\n",
-            fg_version(), fg_device_name(r->dev),
-            r->amp ? (r->amp_dt == FG_FP16 ? "fp16 autocast" : "bf16 autocast")
-            : strcmp(r->o.dtype, "auto") ? r->o.dtype : "fp32",
+            fg_version(), fg_device_name(r->dev), precision(r),
             (long long)fg_gpt_num_params(r->m));
     opts_write(&r->o, f, 0);
     if (fclose(f) != 0)
@@ -342,12 +348,10 @@ static void print_header(run *r)
                      ? " (H100 SXM default; set --peak-tflops)" : "");
     else
         snprintf(peak, sizeof peak, "MFU needs --peak-tflops");
-    printf("model: %lld parameters | %s, %s, %lld thread%s | %.4g MFLOP "
+    printf("model: %lld parameters | %s, %s%s, %lld thread%s | %.4g MFLOP "
            "per token (6N + 12 L C T), %.4g GFLOP per step | %s\n",
            (long long)fg_gpt_num_params(r->m), fg_device_name(r->dev),
-           r->amp ? (r->amp_dt == FG_FP16 ? "fp16 autocast, fp32 parameters"
-                                          : "bf16 autocast, fp32 parameters")
-           : strcmp(o->dtype, "auto") ? o->dtype : "fp32",
+           precision(r), r->amp ? ", fp32 parameters" : "",
            (long long)o->threads, o->threads == 1 ? "" : "s",
            r->flops_per_token / 1e6, r->flops_per_token * tokens / 1e9, peak);
     if (r->world > 1)
