@@ -188,6 +188,23 @@ static fg_status check_params(fg_comm *comm, const fg_param *params, int n,
     return FG_OK;
 }
 
+/* MPI on the CPU: small buckets overlap more of the backward. NCCL: an
+ * eighth of the gradients within 25 MiB (PyTorch DDP's size) .. 64 MiB.
+ * On two H200s (session 38) 25 MiB trained the baby GPT (43 MB of
+ * gradients) 1.97-1.98x as fast as one GPU (64 MiB 1.95-1.96x) and
+ * GPT-2-small (497 MB) 1.84-1.89x, where 64 MiB gave 1.89-1.93x: fewer,
+ * larger collectives beside its longer kernels (doc/distributed.md). */
+static size_t default_bucket_bytes(const fg_dp *dp)
+{
+    if (dp->comm->backend != FG_COMM_NCCL)
+        return (size_t)4 << 20;
+    size_t total = 0;
+    for (int i = 0; i < dp->n; i++)
+        total += (size_t)dp->ps[i].numel * dp->es;
+    const size_t lo = (size_t)25 << 20, hi = (size_t)64 << 20;
+    return total / 8 < lo ? lo : total / 8 > hi ? hi : total / 8;
+}
+
 /* Buckets over the parameters in reverse order. */
 static fg_status plan(fg_dp *dp)
 {
@@ -315,23 +332,6 @@ fg_status fg_dp_create(fg_comm *comm, const fg_param *params, int n,
     dp->dt = dt;
     dp->dev = comm->device;
     dp->es = fg_dtype_size(dt);
-    /* MPI on the CPU: small buckets overlap more of the backward. NCCL:
-     * an eighth of the gradients within 25 MiB (PyTorch DDP's size) ..
-     * 64 MiB. On two H200s (session 38) 25 MiB trained the baby GPT (43
-     * MB of gradients) 1.97-1.98x as fast as one GPU (64 MiB 1.95-1.96x)
-     * and GPT-2-small (497 MB) 1.84-1.89x, where 64 MiB gave 1.89-1.93x:
-     * fewer, larger collectives beside its longer kernels
-     * (doc/distributed.md). */
-    if (dp->cfg.bucket_bytes == 0) {
-        size_t total = 0;
-        for (int i = 0; i < n; i++)
-            total += (size_t)fg_tensor_numel(params[i].tensor) * dp->es;
-        const size_t lo = (size_t)25 << 20, hi = (size_t)64 << 20;
-        dp->cfg.bucket_bytes = comm->backend != FG_COMM_NCCL ? (size_t)4 << 20
-                               : total / 8 < lo                ? lo
-                               : total / 8 > hi                ? hi
-                                                               : total / 8;
-    }
     dp->ps = calloc((size_t)n, sizeof *dp->ps);
     dp->params = calloc((size_t)n, sizeof *dp->params);
     fg_status s = dp->ps && dp->params
@@ -343,6 +343,8 @@ fg_status fg_dp_create(fg_comm *comm, const fg_param *params, int n,
         dp->ps[i].t = fg_tensor_retain(params[i].tensor);
         dp->ps[i].numel = fg_tensor_numel(params[i].tensor);
     }
+    if (s == FG_OK && dp->cfg.bucket_bytes == 0)
+        dp->cfg.bucket_bytes = default_bucket_bytes(dp);
     if (s == FG_OK)
         s = plan(dp);
     /* Parameters and optimizer state live on the heap. */

@@ -13,9 +13,10 @@
 typedef fg_status (*fg_micro_fn)(void *user, int micro, int accum);
 
 /* The forward/backward loop of fg_gpt_train_step (optim.h): gradients of
- * loss * loss_scale / accum (loss_scale 1 without a scaler) accumulate into the parameters' .grad (created zero first
- * where missing); *loss_sum receives the sum of the micro-batch losses.
- * before_backward may be NULL. last_loss non-NULL: the last micro-batch's
+ * loss * loss_scale / accum (loss_scale 1 without a scaler) accumulate
+ * into the parameters' .grad (created zero first where missing);
+ * *loss_sum receives the sum of the micro-batch losses. before_backward
+ * may be NULL. last_loss non-NULL: the last micro-batch's
  * loss is not read (a wait for the GPU) but returned, a new reference
  * that the caller reads after queueing more work (the optimizer), adds to
  * *loss_sum last (the same sum) and frees before the arena's next reset;
