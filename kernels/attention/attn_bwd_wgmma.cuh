@@ -712,14 +712,21 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                     if (off < r.x || off > r.y)
                         x[e] = -INFINITY;
                 }
-            } else {
+            } else { /* key j is seen by query i0 + off iff j < Nk and
+                      * (causal) off >= j - shift - i0: off from a per-key
+                      * lower limit, one 32-bit compare an element (as
+                      * 64-bit i and j: four) */
+                int lo[2];
 #pragma unroll
-                for (int e = 0; e < Br / 2; e++) {
-                    const int64_t j = j0 + key_base + 16 * warp + g + 8 * ((e >> 1) & 1);
-                    const int64_t i = i0 + 8 * (e >> 2) + 2 * t4 + (e & 1);
-                    if (j >= a.Nk || (kCausal && j > i + a.shift))
-                        x[e] = -INFINITY;
+                for (int kk = 0; kk < 2; kk++) {
+                    const int64_t j = j0 + key_base + 16 * warp + g + 8 * kk;
+                    const int64_t l = j >= a.Nk ? Br : kCausal ? j - a.shift - i0 : 0;
+                    lo[kk] = (int)max((int64_t)0, min(l, (int64_t)Br));
                 }
+#pragma unroll
+                for (int e = 0; e < Br / 2; e++)
+                    if (8 * (e >> 2) + 2 * t4 + (e & 1) < lo[(e >> 1) & 1])
+                        x[e] = -INFINITY;
             }
         };
         /* dS^T through the softcap: times 1 - tanh^2, recovered from P

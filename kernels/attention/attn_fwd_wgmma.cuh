@@ -383,14 +383,22 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 if (col < c.x || col > c.y)
                     s[i] = -INFINITY;
             }
-        } else if (need_mask) {
+        } else if (need_mask) { /* key j = j0 + col is seen by row r iff
+                                 * j < Nk and (causal) j <= r + shift: col
+                                 * below a per-row limit, one 32-bit compare
+                                 * an element (as 64-bit j and r: four) */
+            int lim[2];
 #pragma unroll
-            for (int i = 0; i < SR; i++) {
-                const int64_t r = row_w + ((i >> 1) & 1) * 8;
-                const int64_t j = j0 + (i >> 2) * 8 + 2 * t4 + (i & 1);
-                if (j >= a.Nk || (kCausal && j > r + a.shift))
-                    s[i] = -INFINITY;
+            for (int r = 0; r < 2; r++) {
+                int64_t l = a.Nk - j0;
+                if (kCausal)
+                    l = min(l, row_w + 8 * r + a.shift - j0 + 1);
+                lim[r] = (int)max((int64_t)0, min(l, (int64_t)Bc));
             }
+#pragma unroll
+            for (int i = 0; i < SR; i++)
+                if ((i >> 2) * 8 + 2 * t4 + (i & 1) >= lim[(i >> 1) & 1])
+                    s[i] = -INFINITY;
         }
 
         /* Online softmax (Alg1 L.10-11) on rows g (r = 0) and g + 8. */
