@@ -135,11 +135,7 @@ attn_fwd_mma_kernel(const AttnArgs args)
         /* S = Q_i K_j^T (Alg1 L.9) on tensor cores; each K fragment feeds
          * the MT m-tiles of this warp. */
         float s[MT][NT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int i = 0; i < NT; i++)
-                s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
+        frag_zero(s);
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
             uint32_t af[MT][4];

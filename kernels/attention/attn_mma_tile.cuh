@@ -125,17 +125,24 @@ __device__ __forceinline__ void fwd_mask(const AttnArgs &a, bool causal, float (
     }
 }
 
+/* Zeroes MT x NT accumulator tiles of mma.sync (S before Q K^T, O). */
+template <int MT, int NT>
+__device__ __forceinline__ void frag_zero(float (&x)[MT][NT][4])
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < NT; i++)
+            x[mt][i][0] = x[mt][i][1] = x[mt][i][2] = x[mt][i][3] = 0.f;
+}
+
 /* The forward's running state before the first key block (Alg1 L.2):
  * O = 0, m = -inf, l = 0. */
 template <int MT, int DT>
 __device__ __forceinline__ void fwd_state_init(float (&o)[MT][DT][4], float (&m_raw)[MT][2],
                                                float (&l_part)[MT][2])
 {
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int i = 0; i < DT; i++)
-            o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+    frag_zero(o);
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
         m_raw[mt][0] = m_raw[mt][1] = -INFINITY;

@@ -70,8 +70,9 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
     /* 3xTF32 sums G k steps in each zeroed tile before adding it in fp32
      * (G = 1: mma), 1/G of the per-step tile's FADDs: 4 at d = 256 (8
      * warps spill 432 / 288 bytes with it against 572 / 460 with G = 1,
-     * and run 47.7 against 39.6 TFLOP/s unmasked), 2 at d = 128 (192 registers, no spills; 4
-     * spilled 176-264 bytes there, and 2 spilled at d = 32, 64).
+     * and run 47.7 against 39.6 TFLOP/s unmasked), 2 at d = 128 (192
+     * registers, no spills; 4 spilled 176-264 bytes there, and 2 spilled
+     * at d = 32, 64).
      * scripts/tf32x3-model.py --groups: the truncation error of one step
      * per tile holds up to G = 4 (dK over 4097 rows, a logit of 13 over
      * d = 256) and doubles at G = 8. */
@@ -85,7 +86,6 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
-    const int rw = warp; /* this warp's rows: 16 MT rw .. */
     /* Causal blocks near the end do the most work: launch them first. */
     const int mblk = kMasked || causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int64_t i0 = (int64_t)mblk * Br;
@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
     float o[MT][DT][4], m_raw[MT][2], l_part[MT][2];
     fwd_state_init(o, m_raw, l_part);
     const float scale_log2 = (float)(a.scale * 1.4426950408889634);
-    const int64_t row_w = i0 + rw * 16 * MT + g; /* + 16 mt + 8 r */
+    const int64_t row_w = i0 + warp * 16 * MT + g; /* + 16 mt + 8 r */
     const float slope = kMasked && a.alibi ? a.alibi[b * a.alibi_sb + h] : 0.f;
 
     for (int jb = 0; jb < nblocks; jb++) {
@@ -134,11 +134,7 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
 
         /* S = Q_i K_j^T (Alg1 L.9). */
         float s[MT][NT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int i = 0; i < NT; i++)
-                s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
+        frag_zero(s);
 #pragma unroll
         for (int kg = 0; kg < DT; kg += G) {
             Frag<4, kSplit> af[G][MT];
@@ -146,7 +142,7 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
             for (int u = 0; u < G; u++)
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    lda_rows<LD>(af[u][mt].h, sQ, (rw * MT + mt) * 16, (kg + u) * 8);
+                    lda_rows<LD>(af[u][mt].h, sQ, (warp * MT + mt) * 16, (kg + u) * 8);
                     af[u][mt].split();
                 }
 #pragma unroll
@@ -194,7 +190,7 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
          * and dropout on the P that feeds O (attn_mma_tile.cuh). */
         if (kMasked && (a.softcap > 0.f || a.alibi))
             fwd_score_mods<true>(a, s, slope, row_w, j0, t4);
-        fwd_mask<kMasked, Bc>(a, causal, s, walk, jb, i0, j0, rw, row_w, t4);
+        fwd_mask<kMasked, Bc>(a, causal, s, walk, jb, i0, j0, warp, row_w, t4);
         fwd_softmax(s, m_raw, l_part, o, scale_log2);
         if (kDropout && a.dropout) /* 256/T is applied at the end */
             fwd_dropout(a, s, j0, row_w, bh, t4);

@@ -296,9 +296,10 @@ __global__ void sumsq_kernel(const Desc *descs, int n, double *partials)
 
 /* out[0] = sqrt(sum of partials) * inv (the loss scale's inverse, 1
  * without one); out[1] = the gradients' factor, lib/train's
- * fg_clip_factor: inv times the clip factor max_norm / (norm + 1e-6) when max_norm > 0 and
- * the norm exceeds it (1: none); 0 when skip is set and the norm is not
- * finite (the step is skipped: nothing is scaled or updated). */
+ * fg_clip_factor: inv times the clip factor max_norm / (norm + 1e-6)
+ * when max_norm > 0 and the norm exceeds it (1: none); 0 when skip is
+ * set and the norm is not finite (the step is skipped: nothing is scaled
+ * or updated). */
 __global__ void finish_kernel(const double *partials, long long np,
                               double max_norm, double inv, int skip,
                               double *out)
