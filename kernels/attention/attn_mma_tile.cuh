@@ -102,26 +102,25 @@ __device__ __forceinline__ void fwd_mask(const AttnArgs &a, bool causal, float (
                             s[mt][nt][2 * r + e] = -INFINITY;
                     }
             }
-    } else if (need_mask) {
-        /* One loop per value of causal: as one loop, with a runtime causal
-         * test, ptxas spilled more at d = 128 (255 registers). */
-        auto elems = [&](auto kc) {
+    } else if (need_mask) { /* key j0 + col is seen by row r iff j < Nk
+                             * and (causal) j <= r + shift: col below a
+                             * per-row limit, one 32-bit compare an element
+                             * (as 64-bit i and j: four) */
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++)
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                int64_t l = a.Nk - j0;
+                if (causal)
+                    l = min(l, row_w + mt * 16 + 8 * r + a.shift - j0 + 1);
+                const int lim = (int)max((int64_t)0, min(l, (int64_t)Bc));
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int64_t i = row_w + mt * 16 + (e >> 1) * 8;
-                        const int64_t j = j0 + nt * 8 + 2 * t4 + (e & 1);
-                        if (j >= a.Nk || (decltype(kc)::value && j > i + a.shift))
-                            s[mt][nt][e] = -INFINITY;
-                    }
-        };
-        if (causal)
-            elems(std::true_type());
-        else
-            elems(std::false_type());
+                    for (int e = 0; e < 2; e++)
+                        if (nt * 8 + 2 * t4 + e >= lim)
+                            s[mt][nt][2 * r + e] = -INFINITY;
+            }
     }
 }
 
