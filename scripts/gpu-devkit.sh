@@ -85,6 +85,9 @@ for c in ${FG_KIT_COMMITS:-}; do
 done
 if [ -n "${FG_KIT_REF:-}" ]; then
     pack_commit "$FG_KIT_REF" "$out/ref"
+    # its own stamp: without one, every kit's ref matched a kept ref build
+    # (session 45's first trainab kept the last call's ref)
+    echo "$(git rev-parse "$FG_KIT_REF") $(date +%s%N)" >"$out/ref/.kit-stamp"
     echo "ref: $FG_KIT_REF $(git log -1 --format=%s "$FG_KIT_REF" | cut -c1-60)"
 fi
 cat >"$out/build.sh" <<'EOF'
