@@ -87,7 +87,9 @@
 #   bias         compare_variants.py --bias-only: the default (the bias
 #                by TMA where it applies), then the per-element path
 #                (FG_ATTN_BIAS_TMA=0), twice, interleaved
-#   train        issue 22 side by side: flashgrad-train, the PyTorch twin
+#   train        issue 22 side by side (flashgrad-train prints every step
+#                and its line ends with the median of steps 11.., the
+#                twin's statistic): flashgrad-train, the PyTorch twin
 #                (bench/train_gpt_torch.py --both: eager, torch.compile),
 #                flashgrad-train again (FG_TWIN_ROUNDS=2: twin and
 #                flashgrad-train once more); the baby GPT, then a GPT-2-small
@@ -567,7 +569,18 @@ fgt() {
     dp 1 "$name" "$@" >/dev/null
     line=$(grep '^step' "$W/$name.log" | tail -n 1)
     [ -n "$line" ] || line="FAILED: $(tail -n 1 "$W/$name.log")"
-    echo "$name: $line" | tee -a "$OUT/train.txt"
+    echo "$name: $line$(stepmed "$W/$name.log")" | tee -a "$OUT/train.txt"
+}
+# stepmed LOG: " | median X ms/step (steps 11..n)" of a run printed every
+# step (--print-interval 1), the twin's statistic: an interval's mean can
+# land on one of the power cap's slow waves (session 45); empty otherwise
+stepmed() {
+    # steps 11.. when step 2 has a line of its own (mawk: no asort, so sort)
+    awk -F'|' '/^step/ { split($1, a, "[ /]+"); n = a[2] + 0
+        for (i = 2; i <= NF; i++) if ($i ~ /ms\/step/) { split($i, b, " "); ms[n] = b[1] } }
+        END { if (2 in ms) for (s = 11; s in ms; s++) print ms[s] }' "$1" | sort -n |
+        awk '{ v[NR] = $1 } END { if (NR >= 5) printf " | median %.2f ms/step (steps 11..%d)",
+              NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2, 10 + NR }'
 }
 train() {
     log "training speed (issue 22): flashgrad-train, the PyTorch twin, flashgrad-train again"
@@ -578,7 +591,7 @@ train() {
     # FG_TWIN_ROUNDS=2: the twin twice, each between flashgrad runs (its
     # times vary more than flashgrad's between runs of one call)
     # shellcheck disable=SC2086
-    fgt fg-baby-1 $BABY --dropout 0.2 --batch 64 --steps 300 --print-interval 50
+    fgt fg-baby-1 $BABY --dropout 0.2 --batch 64 --steps 300 --print-interval 1
     for i in $(seq 1 "$rounds"); do
         sfx=""
         if [ "$i" -gt 1 ]; then sfx="-$i"; fi
@@ -586,10 +599,10 @@ train() {
         twin "torch-baby$sfx" --layers 6 --heads 6 --width 384 --ctx 256 --batch 64 --dropout 0.2 \
             ${FG_TRAIN_DTYPE:+--dtype $FG_TRAIN_DTYPE}
         # shellcheck disable=SC2086
-        fgt "fg-baby-$((i + 1))" $BABY --dropout 0.2 --batch 64 --steps 300 --print-interval 50
+        fgt "fg-baby-$((i + 1))" $BABY --dropout 0.2 --batch 64 --steps 300 --print-interval 1
     done
     # shellcheck disable=SC2086
-    fgt fg-g2s-1 $G2 --dropout 0.1 --batch "$g2b" --steps 60 --print-interval 20
+    fgt fg-g2s-1 $G2 --dropout 0.1 --batch "$g2b" --steps 60 --print-interval 1
     for i in $(seq 1 "$rounds"); do
         sfx=""
         if [ "$i" -gt 1 ]; then sfx="-$i"; fi
@@ -597,7 +610,7 @@ train() {
         twin "torch-g2s$sfx" --layers 12 --heads 12 --width 768 --ctx 1024 --batch "$g2b" --dropout 0.1 \
             ${FG_TRAIN_DTYPE:+--dtype $FG_TRAIN_DTYPE}
         # shellcheck disable=SC2086
-        fgt "fg-g2s-$((i + 1))" $G2 --dropout 0.1 --batch "$g2b" --steps 60 --print-interval 20
+        fgt "fg-g2s-$((i + 1))" $G2 --dropout 0.1 --batch "$g2b" --steps 60 --print-interval 1
     done
     # where its step goes: the families and the other kernels by operation
     # shellcheck disable=SC2086
@@ -639,10 +652,10 @@ trainab() {
             [ "$tag" = build ] && ab_env on
             # shellcheck disable=SC2086
             fgt "g2s-$tag-$round" $G2 --dropout 0.1 --batch "$g2b" --steps 60 \
-                --print-interval 20 | tee -a "$OUT/trainab.txt"
+                --print-interval 1 | tee -a "$OUT/trainab.txt"
             # shellcheck disable=SC2086
             fgt "baby-$tag-$round" $BABY --dropout 0.2 --batch 64 --steps 300 \
-                --print-interval 50 | tee -a "$OUT/trainab.txt"
+                --print-interval 1 | tee -a "$OUT/trainab.txt"
             ab_env off
         done
     done
@@ -671,7 +684,7 @@ batches() {
         n=$((b <= 32 ? 40 : 20 + 10 * (b <= 64)))
         # shellcheck disable=SC2086
         line=$(fgt "g2s-b$b" $G2 --dropout 0.1 --batch "$b" --steps "$n" \
-            --print-interval 10)
+            --print-interval 1)
         echo "flashgrad batch $b: ${line#*: }" | tee -a "$OUT/batches.txt"
         (cd "$K/src" && timeout 300 python3 bench/train_gpt_torch.py --data "$D" \
             --bench-only --compile --steps "$n" --warm-steps 10 --layers 12 \
