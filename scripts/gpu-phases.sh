@@ -550,26 +550,48 @@ dpbuckets() {
         done
     done
 }
+# smi_on NAME / smi_off: nvidia-smi samples the SM clock, power and
+# throttle reasons every 100 ms into $W/smi-NAME.csv; smi_off prints
+# " | SM X MHz, Y W, power-capped k of n" over the loaded samples (> 300 W).
+# The GPT-2-small step runs at the H200's 700 W cap (session 45), so the
+# clock a run got is part of its figure.
+smi_on() {
+    SMI_F=$W/smi-$1.csv
+    nvidia-smi --query-gpu=clocks.sm,power.draw,clocks_throttle_reasons.active \
+        --format=csv,noheader,nounits -lms 100 >"$SMI_F" 2>/dev/null &
+    SMI_P=$!
+}
+smi_off() {
+    kill "$SMI_P" 2>/dev/null
+    wait "$SMI_P" 2>/dev/null
+    awk -F', ' '$2 + 0 > 300 { n++; c += $1; p += $2; if ($3 ~ /0x0*4$/) k++ }
+        END { if (n) printf " | SM %.0f MHz, %.0f W, power-capped %d of %d", c / n, p / n, k, n }' "$SMI_F"
+}
 # twin NAME ARGS...: bench/train_gpt_torch.py --bench-only --both (eager
 # and torch.compile) with ARGS; its summary lines into $OUT/train.txt
 twin() {
-    local name=$1
+    local name=$1 clk
     shift
+    smi_on "$name"
     (cd "$K/src" && timeout 540 python3 bench/train_gpt_torch.py --data "$D" --bench-only --both \
         "$@" >"$W/$name.log" 2>&1) || echo "$name: FAILED: $(tail -n 1 "$W/$name.log")" |
         tee -a "$OUT/train.txt"
+    clk=$(smi_off)
     grep -E '^torch .*ms/step|compile / eager' "$W/$name.log" | sed "s/^/$name: /" |
         tee -a "$OUT/train.txt"
+    echo "$name: eager and compiled together$clk" | tee -a "$OUT/train.txt"
 }
 # fgt NAME ARGS...: flashgrad-train, its last progress line into train.txt
 fgt() {
     local name=$1
     shift
-    local line
+    local line clk
+    smi_on "$name"
     dp 1 "$name" "$@" >/dev/null
+    clk=$(smi_off)
     line=$(grep '^step' "$W/$name.log" | tail -n 1)
     [ -n "$line" ] || line="FAILED: $(tail -n 1 "$W/$name.log")"
-    echo "$name: $line$(stepmed "$W/$name.log")" | tee -a "$OUT/train.txt"
+    echo "$name: $line$(stepmed "$W/$name.log")$clk" | tee -a "$OUT/train.txt"
 }
 # stepmed LOG: " | median X ms/step (steps 11..n)" of a run printed every
 # step (--print-interval 1), the twin's statistic: an interval's mean can
@@ -678,7 +700,7 @@ trainab() {
 # batches keep each run near 5 s
 batches() {
     log "GPT-2-small by batch size: flashgrad-train and torch.compile"
-    local b n line
+    local b n line clk
     : >"$OUT/batches.txt"
     for b in ${FG_BATCHES:-16 32 64 128}; do
         n=$((b <= 32 ? 40 : 20 + 10 * (b <= 64)))
@@ -686,12 +708,14 @@ batches() {
         line=$(fgt "g2s-b$b" $G2 --dropout 0.1 --batch "$b" --steps "$n" \
             --print-interval 1)
         echo "flashgrad batch $b: ${line#*: }" | tee -a "$OUT/batches.txt"
+        smi_on "tw-b$b"
         (cd "$K/src" && timeout 300 python3 bench/train_gpt_torch.py --data "$D" \
             --bench-only --compile --steps "$n" --warm-steps 10 --layers 12 \
             --heads 12 --width 768 --ctx 1024 --batch "$b" --dropout 0.1 \
             >"$W/tw-b$b.log" 2>&1)
+        clk=$(smi_off)
         echo "torch.compile batch $b: $(grep -E '^torch .*ms/step' "$W/tw-b$b.log" ||
-            tail -n 1 "$W/tw-b$b.log")" | tee -a "$OUT/batches.txt"
+            tail -n 1 "$W/tw-b$b.log")$clk" | tee -a "$OUT/batches.txt"
     done
 }
 # gemms: the autotune's per-shape medians of a short GPT-2-small run
