@@ -313,32 +313,31 @@ __global__ void __launch_bounds__(32 * NW) bwd_kernel(const AttnArgs a, const in
                         make_float2(__uint_as_float(sf[u].h[1]), __uint_as_float(sf[u].h[3]));
                 }
             }
-            /* dV += (P^T Z) dO_i (Alg4 L.17), dK += dS^T Q_i (L.23). */
+            /* dV += (P^T Z) dO_i (Alg4 L.17), dK += dS^T Q_i (L.23): the
+             * B fragment of rows 8 qt.. of dO_i or Q_i (its low part stored,
+             * kLo, or split off), into the group's sum t (GV > 1, added
+             * after the group) or straight into the accumulator. */
+            auto ldb_mma = [&](Frag<2, kSplit> &bf, const float *hi, const float *lo,
+                               const Frag<4, kSplit> &af, float (&t)[4], float (&c)[4], int qt,
+                               int dt) {
+                ldb_pairs<LD>(hi, 8 * qt, dbase + dt * 8, &bf.h[0], &bf.h[1]);
+                if constexpr (kLo)
+                    ldb_pairs<LD>(lo, 8 * qt, dbase + dt * 8, &bf.l[0], &bf.l[1]);
+                else
+                    bf.split();
+                if constexpr (GV > 1)
+                    mma_into(t, af, bf, 0);
+                else
+                    mma(c, af, bf, 0);
+            };
 #pragma unroll
             for (int dt = 0; dt < DT; dt++) {
                 float tv[4] = {0.f, 0.f, 0.f, 0.f}, tk[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
                 for (int u = 0; u < GV; u++) {
-                    const int qt = qg + u;
-                    Frag<2, kSplit> bf;
-                    ldb_pairs<LD>(dOs, 8 * qt, dbase + dt * 8, &bf.h[0], &bf.h[1]);
-                    if constexpr (kLo)
-                        ldb_pairs<LD>(dOl, 8 * qt, dbase + dt * 8, &bf.l[0], &bf.l[1]);
-                    else
-                        bf.split();
-                    if constexpr (GV > 1)
-                        mma_into(tv, pf[u], bf, 0);
-                    else
-                        mma(dv[dt], pf[u], bf, 0);
-                    ldb_pairs<LD>(Qs, 8 * qt, dbase + dt * 8, &bf.h[0], &bf.h[1]);
-                    if constexpr (kLo)
-                        ldb_pairs<LD>(Ql, 8 * qt, dbase + dt * 8, &bf.l[0], &bf.l[1]);
-                    else
-                        bf.split();
-                    if constexpr (GV > 1)
-                        mma_into(tk, sf[u], bf, 0);
-                    else
-                        mma(dk[dt], sf[u], bf, 0);
+                    Frag<2, kSplit> bf; /* one for both, as before the helper */
+                    ldb_mma(bf, dOs, dOl, pf[u], tv, dv[dt], qg + u, dt);
+                    ldb_mma(bf, Qs, Ql, sf[u], tk, dk[dt], qg + u, dt);
                 }
                 if constexpr (GV > 1)
 #pragma unroll
