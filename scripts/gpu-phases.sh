@@ -564,7 +564,8 @@ smi_on() {
 smi_off() {
     kill "$SMI_P" 2>/dev/null
     wait "$SMI_P" 2>/dev/null
-    awk -F', ' '$2 + 0 > 300 { n++; c += $1; p += $2; if ($3 ~ /0x0*4$/) k++ }
+    # bit 2 of the throttle reasons (0x4, SW power cap): the last hex digit
+    awk -F', ' '$2 + 0 > 300 { n++; c += $1; p += $2; if ($3 ~ /[4-7c-fC-F]$/) k++ }
         END { if (n) printf " | SM %.0f MHz, %.0f W, power-capped %d of %d", c / n, p / n, k, n }' "$SMI_F"
 }
 # twin NAME ARGS...: bench/train_gpt_torch.py --bench-only --both (eager
