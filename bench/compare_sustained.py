@@ -14,10 +14,11 @@ warm-up, and the mean SM clock and power of the samples taken while it ran
 (with how many were power-capped, throttle reason 0x4).
 
     python3 bench/compare_sustained.py --lib .libs/libflashgrad.so \\
-        [--cells 128,8192,1;64,1024,1] [--seconds 8] [--rounds 2]
+        [--cells "128,8192,1;64,1024,1"] [--seconds 8] [--rounds 2]
 A cell is d,N,causal; B = 16384 / N, H = 2048 / d (bf16, as
 compare_torch.py; --heads overrides H)."""
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -31,10 +32,11 @@ from fg_ctypes import Flashgrad, buffers
 
 
 def smi_start(path):
-    return subprocess.Popen(
-        ["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw,"
-         "clocks_throttle_reasons.active", "--format=csv,noheader,nounits",
-         "-lms", "100"], stdout=open(path, "w"), stderr=subprocess.DEVNULL)
+    with open(path, "w") as out:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            ["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw,"
+             "clocks_throttle_reasons.active", "--format=csv,noheader,nounits",
+             "-lms", "100"], stdout=out, stderr=subprocess.DEVNULL)
 
 
 def smi_summary(path, t0, t1):
@@ -129,6 +131,7 @@ def main():
         proc.wait()
     for line, t0, t1 in results:
         print("%s | %s" % (line, smi_summary(smi, t0, t1)))
+    os.unlink(smi)
     return 0
 
 
