@@ -77,10 +77,13 @@ __device__ __forceinline__ uint4 fwd_dropout_call(const AttnArgs &a, int64_t bh,
 {
     return dropout_call(a, bh, r0, jc + 2 * t4);
 }
+/* The call's word and byte of element (r, n, e): fwd_kept and
+ * fwd_dropout32 read the same mapping. */
+__device__ __forceinline__ constexpr int fwd_word(int n, int e) { return e + 2 * (n >> 1); }
+__device__ __forceinline__ constexpr int fwd_byte(int r, int n) { return r + 2 * (n & 1); }
 __device__ __forceinline__ bool fwd_kept(const AttnArgs &a, const uint4 &w, int r, int n, int e)
 {
-    return fg_dropout_keep8(dropout_word(w, e + 2 * (n >> 1)), r + 2 * (n & 1),
-                            a.keep_threshold);
+    return fg_dropout_keep8(dropout_word(w, fwd_word(n, e)), fwd_byte(r, n), a.keep_threshold);
 }
 /* Calls drop(n, r, e) for every dropped element of that call. The four
  * words are compared a word at a time (fg_dropout_keep_bytes: bit 7 of
@@ -101,8 +104,8 @@ __device__ __forceinline__ void fwd_dropout32(const AttnArgs &a, int64_t bh, int
 #pragma unroll
         for (int r = 0; r < 2; r++)
 #pragma unroll
-            for (int e = 0; e < 2; e++) /* fwd_kept's word and byte */
-                if (!(f[e + 2 * (n >> 1)] & (0x80u << (8 * (r + 2 * (n & 1))))))
+            for (int e = 0; e < 2; e++)
+                if (!(f[fwd_word(n, e)] & (0x80u << (8 * fwd_byte(r, n)))))
                     drop(n, r, e);
 }
 
