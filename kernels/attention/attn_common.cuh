@@ -214,6 +214,18 @@ __host__ __device__ __forceinline__ int64_t clamp64(int64_t x, int64_t lo, int64
 {
     return x < lo ? lo : (x > hi ? hi : x);
 }
+/* Without a band: row i sees column col of the key block at j0 iff col <
+ * this limit (keys past Nk, and past i + shift when causal), in [0, bc].
+ * The forwards' masks compare each element's column against it: one
+ * 32-bit compare instead of 64-bit index compares. */
+__device__ __forceinline__ int row_key_limit(const AttnArgs &a, bool causal, int64_t i,
+                                             int64_t j0, int bc)
+{
+    int64_t l = a.Nk - j0;
+    if (causal)
+        l = min(l, i + a.shift - j0 + 1);
+    return (int)max((int64_t)0, min(l, (int64_t)bc));
+}
 /* Keys [begin, end) that query rows i0 .. i1 may see through the band, and
  * query rows [begin, end) that may see keys j0 .. j1. */
 __device__ __forceinline__ int64_t band_key_begin(const AttnArgs &a, int64_t i0)

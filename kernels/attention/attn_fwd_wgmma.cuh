@@ -383,18 +383,11 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 if (col < c.x || col > c.y)
                     s[i] = -INFINITY;
             }
-        } else if (need_mask) { /* key j = j0 + col is seen by row r iff
-                                 * j < Nk and (causal) j <= r + shift: col
-                                 * below a per-row limit, one 32-bit compare
-                                 * an element (as 64-bit j and r: four) */
+        } else if (need_mask) { /* column limits of rows row_w, + 8 */
             int lim[2];
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                int64_t l = a.Nk - j0;
-                if (kCausal)
-                    l = min(l, row_w + 8 * r + a.shift - j0 + 1);
-                lim[r] = (int)max((int64_t)0, min(l, (int64_t)Bc));
-            }
+            for (int r = 0; r < 2; r++)
+                lim[r] = row_key_limit(a, kCausal, row_w + 8 * r, j0, Bc);
 #pragma unroll
             for (int i = 0; i < SR; i++)
                 if ((i >> 2) * 8 + 2 * t4 + (i & 1) >= lim[(i >> 1) & 1])

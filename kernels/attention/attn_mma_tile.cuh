@@ -102,18 +102,12 @@ __device__ __forceinline__ void fwd_mask(const AttnArgs &a, bool causal, float (
                             s[mt][nt][2 * r + e] = -INFINITY;
                     }
             }
-    } else if (need_mask) { /* key j0 + col is seen by row r iff j < Nk
-                             * and (causal) j <= r + shift: col below a
-                             * per-row limit, one 32-bit compare an element
-                             * (as 64-bit i and j: four) */
+    } else if (need_mask) { /* each row's column limit (row_key_limit) */
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
             for (int r = 0; r < 2; r++) {
-                int64_t l = a.Nk - j0;
-                if (causal)
-                    l = min(l, row_w + mt * 16 + 8 * r + a.shift - j0 + 1);
-                const int lim = (int)max((int64_t)0, min(l, (int64_t)Bc));
+                const int lim = row_key_limit(a, causal, row_w + mt * 16 + 8 * r, j0, Bc);
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++)
 #pragma unroll
