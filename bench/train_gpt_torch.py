@@ -254,6 +254,67 @@ def make_optimizer(model, a, device):
                              eps=a.eps, **kw), impl
 
 
+# ---- kernel profile --------------------------------------------------------------
+
+# Kernel name -> family, first match wins. cuBLAS's Hopper GEMMs are nvjet_*
+# or sm90_xmma_*; SDPA's are flash / fmha / cudnn; torch.compile names its
+# Triton kernels after the ops they fuse.
+FAMILIES = (
+    ("attention", ("flash", "fmha", "sdpa", "attention")),
+    ("GEMM", ("nvjet", "gemm", "xmma", "cutlass", "splitk")),
+    ("optimizer", ("adam", "multi_tensor", "foreach", "_amp_")),
+    ("layernorm", ("layer_norm", "layernorm")),
+    ("softmax-xent", ("log_softmax", "nll_loss", "cross_entropy")),
+    ("embedding", ("embedding",)),
+    ("dropout", ("dropout", "philox", "rand")),
+)
+
+
+def family_of(name):
+    low = name.lower()
+    for fam, keys in FAMILIES:
+        if any(k in low for k in keys):
+            return fam
+    return "other"
+
+
+def profile_steps(n, more, sync, mode):
+    """GPU kernel time per step by family over n steps (torch.profiler)."""
+    from torch.profiler import profile, ProfilerActivity
+    more(2)  # settle after the timed loop's last sync
+    sync()
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        more(n)
+        sync()
+    wall = (time.perf_counter() - t0) * 1e3 / n
+    fam_us, fam_calls, kern = {}, {}, []
+    for ev in prof.key_averages():
+        us = getattr(ev, "self_device_time_total", None)
+        if us is None:
+            us = getattr(ev, "self_cuda_time_total", 0)
+        if us <= 0 or str(getattr(ev, "device_type", "")).endswith("CPU"):
+            continue
+        f = family_of(ev.key)
+        fam_us[f] = fam_us.get(f, 0.0) + us
+        fam_calls[f] = fam_calls.get(f, 0) + ev.count
+        kern.append((us, ev.count, f, ev.key))
+    total = sum(fam_us.values())
+    print("torch %s profile of %d steps (GPU kernel time per step, "
+          "torch.profiler; wall %.3f ms/step under the profiler):"
+          % (mode, n, wall))
+    print("  %-26s %9s %7s %7s" % ("family", "ms/step", "share", "calls"))
+    for f in sorted(fam_us, key=lambda k: -fam_us[k]):
+        print("  %-26s %9.3f %6.1f%% %7.1f" % (f, fam_us[f] / n / 1e3,
+              100 * fam_us[f] / total, fam_calls[f] / n))
+    print("  %-26s %9.3f" % ("kernels (sum)", total / n / 1e3))
+    print("  kernels by time (ms/step, calls/step, family):")
+    for us, cnt, f, name in sorted(kern, reverse=True)[:30]:
+        print("    %8.3f %6.1f  %-12s %s" % (us / n / 1e3, cnt / n, f,
+                                             name[:110]))
+    sys.stdout.flush()
+
+
 # ---- one run -------------------------------------------------------------------
 
 def hms(s):
@@ -337,8 +398,8 @@ def run(a, data, synthetic, compiled, csv_writer):
     warm_free = min(a.warm_steps, a.steps - 1)
     t_free = time.perf_counter()
     sync()
-    for step in range(a.steps):
-        t0 = time.perf_counter()
+    def train_step(step, data_rng):
+        """One optimizer step; returns (loss sum, gradient norm, lr, rng)."""
         st, data_rng = data.starts(0, data_rng, rows, T)
         x, y = data.gather(st, T)
         lr = lr_at(step, a.lr, a.min_lr, a.warmup, a.steps)
@@ -357,6 +418,11 @@ def run(a, data, synthetic, compiled, csv_writer):
         scaler.step(opt)
         scaler.update()
         opt.zero_grad(set_to_none=True)
+        return loss_sum, gnorm, lr, data_rng
+
+    for step in range(a.steps):
+        t0 = time.perf_counter()
+        loss_sum, gnorm, lr, data_rng = train_step(step, data_rng)
         if a.free_run:
             # No per-step sync: the host runs ahead of the GPU as far as
             # the CUDA queue lets it; only the window is timed.
@@ -397,6 +463,14 @@ def run(a, data, synthetic, compiled, csv_writer):
         int_ms, int_loss, int_n = 0.0, 0.0, 0
     sync()
     wall = time.perf_counter() - t_start
+    if a.profile_steps > 0 and dev.type == "cuda":
+        # Extra steps after the timed ones (the schedule's last lr), so
+        # they change nothing that was measured or logged.
+        def more(n):
+            nonlocal data_rng
+            for _ in range(n):
+                _, _, _, data_rng = train_step(a.steps - 1, data_rng)
+        profile_steps(a.profile_steps, more, sync, mode)
     if a.free_run:
         n_free = a.steps - warm_free
         mean = (time.perf_counter() - t_free) * 1e3 / n_free
@@ -507,6 +581,11 @@ def main():
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--csv", default=None, help="CSV log path")
+    ap.add_argument("--profile-steps", type=int, default=0, metavar="N",
+                    help="after the run, profile N more steps with "
+                    "torch.profiler and print GPU time per step by kernel "
+                    "family (GEMM, attention, layernorm, ...), like "
+                    "flashgrad-train --profile-steps")
     ap.add_argument("--step-times", default=None,
                     help="append every step's ms (mode,dtype,step,ms) here")
     a = ap.parse_args()
