@@ -17,26 +17,10 @@
 #include <cuda_runtime.h>
 
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));        \
-            exit(2);                                                                           \
-        }                                                                                      \
-    } while (0)
-#define CB(x)                                                                                  \
-    do {                                                                                       \
-        int s_ = (int)(x);                                                                     \
-        if (s_ != 0) {                                                                         \
-            fprintf(stderr, "%s:%d: cuBLAS status %d\n", __FILE__, __LINE__, s_);              \
-            exit(2);                                                                           \
-        }                                                                                      \
-    } while (0)
+#define PROBE_FAIL_EXIT 2
+#include "probe-check.h"
 
 /* nan[0] += NaNs in d, sum[0] += sum of d (fp32, one atomic per thread) */
 __global__ void read_all(const __nv_bfloat16 *d, size_t n, unsigned *nan, float *sum)

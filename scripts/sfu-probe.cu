@@ -13,17 +13,7 @@
  * second of two rounds printed. No library code: only CUDA. */
 #include <cuda_runtime.h>
 
-#include <stdio.h>
-#include <stdlib.h>
-
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));        \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
+#include "probe-check.h"
 
 enum { kIters = 2048, kChains = 8 };
 
