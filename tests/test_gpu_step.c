@@ -23,6 +23,7 @@
 #include "flashgrad/cuda.h"
 #include "kernels/runtime/device.h"
 #include "lib/autograd/cuda_backend.h"
+#include "lib/ops/cuda_ops_ew.h"
 #include "lib/ops/ops_internal.h"
 #include "lib/ops/ops_linear_internal.h"
 #include "lib/train/train_internal.h"
@@ -549,6 +550,57 @@ static int same_bits(const fg_tensor *a, const fg_tensor *b)
     return d;
 }
 
+/* fg_cuda_col_sums (the bias gradients of fp16 / bf16 layers) against fp64
+ * sums of the same 16-bit values: fp32 out within 1e-4 of the column's sum
+ * of magnitudes (fp32 sums of chunks of rows, then of the chunks),
+ * out in x's dtype within its rounding on top. Shapes: the 16-byte path
+ * (columns a multiple of 8: a partial 256-column tile, many row chunks)
+ * and the scalar one (13 columns, one row, rows not a multiple of the
+ * chunk). Every output poisoned first; a second call gives the same bits. */
+START_TEST(test_col_sums)
+{
+    static const int64_t cases[][2] = {
+        {1, 13}, {37, 768}, {8191, 40}, {1000, 13}, {20000, 2304}, {0, 24}};
+    fgt_rng r = fgt_rng_for(0x2e69);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (int k = 0; k < 3; k++) {
+            const fg_dtype dt = k == 1 ? FG_FP16 : FG_BF16,
+                           odt = k == 2 ? FG_BF16 : FG_FP32;
+            const int64_t R = cases[c][0], C = cases[c][1], shape[2] = {R, C};
+            fg_tensor *xc = fgt_rand(&r, FG_FP64, 2, shape, 2.0, 0.0, 0);
+            fg_tensor *x = to_dev(xc, dt, 0), *o1 = NULL, *o2 = NULL;
+            FGT_OK(fg_tensor_zeros(odt, FG_DEVICE_CUDA, 1, &C, &o1));
+            FGT_OK(fg_tensor_zeros(odt, FG_DEVICE_CUDA, 1, &C, &o2));
+            FGT_OK(fg_tensor_fill(o1, NAN));
+            FGT_OK(fg_tensor_fill(o2, NAN));
+            FGT_OK(fg_cuda_col_sums(o1, x));
+            FGT_OK(fg_cuda_col_sums(o2, x));
+            double *hx = fgt_host(x), *got = fgt_host(o1);
+            for (int64_t j = 0; j < C; j++) {
+                double ref = 0, mag = 0;
+                for (int64_t i = 0; i < R; i++) {
+                    ref += hx[i * C + j];
+                    mag += fabs(hx[i * C + j]);
+                }
+                const double tol = 1e-4 * mag +
+                                   (odt == FG_BF16 ? 0.0078125 * fabs(ref) : 0);
+                ck_assert_msg(fabs(got[j] - ref) <= tol,
+                              "rows %lld cols %lld (%s -> %s) column %lld: "
+                              "%.9g against %.9g",
+                              (long long)R, (long long)C, fg_dtype_name(dt),
+                              fg_dtype_name(odt), (long long)j, got[j], ref);
+            }
+            ck_assert_msg(!same_bits(o1, o2), "rows %lld cols %lld: a second "
+                          "call gave other bits", (long long)R, (long long)C);
+            free(hx);
+            free(got);
+            fg_tensor *all[] = {xc, x, o1, o2};
+            fgt_free_all(all, 4);
+        }
+    }
+}
+END_TEST
+
 /* fg_linear_master (the nn Linear under bf16 autocast): y and dx are the
  * cast path's bits (fg_cast_param + fg_linear: the same cached copies and
  * GEMMs); dW and db reach the fp32 parameters unrounded. Reference: fp64
@@ -559,14 +611,17 @@ static int same_bits(const fg_tensor *a, const fg_tensor *b)
  * path (a fresh fp32 gradient, then the engine's addition), and the two
  * must agree bit for bit (the engine's backward_acc contract). 8192 rows
  * against a 128 x 192 weight: the long-K shape that uses split-K. Loop
- * index: cuBLASLt's own split, then the unfused path that runs where
- * cuBLASLt has no algorithm (FG_GEMM_LT=0). The switch is read once per
+ * index: cuBLASLt's own split with db by fg_cuda_col_sums, then the
+ * unfused path that runs where cuBLASLt has no algorithm (FG_GEMM_LT=0),
+ * then db in the GEMM's epilogue (FG_GEMM_BGRAD=1). A switch is read once per
  * process: each test runs in a child of its own (under CK_FORK=no, the
  * sanitizer runs', the first setting holds). */
 START_TEST(test_linear_master)
 {
     if (_i == 1) /* the unfused path (cuBLASLt refused) */
         setenv("FG_GEMM_LT", "0", 1);
+    if (_i == 2) /* db in the GEMM's epilogue instead of fg_cuda_col_sums */
+        setenv("FG_GEMM_BGRAD", "1", 1);
     enum { B = 4, T = 2048, K = 128, N = 192, MR = B * T };
     fgt_rng r = fgt_rng_for(0x2e66);
     fg_tensor *xc, *wc, *bc, *uc;
@@ -613,7 +668,8 @@ START_TEST(test_linear_master)
             const double err = fgt_max_diff(got, refs[i], ns[i]) /
                                fgt_max_abs(refs[i], (size_t)ns[i]);
             fprintf(stderr, "fg_linear_master (%s) pass %d %s: error %.3g\n",
-                    _i == 1 ? "unfused" : "cuBLASLt",
+                    _i == 1 ? "unfused" : _i == 2 ? "BGRAD epilogue"
+                                                  : "cuBLASLt",
                     pass, i ? "db" : "dw", err);
             ck_assert_msg(err <= 1e-5, "pass %d %s: error %.3g", pass,
                           i ? "db" : "dw", err);
@@ -1004,7 +1060,7 @@ END_TEST
 
 /* Kernel switches the tests set, restored around each test (test_util.h:
  * under CK_FORK=no a failed test would leave them set). */
-static const char *const g_switches[] = {"FG_GEMM_LT"};
+static const char *const g_switches[] = {"FG_GEMM_LT", "FG_GEMM_BGRAD"};
 
 int main(void)
 {
@@ -1028,7 +1084,8 @@ int main(void)
     tcase_add_loop_test(tc, test_linear_epilogue, 0, 2);
     tcase_add_test(tc, test_linear_bgrad_accumulates);
     tcase_add_loop_test(tc, test_mlp_epilogues, 0, 2);
-    tcase_add_loop_test(tc, test_linear_master, 0, 2);
+    tcase_add_test(tc, test_col_sums);
+    tcase_add_loop_test(tc, test_linear_master, 0, 3);
     tcase_add_loop_test(tc, test_mlp_master, 0, 2);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);

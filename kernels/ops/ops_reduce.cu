@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* kernels/ops/ops_reduce.cu - the deterministic sum reduction behind
- * fg_sum / fg_mean and the gradients of broadcast dimensions: no float
+ * fg_sum / fg_mean and the gradients of broadcast dimensions, and the
+ * column sums of fp16 / bf16 layers' bias gradients: no float
  * atomics; when a few outputs each sum many elements the range is split
  * into chunks whose partial sums a second kernel adds in a fixed order.
  * The split depends only on shapes, so results are bitwise reproducible
@@ -306,6 +307,154 @@ fg_status sum_launch(fg_tensor *out, const fg_tensor *x, RedGeo g,
     return s;
 }
 
+/* ---- column sums (bias gradients) ----------------------------------------- */
+
+/* A block sums a tile of 32 * V columns over one chunk of rows: lane l of
+ * each of the 8 warps owns V adjacent columns (one 16-byte load a row when
+ * V = 8) and takes every 8th row of the chunk, four rows in flight. The
+ * cuBLASLt bias-gradient epilogue this replaces slowed the weight-gradient
+ * GEMM by 15-45% (scripts/wgrad-probe.cu, GPT-2-small's shapes on an
+ * H200); one more read of gy costs less. */
+constexpr int kCsWarps = kBlock / 32;
+/* Blocks aimed for (a constant, as above): about four an SM, each thread
+ * with four 16-byte loads in flight, keeps HBM busy; more chunks would
+ * only lengthen the finishing sums. */
+constexpr int kCsBlocks = 512;
+constexpr int64_t kCsMinChunk = 64; /* rows a chunk, at least */
+
+template <class T, int V> struct CsLoad;
+template <class T> struct CsLoad<T, 1> {
+    static __device__ __forceinline__ void run(const T *p, float *v)
+    {
+        v[0] = Num<T>::ld(*p);
+    }
+};
+template <class T> struct CsLoad<T, 8> {
+    static __device__ __forceinline__ void run(const T *p, float *v)
+    {
+        const uint4 q = __ldg(reinterpret_cast<const uint4 *>(p));
+        const T *e = reinterpret_cast<const T *>(&q);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            v[i] = Num<T>::ld(e[i]);
+    }
+};
+
+/* part[chunk, column] = the chunk's sum (fixed order: each thread's rows in
+ * turn, then the 8 warps in order). */
+template <class T, int V>
+__global__ void __launch_bounds__(kBlock)
+    col_sums_kernel(float *part, const T *x, int64_t rows, int64_t cols,
+                    int64_t chunk)
+{
+    __shared__ float sm[kCsWarps][32 * V];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int64_t c0 = ((int64_t)blockIdx.x * 32 + lane) * V,
+                  r0 = (int64_t)blockIdx.y * chunk,
+                  r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    float acc[V];
+#pragma unroll
+    for (int i = 0; i < V; i++)
+        acc[i] = 0.f;
+    if (c0 < cols) {
+        const T *p = x + c0;
+        int64_t r = r0 + w;
+        for (; r + 3 * kCsWarps < r1; r += 4 * kCsWarps) {
+            float v[4][V];
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                CsLoad<T, V>::run(p + (r + k * kCsWarps) * cols, v[k]);
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+#pragma unroll
+                for (int i = 0; i < V; i++)
+                    acc[i] += v[k][i];
+        }
+        for (; r < r1; r += kCsWarps) {
+            float v[V];
+            CsLoad<T, V>::run(p + r * cols, v);
+#pragma unroll
+            for (int i = 0; i < V; i++)
+                acc[i] += v[i];
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < V; i++)
+        sm[w][lane * V + i] = acc[i];
+    __syncthreads();
+    for (int j = threadIdx.x; j < 32 * V; j += kBlock) {
+        const int64_t c = (int64_t)blockIdx.x * 32 * V + j;
+        if (c < cols) {
+            float t = 0.f;
+#pragma unroll
+            for (int k = 0; k < kCsWarps; k++)
+                t += sm[k][j];
+            part[blockIdx.y * cols + c] = t;
+        }
+    }
+}
+
+/* out[column] = its chunks' partials: a warp per column, lane l adding
+ * chunks l, l + 32, ... in turn, then warp_sum's fixed butterfly. */
+template <class O>
+__global__ void col_sums_finish_kernel(O *out, const float *part,
+                                       int64_t cols, int64_t S)
+{
+    const int64_t c = ((int64_t)blockIdx.x * kBlock + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (c >= cols) /* c is the warp's: whole warps leave together */
+        return;
+    float t = 0.f;
+    for (int64_t s = lane; s < S; s += 32)
+        t += part[s * cols + c];
+    t = warp_sum(t);
+    if (lane == 0)
+        out[c] = Num<O>::st(t);
+}
+
+template <class T>
+fg_status col_sums_launch(fg_tensor *out, const fg_tensor *x, int64_t rows,
+                          int64_t cols)
+{
+    const T *px = (const T *)fg_tensor_base(x);
+    const bool vec = cols % 8 == 0 && ((uintptr_t)px & 15) == 0;
+    const int64_t tiles = ceil_div(cols, vec ? 256 : 32);
+    int64_t S = ceil_div(kCsBlocks, tiles);
+    const int64_t by_len = ceil_div(rows, kCsMinChunk);
+    S = S < by_len ? S : by_len;
+    S = S < 65535 ? S : 65535; /* gridDim.y */
+    const int64_t chunk = ceil_div(rows, S);
+    S = ceil_div(rows, chunk);
+    if (tiles > INT32_MAX)
+        return fg_error(FG_ERR_INVALID_ARGUMENT,
+                        "fg_cuda_col_sums: %lld columns is too many",
+                        (long long)cols);
+    float *part = NULL;
+    const size_t part_bytes = (size_t)(S * cols) * sizeof(float);
+    FG_TRY(fg_cuda_mem_alloc(part_bytes, (void **)&part));
+    cudaStream_t st = fg_cuda_stream();
+    const dim3 grid((unsigned)tiles, (unsigned)S);
+    if (vec)
+        col_sums_kernel<T, 8><<<grid, kBlock, 0, st>>>(part, px, rows, cols,
+                                                      chunk);
+    else
+        col_sums_kernel<T, 1><<<grid, kBlock, 0, st>>>(part, px, rows, cols,
+                                                      chunk);
+    fg_status s = launched("column sums kernel");
+    if (s == FG_OK) {
+        const int nb = fg_cuda_grid(cols * 32, kBlock);
+        if (out->dtype == FG_FP32)
+            col_sums_finish_kernel<float><<<nb, kBlock, 0, st>>>(
+                (float *)fg_tensor_base(out), part, cols, S);
+        else
+            col_sums_finish_kernel<T><<<nb, kBlock, 0, st>>>(
+                (T *)fg_tensor_base(out), part, cols, S);
+        s = launched("column sums finishing kernel");
+    }
+    fg_cuda_mem_free(part, part_bytes); /* stream-ordered, as sum_launch's */
+    return s;
+}
+
 
 } // namespace
 
@@ -328,4 +477,28 @@ extern "C" fg_status fg_cuda_sum_reduce(fg_tensor *out, const int64_t *out_str,
     red_build(&g, x, out_str);
     FG_DTYPE_SWITCH(x->dtype, T, return sum_launch<T>(out, x, g, scale))
     return bad_dtype(fn, x->dtype);
+}
+
+extern "C" fg_status fg_cuda_col_sums(fg_tensor *out, const fg_tensor *x)
+{
+    static const char fn[] = "fg_cuda_col_sums";
+    FG_TRY(check_device(fn, out));
+    FG_TRY(check_device(fn, x));
+    if (x->nd < 1 || !fg_tensor_is_contiguous(x) ||
+        !fg_tensor_is_contiguous(out) || out->numel != x->shape[x->nd - 1] ||
+        (x->dtype != FG_BF16 && x->dtype != FG_FP16) ||
+        (out->dtype != FG_FP32 && out->dtype != x->dtype))
+        return fg_error(FG_ERR_INTERNAL,
+                        "%s: wants a contiguous fp16 / bf16 x [..., C] and a "
+                        "contiguous out [C] in fp32 or x's dtype",
+                        fn);
+    const int64_t cols = out->numel;
+    if (cols == 0)
+        return FG_OK;
+    const int64_t rows = x->numel / cols;
+    if (rows == 0)
+        return fg_cuda_fill_strided(out, 0.0);
+    if (x->dtype == FG_BF16)
+        return col_sums_launch<__nv_bfloat16>(out, x, rows, cols);
+    return col_sums_launch<__half>(out, x, rows, cols);
 }

@@ -43,6 +43,13 @@ fg_status fg_cuda_bias_gelu_backward(fg_tensor *dx, const fg_tensor *g,
 fg_status fg_cuda_sum_reduce(fg_tensor *out, const int64_t *out_str,
                              const fg_tensor *x, double scale);
 
+/* out[j] = the sum over rows of x[..., j]: the bias gradient of a layer
+ * whose output gradient is x (contiguous, fp16 / bf16, [..., C]); out [C],
+ * contiguous, fp32 or x's dtype, every element written. Sums in fp32 in
+ * an order fixed by the shape (chunks of rows, then the chunks in order):
+ * deterministic, no atomics. */
+fg_status fg_cuda_col_sums(fg_tensor *out, const fg_tensor *x);
+
 #ifdef __cplusplus
 }
 #endif

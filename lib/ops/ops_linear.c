@@ -1,15 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /* lib/ops/ops_linear.c - the Linear layer's op (fg_linear) and the MLP's
- * body (fg_mlp), each one node whose bias adds, GELU, GELU derivative and
- * bias gradients run in cuBLASLt epilogues on CUDA (kernels/ops/gemm_lt.cu).
+ * body (fg_mlp), each one node whose bias adds, GELU and GELU derivative
+ * run in cuBLASLt epilogues on CUDA (kernels/ops/gemm_lt.cu), and whose
+ * bias gradients come from a column-sum kernel (fp16 / bf16) or the
+ * weight-gradient GEMM's epilogue.
  * Wherever cuBLASLt declines a GEMM (and for fg_mlp on the CPU) that step
  * runs as the unfused ops run it (fg_matmul, fg_add, fg_gelu's kernels and
  * their backwards), so the CPU's bits are theirs. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
 
 #include "ops_linear_internal.h"
+#ifdef FG_HAVE_CUDA
+#include "cuda_ops_ew.h"
+#endif
 #include "kernels/runtime/profile.h"
 
 #ifdef FG_HAVE_CUDA
@@ -49,6 +55,34 @@ fg_status fg_lin_lt(fg_lt_epilogue e, const fg_tensor *a, int ta,
     (void)e, (void)a, (void)ta, (void)b, (void)tb, (void)c, (void)bias;
     (void)aux, (void)beta1;
     return FG_OK;
+#endif
+}
+
+int fg_lin_col_sums_ok(const fg_tensor *gy, fg_dtype out)
+{
+#ifdef FG_HAVE_CUDA
+    static int keep = -1; /* FG_GEMM_BGRAD=1: the epilogue, as before */
+    if (keep < 0) {
+        const char *v = getenv("FG_GEMM_BGRAD");
+        keep = v && v[0] == '1' && !v[1];
+    }
+    return !keep && gy->device == FG_DEVICE_CUDA &&
+           (gy->dtype == FG_BF16 || gy->dtype == FG_FP16) &&
+           (out == FG_FP32 || out == gy->dtype) &&
+           fg_tensor_is_contiguous(gy) && gy->nd >= 1;
+#else
+    (void)gy, (void)out;
+    return 0;
+#endif
+}
+
+fg_status fg_lin_col_sums(fg_tensor *db, const fg_tensor *gy)
+{
+#ifdef FG_HAVE_CUDA
+    return fg_cuda_col_sums(db, gy);
+#else
+    (void)db, (void)gy;
+    return FG_FAIL(FG_ERR_INTERNAL, "built without CUDA");
 #endif
 }
 
@@ -95,14 +129,24 @@ fg_status fg_lin_grads(fg_tensor *x, fg_tensor *w, fg_tensor *gy,
     fg_arena *dom = fg_bw_domain();
     int dx_done = !nx, dw_done = !nw, db_done = !nb;
     fg_status s = FG_OK;
+    /* db by the column-sum kernel where it applies, else in dW's epilogue */
+    const int sums = nb && fg_lin_col_sums_ok(gy, bm->dtype),
+              epi = nb && !sums;
     if (nw && x->device == FG_DEVICE_CUDA) {
         s = fg_tensor_new(dom, w->dtype, w->device, 2, w->shape, dw);
-        if (s == FG_OK && nb)
+        if (s == FG_OK && epi)
             s = new_meta(bm, db);
         if (s == FG_OK)
-            s = fg_lin_lt(nb ? FG_LT_BGRAD_B : FG_LT_DEFAULT, x, 1, gy, 0, *dw,
-                   nb ? *db : NULL, NULL, 0, &dw_done);
-        db_done = !nb || dw_done;
+            s = fg_lin_lt(epi ? FG_LT_BGRAD_B : FG_LT_DEFAULT, x, 1, gy, 0,
+                          *dw, epi ? *db : NULL, NULL, 0, &dw_done);
+        db_done = !nb || (epi && dw_done);
+    }
+    if (s == FG_OK && sums) {
+        if (!*db)
+            s = new_meta(bm, db);
+        if (s == FG_OK)
+            s = fg_lin_col_sums(*db, gy);
+        db_done = s == FG_OK;
     }
     if (s == FG_OK && nx && x->device == FG_DEVICE_CUDA) {
         s = fg_lin_new_last(dom, gy, w->shape[0], dx);

@@ -22,6 +22,17 @@ fg_status fg_lin_lt(fg_lt_epilogue e, const fg_tensor *a, int ta,
                     const fg_tensor *bias, fg_tensor *aux, int beta1,
                     int *done);
 
+/* 1 where a bias gradient (gy's column sums, into a tensor of dtype out)
+ * is taken by fg_lin_col_sums instead of the weight-gradient GEMM's
+ * BGRAD epilogue: fp16 / bf16 gy on CUDA. On an H200 that epilogue made
+ * GPT-2-small's weight-gradient GEMMs 15-45% slower (fp32 or bf16 C
+ * alike: scripts/wgrad-probe.cu), more than reading gy once more costs.
+ * FG_GEMM_BGRAD=1 (read once) keeps the epilogue. */
+int fg_lin_col_sums_ok(const fg_tensor *gy, fg_dtype out);
+
+/* db = gy's column sums (fg_cuda_col_sums: fp32 sums in a fixed order). */
+fg_status fg_lin_col_sums(fg_tensor *db, const fg_tensor *gy);
+
 /* A new contiguous tensor like t with its last dimension n, in dom. */
 fg_status fg_lin_new_last(fg_arena *dom, const fg_tensor *t, int64_t n,
                           fg_tensor **out);
@@ -33,8 +44,8 @@ fg_status fg_lin_affine(fg_arena *dom, fg_tensor *x, fg_tensor *w,
 
 /* The gradients of y = x w (+ b) for gy: *dx = gy w^T (nx), *dw = x^T gy
  * (nw), *db = gy's column sums (nb; b's meta bm). On CUDA two GEMMs
- * writing fresh tensors, db in dw's epilogue (no memset, no reduction
- * kernel); whatever cuBLASLt declines as fg_matmul's backward and fg_add's
+ * writing fresh tensors, db by fg_lin_col_sums (fp16 / bf16) or in dw's
+ * epilogue; whatever cuBLASLt declines as fg_matmul's backward and fg_add's
  * reduction compute it. */
 fg_status fg_lin_grads(fg_tensor *x, fg_tensor *w, fg_tensor *gy, int nx,
                        int nw, int nb, const fg_meta *bm, fg_tensor **dx,

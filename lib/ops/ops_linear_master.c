@@ -34,9 +34,10 @@ static int master_ok(const fg_tensor *x, fg_tensor *const *params, int n)
 /* The fp32 gradients of w [K, N] and b [N] in y = x w + b for gy (x
  * [..., K], gy [..., N], low precision): *dw = x^T gy, added into accw
  * instead when non-NULL (*dw NULL then); *db = gy's column sums, likewise
- * into accb. One cuBLASLt GEMM with an fp32 C and the bias gradient in its
- * epilogue; where cuBLASLt declines, the same sums from fp32 copies of x
- * and gy (fg_matmul, fg_sum's reduction). */
+ * into accb. One cuBLASLt GEMM with an fp32 C, and the column-sum kernel
+ * (fg_lin_col_sums_ok: the GEMM's bias-gradient epilogue where it does not
+ * apply); where cuBLASLt declines, the same sums from fp32 copies of x and
+ * gy (fg_matmul, fg_sum's reduction). */
 static fg_status master_wgrads(fg_tensor *x, fg_tensor *gy, int nw, int nb,
                                fg_tensor *accw, fg_tensor *accb,
                                fg_tensor **dw, fg_tensor **db)
@@ -55,11 +56,20 @@ static fg_status master_wgrads(fg_tensor *x, fg_tensor *gy, int nw, int nb,
         s = fg_tensor_new(dom, FG_FP32, x->device, 2, wshape, &tw);
     if (s == FG_OK && nb)
         s = fg_tensor_new(dom, FG_FP32, x->device, 1, &N, &tb);
-    int done = 0;
+    /* db by the column-sum kernel where it applies, else in dW's epilogue */
+    const int sums = nb && fg_lin_col_sums_ok(gy, FG_FP32),
+              epi = nb && !sums;
+    int done = !nw, db_done = !nb;
     if (s == FG_OK && nw)
-        s = fg_lin_lt(nb ? FG_LT_BGRAD_B : FG_LT_DEFAULT, x, 1, gy, 0, tw, tb,
-                      NULL, accw != NULL, &done);
-    if (s == FG_OK && !done) {
+        s = fg_lin_lt(epi ? FG_LT_BGRAD_B : FG_LT_DEFAULT, x, 1, gy, 0, tw,
+                      epi ? tb : NULL, NULL, accw != NULL, &done);
+    if (s == FG_OK && epi)
+        db_done = done;
+    if (s == FG_OK && sums) {
+        s = fg_lin_col_sums(tb, gy);
+        db_done = s == FG_OK;
+    }
+    if (s == FG_OK && (!done || !db_done)) {
         const int64_t rows = x->numel / K, xs[2] = {rows, K},
                       gs[2] = {rows, N};
         fg_tensor *x32 = NULL, *g32 = NULL, *x2 = NULL, *g2 = NULL;
@@ -70,9 +80,9 @@ static fg_status master_wgrads(fg_tensor *x, fg_tensor *gy, int nw, int nb,
             s = fg_reshape_raw(x32, 2, xs, dom, &x2);
         if (s == FG_OK)
             s = fg_reshape_raw(g32, 2, gs, dom, &g2);
-        if (s == FG_OK && nw)
+        if (s == FG_OK && !done)
             s = fg_matmul_raw(x2, 1, g2, 0, tw, accw != NULL);
-        if (s == FG_OK && nb) {
+        if (s == FG_OK && !db_done) {
             fg_tensor_free(tb);
             tb = NULL;
             s = fg_sum_to_shape(g2, 1, &N, &tb);
