@@ -300,9 +300,10 @@ def profile_steps(n, more, sync, mode):
         fam_calls[f] = fam_calls.get(f, 0) + ev.count
         kern.append((us, ev.count, f, ev.key))
     total = sum(fam_us.values())
-    print("torch %s profile of %d steps (GPU kernel time per step, "
-          "torch.profiler; wall %.3f ms/step under the profiler):"
-          % (mode, n, wall))
+    # not "torch ... ms/step": gpu-phases.sh greps that for the summary
+    print("profile of %d steps, torch %s (GPU kernel time per step, "
+          "torch.profiler; wall %.3f ms a step under the profiler):"
+          % (n, mode, wall))
     print("  %-26s %9s %7s %7s" % ("family", "ms/step", "share", "calls"))
     for f in sorted(fam_us, key=lambda k: -fam_us[k]):
         print("  %-26s %9.3f %6.1f%% %7.1f" % (f, fam_us[f] / n / 1e3,
