@@ -314,7 +314,9 @@ fg_status sum_launch(fg_tensor *out, const fg_tensor *x, RedGeo g,
  * V = 8) and takes every 8th row of the chunk, four rows in flight. The
  * cuBLASLt bias-gradient epilogue this replaces slowed the weight-gradient
  * GEMM by 15-45% (scripts/wgrad-probe.cu, GPT-2-small's shapes on an
- * H200); one more read of gy costs less. */
+ * H200); in that model's step one more read of gy costs about as much
+ * (doc/training.md, session 46), and the sums no longer depend on which
+ * GEMM algorithm ran. */
 constexpr int kCsWarps = kBlock / 32;
 /* Blocks aimed for (a constant, as above): about four an SM, each thread
  * with four 16-byte loads in flight, keeps HBM busy; more chunks would
@@ -425,7 +427,9 @@ fg_status col_sums_launch(fg_tensor *out, const fg_tensor *x, int64_t rows,
     S = S < 65535 ? S : 65535; /* gridDim.y */
     const int64_t chunk = ceil_div(rows, S);
     S = ceil_div(rows, chunk);
-    if (tiles > INT32_MAX)
+    /* the finishing kernel: a warp per column, no grid-stride loop */
+    const int64_t fin = ceil_div(cols * 32, kBlock);
+    if (tiles > INT32_MAX || fin > INT32_MAX)
         return fg_error(FG_ERR_INVALID_ARGUMENT,
                         "fg_cuda_col_sums: %lld columns is too many",
                         (long long)cols);
@@ -442,7 +446,7 @@ fg_status col_sums_launch(fg_tensor *out, const fg_tensor *x, int64_t rows,
                                                       chunk);
     fg_status s = launched("column sums kernel");
     if (s == FG_OK) {
-        const int nb = fg_cuda_grid(cols * 32, kBlock);
+        const unsigned nb = (unsigned)fin;
         if (out->dtype == FG_FP32)
             col_sums_finish_kernel<float><<<nb, kBlock, 0, st>>>(
                 (float *)fg_tensor_base(out), part, cols, S);
