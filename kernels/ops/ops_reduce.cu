@@ -324,23 +324,23 @@ constexpr int kCsWarps = kBlock / 32;
 constexpr int kCsBlocks = 512;
 constexpr int64_t kCsMinChunk = 64; /* rows a chunk, at least */
 
-template <class T, int V> struct CsLoad;
-template <class T> struct CsLoad<T, 1> {
-    static __device__ __forceinline__ void run(const T *p, float *v)
-    {
+/* V elements at p (one 16-byte load when V = 8) in fp32; ops_nn_common's
+ * load_vec is the same for the other Num family, which this file cannot
+ * include beside its own. */
+template <class T, int V>
+__device__ __forceinline__ void cs_load(const T *p, float *v)
+{
+    if constexpr (V == 1) {
         v[0] = Num<T>::ld(*p);
-    }
-};
-template <class T> struct CsLoad<T, 8> {
-    static __device__ __forceinline__ void run(const T *p, float *v)
-    {
+    } else {
+        static_assert(sizeof(T) * V == 16, "16-byte vectors");
         const uint4 q = __ldg(reinterpret_cast<const uint4 *>(p));
         const T *e = reinterpret_cast<const T *>(&q);
 #pragma unroll
-        for (int i = 0; i < 8; i++)
+        for (int i = 0; i < V; i++)
             v[i] = Num<T>::ld(e[i]);
     }
-};
+}
 
 /* part[chunk, column] = the chunk's sum (fixed order: each thread's rows in
  * turn, then the 8 warps in order). */
@@ -365,7 +365,7 @@ __global__ void __launch_bounds__(kBlock)
             float v[4][V];
 #pragma unroll
             for (int k = 0; k < 4; k++)
-                CsLoad<T, V>::run(p + (r + k * kCsWarps) * cols, v[k]);
+                cs_load<T, V>(p + (r + k * kCsWarps) * cols, v[k]);
 #pragma unroll
             for (int k = 0; k < 4; k++)
 #pragma unroll
@@ -374,7 +374,7 @@ __global__ void __launch_bounds__(kBlock)
         }
         for (; r < r1; r += kCsWarps) {
             float v[V];
-            CsLoad<T, V>::run(p + r * cols, v);
+            cs_load<T, V>(p + r * cols, v);
 #pragma unroll
             for (int i = 0; i < V; i++)
                 acc[i] += v[i];
