@@ -556,7 +556,10 @@ static int same_bits(const fg_tensor *a, const fg_tensor *b)
  * out in x's dtype within its rounding on top. Shapes: the 16-byte path
  * (columns a multiple of 8: a partial 256-column tile, many row chunks)
  * and the scalar one (13 columns, one row, rows not a multiple of the
- * chunk). Every output poisoned first; a second call gives the same bits. */
+ * chunk). Every output poisoned first; a second call gives the same bits;
+ * accumulating into 0.375 gives 0.375 + the fresh sum, rounded once in
+ * fp32 (fg_grad_accumulate's add, which the master layers' bias gradient
+ * saves). */
 START_TEST(test_col_sums)
 {
     static const int64_t cases[][2] = {
@@ -568,14 +571,19 @@ START_TEST(test_col_sums)
                            odt = k == 2 ? FG_BF16 : FG_FP32;
             const int64_t R = cases[c][0], C = cases[c][1], shape[2] = {R, C};
             fg_tensor *xc = fgt_rand(&r, FG_FP64, 2, shape, 2.0, 0.0, 0);
-            fg_tensor *x = to_dev(xc, dt, 0), *o1 = NULL, *o2 = NULL;
+            fg_tensor *x = to_dev(xc, dt, 0), *o1 = NULL, *o2 = NULL,
+                      *o3 = NULL;
             FGT_OK(fg_tensor_zeros(odt, FG_DEVICE_CUDA, 1, &C, &o1));
             FGT_OK(fg_tensor_zeros(odt, FG_DEVICE_CUDA, 1, &C, &o2));
+            FGT_OK(fg_tensor_zeros(odt, FG_DEVICE_CUDA, 1, &C, &o3));
             FGT_OK(fg_tensor_fill(o1, NAN));
             FGT_OK(fg_tensor_fill(o2, NAN));
-            FGT_OK(fg_cuda_col_sums(o1, x));
-            FGT_OK(fg_cuda_col_sums(o2, x));
-            double *hx = fgt_host(x), *got = fgt_host(o1);
+            FGT_OK(fg_tensor_fill(o3, 0.375));
+            FGT_OK(fg_cuda_col_sums(o1, x, 0));
+            FGT_OK(fg_cuda_col_sums(o2, x, 0));
+            FGT_OK(fg_cuda_col_sums(o3, x, 1));
+            double *hx = fgt_host(x), *got = fgt_host(o1),
+                   *acc = fgt_host(o3);
             for (int64_t j = 0; j < C; j++) {
                 double ref = 0, mag = 0;
                 for (int64_t i = 0; i < R; i++) {
@@ -592,10 +600,19 @@ START_TEST(test_col_sums)
             }
             ck_assert_msg(!same_bits(o1, o2), "rows %lld cols %lld: a second "
                           "call gave other bits", (long long)R, (long long)C);
+            for (int64_t j = 0; odt == FG_FP32 && j < C; j++) {
+                const float want = 0.375f + (float)got[j];
+                ck_assert_msg((float)acc[j] == want,
+                              "rows %lld cols %lld column %lld: accumulated "
+                              "%.9g, want %.9g",
+                              (long long)R, (long long)C, (long long)j,
+                              acc[j], (double)want);
+            }
             free(hx);
             free(got);
-            fg_tensor *all[] = {xc, x, o1, o2};
-            fgt_free_all(all, 4);
+            free(acc);
+            fg_tensor *all[] = {xc, x, o1, o2, o3};
+            fgt_free_all(all, 5);
         }
     }
 }

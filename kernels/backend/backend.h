@@ -165,8 +165,9 @@ extern "C" {
       (fg_tensor * out, const int64_t *out_str, const fg_tensor *x,            \
        double scale),                                                          \
       (out, out_str, x, scale), fg_cuda_backend_fail("fg_sum"))                \
-    F(fg_status, fg_cuda_col_sums, (fg_tensor * out, const fg_tensor *x),      \
-      (out, x), fg_cuda_backend_fail("a bias gradient"))                      \
+    F(fg_status, fg_cuda_col_sums,                                             \
+      (fg_tensor * out, const fg_tensor *x, int accumulate),                   \
+      (out, x, accumulate), fg_cuda_backend_fail("a bias gradient"))           \
     /* lib/ops/cuda_ops_nn.h */                                                \
     F(fg_status, fg_cuda_softmax_forward,                                      \
       (const fg_tensor *x, fg_tensor *y, int dim, int is_log),                 \

@@ -396,11 +396,13 @@ __global__ void __launch_bounds__(kBlock)
     }
 }
 
-/* out[column] = its chunks' partials: a warp per column, lane l adding
- * chunks l, l + 32, ... in turn, then warp_sum's fixed butterfly. */
+/* out[column] = its chunks' partials (out[column] + them with acc, in
+ * fp32: the bits of fg_grad_accumulate's add of a fresh sum): a warp per
+ * column, lane l adding chunks l, l + 32, ... in turn, then warp_sum's
+ * fixed butterfly. */
 template <class O>
 __global__ void col_sums_finish_kernel(O *out, const float *part,
-                                       int64_t cols, int64_t S)
+                                       int64_t cols, int64_t S, bool acc)
 {
     const int64_t c = ((int64_t)blockIdx.x * kBlock + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
@@ -411,12 +413,14 @@ __global__ void col_sums_finish_kernel(O *out, const float *part,
         t += part[s * cols + c];
     t = warp_sum(t);
     if (lane == 0)
-        out[c] = Num<O>::st(t);
+        out[c] = Num<O>::st(acc ? Num<O>::ld(out[c]) +
+                                       Num<O>::ld(Num<O>::st(t))
+                                 : t);
 }
 
 template <class T>
 fg_status col_sums_launch(fg_tensor *out, const fg_tensor *x, int64_t rows,
-                          int64_t cols)
+                          int64_t cols, bool acc)
 {
     const T *px = (const T *)fg_tensor_base(x);
     const bool vec = cols % 8 == 0 && ((uintptr_t)px & 15) == 0;
@@ -449,10 +453,10 @@ fg_status col_sums_launch(fg_tensor *out, const fg_tensor *x, int64_t rows,
         const unsigned nb = (unsigned)fin;
         if (out->dtype == FG_FP32)
             col_sums_finish_kernel<float><<<nb, kBlock, 0, st>>>(
-                (float *)fg_tensor_base(out), part, cols, S);
+                (float *)fg_tensor_base(out), part, cols, S, acc);
         else
             col_sums_finish_kernel<T><<<nb, kBlock, 0, st>>>(
-                (T *)fg_tensor_base(out), part, cols, S);
+                (T *)fg_tensor_base(out), part, cols, S, acc);
         s = launched("column sums finishing kernel");
     }
     fg_cuda_mem_free(part, part_bytes); /* stream-ordered, as sum_launch's */
@@ -483,7 +487,8 @@ extern "C" fg_status fg_cuda_sum_reduce(fg_tensor *out, const int64_t *out_str,
     return bad_dtype(fn, x->dtype);
 }
 
-extern "C" fg_status fg_cuda_col_sums(fg_tensor *out, const fg_tensor *x)
+extern "C" fg_status fg_cuda_col_sums(fg_tensor *out, const fg_tensor *x,
+                                      int accumulate)
 {
     static const char fn[] = "fg_cuda_col_sums";
     FG_TRY(check_device(fn, out));
@@ -500,9 +505,10 @@ extern "C" fg_status fg_cuda_col_sums(fg_tensor *out, const fg_tensor *x)
     if (cols == 0)
         return FG_OK;
     const int64_t rows = x->numel / cols;
-    if (rows == 0)
-        return fg_cuda_fill_strided(out, 0.0);
+    if (rows == 0) /* empty sums: 0, which leaves an accumulation as it is */
+        return accumulate ? FG_OK : fg_cuda_fill_strided(out, 0.0);
     if (x->dtype == FG_BF16)
-        return col_sums_launch<__nv_bfloat16>(out, x, rows, cols);
-    return col_sums_launch<__half>(out, x, rows, cols);
+        return col_sums_launch<__nv_bfloat16>(out, x, rows, cols,
+                                              accumulate != 0);
+    return col_sums_launch<__half>(out, x, rows, cols, accumulate != 0);
 }

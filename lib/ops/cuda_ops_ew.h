@@ -45,10 +45,12 @@ fg_status fg_cuda_sum_reduce(fg_tensor *out, const int64_t *out_str,
 
 /* out[j] = the sum over rows of x[..., j]: the bias gradient of a layer
  * whose output gradient is x (contiguous, fp16 / bf16, [..., C]); out [C],
- * contiguous, fp32 or x's dtype, every element written. Sums in fp32 in
- * an order fixed by the shape (chunks of rows, then the chunks in order):
- * deterministic, no atomics. */
-fg_status fg_cuda_col_sums(fg_tensor *out, const fg_tensor *x);
+ * contiguous, fp32 or x's dtype, every element written (accumulate:
+ * out[j] += the sum instead, as fg_grad_accumulate would add the fresh
+ * sum). Sums in fp32 in an order fixed by the shape (chunks of rows, then
+ * the chunks in order): deterministic, no atomics. */
+fg_status fg_cuda_col_sums(fg_tensor *out, const fg_tensor *x,
+                           int accumulate);
 
 #ifdef __cplusplus
 }

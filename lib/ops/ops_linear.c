@@ -76,12 +76,12 @@ int fg_lin_col_sums_ok(const fg_tensor *gy, fg_dtype out)
 #endif
 }
 
-fg_status fg_lin_col_sums(fg_tensor *db, const fg_tensor *gy)
+fg_status fg_lin_col_sums(fg_tensor *db, const fg_tensor *gy, int acc)
 {
 #ifdef FG_HAVE_CUDA
-    return fg_cuda_col_sums(db, gy);
+    return fg_cuda_col_sums(db, gy, acc);
 #else
-    (void)db, (void)gy;
+    (void)db, (void)gy, (void)acc;
     return FG_FAIL(FG_ERR_INTERNAL, "built without CUDA");
 #endif
 }
@@ -145,7 +145,7 @@ fg_status fg_lin_grads(fg_tensor *x, fg_tensor *w, fg_tensor *gy,
         if (!*db)
             s = new_meta(bm, db);
         if (s == FG_OK)
-            s = fg_lin_col_sums(*db, gy);
+            s = fg_lin_col_sums(*db, gy, 0);
         db_done = s == FG_OK;
     }
     if (s == FG_OK && nx && x->device == FG_DEVICE_CUDA) {

@@ -30,8 +30,9 @@ fg_status fg_lin_lt(fg_lt_epilogue e, const fg_tensor *a, int ta,
  * FG_GEMM_BGRAD=1 (read once) keeps the epilogue. */
 int fg_lin_col_sums_ok(const fg_tensor *gy, fg_dtype out);
 
-/* db = gy's column sums (fg_cuda_col_sums: fp32 sums in a fixed order). */
-fg_status fg_lin_col_sums(fg_tensor *db, const fg_tensor *gy);
+/* db = gy's column sums, db += them with acc (fg_cuda_col_sums: fp32 sums
+ * in a fixed order; the add is fg_grad_accumulate's). */
+fg_status fg_lin_col_sums(fg_tensor *db, const fg_tensor *gy, int acc);
 
 /* A new contiguous tensor like t with its last dimension n, in dom. */
 fg_status fg_lin_new_last(fg_arena *dom, const fg_tensor *t, int64_t n,

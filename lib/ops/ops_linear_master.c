@@ -54,11 +54,15 @@ static fg_status master_wgrads(fg_tensor *x, fg_tensor *gy, int nw, int nb,
         tw = fg_tensor_retain(accw);
     else if (nw)
         s = fg_tensor_new(dom, FG_FP32, x->device, 2, wshape, &tw);
-    if (s == FG_OK && nb)
-        s = fg_tensor_new(dom, FG_FP32, x->device, 1, &N, &tb);
-    /* db by the column-sum kernel where it applies, else in dW's epilogue */
+    /* db by the column-sum kernel where it applies, else in dW's epilogue;
+     * the kernel adds into b's target itself (one pass fewer than a fresh
+     * db and fg_grad_accumulate, the same bits) */
     const int sums = nb && fg_lin_col_sums_ok(gy, FG_FP32),
-              epi = nb && !sums;
+              epi = nb && !sums,
+              direct = sums && accb && accb->dtype == FG_FP32 &&
+                       fg_tensor_is_contiguous(accb) && accb->numel == N;
+    if (s == FG_OK && nb && !direct)
+        s = fg_tensor_new(dom, FG_FP32, x->device, 1, &N, &tb);
     int done = !nw, db_done = !nb;
     if (s == FG_OK && nw)
         s = fg_lin_lt(epi ? FG_LT_BGRAD_B : FG_LT_DEFAULT, x, 1, gy, 0, tw,
@@ -66,7 +70,7 @@ static fg_status master_wgrads(fg_tensor *x, fg_tensor *gy, int nw, int nb,
     if (s == FG_OK && epi)
         db_done = done;
     if (s == FG_OK && sums) {
-        s = fg_lin_col_sums(tb, gy);
+        s = fg_lin_col_sums(direct ? accb : tb, gy, direct);
         db_done = s == FG_OK;
     }
     if (s == FG_OK && (!done || !db_done)) {
