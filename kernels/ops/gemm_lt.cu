@@ -52,13 +52,14 @@ uint32_t align_of(const void *p)
  * (the heuristic reads the bias and aux pointers' alignment). */
 struct LtKey {
     int dt, ct, epi, ta, tb, c32; /* not beta1: see choose() */
-    int64_t M, N, K;
+    int64_t M, N, K, lda;
     uint32_t align[5]; /* cuBLASLt's A (our B), its B (our A), C, bias,
                           aux */
     bool operator==(const LtKey &o) const
     {
         if (dt != o.dt || ct != o.ct || epi != o.epi || ta != o.ta ||
-            tb != o.tb || c32 != o.c32 || M != o.M || N != o.N || K != o.K)
+            tb != o.tb || c32 != o.c32 || M != o.M || N != o.N || K != o.K ||
+            lda != o.lda)
             return false;
         for (int i = 0; i < 5; i++)
             if (align[i] != o.align[i])
@@ -160,11 +161,14 @@ fg_status describe(const fg_cuda_lt_gemm *g, cudaDataType ty,
     const uint64_t M = (uint64_t)g->M, N = (uint64_t)g->N,
                    K = (uint64_t)g->K;
     /* cuBLASLt's A = our B^T: N x K (ld N) stored [K, N], or as op T of
-     * K x N (ld K) stored [N, K]; its B = our A^T likewise. */
+     * K x N (ld K) stored [N, K]; its B = our A^T likewise, its ld our
+     * A's row pitch where rows are padded (g->lda). */
     FG_CUBLAS_TRY(g->tb ? cublasLtMatrixLayoutCreate(&lc->a, ty, K, N, K)
                         : cublasLtMatrixLayoutCreate(&lc->a, ty, N, K, N));
-    FG_CUBLAS_TRY(g->ta ? cublasLtMatrixLayoutCreate(&lc->b, ty, M, K, M)
-                        : cublasLtMatrixLayoutCreate(&lc->b, ty, K, M, K));
+    FG_CUBLAS_TRY(g->ta ? cublasLtMatrixLayoutCreate(&lc->b, ty, M, K,
+                                                     g->lda ? g->lda : M)
+                        : cublasLtMatrixLayoutCreate(&lc->b, ty, K, M,
+                                                     g->lda ? g->lda : K));
     FG_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&lc->c, g->c32 ? CUDA_R_32F : ty,
                                              N, M, N));
     return FG_OK;
@@ -413,7 +417,8 @@ extern "C" fg_status fg_cuda_gemm_lt(const fg_cuda_lt_gemm *g, int *done)
     if (lt_disabled())
         return FG_OK;
     if (g->M <= 0 || g->N <= 0 || g->K <= 0 || g->M > INT32_MAX ||
-        g->N > INT32_MAX || g->K > INT32_MAX)
+        g->N > INT32_MAX || g->K > INT32_MAX || g->lda < 0 ||
+        g->lda > INT32_MAX || (g->lda && g->lda < (g->ta ? g->M : g->K)))
         return FG_OK; /* the unfused path handles (or rejects) these */
     if (g->dt != FG_FP64 && g->dt != FG_FP32 && g->dt != FG_FP16 &&
         g->dt != FG_BF16)
@@ -440,7 +445,7 @@ extern "C" fg_status fg_cuda_gemm_lt(const fg_cuda_lt_gemm *g, int *done)
     LtCall lc;
     FG_TRY(describe(g, ty, ct, &lc));
     const LtKey key = {(int)g->dt, (int)ct, (int)g->epilogue, g->ta, g->tb,
-                       g->c32 != 0, g->M, g->N, g->K,
+                       g->c32 != 0, g->M, g->N, g->K, g->lda,
                        {align_of(g->B), align_of(g->A), align_of(g->C),
                         align_of(g->bias), align_of(g->aux)}};
     void *ws = nullptr;

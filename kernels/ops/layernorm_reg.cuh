@@ -99,6 +99,8 @@ template <typename T, typename Tv> struct LnJoin {
     const Tv *b; /* forward: the branch [R, C] */
     T *xo;       /* forward: x + dropout(b) [R, C] */
     Tv *db;      /* backward: the branch's gradient [R, C] */
+    int64_t ldy; /* forward: y's row pitch, 0 for C; C + 8 writes each
+                    row's ones column (1 then 7 zeros: FG_ONES_PAD) */
     uint2 key;
     uint32_t off_lo, thr;
     double scale;
@@ -278,7 +280,8 @@ ln_fwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
         mean[row] = mu;
         rstd[row] = rs;
     }
-    To *yr = y + row * C;
+    const int64_t ldy = JOIN && J.ldy ? J.ldy : C;
+    To *yr = y + row * ldy;
     for_own<NV, V>(C, [&](int i, int64_t j) {
         A wv[V], bv[V];
         load_par<T, V>(w, ws, j, A(1), wv);
@@ -288,6 +291,13 @@ ln_fwd_reg(const T *__restrict__ x, const T *__restrict__ w, int64_t ws,
             v[i][k] = d_fma((v[i][k] - mu) * rs, wv[k], bv[k]);
         store_n<To, V>(yr + j, v[i]);
     });
+    if constexpr (JOIN) {
+        if (ldy == C + 8 && threadIdx.x == 0) {
+            const A one[4] = {A(1), A(0), A(0), A(0)}, zero[4] = {};
+            store_n<To, 4>(yr + C, one);
+            store_n<To, 4>(yr + C + 4, zero);
+        }
+    }
 }
 
 /* dx = rstd (wg - mean(wg) - xhat mean(wg xhat)), wg = g w, for the rows

@@ -352,6 +352,8 @@ fg_status join_fwd_t(const fg_tensor *x, const fg_tensor *b, double p,
     LnJoin<float, Tv> J = make_join<Tv>(p, seed, offset);
     J.b = dptr<Tv>(b);
     J.xo = dptr<float>(y);
+    static_assert(FG_ONES_PAD == 8, "ln_fwd_reg writes 8 padding elements");
+    J.ldy = h->ones_col ? C + FG_ONES_PAD : C; /* dal_new_h's layout */
     const int64_t ws = w ? w->stride[0] : 0, bs = bias ? bias->stride[0] : 0;
     ln_fwd_reg<float, Tv, 4, true>
         <<<(unsigned)grid, dim3((unsigned)S.tpr, (unsigned)S.rpb), 0,

@@ -72,7 +72,18 @@ struct fg_tensor {
      * while both storages are at the versions recorded here. */
     fg_tensor *lowp;
     uint64_t lowp_version, lowp_sversion;
+    /* A layernorm output with a ones column (fg_dropout_add_layernorm_ones,
+     * lib/ops): a [..., C] view whose rows lie C + FG_ONES_PAD elements
+     * apart, the FG_ONES_PAD elements after each row holding 1, 0, ..., 0,
+     * so a weight-gradient GEMM over the padded rows yields the bias
+     * gradient as one more row (ops_linear_master.c). Set only by the op
+     * that wrote the padding; views and copies do not inherit it. */
+    int ones_col;
 };
+
+/* The padding of a ones_col tensor's rows (a multiple of 8 keeps cuBLASLt's
+ * sizes and the rows' 16-byte alignment). */
+#define FG_ONES_PAD 8
 
 /* ---- memory ------------------------------------------------------------ */
 

@@ -97,6 +97,7 @@ typedef struct fg_cuda_lt_gemm {
     int64_t M, N, K;
     const void *A, *B;
     int ta, tb;
+    int64_t lda; /* A's row pitch in elements; 0: packed (its last dim) */
     void *C;
     fg_lt_epilogue epilogue;
     void *bias; /* read (BIAS, GELU_AUX_BIAS) or overwritten (BGRAD_B) */

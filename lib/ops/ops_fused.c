@@ -7,6 +7,8 @@
  * instead of two). Results equal the unfused chain's bit for bit: every
  * rounding of the chain is kept. CUDA tensors go to kernels/ops/ops_nn.cu
  * and ops_layernorm.cu. */
+#include <stdlib.h>
+
 #include "config.h"
 
 #include "cuda_ops_nn.h" /* the CUDA entry points, FG_NN_DROPOUT_TAG */
@@ -278,10 +280,49 @@ static fg_status dal_chain(fg_tensor *x, fg_tensor *b, double p, uint64_t seed,
     return FG_OK;
 }
 
+#ifdef FG_HAVE_CUDA
+/* FG_LIN_ONES=0: no ones column (the column-sum kernel's bias gradients,
+ * for A/B timing). Read once. */
+static int ones_enabled(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("FG_LIN_ONES");
+        on = !(v && v[0] == '0' && !v[1]);
+    }
+    return on;
+}
+
+/* h for the fused kernel: contiguous, or with ones (fg_tensor's ones_col)
+ * a [..., C] view of [R, C + FG_ONES_PAD] rows whose padding the kernel
+ * writes. */
+static fg_status dal_new_h(fg_arena *dom, const fg_tensor *x, fg_dtype dt,
+                           int ones, fg_tensor **h)
+{
+    const int64_t C = x->shape[x->nd - 1], R = x->numel / C;
+    if (!ones || !ones_enabled() || x->nd < 2 || C % 8 ||
+        (dt != FG_BF16 && dt != FG_FP16))
+        return fg_tensor_new(dom, dt, x->device, x->nd, x->shape, h);
+    const int64_t P = C + FG_ONES_PAD, full[2] = {R, P};
+    int64_t st[FG_MAX_DIMS];
+    st[x->nd - 1] = 1;
+    st[x->nd - 2] = P;
+    for (int i = x->nd - 3; i >= 0; i--)
+        st[i] = st[i + 1] * x->shape[i + 1];
+    fg_tensor *t = NULL;
+    FG_TRY(fg_tensor_new(dom, dt, x->device, 2, full, &t));
+    fg_status s = fg_tensor_view_new(dom, t, x->nd, x->shape, st, 0, h);
+    fg_tensor_free(t);
+    if (s == FG_OK)
+        (*h)->ones_col = 1;
+    return s;
+}
+#endif
+
 static fg_status dal_impl(fg_tensor *x, fg_tensor *b, double p, uint64_t seed,
                           uint64_t offset, fg_tensor *weight, fg_tensor *bias,
-                          double eps, fg_dtype out_dtype, fg_tensor **y,
-                          fg_tensor **h)
+                          double eps, fg_dtype out_dtype, int ones,
+                          fg_tensor **y, fg_tensor **h)
 {
     static const char fn[] = "fg_dropout_add_layernorm";
     FG_TRY(fg_op_check_out(fn, y));
@@ -304,7 +345,7 @@ static fg_status dal_impl(fg_tensor *x, fg_tensor *b, double p, uint64_t seed,
         if (s == FG_OK)
             s = fg_tensor_new_like(dom, x, 0, &yy);
         if (s == FG_OK)
-            s = fg_tensor_new(dom, out_dtype, x->device, x->nd, x->shape, &hh);
+            s = dal_new_h(dom, x, out_dtype, ones, &hh);
         if (s == FG_OK)
             s = fg_tensor_new(dom, FG_FP32, x->device, 1, &R, &mean);
         if (s == FG_OK)
@@ -336,6 +377,7 @@ static fg_status dal_impl(fg_tensor *x, fg_tensor *b, double p, uint64_t seed,
         }
     }
 #endif
+    (void)ones;
     return dal_chain(x, b, p, seed, offset, weight, bias, eps, out_dtype, y,
                      h);
 }
@@ -348,5 +390,16 @@ fg_status fg_dropout_add_layernorm(fg_tensor *x, fg_tensor *b, double p,
 {
     FG_PROF_RETURN(FG_PROF_LAYERNORM,
                    dal_impl(x, b, p, seed, offset, weight, bias, eps,
-                            out_dtype, y, h));
+                            out_dtype, 0, y, h));
+}
+
+fg_status fg_dropout_add_layernorm_ones(fg_tensor *x, fg_tensor *b, double p,
+                                        uint64_t seed, uint64_t offset,
+                                        fg_tensor *weight, fg_tensor *bias,
+                                        double eps, fg_dtype out_dtype,
+                                        fg_tensor **y, fg_tensor **h)
+{
+    FG_PROF_RETURN(FG_PROF_LAYERNORM,
+                   dal_impl(x, b, p, seed, offset, weight, bias, eps,
+                            out_dtype, 1, y, h));
 }

@@ -53,6 +53,19 @@ fg_status fg_layernorm_check(const char *fn, const fg_tensor *x,
                              const fg_tensor *weight, const fg_tensor *bias,
                              double eps, fg_dtype ydt);
 
+/* fg_dropout_add_layernorm whose h, where the fused CUDA kernel makes it
+ * (fp16 / bf16 h, C % 8 == 0), has a ones column (fg_tensor's ones_col):
+ * the same values in a [..., C] view of rows C + FG_ONES_PAD apart, for
+ * the Linear / MLP master forms that read it (fg_linear_master,
+ * fg_mlp_master: their bias gradients come out of the weight-gradient
+ * GEMM). Elsewhere, and with FG_LIN_ONES=0 in the environment, h is
+ * contiguous, as fg_dropout_add_layernorm's. */
+fg_status fg_dropout_add_layernorm_ones(fg_tensor *x, fg_tensor *b, double p,
+                                        uint64_t seed, uint64_t offset,
+                                        fg_tensor *weight, fg_tensor *bias,
+                                        double eps, fg_dtype out_dtype,
+                                        fg_tensor **y, fg_tensor **h);
+
 /* x [..., K] w [K, N] + b [N] (b NULL: fg_matmul), recorded. On CUDA
  * with contiguous operands of one dtype: one cuBLASLt GEMM with the bias
  * in its epilogue (accumulated in fp32, rounded once) and one node whose

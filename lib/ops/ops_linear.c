@@ -25,6 +25,19 @@ static int64_t rows(const fg_tensor *t)
 }
 #endif
 
+int64_t fg_lin_ones_pitch(const fg_tensor *x)
+{
+    if (!x || !x->ones_col || x->nd < 2)
+        return 0;
+    const int64_t K = x->shape[x->nd - 1], P = K + FG_ONES_PAD;
+    if (x->stride[x->nd - 1] != 1 || x->stride[x->nd - 2] != P)
+        return 0;
+    for (int i = x->nd - 3; i >= 0; i--) /* every row P after the last */
+        if (x->stride[i] != x->stride[i + 1] * x->shape[i + 1])
+            return 0;
+    return P;
+}
+
 fg_status fg_lin_lt(fg_lt_epilogue e, const fg_tensor *a, int ta,
                     const fg_tensor *b, int tb, fg_tensor *c,
                     const fg_tensor *bias, fg_tensor *aux, int beta1,
@@ -43,6 +56,7 @@ fg_status fg_lin_lt(fg_lt_epilogue e, const fg_tensor *a, int ta,
     q.N = c->shape[c->nd - 1];
     q.K = ta ? rows(a) : a->shape[a->nd - 1];
     q.A = fg_tensor_base(a);
+    q.lda = fg_lin_ones_pitch(a);
     q.B = fg_tensor_base(b);
     q.ta = ta;
     q.tb = tb;

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* lib/ops/ops_linear_internal.h - the GEMM steps that fg_linear and fg_mlp
  * (ops_linear.c) share with their master-weight forms
- * (ops_linear_master.c). Every tensor contiguous; a matrix is
- * [rows, last dim]. */
+ * (ops_linear_master.c). Every tensor contiguous (but x with a ones
+ * column: fg_lin_ones_pitch); a matrix is [rows, last dim]. */
 #ifndef FG_LIB_OPS_LINEAR_INTERNAL_H
 #define FG_LIB_OPS_LINEAR_INTERNAL_H
 
@@ -12,6 +12,12 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* x's row pitch (x->shape[-1] + FG_ONES_PAD) when x is a layernorm output
+ * with a ones column (fg_tensor's ones_col) laid out as its op wrote it,
+ * else 0. Such an x is the one strided a that fg_lin_lt, fg_lin_affine and
+ * fg_lin_mlp_hidden take (the GEMM reads it with that pitch). */
+int64_t fg_lin_ones_pitch(const fg_tensor *x);
 
 /* c = op(a) op(b) (c += with beta1) and epilogue e in one cuBLASLt GEMM
  * on CUDA; a fp32 c (and bias) for fp16/bf16 a, b gives the product

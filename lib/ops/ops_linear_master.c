@@ -23,12 +23,60 @@ static int master_ok(const fg_tensor *x, fg_tensor *const *params, int n)
 {
     if (!x || x->device != FG_DEVICE_CUDA ||
         (x->dtype != FG_BF16 && x->dtype != FG_FP16) ||
-        !fg_tensor_is_contiguous(x) || x->nd < 2 || x->numel == 0)
+        !(fg_tensor_is_contiguous(x) || fg_lin_ones_pitch(x)) || x->nd < 2 ||
+        x->numel == 0)
         return 0;
     for (int i = 0; i < n; i++)
         if (!master_param(params[i]))
             return 0;
     return 1;
+}
+
+/* dw and db from one GEMM over x's padded rows (x has a ones column:
+ * fg_lin_ones_pitch): the product [K + FG_ONES_PAD, N] into a scratch, its
+ * first K rows dw and row K db (x's column of ones times gy: gy's column
+ * sums, summed in fp32 by the GEMM), added into accw / accb where given.
+ * On an H200 at GPT-2-small's shapes this GEMM took 0-5% longer than the
+ * plain one (scripts/wgrad-probe.cu) where the column-sum kernel read gy
+ * once more (20-25% of it): 1.1 ms a step at batch 64. *done 0 where
+ * cuBLASLt declines (nothing written). */
+static fg_status ones_wgrads(fg_tensor *x, fg_tensor *gy, fg_tensor *accw,
+                             fg_tensor *accb, fg_tensor **dw, fg_tensor **db,
+                             int *done)
+{
+    fg_arena *dom = fg_bw_domain();
+    const int64_t K = x->shape[x->nd - 1], N = gy->shape[gy->nd - 1],
+                  P = K + FG_ONES_PAD, R = x->numel / K,
+                  xs[2] = {R, P}, xst[2] = {P, 1}, ss[2] = {P, N},
+                  ws[2] = {K, N}, wst[2] = {N, 1}, bst = 1;
+    fg_tensor *xe = NULL, *sc = NULL, *tw = NULL, *tb = NULL;
+    *done = 0;
+    fg_status s = fg_tensor_view_new(dom, x, 2, xs, xst, x->offset, &xe);
+    if (s == FG_OK)
+        s = fg_tensor_new(dom, FG_FP32, x->device, 2, ss, &sc);
+    if (s == FG_OK)
+        s = fg_lin_lt(FG_LT_DEFAULT, xe, 1, gy, 0, sc, NULL, NULL, 0, done);
+    if (s == FG_OK && *done)
+        s = fg_tensor_view_new(dom, sc, 2, ws, wst, 0, &tw);
+    if (s == FG_OK && *done)
+        s = fg_tensor_view_new(dom, sc, 1, &N, &bst, K * N, &tb);
+    if (s == FG_OK && *done && accw)
+        s = fg_grad_accumulate(accw, tw);
+    if (s == FG_OK && *done && accb)
+        s = fg_grad_accumulate(accb, tb);
+    fg_tensor_free(xe);
+    fg_tensor_free(sc);
+    if (s != FG_OK || !*done || accw) {
+        fg_tensor_free(tw);
+        tw = NULL;
+    }
+    if (s != FG_OK || !*done || accb) {
+        fg_tensor_free(tb);
+        tb = NULL;
+    }
+    *dw = tw;
+    *db = tb;
+    return s;
 }
 
 /* The fp32 gradients of w [K, N] and b [N] in y = x w + b for gy (x
@@ -37,7 +85,8 @@ static int master_ok(const fg_tensor *x, fg_tensor *const *params, int n)
  * into accb. One cuBLASLt GEMM with an fp32 C, and the column-sum kernel
  * (fg_lin_col_sums_ok: the GEMM's bias-gradient epilogue where it does not
  * apply); where cuBLASLt declines, the same sums from fp32 copies of x and
- * gy (fg_matmul, fg_sum's reduction). */
+ * gy (fg_matmul, fg_sum's reduction). Where x has a ones column both come
+ * from one GEMM (ones_wgrads). */
 static fg_status master_wgrads(fg_tensor *x, fg_tensor *gy, int nw, int nb,
                                fg_tensor *accw, fg_tensor *accb,
                                fg_tensor **dw, fg_tensor **db)
@@ -50,6 +99,13 @@ static fg_status master_wgrads(fg_tensor *x, fg_tensor *gy, int nw, int nb,
     *dw = *db = NULL;
     if (!nw && !nb)
         return FG_OK;
+    /* where the column sums would take db (and FG_GEMM_BGRAD=1 not) */
+    if (nw && nb && fg_lin_ones_pitch(x) && fg_lin_col_sums_ok(gy, FG_FP32)) {
+        int done = 0;
+        FG_TRY(ones_wgrads(x, gy, accw, accb, dw, db, &done));
+        if (done)
+            return FG_OK;
+    }
     if (nw && accw)
         tw = fg_tensor_retain(accw);
     else if (nw)

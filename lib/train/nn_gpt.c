@@ -271,7 +271,8 @@ fg_status fg_gpt_forward(const fg_gpt *m, const int64_t *tokens, int64_t B,
             i + 1 < m->cfg.n_layer ? &m->blocks[i + 1].ln1 : &m->ln_f;
         fg_tensor *hn = NULL;
         y = NULL;
-        s = fg_nn_block_forward_ln(&m->blocks[i], x, h, next, mode, &y, &hn);
+        s = fg_nn_block_forward_ln(&m->blocks[i], x, h, next,
+                                   i + 1 < m->cfg.n_layer, mode, &y, &hn);
         fg_tensor_free(x);
         fg_tensor_free(h);
         x = y;

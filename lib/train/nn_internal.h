@@ -39,11 +39,13 @@ fg_status fg_nn_block_forward_kv(const fg_nn_block *b, fg_tensor *x,
 /* fg_nn_block_forward, and next (a layernorm) of the block's output y in
  * *h_next, the last residual join and next fused where they can be
  * (fg_dropout_add_layernorm); h_in: ln1(x) already made (by the previous
- * block's call), or NULL. */
+ * block's call), or NULL. next_ones: *h_next goes only to a Linear (the
+ * next block's QKV projection), so it may carry a ones column
+ * (fg_dropout_add_layernorm_ones). */
 fg_status fg_nn_block_forward_ln(const fg_nn_block *b, fg_tensor *x,
                                  fg_tensor *h_in, const fg_nn_layernorm *next,
-                                 const fg_nn_mode *mode, fg_tensor **y,
-                                 fg_tensor **h_next);
+                                 int next_ones, const fg_nn_mode *mode,
+                                 fg_tensor **y, fg_tensor **h_next);
 
 struct fg_gpt {
     fg_gpt_config cfg;

@@ -308,11 +308,12 @@ static fg_status dropout_add(fg_tensor *x, fg_tensor *b, double p,
  * fg_nn_layernorm_forward would make them, in one fused op when the
  * layernorm would be fg_layernorm_cast's and the join fg_dropout_add's
  * (fg_dropout_add_layernorm: one kernel each way on CUDA, the same bits
- * and the same draw from mode->rng). */
+ * and the same draw from mode->rng). ones: h feeds a Linear or MLP only
+ * (fg_dropout_add_layernorm_ones: their bias gradients from the GEMM). */
 static fg_status dropout_add_ln(fg_tensor *x, fg_tensor *b, double p,
                                 const fg_nn_mode *mode,
-                                const fg_nn_layernorm *ln, fg_tensor **y,
-                                fg_tensor **h)
+                                const fg_nn_layernorm *ln, int ones,
+                                fg_tensor **y, fg_tensor **h)
 {
     const fg_dtype xt = fg_tensor_dtype(x), bt = fg_tensor_dtype(b);
     fg_dtype ac;
@@ -336,8 +337,8 @@ static fg_status dropout_add_ln(fg_tensor *x, fg_tensor *b, double p,
     } else {
         p = 0.0;
     }
-    return fg_dropout_add_layernorm(x, b, p, seed, off, ln->weight, ln->bias,
-                                    ln->eps, ac, y, h);
+    return (ones ? fg_dropout_add_layernorm_ones : fg_dropout_add_layernorm)(
+        x, b, p, seed, off, ln->weight, ln->bias, ln->eps, ac, y, h);
 }
 
 /* ---- attention ---------------------------------------------------------------- */
@@ -599,11 +600,13 @@ fg_status fg_nn_block_init(fg_nn_block *b, int64_t C, int64_t n_head,
 
 /* h_in: ln1(x) when the caller made it (NULL: made here). next: the
  * layernorm that follows the block (the next block's ln1, or ln_f), whose
- * output goes to *h_next, fused with the last join; NULL: none. */
+ * output goes to *h_next, fused with the last join; NULL: none. next_ones:
+ * next is a block's ln1 (its output feeds the QKV projection only). */
 static fg_status block_core(const fg_nn_block *b, fg_tensor *x,
                             fg_tensor *h_in, const fg_nn_layernorm *next,
-                            const fg_nn_mode *mode, fg_nn_kv *kv, int64_t len,
-                            fg_tensor **y, fg_tensor **h_next)
+                            int next_ones, const fg_nn_mode *mode,
+                            fg_nn_kv *kv, int64_t len, fg_tensor **y,
+                            fg_tensor **h_next)
 {
     fg_tensor *h1 = NULL, *a = NULL, *x1 = NULL, *h2 = NULL, *m = NULL;
     fg_status s = FG_OK;
@@ -616,10 +619,11 @@ static fg_status block_core(const fg_nn_block *b, fg_tensor *x,
     else
         NN_T(fg_nn_layernorm_forward(&b->ln1, x, &h1));
     NN_T(attention_core(&b->attn, h1, mode, kv, len, &a));
-    NN_T(dropout_add_ln(x, a, b->attn.dropout, mode, &b->ln2, &x1, &h2));
+    NN_T(dropout_add_ln(x, a, b->attn.dropout, mode, &b->ln2, 1, &x1, &h2));
     NN_T(mlp_core(&b->mlp, h2, &m));
     if (next)
-        NN_T(dropout_add_ln(x1, m, b->mlp.dropout, mode, next, y, h_next));
+        NN_T(dropout_add_ln(x1, m, b->mlp.dropout, mode, next, next_ones, y,
+                            h_next));
     else
         NN_T(dropout_add(x1, m, b->mlp.dropout, mode, y));
     fg_tensor *all[] = {h1, a, x1, h2, m};
@@ -631,17 +635,17 @@ static fg_status block_core(const fg_nn_block *b, fg_tensor *x,
 fg_status fg_nn_block_forward(const fg_nn_block *b, fg_tensor *x,
                               const fg_nn_mode *mode, fg_tensor **y)
 {
-    return block_core(b, x, NULL, NULL, mode, NULL, 0, y, NULL);
+    return block_core(b, x, NULL, NULL, 0, mode, NULL, 0, y, NULL);
 }
 
 fg_status fg_nn_block_forward_ln(const fg_nn_block *b, fg_tensor *x,
                                  fg_tensor *h_in, const fg_nn_layernorm *next,
-                                 const fg_nn_mode *mode, fg_tensor **y,
-                                 fg_tensor **h_next)
+                                 int next_ones, const fg_nn_mode *mode,
+                                 fg_tensor **y, fg_tensor **h_next)
 {
     if (!h_next || !next)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL argument");
-    return block_core(b, x, h_in, next, mode, NULL, 0, y, h_next);
+    return block_core(b, x, h_in, next, next_ones, mode, NULL, 0, y, h_next);
 }
 
 fg_status fg_nn_block_forward_kv(const fg_nn_block *b, fg_tensor *x,
@@ -649,7 +653,7 @@ fg_status fg_nn_block_forward_kv(const fg_nn_block *b, fg_tensor *x,
 {
     if (!kv)
         return FG_FAIL(FG_ERR_INVALID_ARGUMENT, "NULL cache");
-    return block_core(b, x, NULL, NULL, NULL, kv, len, y, NULL);
+    return block_core(b, x, NULL, NULL, 0, NULL, kv, len, y, NULL);
 }
 
 void fg_nn_block_release(fg_nn_block *b)
