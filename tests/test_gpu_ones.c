@@ -8,7 +8,8 @@
  * u's column sums), and every gradient (the residual, the branch, the
  * layernorm's and the layer's parameters) against the same graph on the
  * contiguous h (the column-sum kernel's bias gradients), over two
- * backwards (the second adds into .grad). Loop bit 1: the MLP instead of
+ * backwards (the second adds into .grad), one parameter hooked (its
+ * gradient a tensor of its own, not added into .grad by the backward). Loop bit 1: the MLP instead of
  * the Linear; bit 2: FG_GEMM_LT=0 (cuBLASLt refused: the unfused paths
  * read the strided h). Exits 77 without a GPU. */
 #include <math.h>
@@ -32,6 +33,14 @@ static fg_tensor *dev(fgt_rng *r, fg_dtype dt, int nd, const int64_t *shape,
     free(h);
     fg_tensor_free(c);
     return t;
+}
+
+/* A tensor hook that changes nothing: its parameter's gradient then comes
+ * out of the backward as a tensor of its own (no .grad target). */
+static fg_status noop_hook(fg_tensor *g, fg_tensor **replace, void *user)
+{
+    (void)g, (void)replace, (void)user;
+    return FG_OK;
 }
 
 /* A second leaf with t's values (the contiguous path's twin). */
@@ -133,6 +142,11 @@ START_TEST(test_ones_column)
     for (int i = 0; i < nl; i++)
         bb[i] = twin(a[i]);
     fg_tensor *u = dev(&r, FG_BF16, FG_SHAPE(B, T, mlp ? C : N), 0.5, 0);
+    /* a hook on the first weight (Linear) or bias (MLP) of both paths:
+     * that gradient copied out of the GEMM's scratch, the other added */
+    fg_hook *hk[2] = {NULL, NULL};
+    FGT_OK(fg_tensor_register_hook(a[4 + mlp], noop_hook, NULL, &hk[0]));
+    FGT_OK(fg_tensor_register_hook(bb[4 + mlp], noop_hook, NULL, &hk[1]));
     const char *names[NL] = {"x", "branch", "ln weight", "ln bias",
                              mlp ? "w1" : "w", mlp ? "b1" : "b", "w2", "b2"};
     for (int pass = 1; pass <= 2; pass++) {
@@ -179,6 +193,8 @@ START_TEST(test_ones_column)
         fg_tensor *all[] = {ya, ha, yb, hb, oa, ob};
         fgt_free_all(all, 6);
     }
+    fg_hook_remove(hk[0]);
+    fg_hook_remove(hk[1]);
     fgt_free_all(a, nl);
     fgt_free_all(bb, nl);
     fg_tensor_free(u);

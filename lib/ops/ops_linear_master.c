@@ -35,7 +35,8 @@ static int master_ok(const fg_tensor *x, fg_tensor *const *params, int n)
 /* dw and db from one GEMM over x's padded rows (x has a ones column:
  * fg_lin_ones_pitch): the product [K + FG_ONES_PAD, N] into a scratch, its
  * first K rows dw and row K db (x's column of ones times gy: gy's column
- * sums, summed in fp32 by the GEMM), added into accw / accb where given.
+ * sums, summed in fp32 by the GEMM), added into accw / accb where given,
+ * else copied out (two leaves' gradients never share a storage).
  * On an H200 at GPT-2-small's shapes this GEMM took 0-5% longer than the
  * plain one (scripts/wgrad-probe.cu) where the column-sum kernel read gy
  * once more (20-25% of it): 1.1 ms a step at batch 64. *done 0 where
@@ -49,33 +50,32 @@ static fg_status ones_wgrads(fg_tensor *x, fg_tensor *gy, fg_tensor *accw,
                   P = K + FG_ONES_PAD, R = x->numel / K,
                   xs[2] = {R, P}, xst[2] = {P, 1}, ss[2] = {P, N},
                   ws[2] = {K, N}, wst[2] = {N, 1}, bst = 1;
-    fg_tensor *xe = NULL, *sc = NULL, *tw = NULL, *tb = NULL;
+    fg_tensor *xe = NULL, *sc = NULL, *vw = NULL, *vb = NULL;
     *done = 0;
+    *dw = *db = NULL;
     fg_status s = fg_tensor_view_new(dom, x, 2, xs, xst, x->offset, &xe);
     if (s == FG_OK)
         s = fg_tensor_new(dom, FG_FP32, x->device, 2, ss, &sc);
     if (s == FG_OK)
         s = fg_lin_lt(FG_LT_DEFAULT, xe, 1, gy, 0, sc, NULL, NULL, 0, done);
     if (s == FG_OK && *done)
-        s = fg_tensor_view_new(dom, sc, 2, ws, wst, 0, &tw);
+        s = fg_tensor_view_new(dom, sc, 2, ws, wst, 0, &vw);
     if (s == FG_OK && *done)
-        s = fg_tensor_view_new(dom, sc, 1, &N, &bst, K * N, &tb);
-    if (s == FG_OK && *done && accw)
-        s = fg_grad_accumulate(accw, tw);
-    if (s == FG_OK && *done && accb)
-        s = fg_grad_accumulate(accb, tb);
-    fg_tensor_free(xe);
-    fg_tensor_free(sc);
-    if (s != FG_OK || !*done || accw) {
-        fg_tensor_free(tw);
-        tw = NULL;
+        s = fg_tensor_view_new(dom, sc, 1, &N, &bst, K * N, &vb);
+    if (s == FG_OK && *done)
+        s = accw ? fg_grad_accumulate(accw, vw)
+                 : fg_copy_raw(vw, FG_FP32, dom, dw);
+    if (s == FG_OK && *done)
+        s = accb ? fg_grad_accumulate(accb, vb)
+                 : fg_copy_raw(vb, FG_FP32, dom, db);
+    fg_tensor *t[4] = {xe, sc, vw, vb};
+    for (int i = 0; i < 4; i++)
+        fg_tensor_free(t[i]);
+    if (s != FG_OK) {
+        fg_tensor_free(*dw);
+        fg_tensor_free(*db);
+        *dw = *db = NULL;
     }
-    if (s != FG_OK || !*done || accb) {
-        fg_tensor_free(tb);
-        tb = NULL;
-    }
-    *dw = tw;
-    *db = tb;
     return s;
 }
 
