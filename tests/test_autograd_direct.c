@@ -20,14 +20,6 @@
 
 enum { M = 7, K = 5, N = 6 };
 
-static fg_status noop_hook(fg_tensor *g, fg_tensor **replace, void *user)
-{
-    (void)g;
-    (void)replace;
-    (void)user;
-    return FG_OK;
-}
-
 static fg_status count_hook(fg_tensor *leaf, void *user)
 {
     (void)leaf;
@@ -75,7 +67,7 @@ static void check_direct(fg_dtype pdt, fg_dtype cdt, int tied)
     FGT_OK(fg_tensor_copy(w2, w));
     FGT_OK(fg_tensor_set_requires_grad(w2, 1));
     fg_hook *h = NULL, *ha = NULL, *hb = NULL;
-    FGT_OK(fg_tensor_register_hook(w2, noop_hook, NULL, &h));
+    FGT_OK(fg_tensor_register_hook(w2, fgt_noop_hook, NULL, &h));
     int fired = 0, fired2 = 0;
     FGT_OK(fg_tensor_register_post_accumulate_hook(w, count_hook, &fired,
                                                    &ha));

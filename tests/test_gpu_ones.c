@@ -9,9 +9,10 @@
  * layernorm's and the layer's parameters) against the same graph on the
  * contiguous h (the column-sum kernel's bias gradients), over two
  * backwards (the second adds into .grad), one parameter hooked (its
- * gradient a tensor of its own, not added into .grad by the backward). Loop bit 1: the MLP instead of
- * the Linear; bit 2: FG_GEMM_LT=0 (cuBLASLt refused: the unfused paths
- * read the strided h). Exits 77 without a GPU. */
+ * gradient a tensor of its own, not added into .grad by the backward).
+ * Loop bit 1: the MLP instead of the Linear; bit 2: FG_GEMM_LT=0
+ * (cuBLASLt refused: the unfused paths read the strided h). Exits 77
+ * without a GPU. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -22,38 +23,14 @@
 
 enum { B = 2, T = 1024, C = 128, N = 192, R = B * T, NP = 8 };
 
+/* A CUDA leaf of dtype dt with values uniform in [-amp, amp), |v| >= 0.01. */
 static fg_tensor *dev(fgt_rng *r, fg_dtype dt, int nd, const int64_t *shape,
                       double amp, int grad)
 {
-    fg_tensor *c = fgt_rand(r, FG_FP64, nd, shape, amp, 0.01, 0), *t = NULL;
-    double *h = fgt_host(c);
-    FGT_OK(fg_tensor_zeros(dt, FG_DEVICE_CUDA, nd, shape, &t));
-    FGT_OK(fg_tensor_copy_from_host(t, FG_FP64, h, fg_tensor_numel(c)));
-    FGT_OK(fg_tensor_set_requires_grad(t, grad));
-    free(h);
+    fg_tensor *c = fgt_rand(r, FG_FP64, nd, shape, amp, 0.01, 0),
+              *t = fgt_to_cuda(c, dt, grad);
     fg_tensor_free(c);
     return t;
-}
-
-/* A tensor hook that changes nothing: its parameter's gradient then comes
- * out of the backward as a tensor of its own (no .grad target). */
-static fg_status noop_hook(fg_tensor *g, fg_tensor **replace, void *user)
-{
-    (void)g, (void)replace, (void)user;
-    return FG_OK;
-}
-
-/* A second leaf with t's values (the contiguous path's twin). */
-static fg_tensor *twin(const fg_tensor *t)
-{
-    double *h = fgt_host(t);
-    fg_tensor *u = NULL;
-    FGT_OK(fg_tensor_zeros(fg_tensor_dtype(t), FG_DEVICE_CUDA,
-                           fg_tensor_ndim(t), fg_tensor_shape(t), &u));
-    FGT_OK(fg_tensor_copy_from_host(u, FG_FP64, h, fg_tensor_numel(t)));
-    FGT_OK(fg_tensor_set_requires_grad(u, fg_tensor_requires_grad(t)));
-    free(h);
-    return u;
 }
 
 /* max |got - want| / max |want| over the gradients of a and b. */
@@ -92,21 +69,18 @@ static void check_padding(fg_tensor *h, const fg_tensor *want)
     fg_tensor_free(full);
 }
 
-/* dw = h^T u [C, N] and db = u's column sums in fp64 from host values;
- * error of the gradients of w and b (fp32, pass backwards summed). */
+/* The error of w's and b's gradients (fp32, pass backwards summed)
+ * against fgt_weight_grad_ref of h's and u's values. */
 static double linear_ref_err(const fg_tensor *h, const fg_tensor *u,
                              const fg_tensor *w, const fg_tensor *b, int pass)
 {
-    double *hh = fgt_host(h), *hu = fgt_host(u);
-    double *dw = calloc((size_t)C * N, 8), *db = calloc(N, 8);
-    for (int64_t i = 0; i < R; i++)
-        for (int64_t n = 0; n < N; n++) {
-            const double g = hu[i * N + n];
-            db[n] += pass * g;
-            for (int64_t k = 0; k < C; k++)
-                dw[k * N + n] += pass * hh[i * C + k] * g;
-        }
+    double *hh = fgt_host(h), *hu = fgt_host(u), *dw, *db;
+    fgt_weight_grad_ref(hh, hu, R, C, N, &dw, &db);
     double *gw = fgt_host(fg_tensor_grad(w)), *gb = fgt_host(fg_tensor_grad(b));
+    for (int64_t i = 0; i < C * N; i++)
+        gw[i] /= pass;
+    for (int64_t i = 0; i < N; i++)
+        gb[i] /= pass;
     const double ew = fgt_max_diff(gw, dw, C * N) / fgt_max_abs(dw, C * N),
                  eb = fgt_max_diff(gb, db, N) / fgt_max_abs(db, N);
     double *bufs[] = {hh, hu, dw, db, gw, gb};
@@ -140,13 +114,14 @@ START_TEST(test_ones_column)
         a[5] = dev(&r, FG_FP32, FG_SHAPE(N), 0.5, 1);
     }
     for (int i = 0; i < nl; i++)
-        bb[i] = twin(a[i]);
+        bb[i] = fgt_to_cuda(a[i], fg_tensor_dtype(a[i]),
+                            fg_tensor_requires_grad(a[i]));
     fg_tensor *u = dev(&r, FG_BF16, FG_SHAPE(B, T, mlp ? C : N), 0.5, 0);
     /* a hook on the first weight (Linear) or bias (MLP) of both paths:
      * that gradient copied out of the GEMM's scratch, the other added */
     fg_hook *hk[2] = {NULL, NULL};
-    FGT_OK(fg_tensor_register_hook(a[4 + mlp], noop_hook, NULL, &hk[0]));
-    FGT_OK(fg_tensor_register_hook(bb[4 + mlp], noop_hook, NULL, &hk[1]));
+    FGT_OK(fg_tensor_register_hook(a[4 + mlp], fgt_noop_hook, NULL, &hk[0]));
+    FGT_OK(fg_tensor_register_hook(bb[4 + mlp], fgt_noop_hook, NULL, &hk[1]));
     const char *names[NL] = {"x", "branch", "ln weight", "ln bias",
                              mlp ? "w1" : "w", mlp ? "b1" : "b", "w2", "b2"};
     for (int pass = 1; pass <= 2; pass++) {

@@ -88,14 +88,6 @@ START_TEST(test_zero_grad_many)
 }
 END_TEST
 
-static fg_status noop_hook(fg_tensor *g, fg_tensor **replace, void *user)
-{
-    (void)g;
-    (void)replace;
-    (void)user;
-    return FG_OK;
-}
-
 /* sum(x @ fg_cast(w, bf16) * u), backward (u: a random upstream). */
 static void cast_step(fg_tensor *w, fg_tensor *x, fg_tensor *u)
 {
@@ -109,19 +101,6 @@ static void cast_step(fg_tensor *w, fg_tensor *x, fg_tensor *u)
     fgt_free_all(all, 4);
 }
 
-static fg_tensor *to_dev(fg_tensor *c, fg_dtype dt, int requires_grad)
-{
-    double *h = fgt_host(c);
-    fg_tensor *t = NULL;
-    FGT_OK(fg_tensor_zeros(dt, FG_DEVICE_CUDA, fg_tensor_ndim(c),
-                           fg_tensor_shape(c), &t));
-    FGT_OK(fg_tensor_copy_from_host(t, FG_FP64, h, fg_tensor_numel(c)));
-    if (requires_grad)
-        FGT_OK(fg_tensor_set_requires_grad(t, 1));
-    free(h);
-    return t;
-}
-
 START_TEST(test_cast_backward_direct)
 {
     enum { M = 67, K = 45, N = 129 };
@@ -129,10 +108,12 @@ START_TEST(test_cast_backward_direct)
     fg_tensor *wc = fgt_rand(&r, FG_FP64, FG_SHAPE(K, N), 1.0, 0.01, 0);
     fg_tensor *xc = fgt_rand(&r, FG_FP64, FG_SHAPE(M, K), 1.0, 0.01, 0);
     fg_tensor *uc = fgt_rand(&r, FG_FP64, FG_SHAPE(M, N), 1.0, 0.01, 0);
-    fg_tensor *w = to_dev(wc, FG_FP32, 1), *w2 = to_dev(wc, FG_FP32, 1);
-    fg_tensor *x = to_dev(xc, FG_BF16, 0), *u = to_dev(uc, FG_BF16, 0);
+    fg_tensor *w = fgt_to_cuda(wc, FG_FP32, 1),
+              *w2 = fgt_to_cuda(wc, FG_FP32, 1);
+    fg_tensor *x = fgt_to_cuda(xc, FG_BF16, 0),
+              *u = fgt_to_cuda(uc, FG_BF16, 0);
     fg_hook *h = NULL;
-    FGT_OK(fg_tensor_register_hook(w2, noop_hook, NULL, &h));
+    FGT_OK(fg_tensor_register_hook(w2, fgt_noop_hook, NULL, &h));
     for (int k = 0; k < 3; k++) { /* k > 0: adds into an existing .grad */
         cast_step(w, x, u);
         cast_step(w2, x, u);
@@ -239,8 +220,9 @@ static void check_linear(fg_dtype dt, double tol, int lt)
     fg_tensor *wc = fgt_rand(&r, FG_FP64, FG_SHAPE(K, N), 0.2, 0.001, 0);
     fg_tensor *bc = fgt_rand(&r, FG_FP64, FG_SHAPE(N), 1.0, 0.01, 0);
     fg_tensor *uc = fgt_rand(&r, FG_FP64, FG_SHAPE(B, T, N), 1.0, 0.01, 0);
-    fg_tensor *x = to_dev(xc, dt, 1), *w = to_dev(wc, dt, 1),
-              *b = to_dev(bc, dt, 1), *u = to_dev(uc, dt, 0), *y = NULL;
+    fg_tensor *x = fgt_to_cuda(xc, dt, 1), *w = fgt_to_cuda(wc, dt, 1),
+              *b = fgt_to_cuda(bc, dt, 1), *u = fgt_to_cuda(uc, dt, 0),
+              *y = NULL;
     double *hx = fgt_host(x), *hw = fgt_host(w), *hb = fgt_host(b),
            *hu = fgt_host(u); /* the values as rounded to dt */
     FGT_OK(fg_linear(x, w, b, &y));
@@ -298,22 +280,6 @@ static void linear_draw(fgt_rng *r, int64_t B, int64_t T, int64_t K,
     *uc = fgt_rand(r, FG_FP64, FG_SHAPE(B, T, N), 1.0, 0.01, 0);
 }
 
-/* dw = x^T u ([K, N]) and db = u's column sums ([N]) in fp64 over the
- * host values hx [MR, K], hu [MR, N]; calloc'd. */
-static void weight_grad_ref(const double *hx, const double *hu, int MR,
-                            int K, int N, double **dwr, double **dbr)
-{
-    double *dw = calloc((size_t)K * N, 8), *db = calloc((size_t)N, 8);
-    for (int m = 0; m < MR; m++)
-        for (int n = 0; n < N; n++) {
-            db[n] += hu[m * N + n];
-            for (int k = 0; k < K; k++)
-                dw[k * N + n] += hx[m * K + k] * hu[m * N + n];
-        }
-    *dwr = dw;
-    *dbr = db;
-}
-
 /* The bias gradient from the weight gradient's epilogue (BGRADA) under
  * bf16 autocast: fp32 master w and b used through their cached bf16
  * copies, so the bf16 db the epilogue writes (overwriting a fresh buffer)
@@ -328,10 +294,12 @@ START_TEST(test_linear_bgrad_accumulates)
     fgt_rng r = fgt_rng_for(0x2e64);
     fg_tensor *xc, *wc, *bc, *uc;
     linear_draw(&r, B, T, K, N, &xc, &wc, &bc, &uc);
-    fg_tensor *x = to_dev(xc, FG_BF16, 0), *u = to_dev(uc, FG_BF16, 0),
-              *w = to_dev(wc, FG_FP32, 1), *b = to_dev(bc, FG_FP32, 1);
+    fg_tensor *x = fgt_to_cuda(xc, FG_BF16, 0),
+              *u = fgt_to_cuda(uc, FG_BF16, 0),
+              *w = fgt_to_cuda(wc, FG_FP32, 1),
+              *b = fgt_to_cuda(bc, FG_FP32, 1);
     double *hx = fgt_host(x), *hu = fgt_host(u), *dwr, *dbr;
-    weight_grad_ref(hx, hu, MR, K, N, &dwr, &dbr);
+    fgt_weight_grad_ref(hx, hu, MR, K, N, &dwr, &dbr);
     for (int pass = 1; pass <= 2; pass++) {
         fg_tensor *wa = NULL, *ba = NULL, *y = NULL;
         FGT_OK(fg_cast_param(w, FG_BF16, &wa));
@@ -434,7 +402,7 @@ static void mlp_upstream_ref(fgt_rng *r, fg_dtype dt, double *const *hv,
                              double **ref)
 {
     *uc = fgt_rand(r, FG_FP64, FG_SHAPE(MB, MT, MD), 1.0, 0.01, 0);
-    *u = to_dev(*uc, dt, 0);
+    *u = fgt_to_cuda(*uc, dt, 0);
     *hu = fgt_host(*u);
     for (int i = 0; i < 6; i++)
         ref[i] = calloc((size_t)mlp_n[i], 8);
@@ -472,8 +440,8 @@ static void check_mlp(fg_dtype dt, double tol)
     double *hv[5];
     for (int i = 0; i < 5; i++) {
         hc[i] = fgt_rand(&r, FG_FP64, nds[i], shapes[i], amp[i], 0.001, 0);
-        f[i] = to_dev(hc[i], dt, 1);
-        uf[i] = to_dev(hc[i], dt, 1);
+        f[i] = fgt_to_cuda(hc[i], dt, 1);
+        uf[i] = fgt_to_cuda(hc[i], dt, 1);
         hv[i] = fgt_host(f[i]); /* the values as rounded to dt */
     }
     fg_tensor *uc, *u;
@@ -571,7 +539,7 @@ START_TEST(test_col_sums)
                            odt = k == 2 ? FG_BF16 : FG_FP32;
             const int64_t R = cases[c][0], C = cases[c][1], shape[2] = {R, C};
             fg_tensor *xc = fgt_rand(&r, FG_FP64, 2, shape, 2.0, 0.0, 0);
-            fg_tensor *x = to_dev(xc, dt, 0), *o1 = NULL, *o2 = NULL,
+            fg_tensor *x = fgt_to_cuda(xc, dt, 0), *o1 = NULL, *o2 = NULL,
                       *o3 = NULL;
             FGT_OK(fg_tensor_zeros(odt, FG_DEVICE_CUDA, 1, &C, &o1));
             FGT_OK(fg_tensor_zeros(odt, FG_DEVICE_CUDA, 1, &C, &o2));
@@ -645,16 +613,18 @@ START_TEST(test_linear_master)
     linear_draw(&r, B, T, K, N, &xc, &wc, &bc, &uc);
     /* x, p[0], p[1]: x, w, b; xh, p[2], p[3]: hooked twins; xr, p[4],
      * p[5]: the cast path */
-    fg_tensor *x = to_dev(xc, FG_BF16, 1), *xh = to_dev(xc, FG_BF16, 1),
-              *xr = to_dev(xc, FG_BF16, 1), *u = to_dev(uc, FG_BF16, 0);
+    fg_tensor *x = fgt_to_cuda(xc, FG_BF16, 1),
+              *xh = fgt_to_cuda(xc, FG_BF16, 1),
+              *xr = fgt_to_cuda(xc, FG_BF16, 1),
+              *u = fgt_to_cuda(uc, FG_BF16, 0);
     fg_tensor *p[6];
     for (int i = 0; i < 6; i++)
-        p[i] = to_dev(i % 2 ? bc : wc, FG_FP32, 1);
+        p[i] = fgt_to_cuda(i % 2 ? bc : wc, FG_FP32, 1);
     fg_hook *hk[2] = {NULL, NULL};
-    FGT_OK(fg_tensor_register_hook(p[2], noop_hook, NULL, &hk[0]));
-    FGT_OK(fg_tensor_register_hook(p[3], noop_hook, NULL, &hk[1]));
+    FGT_OK(fg_tensor_register_hook(p[2], fgt_noop_hook, NULL, &hk[0]));
+    FGT_OK(fg_tensor_register_hook(p[3], fgt_noop_hook, NULL, &hk[1]));
     double *hx = fgt_host(x), *hu = fgt_host(u), *dwr, *dbr;
-    weight_grad_ref(hx, hu, MR, K, N, &dwr, &dbr);
+    fgt_weight_grad_ref(hx, hu, MR, K, N, &dwr, &dbr);
     for (int pass = 1; pass <= 2; pass++) {
         fg_tensor *y = NULL, *y2 = NULL, *yc = NULL, *wa = NULL, *ba = NULL;
         FGT_OK(fg_linear_master(x, p[0], p[1], &y));
@@ -727,9 +697,9 @@ START_TEST(test_mlp_master)
     for (int i = 0; i < 5; i++) {
         hc[i] = fgt_rand(&r, FG_FP64, nds[i], shapes[i], amp[i], 0.001, 0);
         const fg_dtype dt = i ? FG_FP32 : FG_BF16;
-        m[i] = to_dev(hc[i], dt, 1);
-        t[i] = to_dev(hc[i], dt, 1); /* hooked twins (t[0]: x unused) */
-        c[i] = to_dev(hc[i], dt, 1); /* the cast path */
+        m[i] = fgt_to_cuda(hc[i], dt, 1);
+        t[i] = fgt_to_cuda(hc[i], dt, 1); /* hooked twins (t[0]: x unused) */
+        c[i] = fgt_to_cuda(hc[i], dt, 1); /* the cast path */
         double *h = fgt_host(m[i]);
         if (i) { /* the reference uses the bf16 copies' values */
             fg_tensor *lo = NULL;
@@ -742,7 +712,7 @@ START_TEST(test_mlp_master)
     }
     fg_hook *hk[4];
     for (int i = 0; i < 4; i++)
-        FGT_OK(fg_tensor_register_hook(t[i + 1], noop_hook, NULL, &hk[i]));
+        FGT_OK(fg_tensor_register_hook(t[i + 1], fgt_noop_hook, NULL, &hk[i]));
     fg_tensor *uc, *u;
     double *hu, *ref[6];
     mlp_upstream_ref(&r, FG_BF16, hv, &uc, &u, &hu, ref);
@@ -817,7 +787,7 @@ START_TEST(test_adamw_matches_cpu)
     fg_param par[2][NP];
     for (int i = 0; i < NP; i++) {
         p[0][i] = fgt_rand(&r, dts[i], FG_SHAPE(len[i]), 1.0, 0.0, 1);
-        p[1][i] = to_dev(p[0][i], dts[i], 1);
+        p[1][i] = fgt_to_cuda(p[0][i], dts[i], 1);
         for (int dv = 0; dv < 2; dv++) {
             memset(&par[dv][i], 0, sizeof par[dv][i]);
             par[dv][i].tensor = p[dv][i];
@@ -834,7 +804,7 @@ START_TEST(test_adamw_matches_cpu)
         for (int i = 0; i < NP; i++) {
             fg_tensor *u[2], *pu = NULL, *l = NULL;
             u[0] = fgt_rand(&r, dts[i], FG_SHAPE(len[i]), 1.0, 0.0, 0);
-            u[1] = to_dev(u[0], dts[i], 0);
+            u[1] = fgt_to_cuda(u[0], dts[i], 0);
             for (int dv = 0; dv < 2; dv++) {
                 FGT_OK(fg_mul(p[dv][i], u[dv], &pu));
                 FGT_OK(fg_sum(pu, NULL, 0, 0, &l));
@@ -890,7 +860,7 @@ static void param_copies(fgt_rng *r, int copies, fg_tensor *(*p)[FNP],
     for (int i = 0; i < FNP; i++) {
         fg_tensor *c = fgt_rand(r, fdts[i], FG_SHAPE(flen[i]), 1.0, 0.0, 0);
         for (int f = 0; f < copies; f++) {
-            p[f][i] = to_dev(c, fdts[i], 1);
+            p[f][i] = fgt_to_cuda(c, fdts[i], 1);
             memset(&par[f][i], 0, sizeof par[f][i]);
             par[f][i].tensor = p[f][i];
             par[f][i].decay = i % 2;
@@ -914,7 +884,7 @@ START_TEST(test_adamw_clip_fused)
     for (int step = 0; step < 3; step++) {
         for (int i = 0; i < FNP; i++) {
             fg_tensor *uc = fgt_rand(&r, fdts[i], FG_SHAPE(flen[i]), 1.0, 0.0, 0);
-            fg_tensor *u = to_dev(uc, fdts[i], 0), *pu = NULL, *l = NULL;
+            fg_tensor *u = fgt_to_cuda(uc, fdts[i], 0), *pu = NULL, *l = NULL;
             for (int f = 0; f < 2; f++) {
                 FGT_OK(fg_mul(p[f][i], u, &pu));
                 FGT_OK(fg_sum(pu, NULL, 0, 0, &l));
@@ -1002,7 +972,7 @@ START_TEST(test_adamw_unscale_fused)
         sc.scale = step < 3 ? scale : 1; /* for fg_grad_scaler_unscale */
         for (int i = 0; i < FNP; i++) {
             fg_tensor *uc = fgt_rand(&r, fdts[i], FG_SHAPE(flen[i]), 1.0, 0.0, 0);
-            fg_tensor *u = to_dev(uc, fdts[i], 0);
+            fg_tensor *u = fgt_to_cuda(uc, fdts[i], 0);
             for (int f = 0; f < F; f++)
                 scaled_backward(p[f][i], u, f ? scale : 1.0);
             fg_tensor_free(u);

@@ -108,6 +108,48 @@ static inline void fgt_free_all(fg_tensor **ts, int n)
         fg_tensor_free(ts[i]);
 }
 
+/* A tensor hook that changes nothing: registered, it sends its tensor's
+ * gradient down the engine's general path (no direct .grad target). */
+static inline fg_status fgt_noop_hook(fg_tensor *g, fg_tensor **replace,
+                                      void *user)
+{
+    (void)g, (void)replace, (void)user;
+    return FG_OK;
+}
+
+/* A new CUDA leaf with t's values (t on any device) in dtype dt. */
+static inline fg_tensor *fgt_to_cuda(const fg_tensor *t, fg_dtype dt,
+                                     int requires_grad)
+{
+    double *h = fgt_host(t);
+    fg_tensor *c = NULL;
+    FGT_OK(fg_tensor_zeros(dt, FG_DEVICE_CUDA, fg_tensor_ndim(t),
+                           fg_tensor_shape(t), &c));
+    FGT_OK(fg_tensor_copy_from_host(c, FG_FP64, h, fg_tensor_numel(t)));
+    if (requires_grad)
+        FGT_OK(fg_tensor_set_requires_grad(c, 1));
+    free(h);
+    return c;
+}
+
+/* A linear layer's weight and bias gradients in fp64 from host values:
+ * dw = x^T u ([K, N]) and db = u's column sums ([N]) for hx [MR, K],
+ * hu [MR, N]; calloc'd. */
+static inline void fgt_weight_grad_ref(const double *hx, const double *hu,
+                                       int64_t MR, int64_t K, int64_t N,
+                                       double **dwr, double **dbr)
+{
+    double *dw = calloc((size_t)(K * N), 8), *db = calloc((size_t)N, 8);
+    for (int64_t m = 0; m < MR; m++)
+        for (int64_t n = 0; n < N; n++) {
+            db[n] += hu[m * N + n];
+            for (int64_t k = 0; k < K; k++)
+                dw[k * N + n] += hx[m * K + k] * hu[m * N + n];
+        }
+    *dwr = dw;
+    *dbr = db;
+}
+
 /* Runs fg_gradcheck with the default (torch) tolerances and asserts a pass. */
 static inline void fgt_gradcheck(const char *what, fg_gradcheck_fn fn,
                                  void *user, fg_tensor *const *in, int n,
