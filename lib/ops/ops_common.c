@@ -4,8 +4,19 @@
 #include "config.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "ops_internal.h"
+
+int fg_op_env_once(int *cache, const char *name, const char *value)
+{
+    if (*cache < 0) {
+        const char *v = getenv(name);
+        *cache = v && strcmp(v, value) == 0;
+    }
+    return *cache;
+}
 
 fg_status fg_op_check(const char *fn, const fg_tensor *t, const char *name)
 {

@@ -7,8 +7,6 @@
  * instead of two). Results equal the unfused chain's bit for bit: every
  * rounding of the chain is kept. CUDA tensors go to kernels/ops/ops_nn.cu
  * and ops_layernorm.cu. */
-#include <stdlib.h>
-
 #include "config.h"
 
 #include "cuda_ops_nn.h" /* the CUDA entry points, FG_NN_DROPOUT_TAG */
@@ -281,18 +279,6 @@ static fg_status dal_chain(fg_tensor *x, fg_tensor *b, double p, uint64_t seed,
 }
 
 #ifdef FG_HAVE_CUDA
-/* FG_LIN_ONES=0: no ones column (the column-sum kernel's bias gradients,
- * for A/B timing). Read once. */
-static int ones_enabled(void)
-{
-    static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("FG_LIN_ONES");
-        on = !(v && v[0] == '0' && !v[1]);
-    }
-    return on;
-}
-
 /* h for the fused kernel: contiguous, or with ones (fg_tensor's ones_col)
  * a [..., C] view of [R, C + FG_ONES_PAD] rows whose padding the kernel
  * writes. */
@@ -300,8 +286,9 @@ static fg_status dal_new_h(fg_arena *dom, const fg_tensor *x, fg_dtype dt,
                            int ones, fg_tensor **h)
 {
     const int64_t C = x->shape[x->nd - 1], R = x->numel / C;
-    if (!ones || !ones_enabled() || x->nd < 2 || C % 8 ||
-        (dt != FG_BF16 && dt != FG_FP16))
+    static int off = -1; /* FG_LIN_ONES=0: the column sums, for A/B */
+    if (!ones || fg_op_env_once(&off, "FG_LIN_ONES", "0") || x->nd < 2 ||
+        C % 8 || (dt != FG_BF16 && dt != FG_FP16))
         return fg_tensor_new(dom, dt, x->device, x->nd, x->shape, h);
     const int64_t P = C + FG_ONES_PAD, full[2] = {R, P};
     int64_t st[FG_MAX_DIMS];

@@ -21,6 +21,10 @@ fg_status fg_op_check2(const char *fn, const fg_tensor *a, const fg_tensor *b);
 /* out non-NULL. */
 fg_status fg_op_check_out(const char *fn, void *out);
 
+/* 1 if environment switch `name` is exactly `value`, read once into *cache
+ * (-1: not read yet): the ops' switches for measurements (fg_cuda(3)). */
+int fg_op_env_once(int *cache, const char *name, const char *value);
+
 /* "[2, 3, 4]" into buf (for messages). */
 const char *fg_fmt_shape(char *buf, size_t size, int nd,
                          const int64_t *shape);

@@ -7,7 +7,6 @@
  * Wherever cuBLASLt declines a GEMM (and for fg_mlp on the CPU) that step
  * runs as the unfused ops run it (fg_matmul, fg_add, fg_gelu's kernels and
  * their backwards), so the CPU's bits are theirs. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
@@ -76,11 +75,8 @@ int fg_lin_col_sums_ok(const fg_tensor *gy, fg_dtype out)
 {
 #ifdef FG_HAVE_CUDA
     static int keep = -1; /* FG_GEMM_BGRAD=1: the epilogue, as before */
-    if (keep < 0) {
-        const char *v = getenv("FG_GEMM_BGRAD");
-        keep = v && v[0] == '1' && !v[1];
-    }
-    return !keep && gy->device == FG_DEVICE_CUDA &&
+    return !fg_op_env_once(&keep, "FG_GEMM_BGRAD", "1") &&
+           gy->device == FG_DEVICE_CUDA &&
            (gy->dtype == FG_BF16 || gy->dtype == FG_FP16) &&
            (out == FG_FP32 || out == gy->dtype) &&
            fg_tensor_is_contiguous(gy) && gy->nd >= 1;
