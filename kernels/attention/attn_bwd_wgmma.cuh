@@ -325,6 +325,28 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         bulk_load(smem_u32(D_s + (st & 1) * Br), (const float *)args.Dp + row, Br * 4, bar);
     };
     auto issue = [&](int64_t st) { load_step(st, where(st)); }; /* one thread */
+    /* Split d: step st's loads in two parts. The dQ staging of step st - 2
+     * fills buffer st & 1 (warps 0-1 of each warpgroup its Q_i tile, warps
+     * 2-3 its dO_i tile), so dO_i, lse2 and D follow as soon as warps 2-3
+     * have seen their reduces read (part 1: transaction bytes alone) and
+     * Q_i once warps 0-1 have (part 2, which arrives). */
+    auto load_split = [&](int64_t st, const StepAt &w, int part) { /* one thread */
+        const int64_t i0 = w.i0;
+        const int h = hk * args.group + w.gh;
+        const uint32_t buf = sQ0 + (uint32_t)(st & 1) * 2 * qtile;
+        const uint32_t bar = bar_q + 8 * (uint32_t)(st & 1);
+        if (part == 1) {
+            step_info[st & 1] = make_int4((int)(uint32_t)i0, (int)(i0 >> 32), w.gh, w.flags);
+            mbar_expect_tx_only(bar, qtile + 2 * Br * 4);
+            tma_tile(buf + qtile, &tmO, bar, Br, 64, q_row0 + i0, h);
+            const int64_t row = ((int64_t)b * args.H + h) * args.nq_pad + i0;
+            bulk_load(smem_u32(lse2_s + (st & 1) * Br), (const float *)args.lse2p + row, Br * 4, bar);
+            bulk_load(smem_u32(D_s + (st & 1) * Br), (const float *)args.Dp + row, Br * 4, bar);
+        } else {
+            mbar_expect_tx(bar, qtile);
+            tma_tile(buf, &tmQ, bar, Br, 64, q_row0 + i0, h);
+        }
+    };
 
     /* det: two warps of the producer warpgroup (writers 0 and 1, for even
      * and odd steps, so that one waits for its sums to land while the
@@ -913,7 +935,15 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                         make_float4(acc[e], acc[e + 1], acc[e + 2], acc[e + 3]);
                 keep_x[tid] = keep;
             }
+            /* warps 2-3: their last reduces have read the dO_i tile */
+            if (lane == 0 && (warp >> 1))
+                bulk_wait_read<0>();
             __syncthreads();
+            StepAt nxt{};
+            if (st + 1 < total && threadIdx.x == 0) {
+                nxt = where(st + 1);
+                load_split(st + 1, nxt, 1);
+            }
             /* dV += (P^T Z) dO_i (L.17), this WG's half of d: issued now,
              * so it runs while warpgroup 1 computes dS^T (and warpgroup 0
              * waits for it) instead of after. A K-major from shared
@@ -949,16 +979,17 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             }
             fence_proxy_async();
             /* Each warp's dQ reduce of the last step read its staging run
-             * out of the buffer the next prefetch (after this barrier)
-             * overwrites. Waited for here, not before the softmax: the
-             * reduces run while P^T and dS^T are computed (ncu, H200,
-             * N 4k: the warps waited at the earlier wait for 24% of the
-             * kernel's stall samples, the L2 66% busy with the reduces). */
-            if (lane == 0)
+             * out of the buffer the next prefetch overwrites: warps 0-1
+             * (the Q_i tile) waited for here, warps 2-3 (dO_i) before the
+             * first barrier, not all before the softmax: the reduces run
+             * while P^T and dS^T are computed (ncu, H200, N 4k: the warps
+             * waited at the earlier wait for 24% of the kernel's stall
+             * samples, the L2 66% busy with the reduces). */
+            if (lane == 0 && !(warp >> 1))
                 bulk_wait_read<0>();
             __syncthreads();
             if (st + 1 < total && threadIdx.x == 0)
-                issue(st + 1);
+                load_split(st + 1, nxt, 2);
             /* dK += dS^T Q_i (L.23), this WG's half of d. */
             wg_fence();
             wg_fence_regs(dk);

@@ -114,6 +114,14 @@ __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes)
                  "r"(bytes)
                  : "memory");
 }
+/* Transaction bytes without an arrival: the first part of a load issued
+ * in two parts, the second of which arrives (mbar_expect_tx). */
+__device__ __forceinline__ void mbar_expect_tx_only(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar),
+                 "r"(bytes)
+                 : "memory");
+}
 /* One arrival (no transaction bytes): a consumer releasing a buffer. */
 __device__ __forceinline__ void mbar_arrive(uint32_t bar)
 {
@@ -270,6 +278,7 @@ __device__ __forceinline__ void bulk_load(uint32_t, const void *, uint32_t, uint
 __device__ __forceinline__ void mbar_init(uint32_t, uint32_t) {}
 __device__ __forceinline__ void mbar_init_fence() {}
 __device__ __forceinline__ void mbar_expect_tx(uint32_t, uint32_t) {}
+__device__ __forceinline__ void mbar_expect_tx_only(uint32_t, uint32_t) {}
 __device__ __forceinline__ void mbar_arrive(uint32_t) {}
 __device__ __forceinline__ void named_sync(int, int) {}
 __device__ __forceinline__ void named_arrive(int, int) {}
