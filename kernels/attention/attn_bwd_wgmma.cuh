@@ -329,7 +329,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * fills buffer st & 1 (warps 0-1 of each warpgroup its Q_i tile, warps
      * 2-3 its dO_i tile), so dO_i, lse2 and D follow as soon as warps 2-3
      * have seen their reduces read (part 1: transaction bytes alone) and
-     * Q_i once warps 0-1 have (part 2, which arrives). */
+     * Q_i once warps 0-1 have (part 2, which arrives). No bias tile here:
+     * BwdBiasTile is d = 128 only, so load_step's btma part never applies. */
     auto load_split = [&](int64_t st, const StepAt &w, int part) { /* one thread */
         const int64_t i0 = w.i0;
         const int h = hk * args.group + w.gh;
