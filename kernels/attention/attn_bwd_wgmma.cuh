@@ -304,16 +304,33 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         w.flags = (dead ? 1 : 0) | (need_mask ? 2 : 0);
         return w;
     };
-    auto load_step = [&](int64_t st, const StepAt &w) { /* one thread */
+    /* Step st's loads. part 0: all of them on one barrier arrival. Split d
+     * loads in two parts: the dQ staging of step st - 2 fills buffer st & 1
+     * (warps 0-1 of each warpgroup its Q_i tile, warps 2-3 its dO_i tile),
+     * so dO_i, lse2 and D follow as soon as warps 2-3 have seen their
+     * reduces read (part 1: transaction bytes alone) and Q_i once warps 0-1
+     * have (part 2, which arrives). step_info is written before the
+     * arrival that publishes it. The bias tile is part 0's only:
+     * BwdBiasTile is d = 128 only. part is a constant at every call. */
+    auto load_step = [&](int64_t st, const StepAt &w, int part) { /* one thread */
         const int64_t i0 = w.i0;
-        step_info[st & 1] = make_int4((int)(uint32_t)i0, (int)(i0 >> 32), w.gh, w.flags);
+        if (part != 2)
+            step_info[st & 1] = make_int4((int)(uint32_t)i0, (int)(i0 >> 32), w.gh, w.flags);
         const int h = hk * args.group + w.gh;
         const uint32_t buf = sQ0 + (uint32_t)(st & 1) * 2 * qtile;
         const uint32_t bar = bar_q + 8 * (uint32_t)(st & 1);
-        mbar_expect_tx(bar, 2 * qtile + 2 * Br * 4 + (btma ? (uint32_t)BiasTile::kStage : 0));
-        tma_tile(buf, &tmQ, bar, Br, 64, q_row0 + i0, h);
+        if (part == 0)
+            mbar_expect_tx(bar, 2 * qtile + 2 * Br * 4 + (btma ? (uint32_t)BiasTile::kStage : 0));
+        else if (part == 1)
+            mbar_expect_tx_only(bar, qtile + 2 * Br * 4);
+        else
+            mbar_expect_tx(bar, qtile);
+        if (part != 1)
+            tma_tile(buf, &tmQ, bar, Br, 64, q_row0 + i0, h);
+        if (part == 2)
+            return;
         tma_tile(buf + qtile, &tmO, bar, Br, 64, q_row0 + i0, h);
-        if (btma) { /* bias rows i0.., keys j0..: Bc / 64 panels */
+        if (part == 0 && btma) { /* bias rows i0.., keys j0..: Bc / 64 panels */
             const int hb = args.bias_s[1] ? h : 0, bb = args.bias_s[0] ? b : 0;
 #pragma unroll
             for (int p = 0; p < Bc / 64; p++)
@@ -324,30 +341,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         bulk_load(smem_u32(lse2_s + (st & 1) * Br), (const float *)args.lse2p + row, Br * 4, bar);
         bulk_load(smem_u32(D_s + (st & 1) * Br), (const float *)args.Dp + row, Br * 4, bar);
     };
-    auto issue = [&](int64_t st) { load_step(st, where(st)); }; /* one thread */
-    /* Split d: step st's loads in two parts. The dQ staging of step st - 2
-     * fills buffer st & 1 (warps 0-1 of each warpgroup its Q_i tile, warps
-     * 2-3 its dO_i tile), so dO_i, lse2 and D follow as soon as warps 2-3
-     * have seen their reduces read (part 1: transaction bytes alone) and
-     * Q_i once warps 0-1 have (part 2, which arrives). No bias tile here:
-     * BwdBiasTile is d = 128 only, so load_step's btma part never applies. */
-    auto load_split = [&](int64_t st, const StepAt &w, int part) { /* one thread */
-        const int64_t i0 = w.i0;
-        const int h = hk * args.group + w.gh;
-        const uint32_t buf = sQ0 + (uint32_t)(st & 1) * 2 * qtile;
-        const uint32_t bar = bar_q + 8 * (uint32_t)(st & 1);
-        if (part == 1) {
-            step_info[st & 1] = make_int4((int)(uint32_t)i0, (int)(i0 >> 32), w.gh, w.flags);
-            mbar_expect_tx_only(bar, qtile + 2 * Br * 4);
-            tma_tile(buf + qtile, &tmO, bar, Br, 64, q_row0 + i0, h);
-            const int64_t row = ((int64_t)b * args.H + h) * args.nq_pad + i0;
-            bulk_load(smem_u32(lse2_s + (st & 1) * Br), (const float *)args.lse2p + row, Br * 4, bar);
-            bulk_load(smem_u32(D_s + (st & 1) * Br), (const float *)args.Dp + row, Br * 4, bar);
-        } else {
-            mbar_expect_tx(bar, qtile);
-            tma_tile(buf, &tmQ, bar, Br, 64, q_row0 + i0, h);
-        }
-    };
+    auto issue = [&](int64_t st) { load_step(st, where(st), 0); }; /* one thread */
 
     /* det: two warps of the producer warpgroup (writers 0 and 1, for even
      * and odd steps, so that one waits for its sums to land while the
@@ -433,7 +427,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                     if (st >= 2) /* step st - 2 released the buffer */
                         mbar_wait(free_q + 8 * (uint32_t)(st & 1), (uint32_t)((st >> 1) - 1) & 1);
                     if constexpr (kRagged) {
-                        load_step(st, next);
+                        load_step(st, next, 0);
                         if (st + 1 < total)
                             next = where(st + 1);
                     } else {
@@ -943,7 +937,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             StepAt nxt{};
             if (st + 1 < total && threadIdx.x == 0) {
                 nxt = where(st + 1);
-                load_split(st + 1, nxt, 1);
+                load_step(st + 1, nxt, 1);
             }
             /* dV += (P^T Z) dO_i (L.17), this WG's half of d: issued now,
              * so it runs while warpgroup 1 computes dS^T (and warpgroup 0
@@ -990,7 +984,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 bulk_wait_read<0>();
             __syncthreads();
             if (st + 1 < total && threadIdx.x == 0)
-                load_split(st + 1, nxt, 2);
+                load_step(st + 1, nxt, 2);
             /* dK += dS^T Q_i (L.23), this WG's half of d. */
             wg_fence();
             wg_fence_regs(dk);
