@@ -1016,6 +1016,11 @@ static const vcase det_vcases[] = {
     /* unmasked at d = 64 (the wide kernels' rotated walk: 8 key blocks,
      * 10 steps of two heads) with dropout and GQA */
     {{2, 600, 900, 4, 2, 64, 0, 0, 0.1}, 0, 0, 0, 0, 0, 0, 0, 0},
+    /* d = 256 (the split-d kernel's own turns, dq_add_split): unmasked
+     * (15 key blocks of 64, the rotated walk), then causal with a window,
+     * dropout and GQA (the last-to-first order) */
+    {{1, 700, 900, 2, 1, 256, 0, 0, 0.0}, 0, 0, 0, 0, 0, 0, 0, 0},
+    {{2, 400, 450, 4, 2, 256, 1, 0, 0.1}, 0, 1, 200, -1, 0, 0, 0, 0},
 };
 
 /* The checked fixture of every test case (g_switches above). */

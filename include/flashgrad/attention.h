@@ -128,7 +128,7 @@
  * big for the GPU's shared memory (the d = 256 backward on GPUs with less
  * than 205 KiB per block, e.g. an A100); with deterministic = 1 the
  * backward's dQ comes from the SIMT kernel, except on the Hopper kernels
- * at d <= 128 without a block mask (see deterministic below); the strict
+ * without a block mask (see deterministic below); the strict
  * 3xTF32 mode above has the same cover. FG_ATTN_KERNEL=simt forces the
  * SIMT kernels for fp32, the switch notwithstanding (testing and
  * comparison). TF32 error: Q, K, V, dO
@@ -245,10 +245,10 @@ typedef struct fg_attn_params {
                           stream; CUDA calls are asynchronous on it */
     int deterministic; /* CUDA backward: dQ summed in a fixed order
                           instead of by atomics, so reruns are bitwise
-                          identical. The Hopper fp16/bf16 kernels at
-                          d <= 128 without a block mask add each 64-query
-                          tile of dQ in a fixed order of key blocks
-                          (0.85-1.00x the default's speed on an H200);
+                          identical. The Hopper fp16/bf16 kernels
+                          without a block mask add each 64-query tile
+                          of dQ in a fixed order of key blocks (d <= 128:
+                          0.85-1.00x the default's speed on an H200);
                           elsewhere a separate dQ pass (much slower).
                           The order, and so the bits, can differ between
                           GPU models (it depends on the SM count). The

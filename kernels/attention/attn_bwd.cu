@@ -287,8 +287,8 @@ static fg_status launch_bwd(fg_dtype dt, AttnArgs a, size_t smem_limit, cudaStre
             FG_CUDA_TRY_LAUNCH();
         }
         /* Deterministic: dQ summed in a fixed order by the kernel itself
-         * where it has turn counters (attn_launch.cu: d <= 128, no block
-         * mask); FG_ATTN_DET_DQ=0 keeps the strict dQ kernel (comparisons). */
+         * where it has turn counters (attn_launch.cu: no block mask);
+         * FG_ATTN_DET_DQ=0 keeps the strict dQ kernel (comparisons). */
         AttnArgs w = a;
         det_tiles = a.deterministic && a.dq_sem && !env_is("FG_ATTN_DET_DQ", "0");
         if (det_tiles)

@@ -16,8 +16,9 @@
  * contiguous run and one lane issues a TMA bulk reduce-add of it into the
  * fp32 accumulator (tiled layout, dq_tiled_index). Per-thread vector
  * atomics from registers kept the L2 82% busy and cost 40% of the d = 256
- * backward (H100: 10.9 ms with, 6.6 ms without). Deterministic mode (d <=
- * 128, a.dq_sem): the same tiles, added in a fixed order (dq_writer).
+ * backward (H100: 10.9 ms with, 6.6 ms without). Deterministic mode
+ * (a.dq_sem): the same tiles, added in a fixed order (dq_writer; split d:
+ * dq_add_split).
  * Computing the transposed scores leaves P^T and dS^T in the accumulator
  * layout, which is the A-register layout of the dV / dK products.
  * Work split (kSplitD): for d <= 128 warpgroup w owns keys 64w..64w+63
@@ -170,11 +171,12 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int key_base = Tile::kSplitD ? 0 : 64 * wg; /* this WG's keys */
     const int dslice = Tile::kSplitD ? DH * wg : 0;   /* its dK/dV columns */
-    /* det (BwdSpec kernels with a.dq_sem): each dQ_i tile is summed in a
-     * fixed order of key blocks, from the last to the first (dq_writer);
-     * blocks are numbered backwards so that, started in grid order, a
-     * block only ever waits for blocks started before it. */
-    const bool det = kSpec && args.dq_sem != nullptr;
+    /* det (a.dq_sem): each dQ_i tile is summed in a fixed order of key
+     * blocks, from the last to the first (dq_writer; split d: each warp's
+     * lane 0, dq_add_split); blocks are numbered backwards so that,
+     * started in grid order, a block only ever waits for blocks started
+     * before it. */
+    const bool det = (kSpec || Tile::kSplitD) && args.dq_sem != nullptr;
     const int kb = det ? (nk_rows + Bc - 1) / Bc - 1 - gx : gx;
     const int64_t j0 = (int64_t)kb * Bc;
     const int kvalid = (int)min((int64_t)Bc, (int64_t)nk_rows - j0); /* rows stored */
@@ -357,48 +359,61 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * the other, each with the walk and the counters of its own (lane r:
      * run r of tile t at staging run 8 t + r; the tiled accumulator and
      * the staging hold the same runs in the same order either way). */
+    /* copies (AttnArgs::dq_copies): key block kb adds into copy kb % K,
+     * after the blocks above it with the same remainder */
+    const int dq_K = a.dq_copies > 1 ? a.dq_copies : 1, dq_copy = kb & (dq_K - 1); /* 1, 2, 4 */
+    const int64_t dq_nctr = (int64_t)args.B * a.H * (a.nq_pad / 64) * 8; /* counters per copy */
+    int *const dq_giveup = det ? a.dq_sem + dq_nctr * dq_K : nullptr; /* after the counters */
+    /* Run r of the 64-query tile at row it of head bh: its turn counter
+     * and its place in this block's copy of the accumulator. */
+    auto dq_ctr = [&](int64_t bh, int64_t it, int r) {
+        return a.dq_sem + dq_copy * dq_nctr + (bh * (a.nq_pad / 64) + it / 64) * 8 + r;
+    };
+    auto dq_run = [&](int64_t bh, int64_t it, int r) {
+        return (float *)a.dq_acc + dq_copy * ((int64_t)args.B * a.H * a.nq_pad * D) +
+               (bh * a.nq_pad + it) * D + r * DQ * 16;
+    };
+    /* Does this block add to the 64-query tile at row it of head gh (step
+     * s), and in which turn? Its place among the blocks of its copy adding
+     * to the tile: from the last block to the first, or rotated (every
+     * tile's walk is all blocks, first = 0): block k reaches step p at its
+     * step (p - k) mod total, so the order is min(p, last), ..., 0, then
+     * last, ..., p + 1. */
+    auto dq_turn = [&](int64_t s, int gh, int64_t it, int &turn) {
+        const BlockWalk w = fwd_key_walk(a, kMasked, kCausal, b, hk * a.group + gh, it,
+                                         (int)min((int64_t)64, (int64_t)a.Nq - it), Bc);
+        const int64_t last = w.first + w.n - 1;
+        if (kb < w.first || kb > last)
+            return false;
+        const int sh = dq_K >> 1;
+        turn = (int)((last - kb) >> sh);
+        if (rot) {
+            const int64_t p = rotated(s), m = min(p, last);
+            turn = kb <= m ? (int)((m - kb) >> sh)
+                           : (int)((m >= dq_copy ? ((m - dq_copy) >> sh) + 1 : 0) +
+                                   ((last - kb) >> sh));
+        }
+        return true;
+    };
     auto dq_writer = [&](int wr) {
-        /* copies (AttnArgs::dq_copies): key block kb adds into copy kb % K,
-         * after the blocks above it with the same remainder */
-        const int K = a.dq_copies > 1 ? a.dq_copies : 1, copy = kb & (K - 1); /* K = 1, 2, 4 */
-        const int64_t nctr = (int64_t)args.B * a.H * (a.nq_pad / 64) * 8; /* counters per copy */
-        int *giveup = a.dq_sem + nctr * K; /* after the counters */
-        float *acc0 = (float *)a.dq_acc + copy * ((int64_t)args.B * a.H * a.nq_pad * D);
         for (int64_t s = wr; s < total; s += 2) {
             int gh;
             int64_t i0;
             bool dead;
             locate(s, gh, i0, dead);
             const int64_t bh = (int64_t)b * a.H + hk * a.group + gh;
-            /* run `lane` of 64-query tile t of the step: counter ctr + 8 t */
-            int *ctr = a.dq_sem + copy * nctr + (bh * (a.nq_pad / 64) + i0 / 64) * 8 + lane;
             mbar_wait(dq_full + 8 * wr, (uint32_t)(s >> 1) & 1);
             unsigned mine = 0; /* bit t: this block adds to tile t */
 #pragma unroll 1
             for (int t = 0; t < Br / 64; t++) {
                 const int64_t it = i0 + 64 * t;
-                if (dead || it >= a.Nq || lane >= 8)
-                    continue;
-                const BlockWalk w = fwd_key_walk(a, kMasked, kCausal, b, hk * a.group + gh, it,
-                                                 (int)min((int64_t)64, (int64_t)a.Nq - it), Bc);
-                const int64_t last = w.first + w.n - 1;
-                if (kb < w.first || kb > last)
+                int turn;
+                if (dead || it >= a.Nq || lane >= 8 || !dq_turn(s, gh, it, turn))
                     continue;
                 mine |= 1u << t;
-                /* this block's place among the blocks of its copy adding to
-                 * the tile: from the last block to the first, or rotated
-                 * (every tile's walk is all blocks, first = 0): block k
-                 * reaches step p at its step (p - k) mod total, so the
-                 * order is min(p, last), ..., 0, then last, ..., p + 1 */
-                int turn = (int)((last - kb) >> (K >> 1));
-                if (rot) {
-                    const int64_t p = rotated(s), m = min(p, last);
-                    turn = kb <= m ? (int)((m - kb) >> (K >> 1))
-                                   : (int)((m >= copy ? ((m - copy) >> (K >> 1)) + 1 : 0) +
-                                           ((last - kb) >> (K >> 1)));
-                }
-                turn_wait(ctr + 8 * t, turn, giveup);
-                bulk_reduce_add_f32(acc0 + (bh * a.nq_pad + it) * D + lane * DQ * 16,
+                /* run `lane` of 64-query tile t of the step */
+                turn_wait(dq_ctr(bh, it, lane), turn, dq_giveup);
+                bulk_reduce_add_f32(dq_run(bh, it, lane),
                                     sStage + (uint32_t)(8 * t + lane) * DQ * 64, DQ * 64);
                 bulk_commit();
             }
@@ -412,7 +427,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 #pragma unroll 1
                 for (int t = 0; t < Br / 64; t++)
                     if (mine & (1u << t))
-                        turn_pass(ctr + 8 * t);
+                        turn_pass(dq_ctr(bh, i0 + 64 * t, lane));
             }
         }
     };
@@ -475,6 +490,11 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * dq_acc. Split d: the run goes to a Q_i / dO_i panel that only this
      * warpgroup's (finished) dV/dK products read. det: writer s & 1
      * reduces the whole tile of step s once every thread has staged. */
+    /* split d: warp w of warpgroup g stages its run in the step's Q_i
+     * (w < 2) or dO_i tile (w >= 2), panel 2 g + w % 2 */
+    auto split_stage = [&](uint32_t sQ) {
+        return sQ + (uint32_t)(warp >> 1) * qtile + (uint32_t)(wg * 2 + (warp & 1)) * Br * 128;
+    };
     auto dq_store = [&](const float (&q)[DQW / 2], int64_t s, int64_t i0, int64_t bh,
                         uint32_t sQ) {
         /* kWide: runs warp and 4 + warp of 64-row tile wg (its queries,
@@ -484,7 +504,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         const int64_t t0 = i0 + (kWide ? 64 * wg : 0);
         uint32_t stage;
         if constexpr (Tile::kSplitD) {
-            stage = sQ + (uint32_t)(warp >> 1) * qtile + (uint32_t)(wg * 2 + (warp & 1)) * Br * 128;
+            stage = split_stage(sQ);
         } else {
             stage = sStage + (kWide ? (uint32_t)wg * 64 * D * 4 : 0u) + (uint32_t)run * DQ * 64;
             if (det) {
@@ -504,8 +524,9 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             sq[RW > 1 ? (n >> 2) * 4 * DQ * 4 + 32 * (n & 3) : 32 * n] =
                 make_float4(q[4 * n], q[4 * n + 1], q[4 * n + 2], q[4 * n + 3]);
         fence_proxy_async(); /* generic stores -> the bulk copy's reads */
-        if (det) {
-            mbar_arrive(dq_full + 8 * (uint32_t)(s & 1));
+        if (det) { /* split d: dq_add_split */
+            if constexpr (!Tile::kSplitD)
+                mbar_arrive(dq_full + 8 * (uint32_t)(s & 1));
             return;
         }
         __syncwarp();
@@ -516,6 +537,39 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                                         (run + 4 * h) * DQ * 16,
                                     stage + (uint32_t)(4 * h * DQ * 64), DQ * 64);
             bulk_commit();
+        }
+    };
+    /* Split d, det: lane 0 of each warp adds its staged run of step s in
+     * its turn (this kernel has no producer warps to hand it to) and
+     * passes the turn on once the add has landed, at the next step's wait
+     * for the staging reads (dq_drain): the warp does not wait for the
+     * L2's acknowledgement in the step that issued the add. A block waits
+     * only for turns of blocks started before it (as dq_writer), and
+     * reaches the next step's drain without waiting for any block. */
+    int *dq_pend = nullptr; /* lane 0: the counter whose turn is due */
+    auto dq_add_split = [&](int64_t s, int gh, int64_t i0, int64_t bh, bool dead, uint32_t sQ) {
+        __syncwarp();
+        int turn;
+        if (lane == 0 && !dead && i0 < a.Nq && dq_turn(s, gh, i0, turn)) {
+            const int run = wg * 4 + warp;
+            int *ctr = dq_ctr(bh, i0, run);
+            turn_wait(ctr, turn, dq_giveup);
+            bulk_reduce_add_f32(dq_run(bh, i0, run), split_stage(sQ), DQ * 64);
+            bulk_commit();
+            dq_pend = ctr;
+        }
+    };
+    /* Lane 0: this warp's staged runs have been read by their reduces
+     * (split d, det: the adds have landed and the turn is passed on). */
+    auto dq_drain = [&]() {
+        if (Tile::kSplitD && det) {
+            bulk_wait_all();
+            if (dq_pend) {
+                turn_pass(dq_pend);
+                dq_pend = nullptr;
+            }
+        } else {
+            bulk_wait_read<0>();
         }
     };
     /* The whole dQ product of step s, issued and waited for (with every
@@ -932,7 +986,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             }
             /* warps 2-3: their last reduces have read the dO_i tile */
             if (lane == 0 && (warp >> 1))
-                bulk_wait_read<0>();
+                dq_drain();
             __syncthreads();
             StepAt nxt{};
             if (st + 1 < total && threadIdx.x == 0) {
@@ -981,7 +1035,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
              * waited at the earlier wait for 24% of the kernel's stall
              * samples, the L2 66% busy with the reduces). */
             if (lane == 0 && !(warp >> 1))
-                bulk_wait_read<0>();
+                dq_drain();
             __syncthreads();
             if (st + 1 < total && threadIdx.x == 0)
                 load_step(st + 1, nxt, 2);
@@ -1187,6 +1241,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             if (!a.deterministic) {
                 float q[DQW / 2];
                 dq_now(q, st, i0, bh, sQ);
+                if (det)
+                    dq_add_split(st, gh, i0, bh, dead, sQ);
             } else {
                 wg_wait<0>();
             }
@@ -1214,8 +1270,9 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         /* the staged dQ runs live in this block's shared memory: they must
          * have been read before it exits; the adds themselves complete
          * with the grid (as CUTLASS's TMA-store epilogues rely on), so no
-         * wait for the L2's acknowledgements at the end of every block */
-        bulk_wait_read<0>();
+         * wait for the L2's acknowledgements at the end of every block
+         * (split d, det: the last turn waits for them and is passed on) */
+        dq_drain();
     /* Alg4 L.25: dK = scale * acc, dV; rows past Nk and padded d skipped.
      * With a.dkv_staged (d <= 128, 16-byte rows): through the warp's own 16
      * rows of the V tile (read only by this warpgroup's dP^T products,

@@ -222,10 +222,10 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
     const size_t pad_bytes =
         hopper ? (2 * sizeof(float) * (size_t)(pb->B * pb->H * nq_pad) + 255) & ~(size_t)255 : 0;
     /* Deterministic mode writes dQ directly (no accumulator), except on
-     * the wgmma path at d <= 128 without a block mask, which sums the
-     * tiled accumulator in a fixed order with eight turn counters per
-     * 64-query tile (attn_bwd_wgmma.cuh, dq_writer). */
-    const bool det_tiles = hopper && pb->deterministic && pb->d <= 128 && !pb->sparse;
+     * the wgmma path without a block mask, which sums the tiled
+     * accumulator in a fixed order with eight turn counters per 64-query
+     * tile (attn_bwd_wgmma.cuh: dq_writer, at d = 256 dq_add_split). */
+    const bool det_tiles = hopper && pb->deterministic && pb->d <= 256 && !pb->sparse;
     size_t dq_bytes = pb->deterministic && !det_tiles ? 0 : acc * rows * (size_t)pb->d;
     size_t sem_bytes = 0;
     /* Copies of the dQ accumulator (AttnArgs::dq_copies) shorten each

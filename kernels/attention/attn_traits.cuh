@@ -113,7 +113,7 @@ struct AttnArgs {
      * tile is one contiguous run for a bulk reduce; it holds dS K without
      * the softmax scale, which attn_bwd_write_dq* applies to each sum. */
     int dq_tile_d;
-    /* The deterministic wgmma backward (d <= 128): eight turn counters
+    /* The deterministic wgmma backward (no block mask): eight turn counters
      * per (b, h, 64-query tile) of dq_acc and copy, then a give-up flag
      * (turn_wait), zeroed; NULL otherwise. */
     int *dq_sem;
