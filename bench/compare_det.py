@@ -43,12 +43,14 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="N = 2k and 8k only at d = 128")
+    ap.add_argument("--ds", default="64,128", help="head dims, e.g. 256 (comma-separated)")
     args = ap.parse_args()
     fg = Flashgrad(args.lib)
     torch.manual_seed(0)
     # d, N, causal, window_left (None = none)
-    cells = [(d, N, c, None) for d in (64, 128) for N in (2048, 8192) for c in (0, 1)]
-    cells += [(128, 8192, 1, 1024)]
+    ds = [int(x) for x in args.ds.split(",")]
+    cells = [(d, N, c, None) for d in ds for N in (2048, 8192) for c in (0, 1)]
+    cells += [(d, 8192, 1, 1024) for d in ds if d >= 128]
     if args.quick:
         cells = [x for x in cells if x[0] == 128]
     print(f"{torch.cuda.get_device_name()}; bf16, 16k tokens, H = 2048 / d; backward "
