@@ -64,7 +64,10 @@ namespace fg {
  * 64-row tile w (the same tiled dq_acc). dQ runs after dK's product
  * (kEarlyDQ's 32 registers would not fit beside S^T and dP^T); nq_pad is
  * a multiple of 128 so the last step's stats and dQ tiles stay inside. */
-template <typename T, int D, int kMode, bool kDropout, bool kWide>
+/* kDet (split d only): the deterministic dQ turns (dq_add_split), a kernel
+ * of their own so that the default d = 256 kernel keeps its registers
+ * (232; with det a runtime test, 248 and 3% slower on an H200). */
+template <typename T, int D, int kMode, bool kDropout, bool kWide, bool kDet = false>
 __global__ void __launch_bounds__(BwdSpec<D, kDropout>::kThreads, 1)
 attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                       const __grid_constant__ CUtensorMap tmQ,
@@ -176,7 +179,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * lane 0, dq_add_split); blocks are numbered backwards so that,
      * started in grid order, a block only ever waits for blocks started
      * before it. */
-    const bool det = (kSpec || Tile::kSplitD) && args.dq_sem != nullptr;
+    static_assert(!kDet || Tile::kSplitD, "kDet: split d only");
+    const bool det = Tile::kSplitD ? kDet : kSpec && args.dq_sem != nullptr;
     const int kb = det ? (nk_rows + Bc - 1) / Bc - 1 - gx : gx;
     const int64_t j0 = (int64_t)kb * Bc;
     const int kvalid = (int)min((int64_t)Bc, (int64_t)nk_rows - j0); /* rows stored */
@@ -1326,6 +1330,9 @@ fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
     /* BwdDropRT: the dropout kernel, told by a.dropout */
     constexpr bool kDr = kDropout || BwdDropRT<D, kMode>::value;
     auto kern = attn_bwd_wgmma_kernel<T, D, kMode, kDr, kWide>;
+    if constexpr (Tile::kSplitD)
+        if (a.dq_sem)
+            kern = attn_bwd_wgmma_kernel<T, D, kMode, kDr, kWide, true>;
     const size_t smem = Tile::kSmem + BwdBiasTile<D, kMode>::kBytes + BwdSeqSmem<D, kMode>::kBytes +
                         BwdDropX<D, kMode, kDr, kWide>::kBytes;
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
