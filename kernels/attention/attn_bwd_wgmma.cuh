@@ -545,37 +545,34 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     };
     /* Split d, det: lane 0 of each warp adds its staged run of step s in
      * its turn (this kernel has no producer warps to hand it to) and
-     * passes the turn on once the add has landed, at the next step's wait
-     * for the staging reads (dq_drain): the warp does not wait for the
-     * L2's acknowledgement in the step that issued the add. A block waits
-     * only for turns of blocks started before it (as dq_writer), and
-     * reaches the next step's drain without waiting for any block. */
+     * passes the turn on once the add has landed, just before its next
+     * add (or at the end): the wait for the L2's acknowledgement, a step
+     * after the issue, stays off the step's barriers. A block waits only
+     * for turns of blocks started before it (as dq_writer), and passes
+     * its own before it waits. */
     int *dq_pend = nullptr; /* lane 0: the counter whose turn is due */
+    auto dq_pass = [&]() {
+        if (dq_pend) {
+            bulk_wait_all();
+            turn_pass(dq_pend);
+            dq_pend = nullptr;
+        }
+    };
     auto dq_add_split = [&](int64_t s, int gh, int64_t i0, int64_t bh, bool dead, uint32_t sQ) {
         __syncwarp();
         int turn;
         if (lane == 0 && !dead && i0 < a.Nq && dq_turn(s, gh, i0, turn)) {
             const int run = wg * 4 + warp;
             int *ctr = dq_ctr(bh, i0, run);
+            dq_pass();
             turn_wait(ctr, turn, dq_giveup);
             bulk_reduce_add_f32(dq_run(bh, i0, run), split_stage(sQ), DQ * 64);
             bulk_commit();
             dq_pend = ctr;
         }
     };
-    /* Lane 0: this warp's staged runs have been read by their reduces
-     * (split d, det: the adds have landed and the turn is passed on). */
-    auto dq_drain = [&]() {
-        if (Tile::kSplitD && det) {
-            bulk_wait_all();
-            if (dq_pend) {
-                turn_pass(dq_pend);
-                dq_pend = nullptr;
-            }
-        } else {
-            bulk_wait_read<0>();
-        }
-    };
+    /* Lane 0: this warp's staged runs have been read by their reduces. */
+    auto dq_drain = [&]() { bulk_wait_read<0>(); };
     /* The whole dQ product of step s, issued and waited for (with every
      * earlier product of this warpgroup), then staged and reduced. */
     auto dq_now = [&](float (&q)[DQW / 2], int64_t s, int64_t i0, int64_t bh, uint32_t sQ) {
@@ -1276,7 +1273,10 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
          * with the grid (as CUTLASS's TMA-store epilogues rely on), so no
          * wait for the L2's acknowledgements at the end of every block
          * (split d, det: the last turn waits for them and is passed on) */
-        dq_drain();
+        if (Tile::kSplitD && det)
+            dq_pass();
+        else
+            dq_drain();
     /* Alg4 L.25: dK = scale * acc, dV; rows past Nk and padded d skipped.
      * With a.dkv_staged (d <= 128, 16-byte rows): through the warp's own 16
      * rows of the V tile (read only by this warpgroup's dP^T products,
