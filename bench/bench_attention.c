@@ -10,6 +10,9 @@
  *                              and N any positive values, not only the
  *                              grid's)
  *                   [--dropout P]    dropout probability (default 0)
+ *                   [--deterministic] the deterministic backward (dQ in
+ *                              a fixed order; bench/compare_det.py
+ *                              compares it with the default)
  *                   [--dtype T]      bf16, fp16 or fp32 alone (fp32: the
  *                              strict fp32 kernels, 3xTF32 by default)
  *                   [--tokens T] [--hidden W]  B = T / N, H = W / d
@@ -175,7 +178,7 @@ static double check_against_general(const fg_attn_params *p, fg_dtype dt,
 }
 
 static result run(fg_dtype dt, int B, int N, int H, int d, int causal,
-                  double dropout, int reps, int check)
+                  double dropout, int det, int reps, int check)
 {
     const size_t n = (size_t)B * N * H * d, es = fg_dtype_size(dt);
     const size_t ns = (size_t)B * H * N;
@@ -202,6 +205,7 @@ static result run(fg_dtype dt, int B, int N, int H, int d, int causal,
     p.device = FG_DEVICE_CUDA;
     p.causal = causal;
     p.dropout_p = dropout;
+    p.deterministic = det;
     p.seed = 42;
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
@@ -308,7 +312,7 @@ int main(int argc, char **argv)
 {
     const char *csv_path = NULL;
     int reps = 10, quick = 0, one_d = 0, one_n = 0, one_causal = -1;
-    int check = 0, mem = 0, tokens = 16384, hidden = 2048;
+    int check = 0, mem = 0, det = 0, tokens = 16384, hidden = 2048;
     double dropout = 0;
     const char *one_dtype = NULL;
     for (int i = 1; i < argc; i++) {
@@ -330,6 +334,8 @@ int main(int argc, char **argv)
             one_causal = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--dropout") && i + 1 < argc)
             dropout = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--deterministic"))
+            det = 1;
         else if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
             tokens = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--hidden") && i + 1 < argc)
@@ -338,7 +344,7 @@ int main(int argc, char **argv)
             one_dtype = argv[++i];
         else {
             fprintf(stderr, "usage: %s [--csv FILE] [--reps R] [--quick] "
-                            "[--d D] [--N N] [--causal 0|1] [--dropout P] "
+                            "[--d D] [--N N] [--causal 0|1] [--dropout P] [--deterministic] "
                             "[--dtype bf16|fp16|fp32] [--tokens T] [--hidden W] [--check] [--mem]\n",
                     argv[0]);
             return 2;
@@ -382,6 +388,8 @@ int main(int argc, char **argv)
     printf("flashgrad %s on %s", fg_version(), prop.name);
     if (dropout > 0)
         printf(", dropout %g", dropout);
+    if (det)
+        printf(", deterministic backward");
     printf("\n");
     if (mem) {
         for (int N = 16384; N <= 65536; N *= 4)
@@ -419,7 +427,7 @@ int main(int argc, char **argv)
                     const int B = tokens / N, H = hidden / d;
                     if (B < 1 || H < 1)
                         continue;
-                    result r = run(dts[di], B, N, H, d, causal, dropout, reps, check);
+                    result r = run(dts[di], B, N, H, d, causal, dropout, det, reps, check);
                     printf("%-5s %4d %6d %4d %4d %6d %9.3f %9.3f %8.1f %8.1f %10.2e%s\n",
                            fg_dtype_name(dts[di]), d, N, B, H, causal, r.fwd_ms,
                            r.bwd_ms, r.fwd_tf, r.bwd_tf, r.check_err,
