@@ -1021,6 +1021,9 @@ static const vcase det_vcases[] = {
      * dropout and GQA (the last-to-first order) */
     {{1, 700, 900, 2, 1, 256, 0, 0, 0.0}, 0, 0, 0, 0, 0, 0, 0, 0},
     {{2, 400, 450, 4, 2, 256, 1, 0, 0.1}, 0, 1, 200, -1, 0, 0, 0, 0},
+    /* d = 256, the score modifiers' kernels (kMode 2): top-left causal
+     * with softcap and [B, H] ALiBi slopes, BHSD, Nq < Nk */
+    {{1, 330, 520, 2, 2, 256, 1, 1, 0.0}, 1, 0, 0, 0, 15.0, 2, 0, 0},
 };
 
 /* The checked fixture of every test case (g_switches above). */

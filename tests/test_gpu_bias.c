@@ -447,16 +447,25 @@ END_TEST
 
 /* deterministic = 1: dbias (deterministic pass for broadcast patterns,
  * direct stores otherwise) and dQ are bitwise identical across reruns,
- * and correct. */
+ * and correct. _i 5, 6: d = 256 (on Hopper the split-d kernel's own dQ
+ * turns with a bias, kMode 4): unmasked with nothing broadcast, then
+ * causal with ALiBi and softcap and dbias by the deterministic pass. */
 START_TEST(test_deterministic_bitwise)
 {
-    static const int patterns[5] = {FGT_BC_B | FGT_BC_H, FGT_BC_H | FGT_BC_Q,
-                                    FGT_BC_B | FGT_BC_Q, FGT_BC_K, 0};
+    static const int patterns[7] = {FGT_BC_B | FGT_BC_H, FGT_BC_H | FGT_BC_Q,
+                                    FGT_BC_B | FGT_BC_Q, FGT_BC_K, 0, 0,
+                                    FGT_BC_B | FGT_BC_H};
     static const fg_dtype dts[2] = {FG_FP32, FG_BF16};
     g_fast = 1; /* bf16 on the default route */
     for (int k = 0; k < 2; k++) {
         bgcase c = grid_case(5 + _i);
         c.bcast = patterns[_i];
+        if (_i >= 5) { /* no block mask: that takes the strict dQ pass */
+            c.d = 256;
+            c.sparse = c.window = 0;
+            c.p = 0;
+            c.causal = c.alibi = c.softcap = _i == 6;
+        }
         c.deterministic = 1;
         check_case(&c, dts[k], 700 + (uint64_t)(_i * 2 + k));
         binputs x;
@@ -713,7 +722,7 @@ int main(void)
      * reduction cases; not the larger shapes. */
     const int fast = fgt_sanitize_mode() == 2;
     tcase_add_loop_test(tc, test_patterns, 0, fast ? 4 : 16);
-    tcase_add_loop_test(tc, test_deterministic_bitwise, 0, fast ? 1 : 5);
+    tcase_add_loop_test(tc, test_deterministic_bitwise, 0, fast ? 1 : 7);
     tcase_add_loop_test(tc, test_minus_inf_row, 0, fast ? 1 : 2);
     tcase_add_loop_test(tc, test_bias_tma, 0, fast ? 2 : 8);
     tcase_add_loop_test(tc, test_bias_reduce, 0, 2);
