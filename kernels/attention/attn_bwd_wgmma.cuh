@@ -571,8 +571,6 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             dq_pend = ctr;
         }
     };
-    /* Lane 0: this warp's staged runs have been read by their reduces. */
-    auto dq_drain = [&]() { bulk_wait_read<0>(); };
     /* The whole dQ product of step s, issued and waited for (with every
      * earlier product of this warpgroup), then staged and reduced. */
     auto dq_now = [&](float (&q)[DQW / 2], int64_t s, int64_t i0, int64_t bh, uint32_t sQ) {
@@ -987,7 +985,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             }
             /* warps 2-3: their last reduces have read the dO_i tile */
             if (lane == 0 && (warp >> 1))
-                dq_drain();
+                bulk_wait_read<0>();
             __syncthreads();
             StepAt nxt{};
             if (st + 1 < total && threadIdx.x == 0) {
@@ -1036,7 +1034,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
              * waited at the earlier wait for 24% of the kernel's stall
              * samples, the L2 66% busy with the reduces). */
             if (lane == 0 && !(warp >> 1))
-                dq_drain();
+                bulk_wait_read<0>();
             __syncthreads();
             if (st + 1 < total && threadIdx.x == 0)
                 load_step(st + 1, nxt, 2);
@@ -1276,7 +1274,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         if (Tile::kSplitD && det)
             dq_pass();
         else
-            dq_drain();
+            bulk_wait_read<0>();
     /* Alg4 L.25: dK = scale * acc, dV; rows past Nk and padded d skipped.
      * With a.dkv_staged (d <= 128, 16-byte rows): through the warp's own 16
      * rows of the V tile (read only by this warpgroup's dP^T products,
