@@ -1219,10 +1219,29 @@ int main(void)
     /* Under compute-sanitizer (FG_SANITIZE) run a representative subset. */
     const int sanitize = getenv("FG_SANITIZE") != NULL;
     const int ncases = (int)(sizeof cases / sizeof cases[0]);
-    if (sanitize && strcmp(getenv("FG_SANITIZE"), "det") == 0) { /* the deterministic dQ alone */
-        tcase_add_loop_test(tc, test_deterministic_tiles, 0,
-                            (int)(sizeof det_vcases / sizeof det_vcases[0]));
-        tcase_add_loop_test(tc, test_deterministic, 0, 3);
+    if (sanitize && strncmp(getenv("FG_SANITIZE"), "det", 3) == 0) { /* the deterministic dQ alone */
+        /* det:<i>: its i-th case alone (det_vcases, then test_deterministic's
+         * three), so that racecheck can run the cases as parallel processes */
+        const int nv = (int)(sizeof det_vcases / sizeof det_vcases[0]);
+        const char *sel = getenv("FG_SANITIZE") + 3;
+        int lo = 0, hi = nv + 3;
+        if (*sel == ':') {
+            char *end;
+            const long i = strtol(sel + 1, &end, 10);
+            if (*end != '\0' || i < 0 || i >= nv + 3) {
+                fprintf(stderr, "FG_SANITIZE=det:<i>: i in 0..%d\n", nv + 2);
+                return 1;
+            }
+            lo = (int)i;
+            hi = (int)i + 1;
+        } else if (*sel != '\0') {
+            fprintf(stderr, "FG_SANITIZE: det or det:<i>\n");
+            return 1;
+        }
+        if (lo < nv)
+            tcase_add_loop_test(tc, test_deterministic_tiles, lo, hi < nv ? hi : nv);
+        if (hi > nv)
+            tcase_add_loop_test(tc, test_deterministic, lo > nv ? lo - nv : 0, hi - nv);
         suite_add_tcase(s, tc);
         return fgt_run_suite(s);
     }
