@@ -62,8 +62,8 @@
 #                the default one, bitwise reruns), likewise
 #   detsan       the four compute-sanitizer tools over test_gpu_attention's
 #                deterministic cases alone (FG_SANITIZE=det), in parallel;
-#                racecheck sets the time (H200, session 32: 418 s, the
-#                others about 20 s); FG_DETSAN_TOOLS="memcheck synccheck"
+#                racecheck one process per case (det:<i>; H200, session 50:
+#                78-262 s each); FG_DETSAN_TOOLS="memcheck synccheck"
 #                picks tools
 #   modes        bench/compare_modes.py (variant kernels against the plain
 #                ones on equal work), likewise
@@ -421,12 +421,33 @@ variants() { log variants; bench variants compare_variants.py --quick --rounds 2
 det() { log "deterministic backward"; bench det compare_det.py --rounds 2 --reps 8; }
 detsan() {
     log "compute-sanitizer over test_gpu_attention's deterministic cases (FG_SANITIZE=det)"
-    # shellcheck disable=SC2086 # FG_DETSAN_TOOLS: a list of tools or none
-    FG_SANITIZE_MODE=det FG_SANITIZE_SUITES=test_gpu_attention FG_SANITIZE_LOGS=$W/san \
-        FG_SANITIZE_JOBS=4 FG_SANITIZE_TIMEOUT=${FG_SANITIZE_TIMEOUT:-480} \
-        bash "$K/src/scripts/gpu-sanitize.sh" "$B" ${FG_DETSAN_TOOLS:-} >"$W/detsan.txt" 2>&1
-    echo "exit $?"
-    sed -n '/^suite /,$p' "$W/detsan.txt"
+    local tools rc=0 n i t
+    read -ra tools <<<"${FG_DETSAN_TOOLS:-memcheck racecheck initcheck synccheck}"
+    rm -f "$W"/detsan-*.txt
+    # racecheck: one process per case (det:<i>; the whole subset ran past
+    # 450 s, the slowest case alone took 262 s on an H200, session 50);
+    # the test names the last index when given one past it
+    n=$(FG_CUDA_BACKEND=$B/.libs/libflashgrad-cuda.so FG_SANITIZE=det:9999 \
+        "$B/tests/test_gpu_attention" 2>&1 | sed -n 's/.*i in 0\.\.\([0-9]*\).*/\1/p')
+    for t in "${tools[@]}"; do
+        if [ "$t" = racecheck ] && [ -n "$n" ]; then
+            for ((i = 0; i <= n; i++)); do
+                FG_SANITIZE_MODE=det:$i FG_SANITIZE_SUITES=test_gpu_attention \
+                    FG_SANITIZE_LOGS=$W/san/rc$i FG_SANITIZE_TIMEOUT=${FG_SANITIZE_TIMEOUT:-480} \
+                    bash "$K/src/scripts/gpu-sanitize.sh" "$B" racecheck >"$W/detsan-rc$i.txt" 2>&1 &
+            done
+        else
+            FG_SANITIZE_MODE=det FG_SANITIZE_SUITES=test_gpu_attention FG_SANITIZE_LOGS=$W/san/$t \
+                FG_SANITIZE_TIMEOUT=${FG_SANITIZE_TIMEOUT:-480} \
+                bash "$K/src/scripts/gpu-sanitize.sh" "$B" "$t" >"$W/detsan-$t.txt" 2>&1 &
+        fi
+    done
+    wait
+    for t in "$W"/detsan-*.txt; do
+        grep -q -E '^test_gpu_attention .* clean ' "$t" || rc=1
+        grep -m1 -E '^test_gpu_attention ' "$t" | sed "s/^/$(basename "$t" .txt): /"
+    done
+    echo "exit $rc"
 }
 bias() {
     log "bias cells: default, FG_ATTN_BIAS_TMA=0"

@@ -6,7 +6,7 @@
 # backward mode files) of both trees to an sm_90a cubin, two at a time, and
 # runs scripts/sass-loops.py --old on each pair: registers, stack bytes and
 # the main loop's instructions and spills, kernel by kernel; kernels whose
-# wgmmas ptxas serialised (C7512) are named first.
+# wgmmas ptxas serialised (C7510-C7515) are named first.
 #
 #   OLD, NEW     source trees (e.g. a `git worktree add /tmp/old REV` and .)
 #   CONFIG_DIR   a configured build directory (its config.h)
@@ -43,12 +43,18 @@ for f in "${files[@]}"; do
     wait
     b=$(basename "$f" .cu)
     echo "== $f"
-    # ptxas C7512: the kernel's wgmmas serialised for want of registers
-    # (each waits for the one before): session 39's ALiBi backward lost
-    # 20% to it, which the loop counts below do not show.
+    # ptxas C7510-C7515: the kernel's wgmmas serialised (each waits for
+    # the one before; C7512 for want of registers, C7511 / C7515 for a
+    # runtime choice between wgmma shapes): session 39's ALiBi backward
+    # lost 20% to it, session 50's half-width forward 30%, which the loop
+    # counts below do not show.
     for side in old new; do
-        { grep -o "C7512.*for the function '[^']*'" "$out/$side/$b.log" || true; } | sed "s/.*function '\(.*\)'/\1/" |
-            c++filt | sed "s/^/$side: wgmma serialised (ptxas C7512): /"
+        { grep -oE "\(C751[0-9]\) Potential Performance Loss: wgmma[^']*function '[^']*'" \
+            "$out/$side/$b.log" || true; } |
+            sed -E "s/^\((C751[0-9])\).*function '(.*)'/\1 \2/" | sort -u |
+            while read -r code fn; do
+                echo "$side: wgmma serialised (ptxas $code): $(echo "$fn" | c++filt)"
+            done
     done
     if command -v cuobjdump >/dev/null; then
         python3 "$here/sass-loops.py" --match "${FG_MATCH:-}" --old "$out/old/$b.cubin" "$out/new/$b.cubin"
