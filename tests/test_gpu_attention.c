@@ -1228,7 +1228,7 @@ int main(void)
         if (*sel == ':') {
             char *end;
             const long i = strtol(sel + 1, &end, 10);
-            if (*end != '\0' || i < 0 || i >= nv + 3) {
+            if (end == sel + 1 || *end != '\0' || i < 0 || i >= nv + 3) {
                 fprintf(stderr, "FG_SANITIZE=det:<i>: i in 0..%d\n", nv + 2);
                 return 1;
             }
