@@ -60,11 +60,11 @@
 #                of a switch, e.g. FG_AB_BUILD_ENV=FG_ATTN_BWD_WIDE=0)
 #   det          bench/compare_det.py (the deterministic backward against
 #                the default one, bitwise reruns), likewise
-#   detsan       the four compute-sanitizer tools over test_gpu_attention's
-#                deterministic cases alone (FG_SANITIZE=det), in parallel;
-#                racecheck one process per case (det:<i>; H200, session 50:
-#                78-262 s each); FG_DETSAN_TOOLS="memcheck synccheck"
-#                picks tools
+#   detsan       the four compute-sanitizer tools over the deterministic
+#                cases alone (FG_SANITIZE=det) of test_gpu_attention and
+#                test_gpu_bias, in parallel; test_gpu_attention's racecheck
+#                one process per case (det:<i>; H200, session 50: 78-262 s
+#                each); FG_DETSAN_TOOLS="memcheck synccheck" picks tools
 #   modes        bench/compare_modes.py (variant kernels against the plain
 #                ones on equal work), likewise
 #   torch        bench/compare_torch.py --quick (FG_TORCH_ARGS), likewise;
@@ -436,16 +436,22 @@ detsan() {
                     FG_SANITIZE_LOGS=$W/san/rc$i FG_SANITIZE_TIMEOUT=${FG_SANITIZE_TIMEOUT:-480} \
                     bash "$K/src/scripts/gpu-sanitize.sh" "$B" racecheck >"$W/detsan-rc$i.txt" 2>&1 &
             done
-        else
-            FG_SANITIZE_MODE=det FG_SANITIZE_SUITES=test_gpu_attention FG_SANITIZE_LOGS=$W/san/$t \
+            # test_gpu_bias's deterministic cases (the bias kernel's kDet) in one
+            FG_SANITIZE_MODE=det FG_SANITIZE_SUITES=test_gpu_bias FG_SANITIZE_LOGS=$W/san/rcbias \
                 FG_SANITIZE_TIMEOUT=${FG_SANITIZE_TIMEOUT:-480} \
+                bash "$K/src/scripts/gpu-sanitize.sh" "$B" racecheck >"$W/detsan-rcbias.txt" 2>&1 &
+        else
+            FG_SANITIZE_MODE=det FG_SANITIZE_SUITES="test_gpu_attention test_gpu_bias" \
+                FG_SANITIZE_LOGS=$W/san/$t FG_SANITIZE_TIMEOUT=${FG_SANITIZE_TIMEOUT:-480} \
                 bash "$K/src/scripts/gpu-sanitize.sh" "$B" "$t" >"$W/detsan-$t.txt" 2>&1 &
         fi
     done
     wait
     for t in "$W"/detsan-*.txt; do
-        grep -q -E '^test_gpu_attention .* clean ' "$t" || rc=1
-        grep -m1 -E '^test_gpu_attention ' "$t" | sed "s/^/$(basename "$t" .txt): /"
+        # one table row per suite (gpu-sanitize.sh prints the table twice)
+        if grep -E '^test_gpu_' "$t" | grep -vq ' clean '; then rc=1; fi
+        grep -q -E '^test_gpu_' "$t" || rc=1
+        grep -E '^test_gpu_' "$t" | sort -u | sed "s/^/$(basename "$t" .txt): /"
     done
     echo "exit $rc"
 }
