@@ -723,8 +723,7 @@ int main(void)
     const int fast = fgt_sanitize_mode() == 2;
     /* FG_SANITIZE=det: the deterministic cases alone (as test_gpu_attention's;
      * 5 and 6 run the d = 256 bias kernel's kDet form) */
-    const char *san = getenv("FG_SANITIZE");
-    if (san && strcmp(san, "det") == 0) {
+    if (fgt_sanitize_det()) {
         tcase_add_loop_test(tc, test_deterministic_bitwise, 0, 7);
         suite_add_tcase(s, tc);
         return fgt_run_suite(s);

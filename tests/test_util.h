@@ -205,6 +205,13 @@ static inline int fgt_sanitize_mode(void)
         return 0;
     return strcmp(e, "fast") == 0 ? 2 : 1;
 }
+/* FG_SANITIZE=det (gpu-phases.sh detsan): a suite's deterministic
+ * backward cases alone (fgt_sanitize_mode() reads it as 1) */
+static inline int fgt_sanitize_det(void)
+{
+    const char *e = getenv("FG_SANITIZE");
+    return e && strcmp(e, "det") == 0;
+}
 
 /* Kernel switches: environment variables that tests set (FG_ATTN_KERNEL,
  * FG_GEMM_LT, ...). Under CK_FORK=no (the compute-sanitizer runs) the
