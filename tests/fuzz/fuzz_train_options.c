@@ -50,7 +50,7 @@ static const mopt MODEL[] = {
     {"--seed", M_INT, BOTH, FLD(seed), .ilo = 0, .ihi = INT64_MAX},
     {"--device", M_STR, BOTH, FLD(device), .words = {"cpu", "cuda", "auto"}},
     {"--dtype", M_STR, BOTH, FLD(dtype),
-     .words = {"auto", "fp32", "fp64", "bf16"}},
+     .words = {"auto", "fp32", "fp64", "bf16", "fp16"}},
     {"--samples", M_INT, TEXT, FLD(samples), .ilo = 0, .ihi = 1000},
     {"--target-acc", M_REAL, SORT, FLD(target_acc), .lo = 0, .hi = 1},
     {"--out-dir", M_STR, BOTH, FLD(out_dir)},
