@@ -687,7 +687,9 @@ START_TEST(test_fully_masked)
     const fg_dtype dts[4] = {FG_FP64, FG_FP32, FG_FP16, FG_BF16};
     const size_t nq = 70 * 2 * 32, nk = 20 * 32;
     size_t n[4] = {nq, nk, nk, nq};
-    for (int di = 0; di < 4; di++) {
+    /* di >= 4: fp16 / bf16 again with a softcap alone (the fast forward
+     * takes some exponentials on the FMA pipe there: exp2_poly) */
+    for (int di = 0; di < 6; di++) {
         fgt_rng rng = fgt_rng_for(1300 + (uint64_t)di);
         double *in[4];
         for (int i = 0; i < 4; i++) {
@@ -696,8 +698,10 @@ START_TEST(test_fully_masked)
         }
         fg_attn_params p;
         params_for(&c, &p, 77);
+        if (di >= 4)
+            p.softcap = 30.0;
         outs r;
-        gpu_run(&c, dts[di], &p, in, &r);
+        gpu_run(&c, dts[di < 4 ? di : di - 2], &p, in, &r);
         ck_assert(fgt_all_finite(r.t[0], nq) && fgt_all_finite(r.t[1], nq));
         ck_assert(fgt_all_finite(r.t[2], nk) && fgt_all_finite(r.t[3], nk));
         for (int64_t h = 0; h < 2; h++)
@@ -1090,7 +1094,8 @@ START_TEST(test_nan_row)
     const fg_dtype dts[4] = {FG_FP64, FG_FP32, FG_FP16, FG_BF16};
     const size_t nq = 130 * 2 * 64;
     size_t n[4] = {nq, nq, nq, nq};
-    for (int di = 0; di < 4; di++) {
+    for (int di = 0; di < 6; di++) { /* di >= 4: fp16 / bf16, softcap alone */
+        const fg_dtype dt = dts[di < 4 ? di : di - 2];
         fgt_rng rng = fgt_rng_for(1500 + (uint64_t)di);
         double *in[4];
         for (int i = 0; i < 4; i++) {
@@ -1100,16 +1105,18 @@ START_TEST(test_nan_row)
         in[0][(70 * 2 + 1) * 64 + 3] = NAN; /* query row 70, head 1 */
         fg_attn_params p;
         params_for(&c, &p, 91);
+        if (di >= 4)
+            p.softcap = 30.0;
         outs r;
-        gpu_run(&c, dts[di], &p, in, &r);
+        gpu_run(&c, dt, &p, in, &r);
         for (int64_t i = 0; i < 130; i++) {
             const int bad = i == 70;
             ck_assert_msg(isnan(r.t[0][(i * 2 + 1) * 64]) == bad,
-                          "%s row %lld O", fg_dtype_name(dts[di]), (long long)i);
+                          "%s row %lld O", fg_dtype_name(dt), (long long)i);
             ck_assert_msg(isnan(r.m[130 + i]) == bad, "%s row %lld m",
-                          fg_dtype_name(dts[di]), (long long)i);
+                          fg_dtype_name(dt), (long long)i);
             ck_assert_msg(isnan(r.t[1][(i * 2 + 1) * 64]) == bad,
-                          "%s row %lld dQ", fg_dtype_name(dts[di]), (long long)i);
+                          "%s row %lld dQ", fg_dtype_name(dt), (long long)i);
             ck_assert(!isnan(r.t[0][(i * 2) * 64])); /* head 0 untouched */
         }
         outs_free(&r);
