@@ -687,8 +687,8 @@ START_TEST(test_fully_masked)
     const fg_dtype dts[4] = {FG_FP64, FG_FP32, FG_FP16, FG_BF16};
     const size_t nq = 70 * 2 * 32, nk = 20 * 32;
     size_t n[4] = {nq, nk, nk, nq};
-    /* di >= 4: fp16 / bf16 again with a softcap alone (the fast forward
-     * takes some exponentials on the FMA pipe there: exp2_poly) */
+    /* di >= 4: fp16 / bf16 again with a softcap alone (the fast kernels
+     * keep such scores in tanh units: their own exponent and m) */
     for (int di = 0; di < 6; di++) {
         fgt_rng rng = fgt_rng_for(1300 + (uint64_t)di);
         double *in[4];
