@@ -420,8 +420,8 @@ rcseed() {
 variants() { log variants; bench variants compare_variants.py --quick --rounds 2; }
 det() { log "deterministic backward"; bench det compare_det.py --rounds 2 --reps 8; }
 detsan() {
-    log "compute-sanitizer over test_gpu_attention's deterministic cases (FG_SANITIZE=det)"
-    local tools rc=0 n i t
+    log "compute-sanitizer over the deterministic cases of test_gpu_attention and test_gpu_bias (FG_SANITIZE=det)"
+    local tools rc=0 n i t to=${FG_SANITIZE_TIMEOUT:-480}
     read -ra tools <<<"${FG_DETSAN_TOOLS:-memcheck racecheck initcheck synccheck}"
     rm -f "$W"/detsan-*.txt
     # racecheck: one process per case (det:<i>; the whole subset ran past
@@ -433,16 +433,16 @@ detsan() {
         if [ "$t" = racecheck ] && [ -n "$n" ]; then
             for ((i = 0; i <= n; i++)); do
                 FG_SANITIZE_MODE=det:$i FG_SANITIZE_SUITES=test_gpu_attention \
-                    FG_SANITIZE_LOGS=$W/san/rc$i FG_SANITIZE_TIMEOUT=${FG_SANITIZE_TIMEOUT:-480} \
+                    FG_SANITIZE_LOGS=$W/san/rc$i FG_SANITIZE_TIMEOUT=$to \
                     bash "$K/src/scripts/gpu-sanitize.sh" "$B" racecheck >"$W/detsan-rc$i.txt" 2>&1 &
             done
             # test_gpu_bias's deterministic cases (the bias kernel's kDet) in one
             FG_SANITIZE_MODE=det FG_SANITIZE_SUITES=test_gpu_bias FG_SANITIZE_LOGS=$W/san/rcbias \
-                FG_SANITIZE_TIMEOUT=${FG_SANITIZE_TIMEOUT:-480} \
+                FG_SANITIZE_TIMEOUT=$to \
                 bash "$K/src/scripts/gpu-sanitize.sh" "$B" racecheck >"$W/detsan-rcbias.txt" 2>&1 &
         else
             FG_SANITIZE_MODE=det FG_SANITIZE_SUITES="test_gpu_attention test_gpu_bias" \
-                FG_SANITIZE_LOGS=$W/san/$t FG_SANITIZE_TIMEOUT=${FG_SANITIZE_TIMEOUT:-480} \
+                FG_SANITIZE_LOGS=$W/san/$t FG_SANITIZE_TIMEOUT=$to \
                 bash "$K/src/scripts/gpu-sanitize.sh" "$B" "$t" >"$W/detsan-$t.txt" 2>&1 &
         fi
     done

@@ -690,6 +690,7 @@ START_TEST(test_fully_masked)
     /* di >= 4: fp16 / bf16 again with a softcap alone (the fast kernels
      * keep such scores in tanh units: their own exponent and m) */
     for (int di = 0; di < 6; di++) {
+        const fg_dtype dt = dts[di < 4 ? di : di - 2];
         fgt_rng rng = fgt_rng_for(1300 + (uint64_t)di);
         double *in[4];
         for (int i = 0; i < 4; i++) {
@@ -701,7 +702,7 @@ START_TEST(test_fully_masked)
         if (di >= 4)
             p.softcap = 30.0;
         outs r;
-        gpu_run(&c, dts[di < 4 ? di : di - 2], &p, in, &r);
+        gpu_run(&c, dt, &p, in, &r);
         ck_assert(fgt_all_finite(r.t[0], nq) && fgt_all_finite(r.t[1], nq));
         ck_assert(fgt_all_finite(r.t[2], nk) && fgt_all_finite(r.t[3], nk));
         for (int64_t h = 0; h < 2; h++)
