@@ -769,13 +769,20 @@ static const vcase vcases[] = {
  * memory every step): against the fp64 reference with the same masks and
  * modifiers (causal both ways, GQA, dropout, padded d, windows, block
  * maps, ALiBi, softcap). In the racecheck subset: these shapes showed the
- * session-35 report on that exchange. */
+ * session-35 report on that exchange. Cases 3-5, several query steps
+ * per key block: bottom-right causal with more queries than keys (rows
+ * with no key) and GQA with dropout, square causal, unmasked MQA with
+ * dropout. */
 static const gcase d256_cases[] = {
     /* B   Nq   Nk  H  Hk    d  causal bhsd  p */
     {1, 200, 300, 2, 1, 256, 1, 0, 0.1},
     {2, 129, 129, 4, 4, 256, 0, 1, 0.0},
     {1, 77, 200, 2, 2, 160, 1, 0, 0.0},
+    {2, 300, 256, 4, 2, 256, 1, 0, 0.1},
+    {1, 384, 384, 2, 2, 256, 1, 1, 0.0},
+    {2, 200, 250, 2, 1, 256, 0, 0, 0.2},
 };
+#define N_D256 ((int)(sizeof d256_cases / sizeof d256_cases[0]))
 static const vcase d256_vcases[] = {
     {{2, 256, 384, 4, 2, 256, 0, 1, 0.1}, 0, 0, 0, 0, 0, 2, 0.5, 0},
     {{2, 320, 320, 4, 2, 256, 1, 0, 0.1}, 0, 1, 128, -1, 0, 0, 0.6, 0},
@@ -786,14 +793,14 @@ static const vcase d256_vcases[] = {
 
 static void run_variant(const vcase *vc, fg_dtype dt, uint64_t salt);
 
-/* _i < 3: d256_cases[_i]; else d256_vcases[_i - 3] */
+/* _i < N_D256: d256_cases[_i]; else d256_vcases[_i - N_D256] */
 START_TEST(test_d256_steps)
 {
-    if (_i < 3) {
+    if (_i < N_D256) {
         run_case(&d256_cases[_i], FG_BF16, 7980 + (uint64_t)_i);
     } else {
-        run_variant(&d256_vcases[_i - 3], FG_BF16, 8010 + (uint64_t)_i);
-        run_variant(&d256_vcases[_i - 3], FG_FP16, 8020 + (uint64_t)_i);
+        run_variant(&d256_vcases[_i - N_D256], FG_BF16, 8010 + (uint64_t)_i);
+        run_variant(&d256_vcases[_i - N_D256], FG_FP16, 8020 + (uint64_t)_i);
     }
 }
 END_TEST
@@ -1259,7 +1266,7 @@ int main(void)
         tcase_add_loop_test(tc, test_fast_variants, 0,
                             (int)(sizeof fast_vcases / sizeof fast_vcases[0]));
         tcase_add_loop_test(tc, test_staged_epilogue, 0, 3); /* the staging rows */
-        tcase_add_loop_test(tc, test_d256_steps, 0, 4); /* plain, one variant */
+        tcase_add_loop_test(tc, test_d256_steps, 0, N_D256 + 1); /* plain, one variant */
         tcase_add_loop_test(tc, test_fast_other_kernels, 0, 2);
         tcase_add_loop_test(tc, test_wide_d64, 0, 2);
         suite_add_tcase(s, tc);
@@ -1287,7 +1294,7 @@ int main(void)
     tcase_add_loop_test(tw, test_staged_epilogue, 0,
                         (int)(sizeof epi_cases / sizeof epi_cases[0]));
     tcase_add_loop_test(tw, test_d256_steps, 0,
-                        3 + (int)(sizeof d256_vcases / sizeof d256_vcases[0]));
+                        N_D256 + (int)(sizeof d256_vcases / sizeof d256_vcases[0]));
     tcase_add_loop_test(tw, test_wide_variants, 0,
                         (int)(sizeof wide_vcases / sizeof wide_vcases[0]));
     suite_add_tcase(s, tw);
