@@ -52,7 +52,10 @@ template <int WG, bool kDropout> struct FwdSpec {
  * a.dropout): half the kernels to build. Only where the dropout kernel
  * does not spill more than the one without (ptxas -v, sm_90a): the
  * variants (mode 2), and the packed batches (3) but at d = 128. Modes 6
- * and 7 have both (the masks-alone kernels are the ones to keep lean). */
+ * and 7 have both (the masks-alone kernels are the ones to keep lean).
+ * Mode 2 at d = 128 in two kernels (330 fewer SASS instructions without
+ * dropout) ran its softcap and ALiBi forwards no faster (H200, session
+ * 52): the dropout code is branched around. */
 template <int D, int kMode> struct FwdDropRT {
     static constexpr bool value = kMode == 2 || (kMode == 3 && D != 128);
 };
