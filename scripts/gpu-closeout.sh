@@ -9,11 +9,11 @@
 #   bash KIT/src/scripts/gpu-closeout.sh A   the bf16 grid beside cuDNN,
 #                                            FA2 and SDPA-efficient without
 #                                            and with dropout (issue 18),
-#                                            the deterministic backward
+#                                            the deterministic backward,
+#                                            rates over kept pairs (16)
 #   bash KIT/src/scripts/gpu-closeout.sh B   fp32 / TF32 (19); variants and
 #                                            packed batches against
-#                                            FlexAttention, rates over kept
-#                                            pairs (16, 17)
+#                                            FlexAttention (16, 17)
 #   bash KIT/src/scripts/gpu-closeout.sh C   training beside the PyTorch
 #                                            twin, GPT-2-small at batch
 #                                            FG_G2_BATCH (default 64), the
@@ -25,8 +25,8 @@
 # same kit (scripts/gpu-phases.sh). Written for the H100: issues 16-19 and
 # 22 list H100 figures last taken in sessions 10-19 (doc/performance.md,
 # "Where the issue targets stand"); any sm_90 GPU runs it. Every
-# benchmark runs twice (gpu-phases.sh's bench: two processes, the order
-# swapped). Files in $OUT (the device tool brings them back):
+# benchmark runs twice (gpu-phases.sh's bench: two processes, one after
+# the other). Files in $OUT (the device tool brings them back):
 # torch-bf16.txt, torch-drop.txt, torch-fp32.txt, det.txt, variants.txt,
 # modes.txt, train.txt, quality.txt; summary lines on stdout.
 set -uo pipefail
@@ -49,12 +49,12 @@ A)
     phases build | tail -n 1
     torch bf16 --dtypes bf16 --rounds 3 --ds 64,128,256 --ns 1024,2048,4096,8192,16384
     torch drop --dtypes bf16 --rounds 3 --dropout 0.1 --ds 64,128 --ns 2048,4096,8192
-    phases det | grep -E '^det:'
+    phases det modes | grep -E '^(det|modes):'
     ;;
 B)
     phases build | tail -n 1
     torch fp32 --dtypes fp32,tf32 --rounds 2 --ds 32,64,128,256 --ns 1024,4096
-    phases modes variants | grep -E '^(modes|variants):'
+    phases variants | grep -E '^variants:'
     ;;
 C)
     phases build | tail -n 1
