@@ -318,6 +318,16 @@ def profile_steps(n, more, sync, mode):
 
 # ---- one run -------------------------------------------------------------------
 
+def memory_line(mode, a, dev):
+    """flashgrad-train's "device memory" line: the peak PyTorch's caching
+    allocator handed out, and the most it reserved from the driver."""
+    if dev.type == "cuda":
+        print("torch %s %s: device memory peak %.2f GiB allocated, %.2f GiB "
+              "reserved" % (mode, a.dtype,
+                            torch.cuda.max_memory_allocated(dev) / 2**30,
+                            torch.cuda.max_memory_reserved(dev) / 2**30))
+
+
 def hms(s):
     t = int(s + 0.5)
     if t >= 3600:
@@ -329,6 +339,8 @@ def run(a, data, synthetic, compiled, csv_writer):
     dev = torch.device(a.device)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     mode = "compile" if compiled else "eager"
+    if dev.type == "cuda":  # this mode's own peak (--both runs two)
+        torch.cuda.reset_peak_memory_stats(dev)
     torch.manual_seed(a.seed)
     # Built on the CPU so the initial weights do not depend on the device.
     model = GPT(data.vocab, a.ctx, a.layers, a.heads, a.width, a.dropout,
@@ -479,6 +491,7 @@ def run(a, data, synthetic, compiled, csv_writer):
         print("torch %s %s: mean ms/step %.2f (steps %d..%d, free-running: "
               "no per-step sync), tokens/s %.0f"
               % (mode, a.dtype, mean, warm_free + 1, a.steps, tps))
+        memory_line(mode, a, dev)
         sys.stdout.flush()
         if csv_writer:
             csv_writer.writerow([mode, a.dtype, "summary-free-run", "", "",
@@ -511,6 +524,7 @@ def run(a, data, synthetic, compiled, csv_writer):
     print("torch %s %s: median ms/step %.2f (steps %d..%d excluding "
           "warm-up/compile%s), tokens/s %.0f, best val loss %s"
           % (mode, a.dtype, med, warm + 1, len(step_ms), note, tps, bv))
+    memory_line(mode, a, dev)
     sys.stdout.flush()
     if csv_writer:
         csv_writer.writerow([mode, a.dtype, "summary", "",

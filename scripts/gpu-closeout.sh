@@ -3,7 +3,7 @@
 # scripts/gpu-closeout.sh CALL - the measurements an open issue still
 # needs on a GPU kind where they were never (or long ago) taken, in device
 # calls of under ten minutes each (A-C about 25 of a session's 30 minutes;
-# D, the suites, when a second session has the kind), from a kit made by
+# D and E when a second session has the kind), from a kit made by
 # scripts/gpu-devkit.sh:
 #
 #   bash KIT/src/scripts/gpu-closeout.sh A   the bf16 grid beside cuDNN,
@@ -20,15 +20,21 @@
 #                                            baby GPT's quality bar (22)
 #   bash KIT/src/scripts/gpu-closeout.sh D   the GPU suites of the
 #                                            attention family
+#   bash KIT/src/scripts/gpu-closeout.sh E   GPT-2-small at batches
+#                                            FG_BATCHES (default "64 128
+#                                            256") beside torch.compile,
+#                                            each side's device memory:
+#                                            the largest batch that fits
 #
 # Each call builds first unless the machine still holds a build of the
 # same kit (scripts/gpu-phases.sh). Written for the H100: issues 16-19 and
 # 22 list H100 figures last taken in sessions 10-19 (doc/performance.md,
-# "Where the issue targets stand"); any sm_90 GPU runs it. Every
+# "Where the issue targets stand"); any sm_90 GPU runs it. Every kernel
 # benchmark runs twice (gpu-phases.sh's bench: two processes, one after
 # the other). Files in $OUT (the device tool brings them back):
 # torch-bf16.txt, torch-drop.txt, torch-fp32.txt, det.txt, variants.txt,
-# modes.txt, train.txt, quality.txt; summary lines on stdout.
+# modes.txt, train.txt, quality.txt, batches.txt; summary lines on
+# stdout.
 set -uo pipefail
 K=$(cd "$(dirname "$0")/../.." && pwd)
 P=$K/src/scripts/gpu-phases.sh
@@ -65,8 +71,12 @@ D)
     phases build | tail -n 1
     FG_SUITES="attention varlen bias fp32 kvcache" FG_SUITE_TIMEOUT=480 phases suites | head -n 8
     ;;
+E)
+    phases build | tail -n 1
+    FG_BATCHES=${FG_BATCHES:-64 128 256} phases batches | grep -E '^(flashgrad|torch|batch)'
+    ;;
 *)
-    echo "usage: gpu-closeout.sh A|B|C|D (see its header)" >&2
+    echo "usage: gpu-closeout.sh A|B|C|D|E (see its header)" >&2
     exit 2
     ;;
 esac

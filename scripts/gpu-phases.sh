@@ -109,7 +109,8 @@
 #   batches      issue 22's GPT-2-small shape at several batch sizes
 #                (FG_BATCHES, default "16 32 64 128"): flashgrad-train and
 #                the twin's torch.compile (--bench-only --compile) in turn
-#                per batch, ms/step and tokens/s; $OUT/batches.txt
+#                per batch, ms/step, tokens/s and each side's device memory
+#                peak; $OUT/batches.txt
 #   gemms        the GPT-2-small step's GEMM shapes timed by the autotune
 #                (FG_GEMM_AUTOTUNE=2): each shape's heuristic first choice
 #                and its best of eight, with TFLOP/s; $OUT/gemms.txt
@@ -744,6 +745,11 @@ batches() {
         clk=$(smi_off)
         echo "torch.compile batch $b: $(grep -E '^torch .*ms/step' "$W/tw-b$b.log" ||
             tail -n 1 "$W/tw-b$b.log")$clk" | tee -a "$OUT/batches.txt"
+        # what each side needed of the GPU: how far the largest batch that
+        # fits (issue 22's GPT-2-small shape) is
+        { grep -h '^device memory' "$W/g2s-b$b.log" | sed "s/^/flashgrad batch $b: /"
+          grep -h 'device memory peak' "$W/tw-b$b.log" | sed "s/^/batch $b: /"
+        } | tee -a "$OUT/batches.txt"
     done
 }
 # gemms: the autotune's per-shape medians of a short GPT-2-small run

@@ -587,6 +587,14 @@ static int train(run *r)
                100 * o->target_acc, (long long)r->st.step);
     printf("trained %lld steps in %s (%.1f s)\n",
            (long long)(r->st.step - start), hms(wall, w), wall);
+    /* What the run needed of the GPU (the caching allocator's peak since
+     * the start, evaluations included, and what it holds from the
+     * driver): how close a batch is to the largest that fits. */
+    fg_cuda_memory_stats ms;
+    if (r->dev == FG_DEVICE_CUDA && fg_cuda_memory_get_stats(&ms) == FG_OK)
+        printf("device memory: peak %.2f GiB in use, %.2f GiB held from "
+               "the driver\n", (double)ms.peak_live_bytes / (1 << 30),
+               (double)ms.cached_bytes / (1 << 30));
     rc = finish(r);
     /* The final checkpoint below is collective: a rank whose final
      * numbers or samples failed stops every rank here. */
