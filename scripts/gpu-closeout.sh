@@ -16,7 +16,8 @@
 #                                            FlexAttention (16, 17)
 #   bash KIT/src/scripts/gpu-closeout.sh C   training beside the PyTorch
 #                                            twin, GPT-2-small at batch
-#                                            FG_G2_BATCH (default 64), the
+#                                            FG_G2_BATCH (default 16, as in
+#                                            sessions 10-11 on the H100), the
 #                                            baby GPT's quality bar (22)
 #   bash KIT/src/scripts/gpu-closeout.sh D   the GPU suites of the
 #                                            attention family
@@ -64,7 +65,7 @@ B)
     ;;
 C)
     phases build | tail -n 1
-    FG_G2_BATCH=${FG_G2_BATCH:-64} phases train | grep -E 'ms/step|FAILED' | head -n 16
+    FG_G2_BATCH=${FG_G2_BATCH:-16} phases train | grep -E 'ms/step|FAILED' | head -n 16
     phases quality | tail -n 3
     ;;
 D)
