@@ -36,7 +36,8 @@
 namespace fg {
 
 template <typename T, int D, int WG, int kMode, bool kDropout>
-__global__ void __launch_bounds__(FwdSpec<WG, kDropout>::kThreads, FwdWgTile<D, WG>::kMinBlocks)
+__global__ void __launch_bounds__(FwdSpec<WG, kDropout>::kThreads,
+                                  FwdWgTile<D, WG, FwdWide<D, kMode, kDropout>::value>::kMinBlocks)
 attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                       const __grid_constant__ CUtensorMap tmQ,
                       const __grid_constant__ CUtensorMap tmK,
@@ -69,7 +70,7 @@ attn_fwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         }
     }
     const AttnArgs &a = kRagged ? seq : args;
-    using Tile = FwdWgTile<D, WG>;
+    using Tile = FwdWgTile<D, WG, FwdWide<D, kMode, kDropout>::value>;
     constexpr bool kSpec = FwdSpec<WG, kDropout>::value;
     const bool drop = kDropout && (!FwdDropRT<D, kMode>::value || a.dropout);
     constexpr bool kCausal = kMode == 1, kMasked = kMode >= 2;
@@ -514,15 +515,19 @@ struct FwdMaps {
     CUtensorMap q, k, v;
     CUtensorMap bias; /* valid when bias_tma (make_bias_tmap) */
     int bias_tma;
+    int kv_rows; /* the K/V maps' box rows: the kernel's kBc */
 };
 
 template <typename T, int D, int WG, int kMode, bool kDropout>
 fg_status launch(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
 {
-    using Tile = FwdWgTile<D, WG>;
     /* FwdDropRT: the dropout kernel, told by a.dropout */
     constexpr bool kDr = kDropout || FwdDropRT<D, kMode>::value;
+    using Tile = FwdWgTile<D, WG, FwdWide<D, kMode, kDr>::value>;
     auto kern = attn_fwd_wgmma_kernel<T, D, WG, kMode, kDr>;
+    if (m.kv_rows != Tile::kBc) /* the dispatch's maps and this kernel disagree */
+        return fg_error(FG_ERR_INTERNAL, "attention forward: K/V tiles of %d rows for a %d-key kernel",
+                       m.kv_rows, Tile::kBc);
     const int btma = kMode == 2 && m.bias_tma;
     const size_t smem = Tile::kSmem + (btma ? Tile::kBiasSmem : 0);
     FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,

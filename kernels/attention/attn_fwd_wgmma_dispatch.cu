@@ -74,30 +74,36 @@ bool wgmma_usable()
     return cached[dev] == 1;
 }
 
-template <int D> static void tile_of(int *br, int *bc, size_t *smem)
+/* wide: the call takes the kMode 0 kernel without dropout, whose tile
+ * FwdWide may widen (launch_opts' choice, restated) */
+template <int D> static void tile_of(bool wide, int *br, int *bc, size_t *smem)
 {
     constexpr int wg = FwdWG<D>::value;
-    *br = FwdWgTile<D, wg>::kBr;
-    *bc = FwdWgTile<D, wg>::kBc;
-    *smem = FwdWgTile<D, wg>::kSmem;
+    using Plain = FwdWgTile<D, wg>;
+    using Wide = FwdWgTile<D, wg, FwdWide<D, 0, false>::value>;
+    *br = Plain::kBr;
+    *bc = wide ? Wide::kBc : Plain::kBc;
+    *smem = wide ? Wide::kSmem : Plain::kSmem;
 }
 
-static void fwd_tile(int d, int *br, int *bc, size_t *smem)
+static void fwd_tile(int d, bool wide, int *br, int *bc, size_t *smem)
 {
     if (d <= 64)
-        tile_of<64>(br, bc, smem);
+        tile_of<64>(wide, br, bc, smem);
     else if (d <= 128)
-        tile_of<128>(br, bc, smem);
+        tile_of<128>(wide, br, bc, smem);
     else
-        tile_of<256>(br, bc, smem);
+        tile_of<256>(wide, br, bc, smem);
 }
 
+/* the most any of d's kernels asks for */
 size_t attn_fwd_wgmma_smem(int d)
 {
     int br, bc;
-    size_t smem;
-    fwd_tile(d, &br, &bc, &smem);
-    return smem;
+    size_t plain, wide;
+    fwd_tile(d, false, &br, &bc, &plain);
+    fwd_tile(d, true, &br, &bc, &wide);
+    return plain > wide ? plain : wide;
 }
 
 bool attn_fwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st,
@@ -105,9 +111,11 @@ bool attn_fwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st,
 {
     int br, bc;
     size_t smem;
-    fwd_tile(a.d, &br, &bc, &smem);
+    const bool mode0 = !(a.cu_q || a.seqused_k || a.variant || a.causal) && !a.dropout;
+    fwd_tile(a.d, mode0, &br, &bc, &smem);
     FwdMaps m;
     memset(&m, 0, sizeof m);
+    m.kv_rows = bc;
     if (!make_operand_tmap(&m.q, a, a.q, false, br) ||
         !make_operand_tmap(&m.k, a, a.k, true, bc) ||
         !make_operand_tmap(&m.v, a, a.v, true, bc))

@@ -15,12 +15,13 @@ namespace fg {
  * other's MMAs (the blocks are independent, no ping-pong barriers needed)
  * at the cost of loading each K/V tile twice per SM; two warpgroups share
  * the tiles but run in lockstep. */
-template <int D, int WG> struct FwdWgTile {
+template <int D, int WG, int kWideBc = 0> struct FwdWgTile {
     static constexpr int kWG = WG;
     static constexpr int kBr = 64 * kWG;          /* query rows per block */
     /* keys per block: S (kBc / 2 regs) + O (D / 2 regs) must fit, and two
-     * one-warpgroup blocks must fit an SM's shared memory. */
-    static constexpr int kBc = D == 256 || (WG == 1 && D == 128) ? 64 : 128;
+     * one-warpgroup blocks must fit an SM's shared memory. kWideBc
+     * (FwdWide) overrides it. */
+    static constexpr int kBc = kWideBc ? kWideBc : D == 256 || (WG == 1 && D == 128) ? 64 : 128;
     static constexpr int kMinBlocks = WG == 1 ? 2 : 1;
     static constexpr size_t kSmem =
         (size_t)(kBr * D + 4 * kBc * D) * 2 + 128 + 1024; /* Q, 2x(K, V), barriers, align */
@@ -58,6 +59,17 @@ template <int WG, bool kDropout> struct FwdSpec {
  * 52): the dropout code is branched around. */
 template <int D, int kMode> struct FwdDropRT {
     static constexpr bool value = kMode == 2 || (kMode == 3 && D != 128);
+};
+
+/* Wider key blocks where the per-block work (row maxima and sums, O's
+ * rescale, the ping-pong hand-offs, the mbarrier waits) is a visible share
+ * of a step: the unmasked d = 128 forward without dropout takes 176 keys a
+ * block (FA3's choice for that case): S 88 registers, P 44, O 64, and two
+ * K/V stages of 176 rows with Q fit in 214 KB. The masked modes keep 128
+ * (their edge blocks would waste more), so does dropout (its 32-key
+ * groups). 0: the default tile. */
+template <int D, int kMode, bool kDropout> struct FwdWide {
+    static constexpr int value = D == 128 && kMode == 0 && !kDropout ? 176 : 0;
 };
 
 /* Warpgroups per block for head dim d, measured on an H100 (bf16, N = 8k):
