@@ -322,8 +322,10 @@ static void run_case(const gcase *c, fg_dtype dt, uint64_t salt)
 }
 
 /* N in {1, 7, 64, 65, 127, 1000, 4097}, Nq != Nk both ways, d in {16, 40,
- * 64, 96, 128, 256}, GQA/MQA, causal on/off, dropout on/off, both layouts.
- * Every case runs in fp64, fp32, fp16 and bf16. */
+ * 64, 96, 128, 256}, GQA/MQA, causal on/off, dropout on/off, both layouts;
+ * the last two: the Hopper d = 128 forward's 176-key blocks (FwdWide:
+ * unmasked, no dropout), several with a partial last one. Every case runs
+ * in fp64, fp32, fp16 and bf16. */
 static const gcase cases[] = {
     /* B   Nq    Nk   H  Hk   d  causal bhsd  p */
     {1, 1, 1, 1, 1, 16, 0, 0, 0.0},
@@ -345,6 +347,8 @@ static const gcase cases[] = {
     {1, 64, 1, 2, 2, 64, 1, 1, 0.0},
     {1, 4097, 1000, 1, 1, 40, 1, 0, 0.0},
     {1, 7, 4097, 2, 1, 8, 0, 1, 0.5},
+    {1, 300, 1000, 2, 1, 128, 0, 0, 0.0}, /* 5 blocks of 176 keys and 120 */
+    {2, 177, 353, 2, 2, 96, 0, 1, 0.0},   /* 2 blocks and 1 key */
 };
 
 START_TEST(test_vs_cpu)
@@ -436,6 +440,7 @@ static const gcase epi_cases[] = {
     {1, 1000, 1000, 2, 2, 96, 0, 1, 0.2},
     {2, 129, 300, 4, 4, 256, 1, 0, 0.0},
     {1, 1, 130, 2, 2, 128, 0, 0, 0.0},
+    {1, 100, 353, 2, 2, 128, 0, 0, 0.0}, /* 176-key forward blocks */
 };
 
 /* 1: through shared memory, 0: from registers */
