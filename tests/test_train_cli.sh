@@ -303,5 +303,18 @@ t "resume: a sort run cannot become text" 2 "is a sort-task run: --data cannot c
     --resume sort1/last.ckpt --data text.txt
 check "sort run: accuracy in the CSV" awk -F, 'NR == 2 { exit !($4 != "") }' sort1/log.csv
 
+# Memory running out: exit 1, and the message names what needs less. A
+# model of 0.8 GB under a 400 MB address-space limit (not in a sanitizer
+# build, which cannot start under it).
+(ulimit -v 400000 && exec "$train" --device cpu --layers 4 --heads 16 --width 2048 \
+    --steps 1 --out-dir oom) >out 2>&1
+rc=$?
+if grep -q "Sanitizer" out; then
+    echo "skip out of memory: a sanitizer build"
+else
+    check "out of memory: exit 1 with a hint" eval \
+        '[[ $rc -eq 1 ]] && grep -q -- "memory ran out: a smaller --batch" out'
+fi
+
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

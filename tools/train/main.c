@@ -28,6 +28,11 @@
 
 int lib_error(int code)
 {
+    /* Out of memory (the GPU's, mostly) is the one library error a user
+     * fixes with an option: say which. */
+    if (fg_last_status() == FG_ERR_OUT_OF_MEMORY)
+        return complain(code, "%s (memory ran out: a smaller --batch, with a larger --accum to "
+                        "keep the tokens a step, or a smaller model needs less)", fg_last_error());
     return complain(code, "%s", fg_last_error());
 }
 
