@@ -10,28 +10,37 @@
 
 namespace fg {
 
-template <typename T, int D, int WG>
-static fg_status launch_opts(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
+/* The kMode a call takes: 7 / 3 a packed or key-padded batch (masks alone
+ * or with modifiers), 6 / 2 the variants, 1 causal, 0 none. The tile
+ * (FwdWide) and so the K/V maps depend on it too. */
+static int fwd_kmode(const AttnArgs &a)
 {
     /* kModes 6 and 7: masks alone (kmode_mods) */
     const bool mods = a.softcap > 0.f || a.alibi || a.bias;
-    if ((a.cu_q || a.seqused_k) && !mods)
-        return a.dropout ? launch<T, D, WG, 7, true>(a, m, st)
-                         : launch<T, D, WG, 7, false>(a, m, st);
     if (a.cu_q || a.seqused_k)
-        return a.dropout ? launch<T, D, WG, 3, true>(a, m, st)
-                         : launch<T, D, WG, 3, false>(a, m, st);
-    if (a.variant && !mods)
-        return a.dropout ? launch<T, D, WG, 6, true>(a, m, st)
-                         : launch<T, D, WG, 6, false>(a, m, st);
+        return mods ? 3 : 7;
     if (a.variant)
-        return a.dropout ? launch<T, D, WG, 2, true>(a, m, st)
-                         : launch<T, D, WG, 2, false>(a, m, st);
-    if (a.causal)
-        return a.dropout ? launch<T, D, WG, 1, true>(a, m, st)
-                         : launch<T, D, WG, 1, false>(a, m, st);
-    return a.dropout ? launch<T, D, WG, 0, true>(a, m, st)
-                     : launch<T, D, WG, 0, false>(a, m, st);
+        return mods ? 2 : 6;
+    return a.causal ? 1 : 0;
+}
+
+template <typename T, int D, int WG>
+static fg_status launch_opts(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
+{
+    switch (fwd_kmode(a)) {
+    case 7:
+        return a.dropout ? launch<T, D, WG, 7, true>(a, m, st) : launch<T, D, WG, 7, false>(a, m, st);
+    case 3:
+        return a.dropout ? launch<T, D, WG, 3, true>(a, m, st) : launch<T, D, WG, 3, false>(a, m, st);
+    case 6:
+        return a.dropout ? launch<T, D, WG, 6, true>(a, m, st) : launch<T, D, WG, 6, false>(a, m, st);
+    case 2:
+        return a.dropout ? launch<T, D, WG, 2, true>(a, m, st) : launch<T, D, WG, 2, false>(a, m, st);
+    case 1:
+        return a.dropout ? launch<T, D, WG, 1, true>(a, m, st) : launch<T, D, WG, 1, false>(a, m, st);
+    default:
+        return a.dropout ? launch<T, D, WG, 0, true>(a, m, st) : launch<T, D, WG, 0, false>(a, m, st);
+    }
 }
 
 template <typename T>
@@ -75,7 +84,7 @@ bool wgmma_usable()
 }
 
 /* wide: the call takes the kMode 0 kernel without dropout, whose tile
- * FwdWide may widen (launch_opts' choice, restated) */
+ * FwdWide may widen (fwd_kmode) */
 template <int D> static void tile_of(bool wide, int *br, int *bc, size_t *smem)
 {
     constexpr int wg = FwdWG<D>::value;
@@ -111,8 +120,7 @@ bool attn_fwd_wgmma_dispatch(fg_dtype dt, const AttnArgs &a, cudaStream_t st,
 {
     int br, bc;
     size_t smem;
-    const bool mode0 = !(a.cu_q || a.seqused_k || a.variant || a.causal) && !a.dropout;
-    fwd_tile(a.d, mode0, &br, &bc, &smem);
+    fwd_tile(a.d, fwd_kmode(a) == 0 && !a.dropout, &br, &bc, &smem);
     FwdMaps m;
     memset(&m, 0, sizeof m);
     m.kv_rows = bc;
