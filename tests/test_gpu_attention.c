@@ -385,7 +385,7 @@ END_TEST
 /* The default fp16/bf16 path on a handful of shapes covering every padded
  * head dim, causal, dropout, GQA and ragged lengths: the racecheck subset
  * (FG_SANITIZE=fast), where the fp32/fp64 references would take too long. */
-static const int fast_cases[] = {2, 3, 4, 5, 6, 13};
+static const int fast_cases[] = {2, 3, 4, 5, 6, 13, 19, 20}; /* 19, 20: 176-key blocks */
 
 START_TEST(test_fast_path)
 {
