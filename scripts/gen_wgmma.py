@@ -6,7 +6,7 @@ registers per thread, so the asm operand lists are long and regular; they are
 generated rather than typed. Run from the repository root:
     python3 scripts/gen_wgmma.py > kernels/attention/wgmma_ops.inc
 """
-NS = [32, 64, 128, 176, 256]
+NS = [32, 64, 80, 128, 176, 256]
 TYPES = [("__nv_bfloat16", "bf16"), ("__half", "f16")]
 
 def ops(n):

@@ -323,8 +323,9 @@ static void run_case(const gcase *c, fg_dtype dt, uint64_t salt)
 
 /* N in {1, 7, 64, 65, 127, 1000, 4097}, Nq != Nk both ways, d in {16, 40,
  * 64, 96, 128, 256}, GQA/MQA, causal on/off, dropout on/off, both layouts;
- * the last two: the Hopper d = 128 forward's 176-key blocks (FwdWide:
- * unmasked, no dropout), several with a partial last one. Every case runs
+ * the last three: the Hopper forward's wide key blocks (FwdWide:
+ * unmasked, no dropout; 176 keys at d = 128, 80 at d = 256), several with
+ * a partial last one. Every case runs
  * in fp64, fp32, fp16 and bf16. */
 static const gcase cases[] = {
     /* B   Nq    Nk   H  Hk   d  causal bhsd  p */
@@ -349,6 +350,7 @@ static const gcase cases[] = {
     {1, 7, 4097, 2, 1, 8, 0, 1, 0.5},
     {1, 300, 1000, 2, 1, 128, 0, 0, 0.0}, /* 5 blocks of 176 keys and 120 */
     {2, 177, 353, 2, 2, 96, 0, 1, 0.0},   /* 2 blocks and 1 key */
+    {1, 100, 241, 2, 1, 256, 0, 1, 0.0},  /* d = 256: 3 blocks of 80 keys and 1 */
 };
 
 START_TEST(test_vs_cpu)

@@ -69,7 +69,7 @@ template <int D, int kMode> struct FwdDropRT {
  * (their edge blocks would waste more), so does dropout (its 32-key
  * groups). 0: the default tile. */
 template <int D, int kMode, bool kDropout> struct FwdWide {
-    static constexpr int value = D == 128 && kMode == 0 && !kDropout ? 176 : 0;
+    static constexpr int value = kMode != 0 || kDropout ? 0 : D == 128 ? 176 : D == 256 ? 80 : 0;
 };
 
 /* Warpgroups per block for head dim d, measured on an H100 (bf16, N = 8k):
