@@ -1276,22 +1276,24 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         else
             bulk_wait_read<0>();
     /* Alg4 L.25: dK = scale * acc, dV; rows past Nk and padded d skipped.
-     * With a.dkv_staged (d <= 128, 16-byte rows): through the warp's own 16
-     * rows of the V tile (read only by this warpgroup's dP^T products,
+     * With a.dkv_staged (16-byte rows): through the warp's own 16 rows of
+     * the V tile (d <= 128: read only by this warpgroup's dP^T products,
      * all done: every warp of the warpgroup has issued its last dK
-     * product), dK then dV (wgmma_epilogue.cuh). */
+     * product; split d: the loop's last block barrier follows every
+     * product, and warpgroup wg stages its half of d in V's panels 2 wg,
+     * 2 wg + 1), dK then dV (wgmma_epilogue.cuh). A block without steps
+     * never loaded V, so no copy can still be landing there. */
     const float sc = (float)a.scale;
-    if constexpr (!Tile::kSplitD) {
-        if (a.dkv_staged) { /* set only for 16-byte rows (vec16_ok) */
-            const int kr0 = key_base + 16 * warp;
-            const int nr = min(16, kvalid - kr0);
-            const unsigned char *vp = smem + (sV - base);
-            warp_rows_out<T, D>(dk, sc, sc, sV, vp, Bc * 128, (uint32_t)kr0,
-                                elem<T>(a.dk, b, j0 + kr0, hk), a.dk.ss, nr, a.d);
-            warp_rows_out<T, D>(dv, 1.f, 1.f, sV, vp, Bc * 128, (uint32_t)kr0,
-                                elem<T>(a.dv, b, j0 + kr0, hk), a.dv.ss, nr, a.d);
-            return;
-        }
+    if (a.dkv_staged) { /* set only for 16-byte rows (vec16_ok) */
+        const uint32_t sVw = sV + (Tile::kSplitD ? (uint32_t)(2 * wg) * Bc * 128 : 0u);
+        const int kr0 = key_base + 16 * warp;
+        const int nr = min(16, kvalid - kr0);
+        const unsigned char *vp = smem + (sVw - base);
+        warp_rows_out<T, DH>(dk, sc, sc, sVw, vp, Bc * 128, (uint32_t)kr0,
+                             elem<T>(a.dk, b, j0 + kr0, hk) + dslice, a.dk.ss, nr, a.d - dslice);
+        warp_rows_out<T, DH>(dv, 1.f, 1.f, sVw, vp, Bc * 128, (uint32_t)kr0,
+                             elem<T>(a.dv, b, j0 + kr0, hk) + dslice, a.dv.ss, nr, a.d - dslice);
+        return;
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
