@@ -551,12 +551,22 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * for turns of blocks started before it (as dq_writer), and passes
      * its own before it waits. */
     int *dq_pend = nullptr; /* lane 0: the counter whose turn is due */
+    const bool dv_relax = det && (a.det_variant & 1), dv_early = det && (a.det_variant & 2);
     auto dq_pass = [&]() {
         if (dq_pend) {
             bulk_wait_all();
-            turn_pass(dq_pend);
+            if (dv_relax)
+                turn_pass<true>(dq_pend);
+            else
+                turn_pass(dq_pend);
             dq_pend = nullptr;
         }
+    };
+    auto dq_wait = [&](int *ctr, int turn) {
+        if (dv_relax)
+            turn_wait<true>(ctr, turn, dq_giveup);
+        else
+            turn_wait(ctr, turn, dq_giveup);
     };
     auto dq_add_split = [&](int64_t s, int gh, int64_t i0, int64_t bh, bool dead, uint32_t sQ) {
         __syncwarp();
@@ -565,8 +575,33 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             const int run = wg * 4 + warp;
             int *ctr = dq_ctr(bh, i0, run);
             dq_pass();
-            turn_wait(ctr, turn, dq_giveup);
+            dq_wait(ctr, turn);
             bulk_reduce_add_f32(dq_run(bh, i0, run), split_stage(sQ), DQ * 64);
+            bulk_commit();
+            dq_pend = ctr;
+        }
+    };
+    /* early: the turn's bookkeeping while the dQ product runs (lane 0:
+     * the pass of the last add, then one poll), the add after staging */
+    auto dq_early = [&](float (&q)[DQW / 2], int64_t s, int gh, int64_t i0, int64_t bh, bool dead,
+                        uint32_t sQ) {
+        dq_issue(q, s);
+        int turn = 0, seen = 0;
+        int *ctr = nullptr;
+        if (lane == 0 && !dead && i0 < a.Nq && dq_turn(s, gh, i0, turn)) {
+            ctr = dq_ctr(bh, i0, wg * 4 + warp);
+            dq_pass();
+            seen = dv_relax ? turn_poll<true>(ctr) : turn_poll(ctr);
+        }
+        __syncwarp();
+        wg_wait<0>();
+        wg_fence_regs(q);
+        dq_store(q, s, i0, bh, sQ);
+        __syncwarp();
+        if (ctr) {
+            if (seen < turn)
+                dq_wait(ctr, turn);
+            bulk_reduce_add_f32(dq_run(bh, i0, wg * 4 + warp), split_stage(sQ), DQ * 64);
             bulk_commit();
             dq_pend = ctr;
         }
@@ -1239,9 +1274,13 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
              * stored and fenced before the step's second barrier. */
             if (!a.deterministic) {
                 float q[DQW / 2];
-                dq_now(q, st, i0, bh, sQ);
-                if (det)
-                    dq_add_split(st, gh, i0, bh, dead, sQ);
+                if (dv_early) {
+                    dq_early(q, st, gh, i0, bh, dead, sQ);
+                } else {
+                    dq_now(q, st, i0, bh, sQ);
+                    if (det)
+                        dq_add_split(st, gh, i0, bh, dead, sQ);
+                }
             } else {
                 wg_wait<0>();
             }
@@ -1350,6 +1389,10 @@ fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
      * so a head's blocks run together even beside other work;
      * FG_ATTN_DET_ROTATE=0 turns it off (comparisons). */
     AttnArgs ar = a;
+    {
+        const char *e = getenv("FG_ATTN_DET_VARIANT");
+        ar.det_variant = e ? atoi(e) : 0;
+    }
     if (kMode == 0 && a.dq_sem && nkb >= 2 && !env_is("FG_ATTN_DET_ROTATE", "0")) {
         int dev = 0, sms = 0;
         FG_CUDA_TRY(cudaGetDevice(&dev));

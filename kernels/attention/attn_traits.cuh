@@ -127,6 +127,7 @@ struct AttnArgs {
      * tile's turns follow the order in which the blocks reach it (set by
      * the launch when a head's key blocks can all run at once). */
     int dq_rotate;
+    int det_variant; /* experiment: FG_ATTN_DET_VARIANT bits (1 relaxed turns, 2 early turn work) */
     /* The wgmma kernels' outputs through shared memory in 16-byte stores
      * (wgmma_epilogue.cuh): O in the forward, dK and dV in the backward
      * at d <= 128; the dispatch sets them where every output row starts
