@@ -235,7 +235,8 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t r[4])
  * launch at once: a block never hangs if the hardware did not start the
  * block it waits for (the sums stay right, only their bitwise
  * repeatability is lost). */
-/* one poll of a turn counter: acquire, or relaxed (experiment) */
+/* One poll of a turn counter: acquire, or relaxed (kRelaxed: the split-d
+ * deterministic turns, whose adds are ordered by their completion waits). */
 template <bool kRelaxed = false> __device__ __forceinline__ int turn_poll(const int *p)
 {
     int x;
@@ -269,7 +270,8 @@ __device__ __forceinline__ void turn_wait(const int *p, int v, int *giveup)
     }
 }
 /* Passes the turn on: this thread's earlier writes (including completed
- * bulk operations) before the increment (release, GPU scope). */
+ * bulk operations) before the increment (release, GPU scope; kRelaxed:
+ * relaxed, after the caller's wait for its bulk operations' completion). */
 template <bool kRelaxed = false> __device__ __forceinline__ void turn_pass(int *p)
 {
     if (kRelaxed)
