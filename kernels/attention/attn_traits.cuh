@@ -127,9 +127,14 @@ struct AttnArgs {
      * tile's turns follow the order in which the blocks reach it (set by
      * the launch when a head's key blocks can all run at once). */
     int dq_rotate;
+    /* The split-d (d = 256) deterministic turns (attn_bwd_wgmma.cuh,
+     * dq_add_early): bit 0 a relaxed pass and poll, bit 1 the pass and a
+     * first poll while the dQ product runs; 3 unless
+     * FG_ATTN_DET_SPLIT_TURNS=0|1|2 (comparisons). */
+    int dq_split_turns;
     /* The wgmma kernels' outputs through shared memory in 16-byte stores
      * (wgmma_epilogue.cuh): O in the forward, dK and dV in the backward
-     * at d <= 128; the dispatch sets them where every output row starts
+     * (d = 256 too since session 54); the dispatch sets them where every output row starts
      * 16-byte aligned, unless FG_ATTN_FWD_EPI=0 / FG_ATTN_BWD_EPI=0. */
     int o_staged, dkv_staged;
     int B, Nq, Nk, H, Hk, d, group;

@@ -235,12 +235,24 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t r[4])
  * launch at once: a block never hangs if the hardware did not start the
  * block it waits for (the sums stay right, only their bitwise
  * repeatability is lost). */
+/* One poll of a turn counter: acquire, or relaxed (kRelaxed: the split-d
+ * deterministic turns, whose adds are ordered by their completion waits). */
+template <bool kRelaxed = false> __device__ __forceinline__ int turn_poll(const int *p)
+{
+    int x;
+    if (kRelaxed)
+        asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];\n" : "=r"(x) : "l"(p) : "memory");
+    else
+        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(x) : "l"(p) : "memory");
+    return x;
+}
+template <bool kRelaxed = false>
 __device__ __forceinline__ void turn_wait(const int *p, int v, int *giveup)
 {
     int x;
     uint64_t t0 = 0, t;
     for (uint32_t n = 0;; n++) {
-        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(x) : "l"(p) : "memory");
+        x = turn_poll<kRelaxed>(p);
         if (x >= v)
             return;
         if ((n & 1023) == 0) {
@@ -258,10 +270,14 @@ __device__ __forceinline__ void turn_wait(const int *p, int v, int *giveup)
     }
 }
 /* Passes the turn on: this thread's earlier writes (including completed
- * bulk operations) before the increment (release, GPU scope). */
-__device__ __forceinline__ void turn_pass(int *p)
+ * bulk operations) before the increment (release, GPU scope; kRelaxed:
+ * relaxed, after the caller's wait for its bulk operations' completion). */
+template <bool kRelaxed = false> __device__ __forceinline__ void turn_pass(int *p)
 {
-    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(p) : "memory");
+    if (kRelaxed)
+        asm volatile("red.relaxed.gpu.global.add.s32 [%0], 1;\n" ::"l"(p) : "memory");
+    else
+        asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(p) : "memory");
 }
 #else
 __device__ __forceinline__ void tma_store_4d(const void *, uint32_t, int, int, int, int) {}
@@ -272,8 +288,9 @@ __device__ __forceinline__ void red_add_v4(float *, float, float, float, float) 
 __device__ __forceinline__ void bulk_commit() {}
 template <int N> __device__ __forceinline__ void bulk_wait_read() {}
 __device__ __forceinline__ void bulk_wait_all() {}
-__device__ __forceinline__ void turn_wait(const int *, int, int *) {}
-__device__ __forceinline__ void turn_pass(int *) {}
+template <bool kRelaxed = false> __device__ __forceinline__ int turn_poll(const int *) { return 0; }
+template <bool kRelaxed = false> __device__ __forceinline__ void turn_wait(const int *, int, int *) {}
+template <bool kRelaxed = false> __device__ __forceinline__ void turn_pass(int *) {}
 __device__ __forceinline__ void bulk_load(uint32_t, const void *, uint32_t, uint32_t) {}
 __device__ __forceinline__ void mbar_init(uint32_t, uint32_t) {}
 __device__ __forceinline__ void mbar_init_fence() {}
