@@ -591,8 +591,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     };
     /* The turn's bookkeeping while the dQ product runs (lane 0: the
      * pass of the last add, then one poll), the add after staging. */
-    auto dq_add_early = [&](float (&q)[DQW / 2], int64_t s, int gh, int64_t i0, int64_t bh, bool dead,
-                        uint32_t sQ) {
+    auto dq_add_early = [&](float (&q)[DQW / 2], int64_t s, int gh, int64_t i0, int64_t bh,
+                            bool dead, uint32_t sQ) {
         dq_issue(q, s);
         int turn = 0, seen = 0;
         int *ctr = nullptr;

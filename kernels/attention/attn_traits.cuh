@@ -134,8 +134,8 @@ struct AttnArgs {
     int dq_split_turns;
     /* The wgmma kernels' outputs through shared memory in 16-byte stores
      * (wgmma_epilogue.cuh): O in the forward, dK and dV in the backward
-     * (d = 256 too since session 54); the dispatch sets them where every output row starts
-     * 16-byte aligned, unless FG_ATTN_FWD_EPI=0 / FG_ATTN_BWD_EPI=0. */
+     * (every head dim); the dispatch sets them where every output row
+     * starts 16-byte aligned, unless FG_ATTN_FWD_EPI=0 / FG_ATTN_BWD_EPI=0. */
     int o_staged, dkv_staged;
     int B, Nq, Nk, H, Hk, d, group;
     int64_t shift;        /* i' = i + shift (Nk - Nq bottom-right, 0 top-left) */

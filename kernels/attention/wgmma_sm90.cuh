@@ -229,12 +229,6 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t r[4])
                  "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
                  : "memory");
 }
-/* A turn counter in global memory (the deterministic backward's dQ
- * order): waits until *p >= v (acquire, GPU scope). Gives up after about
- * four seconds, and then sets *giveup, which ends every other wait of the
- * launch at once: a block never hangs if the hardware did not start the
- * block it waits for (the sums stay right, only their bitwise
- * repeatability is lost). */
 /* One poll of a turn counter: acquire, or relaxed (kRelaxed: the split-d
  * deterministic turns, whose adds are ordered by their completion waits). */
 template <bool kRelaxed = false> __device__ __forceinline__ int turn_poll(const int *p)
@@ -246,6 +240,12 @@ template <bool kRelaxed = false> __device__ __forceinline__ int turn_poll(const 
         asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(x) : "l"(p) : "memory");
     return x;
 }
+/* A turn counter in global memory (the deterministic backward's dQ
+ * order): waits until *p >= v (acquire, GPU scope; kRelaxed: relaxed
+ * polls). Gives up after about four seconds, and then sets *giveup, which
+ * ends every other wait of the launch at once: a block never hangs if the hardware did not start the
+ * block it waits for (the sums stay right, only their bitwise
+ * repeatability is lost). */
 template <bool kRelaxed = false>
 __device__ __forceinline__ void turn_wait(const int *p, int v, int *giveup)
 {
