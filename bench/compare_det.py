@@ -6,9 +6,10 @@ one (issue 18: at least 0.85x its speed, bitwise-identical reruns).
 Three backward runs of the same problem, interleaved in each round:
   default        dQ summed by bulk reduce-adds in whatever order the
                  blocks reach them (not bitwise repeatable)
-  deterministic  deterministic = 1: on the wgmma kernels (d <= 128, no
-                 block mask) each dQ tile is summed in a fixed order of
-                 key blocks (one accumulator, since session 38)
+  deterministic  deterministic = 1: on the wgmma kernels (no block
+                 mask; d = 256 since session 49) each dQ tile is summed
+                 in a fixed order of key blocks (one accumulator, since
+                 session 38)
   strict dQ      deterministic = 1 with FG_ATTN_DET_DQ=0: the separate
                  strict dQ kernel (the earlier deterministic path)
   det x2, det x4 deterministic = 1 with FG_ATTN_DET_COPIES=2 / 4: two
@@ -26,7 +27,7 @@ medians; TFLOP/s with the FlashAttention convention (backward 2.5 x 4 B H
 N^2 d, halved for causal).
 
     python3 bench/compare_det.py --lib BUILD/libflashgrad-bench.so \\
-        [--rounds 3] [--reps 10] [--quick]
+        [--rounds 3] [--reps 10] [--quick] [--ds 64,128,256]
 """
 import argparse
 import os
@@ -43,7 +44,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="N = 2k and 8k only at d = 128")
-    ap.add_argument("--ds", default="64,128", help="head dims, e.g. 256 (comma-separated)")
+    ap.add_argument("--ds", default="64,128,256", help="head dims (comma-separated)")
     args = ap.parse_args()
     fg = Flashgrad(args.lib)
     torch.manual_seed(0)
