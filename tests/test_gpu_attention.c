@@ -431,9 +431,10 @@ END_TEST
  * (the default: staged in the warps' rows of the Q and V tiles,
  * wgmma_epilogue.cuh) and from registers (FG_ATTN_FWD_EPI=0,
  * FG_ATTN_BWD_EPI=0), each against the fp64 reference, and bitwise equal
- * to each other: every padded head dim (d = 256's backward keeps its own
- * epilogue), rows past Nq and Nk in the last tile, both layouts, GQA,
- * causal, dropout, the wide d = 64 backward. */
+ * to each other: every padded head dim (d = 256's backward too since
+ * session 54: each warpgroup's half of d through its own panels of V),
+ * rows past Nq and Nk in the last tile, both layouts, GQA, causal,
+ * dropout, the wide d = 64 backward. */
 static const gcase epi_cases[] = {
     /* B   Nq    Nk   H  Hk   d  causal bhsd  p */
     {2, 65, 65, 4, 2, 128, 0, 0, 0.0},
