@@ -249,7 +249,7 @@ typedef struct fg_attn_params {
                           without a block mask add each 64-query tile
                           of dQ in a fixed order of key blocks (d <= 128:
                           0.85-1.00x the default's speed on an H200,
-                          d = 256: 0.74-0.80x);
+                          d = 256: 0.89-0.93x);
                           elsewhere a separate dQ pass (much slower).
                           The order, and so the bits, can differ between
                           GPU models (it depends on the SM count). The
