@@ -576,17 +576,21 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         else
             turn_wait(ctr, turn, dq_giveup);
     };
+    /* lane 0, in its turn: this warp's staged run of the step's tile
+     * added, its turn's pass due (dq_pass) */
+    auto dq_add_run = [&](int *ctr, int64_t bh, int64_t i0, uint32_t sQ) {
+        bulk_reduce_add_f32(dq_run(bh, i0, wg * 4 + warp), split_stage(sQ), DQ * 64);
+        bulk_commit();
+        dq_pend = ctr;
+    };
     auto dq_add_split = [&](int64_t s, int gh, int64_t i0, int64_t bh, bool dead, uint32_t sQ) {
         __syncwarp();
         int turn;
         if (lane == 0 && !dead && i0 < a.Nq && dq_turn(s, gh, i0, turn)) {
-            const int run = wg * 4 + warp;
-            int *ctr = dq_ctr(bh, i0, run);
+            int *ctr = dq_ctr(bh, i0, wg * 4 + warp);
             dq_pass();
             dq_wait(ctr, turn);
-            bulk_reduce_add_f32(dq_run(bh, i0, run), split_stage(sQ), DQ * 64);
-            bulk_commit();
-            dq_pend = ctr;
+            dq_add_run(ctr, bh, i0, sQ);
         }
     };
     /* The turn's bookkeeping while the dQ product runs (lane 0: the
@@ -609,9 +613,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         if (ctr) {
             if (seen < turn)
                 dq_wait(ctr, turn);
-            bulk_reduce_add_f32(dq_run(bh, i0, wg * 4 + warp), split_stage(sQ), DQ * 64);
-            bulk_commit();
-            dq_pend = ctr;
+            dq_add_run(ctr, bh, i0, sQ);
         }
     };
     /* The whole dQ product of step s, issued and waited for (with every

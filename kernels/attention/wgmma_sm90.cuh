@@ -243,9 +243,9 @@ template <bool kRelaxed = false> __device__ __forceinline__ int turn_poll(const 
 /* A turn counter in global memory (the deterministic backward's dQ
  * order): waits until *p >= v (acquire, GPU scope; kRelaxed: relaxed
  * polls). Gives up after about four seconds, and then sets *giveup, which
- * ends every other wait of the launch at once: a block never hangs if the hardware did not start the
- * block it waits for (the sums stay right, only their bitwise
- * repeatability is lost). */
+ * ends every other wait of the launch at once: a block never hangs if the
+ * hardware did not start the block it waits for (the sums stay right,
+ * only their bitwise repeatability is lost). */
 template <bool kRelaxed = false>
 __device__ __forceinline__ void turn_wait(const int *p, int v, int *giveup)
 {
