@@ -325,8 +325,7 @@ static void run_case(const gcase *c, fg_dtype dt, uint64_t salt)
  * 64, 96, 128, 256}, GQA/MQA, causal on/off, dropout on/off, both layouts;
  * the last three: the Hopper forward's wide key blocks (FwdWide:
  * unmasked, no dropout; 176 keys at d = 128, 80 at d = 256), several with
- * a partial last one. Every case runs
- * in fp64, fp32, fp16 and bf16. */
+ * a partial last one. Every case runs in fp64, fp32, fp16 and bf16. */
 static const gcase cases[] = {
     /* B   Nq    Nk   H  Hk   d  causal bhsd  p */
     {1, 1, 1, 1, 1, 16, 0, 0, 0.0},
