@@ -113,7 +113,7 @@ static int g_deterministic;
 static const char *const g_switches[] = {"FG_ATTN_BWD_WIDE", "FG_ATTN_DET_DQ",
                                          "FG_ATTN_DET_COPIES", "FG_ATTN_KERNEL",
                                          "FG_ATTN_FWD_EPI", "FG_ATTN_BWD_EPI",
-                                         "FG_ATTN_DET_ROTATE"};
+                                         "FG_ATTN_DET_ROTATE", "FG_ATTN_BWD_Q80"};
 
 static void params_for(const gcase *c, fg_attn_params *p, uint64_t seed)
 {
@@ -423,6 +423,37 @@ START_TEST(test_wide_d64)
         run_case(c, FG_FP16, 7600 + 10 * (uint64_t)_i + (uint64_t)narrow);
     }
     fgt_switch_restore("FG_ATTN_BWD_WIDE");
+}
+END_TEST
+
+/* d in (64, 128], unmasked, without dropout: the Hopper backward's
+ * 80-query kernel (dQ^T = K^T dS^T, 80-query transposed dQ tiles, stats
+ * padded to 320 rows) by default, then the 64-query one
+ * (FG_ATTN_BWD_Q80=0), each against the fp64 reference. Lengths around
+ * the 80-row step and the 320-row padding (the last step partly or
+ * wholly past Nq), Nq != Nk, GQA / MQA, d padded to 128, both layouts;
+ * the last case has dropout (never the 80-query kernel). */
+static const gcase q80_cases[] = {
+    /* B   Nq    Nk   H  Hk   d  causal bhsd  p */
+    {2, 80, 128, 2, 2, 128, 0, 0, 0.0},
+    {1, 81, 200, 4, 2, 128, 0, 1, 0.0},
+    {2, 321, 129, 2, 1, 128, 0, 0, 0.0},
+    {1, 1, 300, 2, 2, 128, 0, 1, 0.0},
+    {1, 500, 500, 3, 3, 96, 0, 0, 0.0},
+    {1, 639, 1000, 2, 2, 112, 0, 1, 0.0},
+    {1, 160, 160, 2, 2, 128, 0, 0, 0.1},
+};
+
+START_TEST(test_q80_d128)
+{
+    const gcase *c = &q80_cases[_i];
+    for (int q64 = 0; q64 < 2; q64++) {
+        if (q64)
+            setenv("FG_ATTN_BWD_Q80", "0", 1);
+        run_case(c, FG_BF16, 7700 + 10 * (uint64_t)_i + (uint64_t)q64);
+        run_case(c, FG_FP16, 7800 + 10 * (uint64_t)_i + (uint64_t)q64);
+    }
+    fgt_switch_restore("FG_ATTN_BWD_Q80");
 }
 END_TEST
 
@@ -1278,6 +1309,7 @@ int main(void)
         tcase_add_loop_test(tc, test_d256_steps, N_D256, N_D256 + 1);
         tcase_add_loop_test(tc, test_fast_other_kernels, 0, 2);
         tcase_add_loop_test(tc, test_wide_d64, 0, 2);
+        tcase_add_loop_test(tc, test_q80_d128, 1, 3);
         suite_add_tcase(s, tc);
         TCase *tm = tcase_create("mma_variants");
         tcase_set_timeout(tm, 900);
@@ -1300,6 +1332,7 @@ int main(void)
     tcase_add_checked_fixture(tw, reset_modes, reset_modes);
     tcase_add_loop_test(tw, test_wide_d64, 0, (int)(sizeof wide_cases / sizeof wide_cases[0]));
     tcase_add_test(tw, test_wide_mask);
+    tcase_add_loop_test(tw, test_q80_d128, 0, (int)(sizeof q80_cases / sizeof q80_cases[0]));
     tcase_add_loop_test(tw, test_staged_epilogue, 0,
                         (int)(sizeof epi_cases / sizeof epi_cases[0]));
     tcase_add_loop_test(tw, test_d256_steps, 0,

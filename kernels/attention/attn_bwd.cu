@@ -262,6 +262,7 @@ static fg_status launch_bwd(fg_dtype dt, AttnArgs a, size_t smem_limit, cudaStre
     bool prepped = false;
     if (wg) {
         a.dq_tile_d = attn_bwd_wgmma_dpad(a.d); /* the layout it accumulates dQ in */
+        a.dq_tile_q = attn_bwd_wgmma_dq_tile_q(maps);
         FG_TRY(launch_bwd_prep_tiled<T>(a, st, &prepped));
     }
     if (!prepped) {

@@ -183,8 +183,10 @@ __global__ void __launch_bounds__(256) attn_bwd_write_dq(const AttnArgs a)
             const int64_t cs = (int64_t)a.B * a.H * a.nq_pad * a.dq_tile_d; /* copy stride */
             const A sc = (A)a.scale; /* the wgmma kernels sum dS K unscaled */
             for (int x = lane; x < a.d; x += 32) {
+                const int64_t bh = sb * a.H + h, np = a.nq_pad;
                 const A *s0 = (const A *)a.dq_acc +
-                              dq_tiled_index(sb * a.H + h, a.nq_pad, a.dq_tile_d, si, x);
+                              (a.dq_tile_q == 80 ? dq_t80_index(bh, np, a.dq_tile_d, si, x)
+                                                 : dq_tiled_index(bh, np, a.dq_tile_d, si, x));
                 A v = s0[0];
                 for (int c = 1; c < a.dq_copies; c++) /* in order: bitwise repeatable */
                     v += s0[c * cs];
@@ -268,6 +270,63 @@ __global__ void __launch_bounds__(256) attn_bwd_write_dq_tiled(const AttnArgs a)
     }
 }
 
+/* The same for the 80-query transposed tiles (dq_t80_index, d = 128):
+ * block (tile t, head h, sequence b) reads tile t's 80 x 128 floats in
+ * order (a float4: d rows r, r + 8 by queries q, q + 1), transposes them
+ * through shared memory (row stride 132 floats: the lanes of a warp write
+ * 32 banks) and writes each query row's 8-column chunks. */
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(256) attn_bwd_write_dq_t80(const AttnArgs a)
+{
+    constexpr int QT = 80, DP = 128, LD = DP + 4;
+    __shared__ float4 sm4[QT * LD / 4]; /* [query][LD] floats */
+    float *sm = reinterpret_cast<float *>(sm4);
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int64_t i0 = (int64_t)blockIdx.x * QT;
+    const TileSeq sq = tile_seq(a, b, h);
+    if (i0 >= sq.nq)
+        return;
+    const int64_t cs = ((int64_t)a.B * a.H * a.nq_pad * DP) / 4; /* copy stride, float4 */
+    const int64_t row0 = ((int64_t)b * a.H + h) * a.nq_pad + i0;
+    const float4 *tile = reinterpret_cast<const float4 *>(a.dq_acc) + row0 * DP / 4;
+    const float scale = (float)a.scale; /* the wgmma kernels sum dS K unscaled */
+    for (int w = threadIdx.x; w < QT * DP / 4; w += blockDim.x) {
+        float4 f = tile[w];
+        for (int c = 1; c < a.dq_copies; c++) { /* in order: bitwise repeatable */
+            const float4 g = tile[c * cs + w];
+            f.x += g.x;
+            f.y += g.y;
+            f.z += g.z;
+            f.w += g.w;
+        }
+        /* float4 w: run w / 320, fragment n = (w % 320) / 32, lane w % 32 */
+        const int run = w / (QT * 4), n = (w % (QT * 4)) >> 5, lane = w & 31;
+        const int r = 16 * run + (lane >> 2), q = 8 * n + 2 * (lane & 3);
+        sm[q * LD + r] = f.x * scale;
+        sm[(q + 1) * LD + r] = f.y * scale;
+        sm[q * LD + r + 8] = f.z * scale;
+        sm[(q + 1) * LD + r + 8] = f.w * scale;
+    }
+    __syncthreads();
+    const int rows = (int)min((int64_t)QT, sq.nq - i0);
+    for (int w = threadIdx.x; w < rows * (DP / 8); w += blockDim.x) {
+        const int q = w / (DP / 8), c0 = (w % (DP / 8)) * 8;
+        if (c0 >= a.d)
+            continue;
+        const float4 lo = sm4[(q * LD + c0) / 4], hi = sm4[(q * LD + c0) / 4 + 1];
+        T *dst = elem<T>(a.dq, sq.ob, sq.orow + i0 + q, h) + c0;
+        if (kVec && c0 + 8 <= a.d) {
+            *reinterpret_cast<uint4 *>(dst) =
+                make_uint4(pack2<T>(lo.x, lo.y), pack2<T>(lo.z, lo.w), pack2<T>(hi.x, hi.y),
+                           pack2<T>(hi.z, hi.w));
+        } else {
+            const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+            for (int k = 0; k < 8 && c0 + k < a.d; k++)
+                dst[k] = from_acc<T>(v[k]);
+        }
+    }
+}
+
 /* Grid of a grid-stride pass of n work items, 256 threads a block. */
 __host__ __forceinline__ unsigned rows_grid(int64_t n)
 {
@@ -328,7 +387,13 @@ fg_status launch_bwd_write_dq(const AttnArgs &a, cudaStream_t st)
         /* packed batches too (H200, 8 x 2048 packed, d = 128: 162 us by
          * attn_bwd_write_dq's row walk, 47 us dense by this one) */
         tiled = a.dq_tile_d && a.H <= 65535 && a.B <= 65535;
-        if (tiled) {
+        if (tiled && a.dq_tile_q == 80) {
+            dim3 grid((unsigned)(a.nq_pad / 80), (unsigned)a.H, (unsigned)a.B);
+            if (vec16_ok(a.dq))
+                attn_bwd_write_dq_t80<T, true><<<grid, 256, 0, st>>>(a);
+            else
+                attn_bwd_write_dq_t80<T, false><<<grid, 256, 0, st>>>(a);
+        } else if (tiled) {
             dim3 grid((unsigned)(a.nq_pad / 64), (unsigned)a.H, (unsigned)a.B);
             if (vec16_ok(a.dq))
                 attn_bwd_write_dq_tiled<T, true><<<grid, 256, 0, st>>>(a);

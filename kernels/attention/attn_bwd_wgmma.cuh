@@ -67,7 +67,22 @@ namespace fg {
 /* kDet (split d only): the deterministic dQ turns (dq_add_split), a kernel
  * of their own so that the default d = 256 kernel keeps its registers
  * (232; with det a runtime test, 248 and 3% slower on an H200). */
-template <typename T, int D, int kMode, bool kDropout, bool kWide, bool kDet = false>
+/* kQ80 (d = 128, kMode 0, no dropout, not deterministic): 80-query steps,
+ * as FlashAttention-3's unmasked d = 128 backward, so each key block's
+ * walk has 1.25x fewer steps and dQ reduce-adds per product. S^T and dP^T
+ * are 64 keys x 80 queries a warpgroup (40 registers each), dV and dK
+ * take five 16-query k steps. dQ cannot be M = 80 (wgmma's M is 64 a
+ * warpgroup), so the dQ product runs transposed: dQ_i^T = K^T dS^T,
+ * warpgroup w taking d's rows 64w..64w + 63 (A = K's panel w read
+ * MN-major) over the 80 queries (N = 80), and B = dS stored [query][key]
+ * K-major (stmatrix .trans) in two 64-key panels of 80 rows, which the
+ * 128-byte swizzle allows where dS^T [key][query] read MN-major (80 is no
+ * multiple of its 64-element rows) would not. The staged runs are dQ^T
+ * fragments: dq_acc holds 80-query transposed tiles (dq_t80_index,
+ * AttnArgs::dq_tile_q), nq_pad a multiple of 320. The dQ product of step i
+ * runs after dK's product of step i + 1, as at d = 128 otherwise. */
+template <typename T, int D, int kMode, bool kDropout, bool kWide, bool kDet = false,
+          bool kQ80 = false>
 __global__ void __launch_bounds__(BwdSpec<D, kDropout>::kThreads, 1)
 attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                       const __grid_constant__ CUtensorMap tmQ,
@@ -130,7 +145,9 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             return; /* past this sequence: the grid fits the longest */
     }
     static_assert(!kWide || (D == 64 && kMode != 4 && kMode != 5), "wide steps: no bias");
-    using Tile = BwdTile<D, kWide>;
+    static_assert(!kQ80 || (D == 128 && kMode == 0 && !kDropout && !kWide && !kDet),
+                  "80-query steps: d = 128, kMode 0, no dropout");
+    using Tile = BwdTile<D, kWide, kQ80>;
     /* Two forms of 8aa980e measured on an H200 (session 22), kept where
      * each is faster: the warpgroup index by a shuffle from lane 0
      * (CUTLASS's canonical_warp_group_idx: the compiler knows it is
@@ -141,11 +158,20 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     using Desc = WgDescAt<kDescOnce>;
     constexpr bool kSpec = BwdSpec<D, kDropout>::value;
     constexpr bool kEarlyDQ = BwdSpec<D, kDropout>::kEarlyDQ && !kWide;
+    /* P^T packed beside dS^T and dV issued with dK (below), where P^T,
+     * its packed copy, dP^T and both A fragments would not fit beside dK
+     * and dV: the wide d = 64 steps, and kQ80 (128 + 40 + 40 + 20 + 20
+     * registers: ptxas serialised every wgmma, C7512). */
+    constexpr bool kLateDV = kWide || kQ80;
     const bool drop = kDropout && (!BwdDropRT<D, kMode>::value || args.dropout);
     constexpr int Bc = Tile::kBc, Br = Tile::kBr, DH = Tile::kDH, DQ = Tile::kDQ;
-    constexpr int DQW = kWide ? D : DQ; /* columns of a warpgroup's dQ product */
+    /* columns of a warpgroup's dQ product (kQ80: queries of its dQ^T) */
+    constexpr int DQW = kQ80 ? Br : kWide ? D : DQ;
+    /* floats of one warp's staged dQ run: 16 rows of DQ columns (kQ80: 16
+     * rows of d by Br queries) */
+    constexpr int RUNF = 16 * (kQ80 ? Br : DQ);
     /* dropout keep bits, one per score element of a thread (Br / 2) */
-    using Keep = typename std::conditional<kWide, uint64_t, uint32_t>::type;
+    using Keep = typename std::conditional<(Br > 64), uint64_t, uint32_t>::type;
     constexpr uint32_t qtile = Br * D * 2;   /* bytes of one Q or dO tile */
     extern __shared__ unsigned char smem[];
     const uint32_t base = smem_u32(smem);
@@ -180,7 +206,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * started in grid order, a block only ever waits for blocks started
      * before it. */
     static_assert(!kDet || Tile::kSplitD, "kDet: split d only");
-    const bool det = Tile::kSplitD ? kDet : kSpec && args.dq_sem != nullptr;
+    const bool det = Tile::kSplitD ? kDet : kSpec && !kQ80 && args.dq_sem != nullptr;
     const int kb = det ? (nk_rows + Bc - 1) / Bc - 1 - gx : gx;
     const int64_t j0 = (int64_t)kb * Bc;
     const int kvalid = (int)min((int64_t)Bc, (int64_t)nk_rows - j0); /* rows stored */
@@ -205,7 +231,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * block list's global load and the band test on every step's path). */
     int4 *step_info = reinterpret_cast<int4 *>(smem + (bar_kv + 96 - base)); /* [2] */
     /* A tile of `rows` rows in boxes of `box` (the map's: Bc for K and V,
-     * 64 for Q and dO, so a wide step's tile takes two) */
+     * kQBox for Q and dO, so a wide step's tile takes two) */
+    constexpr int kQBox = kQ80 ? Br : 64;
     auto tma_tile = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int rows, int box,
                         int64_t row0, int head) {
 #pragma unroll
@@ -332,10 +359,10 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         else
             mbar_expect_tx(bar, qtile);
         if (part != 1)
-            tma_tile(buf, &tmQ, bar, Br, 64, q_row0 + i0, h);
+            tma_tile(buf, &tmQ, bar, Br, kQBox, q_row0 + i0, h);
         if (part == 2)
             return;
-        tma_tile(buf + qtile, &tmO, bar, Br, 64, q_row0 + i0, h);
+        tma_tile(buf + qtile, &tmO, bar, Br, kQBox, q_row0 + i0, h);
         if (part == 0 && btma) { /* bias rows i0.., keys j0..: Bc / 64 panels */
             const int hb = args.bias_s[1] ? h : 0, bb = args.bias_s[0] ? b : 0;
 #pragma unroll
@@ -476,6 +503,17 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     /* dQ_i += scale dS K (Alg4 L.22) of step s: A = dS (queries x keys)
      * read MN-major from dS^T, B = K read MN-major; this WG's DQ columns. */
     auto dq_issue = [&](float (&q)[DQW / 2], int64_t s) {
+        if constexpr (kQ80) { /* dQ_i^T += K^T dS^T: d rows 64 wg.. by Br queries */
+            const Desc da0(sK + (uint32_t)wg * Bc * 128, Bc * 128, 1024),
+                db0(step_sdS(s), 16, 1024);
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < Bc / 16; kk++)
+                WgmmaOp<T, Br>::template ss<1, 0>(
+                    q, da0(kk * 16 * 128), db0((kk >> 2) * Br * 128 + (kk & 3) * 32), kk > 0);
+            wg_commit();
+            return;
+        }
         /* column wg*DQ: panel (wg*DQ)/64, and for DQ = 32 half a 128-byte
          * row into it (the swizzle is address-based); kWide: every column,
          * the queries of dS^T's panel wg */
@@ -503,14 +541,14 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                         uint32_t sQ) {
         /* kWide: runs warp and 4 + warp of 64-row tile wg (its queries,
          * all D columns); otherwise run 4 wg + warp of the step's tile */
-        constexpr int RW = DQW / DQ; /* runs per warp */
+        constexpr int RW = kWide ? DQW / DQ : 1; /* runs per warp */
         const int run = kWide ? warp : wg * 4 + warp;
         const int64_t t0 = i0 + (kWide ? 64 * wg : 0);
         uint32_t stage;
         if constexpr (Tile::kSplitD) {
             stage = split_stage(sQ);
         } else {
-            stage = sStage + (kWide ? (uint32_t)wg * 64 * D * 4 : 0u) + (uint32_t)run * DQ * 64;
+            stage = sStage + (kWide ? (uint32_t)wg * 64 * D * 4 : 0u) + (uint32_t)run * RUNF * 4;
             if (det) {
                 if (s > 0) /* writer (s - 1) & 1 has read step s - 1's tile */
                     mbar_wait(dq_empty + 8 * (uint32_t)((s - 1) & 1), (uint32_t)((s - 1) >> 1) & 1);
@@ -538,8 +576,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 #pragma unroll
             for (int h = 0; h < RW; h++) /* kWide: runs warp, 4 + warp */
                 bulk_reduce_add_f32((float *)a.dq_acc + (bh * a.nq_pad + t0) * D +
-                                        (run + 4 * h) * DQ * 16,
-                                    stage + (uint32_t)(4 * h * DQ * 64), DQ * 64);
+                                        (run + 4 * h) * RUNF,
+                                    stage + (uint32_t)(4 * h * RUNF * 4), RUNF * 4);
             bulk_commit();
         }
     };
@@ -968,6 +1006,16 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             /* chunk < Br / 8: Br / 64 panels */
             stmatrix_x4(buf + pswz(key, (2 * kk + (lane >> 4)) & (Br / 8 - 1), Bc), r);
         };
+        /* kQ80: the same four matrices transposed into dS [query][key]
+         * (dQ^T's B operand: 64-key panels of Br rows): lane L gives query
+         * row 8 (2 kk + L / 16) + L % 8 of matrix L / 8, whose 8 keys
+         * start at key_base + 16 warp + 8 ((L / 8) % 2), this warpgroup's
+         * panel. */
+        auto store_ds4 = [&](uint32_t buf, int kk, const uint32_t (&r)[4]) {
+            const int qrow = 8 * (2 * kk + (lane >> 4)) + (lane & 7);
+            const int key = key_base + 16 * warp + 8 * ((lane >> 3) & 1);
+            stmatrix_x4_trans(buf + pswz(qrow, key >> 3, Br), r);
+        };
         const uint32_t boff = (dslice / 64) * Br * 128; /* this WG's d panels */
         /* dV's and dK's B operands (dO_i, Q_i read MN-major, this WG's d
          * panels); k step kk is 16 rows on, 2048 bytes */
@@ -1135,7 +1183,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             Keep keep;
             probs(s, keep); /* s keeps P^T before dropout, for dS^T */
             /* dV += (P^T Z) dO_i (Alg4 L.17): B read MN-major, 16 queries
-             * per k-step, LBO = one d panel of Br rows. kWide: P^T packed
+             * per k-step, LBO = one d panel of Br rows. kLateDV: P^T packed
              * with dS^T below and dV issued with dK, so that P^T (fp32),
              * its packed copy and dP^T are never live together (64 + 32 +
              * 64 registers: ptxas serialised the wgmma). */
@@ -1151,7 +1199,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 pf[qt >> 1][(qt & 1) * 2 + 1] =
                     pack2<T>(s[x + 2] * zf(keep, x + 2), s[x + 3] * zf(keep, x + 3));
             };
-            if constexpr (!kWide) {
+            if constexpr (!kLateDV) {
 #pragma unroll
                 for (int qt = 0; qt < Br / 8; qt++)
                     pack_p(qt);
@@ -1159,7 +1207,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 dv_issue();
                 wg_commit();
             }
-            if constexpr (kWide) /* dP^T */
+            if constexpr (kLateDV) /* dP^T */
                 wg_wait<0>();
             else if constexpr (kEarlyDQ && kPrev) /* dP^T (dQ's and dV's products may still run) */
                 wg_wait<2>();
@@ -1178,7 +1226,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 #pragma unroll
                 for (int qt = 0; qt < Br / 8; qt++) {
                     float ds[4], dls[4];
-                    if constexpr (kWide)
+                    if constexpr (kLateDV)
                         pack_p(qt);
                     const float2 Dq = *reinterpret_cast<const float2 *>(Dv + 8 * qt + 2 * t4);
                     const float2 lc = kCap ? cap_rows(qt) : make_float2(0.f, 0.f);
@@ -1222,7 +1270,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 
             /* dK += dS^T Q_i (Alg4 L.23). */
             wg_fence();
-            if constexpr (kWide)
+            if constexpr (kLateDV)
                 dv_issue();
             wg_fence_regs(dk);
 #pragma unroll
@@ -1251,7 +1299,11 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                      * 16 with an address each. kMode 5 keeps store_t (its
                      * registers: the row address cost 118 more spill loads
                      * and stores in the loop with dropout). */
-                    if constexpr (kMode != 5) {
+                    if constexpr (kQ80) {
+#pragma unroll
+                        for (int kk = 0; kk < Br / 16; kk++)
+                            store_ds4(sdS, kk, sf[kk]);
+                    } else if constexpr (kMode != 5) {
 #pragma unroll
                         for (int kk = 0; kk < Br / 16; kk++)
                             store_t4(sdS, kk, sf[kk]);
@@ -1364,21 +1416,22 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 }
 
 struct BwdMaps {
-    CUtensorMap q, k, v, o;
+    CUtensorMap q, k, v, o; /* q, o: boxes of 64 rows, or 80 (q80) */
     /* kMode 5: bias_flags 1 (no dbias), 3 (dbias too, by TMA) or 5 (a
      * broadcast dbias by vector reductions into dbias_acc), plus 8 when
      * that dbias is broadcast over the batch (the batch-first grid) */
     CUtensorMap bias, dbias;
     int bias_flags;
+    int q80; /* the 80-query kernel (attn_bwd_wgmma_dq_tile_q) */
 };
 
-template <typename T, int D, int kMode, bool kDropout, bool kWide = false>
+template <typename T, int D, int kMode, bool kDropout, bool kWide = false, bool kQ80 = false>
 fg_status launch(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
 {
-    using Tile = BwdTile<D, kWide>;
+    using Tile = BwdTile<D, kWide, kQ80>;
     /* BwdDropRT: the dropout kernel, told by a.dropout */
     constexpr bool kDr = kDropout || BwdDropRT<D, kMode>::value;
-    auto kern = attn_bwd_wgmma_kernel<T, D, kMode, kDr, kWide>;
+    auto kern = attn_bwd_wgmma_kernel<T, D, kMode, kDr, kWide, false, kQ80>;
     if constexpr (Tile::kSplitD)
         if (a.dq_sem)
             kern = attn_bwd_wgmma_kernel<T, D, kMode, kDr, kWide, true>;
@@ -1448,6 +1501,11 @@ FG_BWD_WGMMA_MODE(extern, 3)
 FG_BWD_WGMMA_MODE(extern, 4)
 FG_BWD_WGMMA_MODE(extern, 6)
 FG_BWD_WGMMA_MODE(extern, 7)
+/* kQ80: d = 128, kMode 0, no dropout */
+#define FG_BWD_WGMMA_Q80(X)                                                             \
+    X template fg_status launch<__half, 128, 0, false, false, true>(FG_BWD_WGMMA_ARGS); \
+    X template fg_status launch<__nv_bfloat16, 128, 0, false, false, true>(FG_BWD_WGMMA_ARGS);
+FG_BWD_WGMMA_Q80(extern)
 /* kMode 5: d = 128 only (BwdBiasTile) */
 FG_BWD_WGMMA_LAUNCH(extern, __half, 128, 5)
 FG_BWD_WGMMA_LAUNCH(extern, __nv_bfloat16, 128, 5)

@@ -32,6 +32,26 @@ static bool wide_call(const AttnArgs &a)
     return a.cu_q || a.seqused_k || !a.bias;
 }
 
+/* Can the call take the 80-query d = 128 kernel (kQ80,
+ * attn_bwd_wgmma.cuh)? d in (64, 128], kMode 0 (no mask, variant, bias or
+ * packed batch), no dropout, not deterministic (the turns count 64-query
+ * tiles); FG_ATTN_BWD_Q80=0 keeps the 64-query kernel (tests,
+ * comparisons). Read per call; attn_bwd_wgmma_maps records the choice. */
+static bool q80_call(const AttnArgs &a)
+{
+    return a.d > 64 && a.d <= 128 && !a.causal && !a.variant && !a.bias && !a.cu_q &&
+           !a.seqused_k && !a.sparse && !a.dropout && !a.deterministic &&
+           !env_is("FG_ATTN_BWD_Q80", "0");
+}
+
+int64_t attn_bwd_wgmma_nq_pad(const AttnArgs &a)
+{
+    const int64_t m = q80_call(a) ? 320 : 128; /* 320: 64 and 80 divide it */
+    return ((int64_t)a.Nq + m - 1) / m * m;
+}
+
+int attn_bwd_wgmma_dq_tile_q(const void *maps) { return ((const BwdMaps *)maps)->q80 ? 80 : 64; }
+
 /* kW: the wide kernels (d = 64 only, wide_call). */
 template <typename T, int D, bool kW>
 static fg_status launch_opts(const AttnArgs &a, const BwdMaps &m, cudaStream_t st)
@@ -61,6 +81,9 @@ static fg_status launch_opts(const AttnArgs &a, const BwdMaps &m, cudaStream_t s
     if (a.causal)
         return a.dropout ? launch<T, D, 1, true, kW>(a, m, st)
                          : launch<T, D, 1, false, kW>(a, m, st);
+    if constexpr (D == 128 && !kW)
+        if (m.q80)
+            return launch<T, 128, 0, false, false, true>(a, m, st);
     return a.dropout ? launch<T, D, 0, true, kW>(a, m, st)
                      : launch<T, D, 0, false, kW>(a, m, st);
 }
@@ -90,10 +113,13 @@ size_t attn_bwd_wgmma_smem(const AttnArgs &a)
                             BwdDropX<64, 0, true, true>::kBytes;
         return narrow > wide ? narrow : wide;
     }
-    if (a.d <= 128) /* kMode 5's bias stages at most */
-        return BwdWgTile<128>::kSmem + (a.bias ? BwdBiasTile<128, 5>::kBytes : 0) +
-               (ragged ? BwdSeqSmem<128, 3>::kBytes : 0) +
-               (a.bias ? 0 : BwdDropX<128, 0, true>::kBytes);
+    if (a.d <= 128) { /* kMode 5's bias stages at most, or the 80-query kernel */
+        const size_t q64 = BwdWgTile<128>::kSmem + (a.bias ? BwdBiasTile<128, 5>::kBytes : 0) +
+                           (ragged ? BwdSeqSmem<128, 3>::kBytes : 0) +
+                           (a.bias ? 0 : BwdDropX<128, 0, true>::kBytes);
+        const size_t q80 = q80_call(a) ? BwdTile<128, false, true>::kSmem : 0;
+        return q64 > q80 ? q64 : q80;
+    }
     return BwdWgTile<256>::kSmem;
 }
 
@@ -128,8 +154,11 @@ bool attn_bwd_wgmma_maps(const AttnArgs &a, void *maps)
     BwdMaps *m = (BwdMaps *)maps;
     memset(m, 0, sizeof *m);
     const int bc = bwd_keys(a.d), br = 64;
-    if (!make_operand_tmap(&m->q, a, a.q, false, br) ||
-        !make_operand_tmap(&m->o, a, a.dout, false, br) ||
+    /* the 80-query kernel where the stats were padded for it */
+    m->q80 = q80_call(a) && a.nq_pad > 0 && a.nq_pad % 320 == 0;
+    const int qbox = m->q80 ? 80 : br; /* Q and dO: a step's rows in one box */
+    if (!make_operand_tmap(&m->q, a, a.q, false, qbox) ||
+        !make_operand_tmap(&m->o, a, a.dout, false, qbox) ||
         !make_operand_tmap(&m->k, a, a.k, true, bc) || !make_operand_tmap(&m->v, a, a.v, true, bc))
         return false;
     /* kMode 5 (BwdBiasTile: d in (64, 128]) where TMA can read the bias and

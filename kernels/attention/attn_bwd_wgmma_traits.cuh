@@ -16,9 +16,10 @@ namespace fg {
  * per SM, measured 5-25% slower on an H100: the Q/dO tiles were streamed
  * twice and dQ got twice the atomics). */
 /* BR: queries per step, 64, or 128 for the wide d = 64 kernels (kWide
- * below). */
+ * below), or 80 for the d = 128 unmasked kernel without dropout (kQ80). */
 template <int D, int BR = 64> struct BwdWgTile {
-    static_assert(BR == 64 || (BR == 128 && D == 64), "wide steps: d = 64 only");
+    static_assert(BR == 64 || (BR == 128 && D == 64) || (BR == 80 && D == 128),
+                  "wide steps: d = 64 only; 80-query steps: d = 128 only");
     static constexpr bool kSplitD = D == 256;
     static constexpr int kWG = 2;
     static constexpr int kBc = kSplitD ? 64 : 64 * kWG; /* keys per block */
@@ -45,9 +46,12 @@ template <int D, int BR = 64> struct BwdWgTile {
         4 * kBr * sizeof(float) + 128 + kXBytes + 1024;
 };
 
-/* The tile of the wide (kWide: 128 queries a step, d = 64) or the
- * 64-query kernels. */
-template <int D, bool kWide> using BwdTile = BwdWgTile<D, kWide ? 128 : 64>;
+/* The tile of the wide (kWide: 128 queries a step, d = 64), the 80-query
+ * (kQ80: d = 128, kMode 0 without dropout) or the 64-query kernels. At
+ * kQ80: K, V 64 KB, Q / dO two stages of 80 rows 80 KB, dS two buffers 40
+ * KB, the dQ staging 40 KB: 231808 of the 232448 bytes a block may have. */
+template <int D, bool kWide, bool kQ80 = false>
+using BwdTile = BwdWgTile<D, kQ80 ? 80 : kWide ? 128 : 64>;
 
 /* Warp specialisation for d <= 128, dropout included (with dropout the
  * d = 128 instantiations spill 40-150 bytes of the consumers' 240

@@ -401,6 +401,19 @@ __host__ __device__ __forceinline__ int64_t dq_tiled_index(int64_t bh, int64_t n
            ((cc >> 3) * 32 + lane) * 4 + ((ir >> 3) & 1) * 2 + (cc & 1);
 }
 
+/* The same for the 80-query transposed tiles of the d = 128 kernel
+ * (AttnArgs::dq_tile_q = 80, kQ80): tile i / 80 of 80 x D floats; inside
+ * it, warp w of warpgroup g (d rows 64g + 16w .. + 15 of dQ^T) owns run
+ * 4g + w = x / 16 of 16 x 80 floats, where lane (4 (x % 8) + (i % 8) / 2)
+ * keeps its fragment n = (i % 80) / 8 as 4 floats ((x % 16) / 8, i % 2). */
+__host__ __device__ __forceinline__ int64_t dq_t80_index(int64_t bh, int64_t nq_pad, int D,
+                                                         int64_t i, int x)
+{
+    const int ir = (int)(i % 80), lane = (x & 7) * 4 + ((ir & 7) >> 1);
+    return (bh * nq_pad + (i - ir)) * D + (int64_t)(x >> 4) * 16 * 80 +
+           ((ir >> 3) * 32 + lane) * 4 + ((x >> 3) & 1) * 2 + (ir & 1);
+}
+
 /* log2 of row (bh, i)'s softmax normaliser from the forward's m and l;
  * +inf for a row that saw no key, so exp2(s - lse2) = 0. */
 __device__ __forceinline__ float stat_lse2(const AttnArgs &a, int64_t row)

@@ -82,6 +82,15 @@ size_t attn_bwd_wgmma_smem(const AttnArgs &a);
  * accumulator is [B*H][nq_pad][dpad] floats in the tiled layout
  * (AttnArgs::dq_tile_d). */
 int attn_bwd_wgmma_dpad(int d);
+/* Rows of lse2p / Dp / the tiled dq_acc per (b, h): Nq rounded up to 128,
+ * or to 320 where the call may take the 80-query d = 128 kernel
+ * (attn_bwd_wgmma_q80_call: its steps and transposed dQ tiles are 80
+ * rows, the prep and write passes' tiles 64). */
+int64_t attn_bwd_wgmma_nq_pad(const AttnArgs &a);
+/* The query rows of one tile of the call's tiled dq_acc
+ * (AttnArgs::dq_tile_q): 80 when attn_bwd_wgmma_maps chose the 80-query
+ * kernel, else 64. */
+int attn_bwd_wgmma_dq_tile_q(const void *maps);
 
 /* The tensor-core kernels copy 16-byte row chunks: every operand pointer
  * must be 16-byte aligned and every stride a multiple of 8 elements.

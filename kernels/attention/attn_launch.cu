@@ -214,11 +214,12 @@ extern "C" fg_status fg_attn_cuda_backward(const fg_attn_problem *pb,
     /* D, then the dQ accumulator at a 256-byte boundary (vector atomics). */
     const size_t d_bytes = (acc * rows + 255) & ~(size_t)255;
     /* fp16/bf16 on Hopper (the wgmma path): lse2 and D padded to a
-     * multiple of 128 rows (the wide d = 64 kernels step 128 queries), and
-     * dQ accumulated in 64-row tiles of the padded head dim; a packed
+     * multiple of 128 rows (the wide d = 64 kernels step 128 queries; 320
+     * for the 80-query d = 128 kernel: attn_bwd_wgmma_nq_pad), and dQ
+     * accumulated in 64- or 80-row tiles of the padded head dim; a packed
      * batch pads every sequence to the longest (Nq). */
     const bool hopper = (pb->dtype == FG_FP16 || pb->dtype == FG_BF16) && fg::wgmma_usable();
-    const int64_t nq_pad = (pb->Nq + 127) / 128 * 128;
+    const int64_t nq_pad = fg::attn_bwd_wgmma_nq_pad(a);
     const size_t pad_bytes =
         hopper ? (2 * sizeof(float) * (size_t)(pb->B * pb->H * nq_pad) + 255) & ~(size_t)255 : 0;
     /* Deterministic mode writes dQ directly (no accumulator), except on

@@ -101,8 +101,9 @@ struct AttnArgs {
     void *m, *l;          /* [B, H, Nq] stats, accumulator type */
     void *D;              /* [B, H, Nq] rowsum(dO * O), backward */
     /* wgmma backward only: lse2 = log2 of the softmax normaliser and D,
-     * float [B*H][nq_pad] with rows padded to a multiple of 128 (+inf / 0),
-     * so every 64- or 128-query block is one aligned bulk copy. */
+     * float [B*H][nq_pad] with rows padded to a multiple of 128, or 320
+     * (attn_bwd_wgmma_nq_pad; +inf / 0), so every 64-, 80- or 128-query
+     * block is one aligned bulk copy. */
     void *lse2p, *Dp;
     int64_t nq_pad;
     void *dq_acc;         /* [B, H, Nq, d] dQ accumulator, backward */
@@ -113,6 +114,9 @@ struct AttnArgs {
      * tile is one contiguous run for a bulk reduce; it holds dS K without
      * the softmax scale, which attn_bwd_write_dq* applies to each sum. */
     int dq_tile_d;
+    /* With dq_tile_d: the query rows of a tile, 64, or 80 for the 80-query
+     * d = 128 kernel, whose tiles hold dQ^T (dq_t80_index). */
+    int dq_tile_q;
     /* The deterministic wgmma backward (no block mask): eight turn counters
      * per (b, h, 64-query tile) of dq_acc and copy, then a give-up flag
      * (turn_wait), zeroed; NULL otherwise. */
