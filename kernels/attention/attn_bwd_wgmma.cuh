@@ -4,8 +4,9 @@
  *
  * One block of two warpgroups per (K/V block, K/V head, batch); K_j and V_j
  * stay in shared memory, dK_j and dV_j accumulate in registers (fp32). For
- * each query head of the group and each query block of 64 rows (Q_i, dO_i
- * double-buffered, by TMA), Alg. 4 lines 11-23 in five wgmma GEMMs:
+ * each query head of the group and each query block of 64 rows (128: kWide,
+ * 80: kQ80; Q_i, dO_i double-buffered, by TMA), Alg. 4 lines 11-23 in five
+ * wgmma GEMMs:
  *   S^T  = K Q_i^T      dP^T = V dO_i^T       (A, B from shared memory)
  *   P^T  = exp2(S^T scale log2e - lse2), dropout, dS^T = P^T (dP^T - D_i)
  *   dV  += P^T dO_i     dK  += dS^T Q_i       (A from registers, B = dO/Q
