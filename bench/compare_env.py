@@ -7,8 +7,10 @@ machine costs seconds and lets the clocks drift between the sides.
 
 Method: compare_torch.py's (bench/fg_ctypes.py): standard-normal [B, N, H, d]
 inputs, 16k tokens, hidden 2048; each setting warmed up, then `--reps`
-calls timed with CUDA events per round, `--rounds` interleaved rounds, the
-best round median; cuDNN (SDPA) beside them as a control, same cell.
+calls timed with CUDA events per round, `--rounds` interleaved rounds, each
+starting one setting later (give at least as many rounds as settings, cuDNN
+counted), the best round median; cuDNN (SDPA) beside them as a control,
+same cell.
 
     python3 bench/compare_env.py --lib .libs/libflashgrad.so \\
         --env "" --env "FG_ATTN_FWD_EPI=1 FG_ATTN_BWD_EPI=1" \\

@@ -11,8 +11,9 @@ Method (issue 18; the same for every contender and every cell):
     views of the same storage, so both read the same bytes;
   - each contender is warmed up, then timed with CUDA events around the
     forward and around the backward, `--reps` calls per round, the median
-    per round; `--rounds` rounds run interleaved (flashgrad, flash, cuDNN,
-    ..., flashgrad, flash, ...) and each cell keeps the best round median;
+    per round; `--rounds` rounds run interleaved, each starting one
+    contender later (flashgrad, flash, cuDNN, ..., then flash, cuDNN, ...,
+    flashgrad), and each cell keeps the best round median;
   - 16k tokens (B = 16384 / N) and hidden 2048 (H = 2048 / d); TFLOP/s with
     forward 4 B H N^2 d (halved when causal), backward 2.5x forward.
 

@@ -7,10 +7,14 @@ timed the same way.
 
 Timing: CUDA events around the forward and around the backward of each
 call, `reps` calls per round, the median per round; several rounds run
-interleaved over every contender (A, B, C, A, B, C, ...), and each keeps
-the best of its round medians (best_times). Interleaving spreads clock
-and thermal drift over all contenders; the best median discards rounds
-disturbed by something else on the machine."""
+interleaved over every contender, each round starting one contender
+later (A, B, C, then B, C, A, then C, A, B, ...), and each keeps the best
+of its round medians (best_times). Interleaving spreads clock and thermal
+drift over all contenders, the rotation gives each the same positions
+once there are as many rounds as contenders (H200, session 55: in a fixed
+order the first contender's forward, the same code as the third's, ran
+5-8% faster), and the best median discards rounds disturbed by something
+else on the machine."""
 import ctypes as C
 import statistics
 
@@ -133,11 +137,18 @@ def time_pair(fwd, bwd, reps):
     return statistics.median(tf), statistics.median(tb)
 
 
+def round_order(names, r):
+    """Round r's order of the contenders: the list rotated by r."""
+    k = r % len(names) if names else 0
+    return names[k:] + names[:k]
+
+
 def best_times(pairs, rounds, reps):
-    """Best per-round medians of interleaved rounds: {who: [fwd, bwd] ms}."""
+    """Best per-round medians of interleaved, rotated rounds: {who: [fwd, bwd] ms}."""
     best = {who: [1e9, 1e9] for who in pairs}
-    for _ in range(rounds):
-        for who, (f, b) in pairs.items():
+    for r in range(rounds):
+        for who in round_order(list(pairs), r):
+            f, b = pairs[who]
             tf, tb = time_pair(f, b, reps)
             best[who][0] = min(best[who][0], tf)
             best[who][1] = min(best[who][1], tb)
