@@ -13,7 +13,7 @@ of its round medians (best_times). Interleaving spreads clock and thermal
 drift over all contenders, the rotation gives each the same positions
 once there are as many rounds as contenders (H200, session 55: in a fixed
 order the first contender's forward, the same code as the third's, ran
-5-8% faster), and the best median discards rounds disturbed by something
+up to 8% faster), and the best median discards rounds disturbed by something
 else on the machine."""
 import ctypes as C
 import statistics
