@@ -1136,34 +1136,38 @@ END_TEST
  * O and m NaN (not a masked row) and its dQ NaN. */
 START_TEST(test_nan_row)
 {
-    const gcase c = {1, 130, 130, 2, 2, 64, 1, 0, 0.0};
+    /* di < 6: d = 64, causal; di >= 6: fp16 / bf16 at d = 128 unmasked
+     * (the Hopper backward's 80-query kernel, dQ^T tiles) */
+    const gcase cs[2] = {{1, 130, 130, 2, 2, 64, 1, 0, 0.0}, {1, 130, 130, 2, 2, 128, 0, 0, 0.0}};
     const fg_dtype dts[4] = {FG_FP64, FG_FP32, FG_FP16, FG_BF16};
-    const size_t nq = 130 * 2 * 64;
-    size_t n[4] = {nq, nq, nq, nq};
-    for (int di = 0; di < 6; di++) { /* di >= 4: fp16 / bf16, softcap alone */
-        const fg_dtype dt = dts[di < 4 ? di : di - 2];
+    for (int di = 0; di < 8; di++) { /* di 4, 5: fp16 / bf16, softcap alone */
+        const gcase c = cs[di >= 6];
+        const int64_t d = c.d;
+        const fg_dtype dt = dts[di < 4 ? di : di < 6 ? di - 2 : di - 4];
+        const size_t nq = (size_t)(130 * 2 * d);
+        size_t n[4] = {nq, nq, nq, nq};
         fgt_rng rng = fgt_rng_for(1500 + (uint64_t)di);
         double *in[4];
         for (int i = 0; i < 4; i++) {
             in[i] = malloc(n[i] * 8);
             fgt_fill(in[i], n[i], &rng, 1.0);
         }
-        in[0][(70 * 2 + 1) * 64 + 3] = NAN; /* query row 70, head 1 */
+        in[0][(70 * 2 + 1) * d + 3] = NAN; /* query row 70, head 1 */
         fg_attn_params p;
         params_for(&c, &p, 91);
-        if (di >= 4)
+        if (di == 4 || di == 5)
             p.softcap = 30.0;
         outs r;
         gpu_run(&c, dt, &p, in, &r);
         for (int64_t i = 0; i < 130; i++) {
             const int bad = i == 70;
-            ck_assert_msg(isnan(r.t[0][(i * 2 + 1) * 64]) == bad,
-                          "%s row %lld O", fg_dtype_name(dt), (long long)i);
-            ck_assert_msg(isnan(r.m[130 + i]) == bad, "%s row %lld m",
-                          fg_dtype_name(dt), (long long)i);
-            ck_assert_msg(isnan(r.t[1][(i * 2 + 1) * 64]) == bad,
-                          "%s row %lld dQ", fg_dtype_name(dt), (long long)i);
-            ck_assert(!isnan(r.t[0][(i * 2) * 64])); /* head 0 untouched */
+            ck_assert_msg(isnan(r.t[0][(i * 2 + 1) * d]) == bad,
+                          "%s d %lld row %lld O", fg_dtype_name(dt), (long long)d, (long long)i);
+            ck_assert_msg(isnan(r.m[130 + i]) == bad, "%s d %lld row %lld m",
+                          fg_dtype_name(dt), (long long)d, (long long)i);
+            ck_assert_msg(isnan(r.t[1][(i * 2 + 1) * d]) == bad,
+                          "%s d %lld row %lld dQ", fg_dtype_name(dt), (long long)d, (long long)i);
+            ck_assert(!isnan(r.t[0][(i * 2) * d])); /* head 0 untouched */
         }
         outs_free(&r);
         for (int i = 0; i < 4; i++)
