@@ -83,8 +83,8 @@ size_t attn_bwd_wgmma_smem(const AttnArgs &a);
  * (AttnArgs::dq_tile_d). */
 int attn_bwd_wgmma_dpad(int d);
 /* Rows of lse2p / Dp / the tiled dq_acc per (b, h): Nq rounded up to 128,
- * or to 320 where the call may take the 80-query d = 128 kernel
- * (attn_bwd_wgmma_q80_call: its steps and transposed dQ tiles are 80
+ * or to 320 where the call may take the 80-query d = 128 kernel (q80_call
+ * in attn_bwd_wgmma_dispatch.cu: its steps and transposed dQ tiles are 80
  * rows, the prep and write passes' tiles 64). */
 int64_t attn_bwd_wgmma_nq_pad(const AttnArgs &a);
 /* The query rows of one tile of the call's tiled dq_acc
