@@ -29,14 +29,17 @@
  * The dQ product is split over the two warpgroups by columns.
  *
  * The kernel template and its launch<> live here, its tile shapes and
- * per-mode shared-memory parts in attn_bwd_wgmma_traits.cuh; each kMode is
- * instantiated in a translation unit of its own (attn_bwd_wgmma_mode<k>.cu,
- * k = 0..7, mode 5 at d = 128 alone, built for sm_90a only) so the kernels
- * compile in parallel, and attn_bwd_wgmma_dispatch.cu calls them through
+ * per-mode shared-memory parts in attn_bwd_wgmma_traits.cuh, its dQ path
+ * (product, staging, reduce-adds, det turns) in attn_bwd_wgmma_dq.cuh;
+ * each kMode is instantiated in a translation unit of its own
+ * (attn_bwd_wgmma_mode<k>.cu, k = 0..7, mode 5 at d = 128 alone, built for
+ * sm_90a only) so the kernels compile in parallel, and
+ * attn_bwd_wgmma_dispatch.cu calls them through
  * the extern declarations at the end. */
 #ifndef FG_KERNELS_ATTN_BWD_WGMMA_CUH
 #define FG_KERNELS_ATTN_BWD_WGMMA_CUH
 
+#include "attn_bwd_wgmma_dq.cuh"
 #include "attn_bwd_wgmma_traits.cuh"
 #include "attn_common.cuh"
 #include "attn_kernels.h"
@@ -165,12 +168,9 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * registers: ptxas serialised every wgmma, C7512). */
     constexpr bool kLateDV = kWide || kQ80;
     const bool drop = kDropout && (!BwdDropRT<D, kMode>::value || args.dropout);
-    constexpr int Bc = Tile::kBc, Br = Tile::kBr, DH = Tile::kDH, DQ = Tile::kDQ;
-    /* columns of a warpgroup's dQ product (kQ80: queries of its dQ^T) */
-    constexpr int DQW = kQ80 ? Br : kWide ? D : DQ;
-    /* floats of one warp's staged dQ run: 16 rows of DQ columns (kQ80: 16
-     * rows of d by Br queries) */
-    constexpr int RUNF = 16 * (kQ80 ? Br : DQ);
+    constexpr int Bc = Tile::kBc, Br = Tile::kBr, DH = Tile::kDH;
+    using DQPath = BwdDQ<T, D, kMode, kWide, kQ80, Desc>;
+    constexpr int DQW = DQPath::DQW; /* columns of a warpgroup's dQ product */
     /* dropout keep bits, one per score element of a thread (Br / 2) */
     using Keep = typename std::conditional<(Br > 64), uint64_t, uint32_t>::type;
     constexpr uint32_t qtile = Br * D * 2;   /* bytes of one Q or dO tile */
@@ -301,14 +301,10 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * launch sets dq_rotate only where they fit twice over. */
     const int nkb = (nk_rows + Bc - 1) / Bc;
     const bool rot = det && kMode == 0 && a.dq_rotate && total >= nkb;
-    auto rotated = [&](int64_t st) { /* rot: the step block kb takes st-th */
-        st += kb;
-        return st >= total ? st - total : st;
-    };
     /* Step st -> its head gh, first query row i0 and whether it is dead. */
     auto locate = [&](int64_t st, int &gh, int64_t &i0, bool &dead) {
         if (rot)
-            st = rotated(st);
+            st = bwd_rotated(st, kb, total);
         dead = steps.locate(a, b, hk, j0, Bc, Br, st, &gh, &i0) && kMasked;
     };
 
@@ -376,93 +372,9 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         bulk_load(smem_u32(D_s + (st & 1) * Br), (const float *)args.Dp + row, Br * 4, bar);
     };
     auto issue = [&](int64_t st) { load_step(st, where(st), 0); }; /* one thread */
-
-    /* det: two warps of the producer warpgroup (writers 0 and 1, for even
-     * and odd steps, so that one waits for its sums to land while the
-     * other issues) add each step's staged dQ_i to dq_acc in turns, lane
-     * r < 8 run r (warp r's piece) with a turn counter of its own: the
-     * turns of the eight runs pass on independently, and each waits for
-     * 4 KB (d = 128) to land rather than 32. A tile's turns go to the key
-     * blocks of its key walk (rows clipped to Nq), from the last block to
-     * the first: the order in which causal and banded blocks reach it
-     * (each starts at its diagonal), so the waits stay short. A block that
-     * visits a tile outside that walk sees only masked pairs there and
-     * adds nothing. kWide: a step is two 64-query tiles, added one after
-     * the other, each with the walk and the counters of its own (lane r:
-     * run r of tile t at staging run 8 t + r; the tiled accumulator and
-     * the staging hold the same runs in the same order either way). */
-    /* copies (AttnArgs::dq_copies): key block kb adds into copy kb % K,
-     * after the blocks above it with the same remainder */
-    const int dq_K = a.dq_copies > 1 ? a.dq_copies : 1, dq_copy = kb & (dq_K - 1); /* 1, 2, 4 */
-    const int64_t dq_nctr = (int64_t)args.B * a.H * (a.nq_pad / 64) * 8; /* counters per copy */
-    int *const dq_giveup = det ? a.dq_sem + dq_nctr * dq_K : nullptr; /* after the counters */
-    /* Run r of the 64-query tile at row it of head bh: its turn counter
-     * and its place in this block's copy of the accumulator. */
-    auto dq_ctr = [&](int64_t bh, int64_t it, int r) {
-        return a.dq_sem + dq_copy * dq_nctr + (bh * (a.nq_pad / 64) + it / 64) * 8 + r;
-    };
-    auto dq_run = [&](int64_t bh, int64_t it, int r) {
-        return (float *)a.dq_acc + dq_copy * ((int64_t)args.B * a.H * a.nq_pad * D) +
-               (bh * a.nq_pad + it) * D + r * DQ * 16;
-    };
-    /* Does this block add to the 64-query tile at row it of head gh (step
-     * s), and in which turn? Its place among the blocks of its copy adding
-     * to the tile: from the last block to the first, or rotated (every
-     * tile's walk is all blocks, first = 0): block k reaches step p at its
-     * step (p - k) mod total, so the order is min(p, last), ..., 0, then
-     * last, ..., p + 1. */
-    auto dq_turn = [&](int64_t s, int gh, int64_t it, int &turn) {
-        const BlockWalk w = fwd_key_walk(a, kMasked, kCausal, b, hk * a.group + gh, it,
-                                         (int)min((int64_t)64, (int64_t)a.Nq - it), Bc);
-        const int64_t last = w.first + w.n - 1;
-        if (kb < w.first || kb > last)
-            return false;
-        const int sh = dq_K >> 1;
-        turn = (int)((last - kb) >> sh);
-        if (rot) {
-            const int64_t p = rotated(s), m = min(p, last);
-            turn = kb <= m ? (int)((m - kb) >> sh)
-                           : (int)((m >= dq_copy ? ((m - dq_copy) >> sh) + 1 : 0) +
-                                   ((last - kb) >> sh));
-        }
-        return true;
-    };
-    auto dq_writer = [&](int wr) {
-        for (int64_t s = wr; s < total; s += 2) {
-            int gh;
-            int64_t i0;
-            bool dead;
-            locate(s, gh, i0, dead);
-            const int64_t bh = (int64_t)b * a.H + hk * a.group + gh;
-            mbar_wait(dq_full + 8 * wr, (uint32_t)(s >> 1) & 1);
-            unsigned mine = 0; /* bit t: this block adds to tile t */
-#pragma unroll 1
-            for (int t = 0; t < Br / 64; t++) {
-                const int64_t it = i0 + 64 * t;
-                int turn;
-                if (dead || it >= a.Nq || lane >= 8 || !dq_turn(s, gh, it, turn))
-                    continue;
-                mine |= 1u << t;
-                /* run `lane` of 64-query tile t of the step */
-                turn_wait(dq_ctr(bh, it, lane), turn, dq_giveup);
-                bulk_reduce_add_f32(dq_run(bh, it, lane),
-                                    sStage + (uint32_t)(8 * t + lane) * DQ * 64, DQ * 64);
-                bulk_commit();
-            }
-            if (mine)
-                bulk_wait_read<0>();
-            __syncwarp();
-            if (lane == 0)
-                mbar_arrive(dq_empty + 8 * wr);
-            if (mine) {
-                bulk_wait_all(); /* the sums are in dq_acc before the next turn */
-#pragma unroll 1
-                for (int t = 0; t < Br / 64; t++)
-                    if (mine & (1u << t))
-                        turn_pass(dq_ctr(bh, i0 + 64 * t, lane));
-            }
-        }
-    };
+    /* the dQ path: products, staging, reduce-adds, det turns */
+    DQPath dq(args, a, base, sK, sdS0, sStage, ds_full, dq_full, dq_empty, b, hk, kb, wg, warp,
+              lane, det, rot, total);
 
     if constexpr (kSpec) {
         if (threadIdx.x >= 256) { /* the producer warpgroup: loads only */
@@ -482,7 +394,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                     }
                 }
             } else if (det && threadIdx.x >= 288 && threadIdx.x < 352) {
-                dq_writer((threadIdx.x - 288) / 32);
+                dq.dq_writer((threadIdx.x - 288) / 32, locate);
             }
             return;
         }
@@ -493,176 +405,6 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
 #pragma unroll
     for (int i = 0; i < DH / 2; i++)
         dk[i] = dv[i] = 0.f;
-
-    auto step_sdS = [&](int64_t s) {
-        return sdS0 + (uint32_t)(Tile::kDSBufs == 2 ? s & 1 : 0) * Bc * Br * 2;
-    };
-    /* kSpec: waits until both warpgroups have stored dS^T of step s. */
-    auto wait_ds = [&](int64_t s) {
-        mbar_wait(ds_full + 8 * (uint32_t)(s & 1), (uint32_t)(s >> 1) & 1);
-    };
-    /* dQ_i += scale dS K (Alg4 L.22) of step s: A = dS (queries x keys)
-     * read MN-major from dS^T, B = K read MN-major; this WG's DQ columns. */
-    auto dq_issue = [&](float (&q)[DQW / 2], int64_t s) {
-        if constexpr (kQ80) { /* dQ_i^T += K^T dS^T: d rows 64 wg.. by Br queries */
-            const Desc da0(sK + (uint32_t)wg * Bc * 128, Bc * 128, 1024),
-                db0(step_sdS(s), 16, 1024);
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < Bc / 16; kk++)
-                WgmmaOp<T, Br>::template ss<1, 0>(
-                    q, da0(kk * 16 * 128), db0((kk >> 2) * Br * 128 + (kk & 3) * 32), kk > 0);
-            wg_commit();
-            return;
-        }
-        /* column wg*DQ: panel (wg*DQ)/64, and for DQ = 32 half a 128-byte
-         * row into it (the swizzle is address-based); kWide: every column,
-         * the queries of dS^T's panel wg */
-        const uint32_t col = kWide ? 0u : (uint32_t)(wg * DQ);
-        const Desc da0(step_sdS(s) + (kWide ? (uint32_t)wg * Bc * 128 : 0u), Bc * 128, 1024),
-            db0(sK + (col / 64) * Bc * 128 + (col % 64) * 2, Bc * 128, 1024);
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < Bc / 16; kk++)
-            WgmmaOp<T, DQW>::template ss<1, 1>(q, da0(kk * 16 * 128), db0(kk * 16 * 128), kk > 0);
-        wg_commit();
-    };
-    /* Warp w of warpgroup g stages its 16 x DQ piece of step s's dQ_i as
-     * run 4g + w of the tile (fragment n of lane l at float4 32n + l:
-     * stores without bank conflicts) and lane 0 reduce-adds the run into
-     * dq_acc. Split d: the run goes to a Q_i / dO_i panel that only this
-     * warpgroup's (finished) dV/dK products read. det: writer s & 1
-     * reduces the whole tile of step s once every thread has staged. */
-    /* split d: warp w of warpgroup g stages its run in the step's Q_i
-     * (w < 2) or dO_i tile (w >= 2), panel 2 g + w % 2 */
-    auto split_stage = [&](uint32_t sQ) {
-        return sQ + (uint32_t)(warp >> 1) * qtile + (uint32_t)(wg * 2 + (warp & 1)) * Br * 128;
-    };
-    auto dq_store = [&](const float (&q)[DQW / 2], int64_t s, int64_t i0, int64_t bh,
-                        uint32_t sQ) {
-        /* kWide: runs warp and 4 + warp of 64-row tile wg (its queries,
-         * all D columns); otherwise run 4 wg + warp of the step's tile */
-        constexpr int RW = kWide ? DQW / DQ : 1; /* runs per warp */
-        const int run = kWide ? warp : wg * 4 + warp;
-        const int64_t t0 = i0 + (kWide ? 64 * wg : 0);
-        uint32_t stage;
-        if constexpr (Tile::kSplitD) {
-            stage = split_stage(sQ);
-        } else {
-            stage = sStage + (kWide ? (uint32_t)wg * 64 * D * 4 : 0u) + (uint32_t)run * RUNF * 4;
-            if (det) {
-                if (s > 0) /* writer (s - 1) & 1 has read step s - 1's tile */
-                    mbar_wait(dq_empty + 8 * (uint32_t)((s - 1) & 1), (uint32_t)((s - 1) >> 1) & 1);
-            } else {
-                if (lane == 0)
-                    bulk_wait_read<0>(); /* the last reduces have read it */
-                __syncwarp();
-            }
-        }
-        /* unscaled: the conversion (attn_bwd_write_dq*) applies the
-         * softmax scale once to each sum, not here to every product */
-        float4 *sq = reinterpret_cast<float4 *>(smem + (stage - base)) + lane;
-#pragma unroll
-        for (int n = 0; n < DQW / 8; n++) /* kWide: run 4 (n / 4) on, fragment n % 4 */
-            sq[RW > 1 ? (n >> 2) * 4 * DQ * 4 + 32 * (n & 3) : 32 * n] =
-                make_float4(q[4 * n], q[4 * n + 1], q[4 * n + 2], q[4 * n + 3]);
-        fence_proxy_async(); /* generic stores -> the bulk copy's reads */
-        if (det) { /* split d: dq_add_split */
-            if constexpr (!Tile::kSplitD)
-                mbar_arrive(dq_full + 8 * (uint32_t)(s & 1));
-            return;
-        }
-        __syncwarp();
-        if (lane == 0) {
-#pragma unroll
-            for (int h = 0; h < RW; h++) /* kWide: runs warp, 4 + warp */
-                bulk_reduce_add_f32((float *)a.dq_acc + (bh * a.nq_pad + t0) * D +
-                                        (run + 4 * h) * RUNF,
-                                    stage + (uint32_t)(4 * h * RUNF * 4), RUNF * 4);
-            bulk_commit();
-        }
-    };
-    /* Split d, det: lane 0 of each warp adds its staged run of step s in
-     * its turn (this kernel has no producer warps to hand it to) and
-     * passes the turn on once the add has landed, just before its next
-     * add (or at the end): the wait for the L2's acknowledgement, a step
-     * after the issue, stays off the step's barriers. A block waits only
-     * for turns of blocks started before it (as dq_writer), and passes
-     * its own before it waits. By default (a.dq_split_turns = 3) the
-     * pass and a first poll of the next turn go out while the step's dQ
-     * product runs (dq_add_early), and both are relaxed: the pass follows
-     * the wait for the add's completion at the L2 (bulk_wait_all), and the
-     * next add is issued only once the poll has seen the pass, so the
-     * L2 applies the adds in turn order without the release's MEMBAR.GPU
-     * and the acquire's L1 invalidation, which the whole warp waited on
-     * before the step's last barrier (H200, session 54: 0.72-0.80x the
-     * default backward -> 0.89-0.93x, reruns bitwise equal). */
-    int *dq_pend = nullptr; /* lane 0: the counter whose turn is due */
-    const bool dv_relax = det && (a.dq_split_turns & 1), dv_early = det && (a.dq_split_turns & 2);
-    auto dq_pass = [&]() {
-        if (dq_pend) {
-            bulk_wait_all();
-            if (dv_relax)
-                turn_pass<true>(dq_pend);
-            else
-                turn_pass(dq_pend);
-            dq_pend = nullptr;
-        }
-    };
-    auto dq_wait = [&](int *ctr, int turn) {
-        if (dv_relax)
-            turn_wait<true>(ctr, turn, dq_giveup);
-        else
-            turn_wait(ctr, turn, dq_giveup);
-    };
-    /* lane 0, in its turn: this warp's staged run of the step's tile
-     * added, its turn's pass due (dq_pass) */
-    auto dq_add_run = [&](int *ctr, int64_t bh, int64_t i0, uint32_t sQ) {
-        bulk_reduce_add_f32(dq_run(bh, i0, wg * 4 + warp), split_stage(sQ), DQ * 64);
-        bulk_commit();
-        dq_pend = ctr;
-    };
-    auto dq_add_split = [&](int64_t s, int gh, int64_t i0, int64_t bh, bool dead, uint32_t sQ) {
-        __syncwarp();
-        int turn;
-        if (lane == 0 && !dead && i0 < a.Nq && dq_turn(s, gh, i0, turn)) {
-            int *ctr = dq_ctr(bh, i0, wg * 4 + warp);
-            dq_pass();
-            dq_wait(ctr, turn);
-            dq_add_run(ctr, bh, i0, sQ);
-        }
-    };
-    /* The turn's bookkeeping while the dQ product runs (lane 0: the
-     * pass of the last add, then one poll), the add after staging. */
-    auto dq_add_early = [&](float (&q)[DQW / 2], int64_t s, int gh, int64_t i0, int64_t bh,
-                            bool dead, uint32_t sQ) {
-        dq_issue(q, s);
-        int turn = 0, seen = 0;
-        int *ctr = nullptr;
-        if (lane == 0 && !dead && i0 < a.Nq && dq_turn(s, gh, i0, turn)) {
-            ctr = dq_ctr(bh, i0, wg * 4 + warp);
-            dq_pass();
-            seen = dv_relax ? turn_poll<true>(ctr) : turn_poll(ctr);
-        }
-        __syncwarp();
-        wg_wait<0>();
-        wg_fence_regs(q);
-        dq_store(q, s, i0, bh, sQ);
-        __syncwarp();
-        if (ctr) {
-            if (seen < turn)
-                dq_wait(ctr, turn);
-            dq_add_run(ctr, bh, i0, sQ);
-        }
-    };
-    /* The whole dQ product of step s, issued and waited for (with every
-     * earlier product of this warpgroup), then staged and reduced. */
-    auto dq_now = [&](float (&q)[DQW / 2], int64_t s, int64_t i0, int64_t bh, uint32_t sQ) {
-        dq_issue(q, s);
-        wg_wait<0>();
-        wg_fence_regs(q);
-        dq_store(q, s, i0, bh, sQ);
-    };
 
     if (!kSpec && total > 0 && threadIdx.x == 0)
         issue(0);
@@ -699,7 +441,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     for (int64_t st = 0; st < total; st++) {
         const uint32_t sQ = sQ0 + (uint32_t)(st & 1) * 2 * qtile, sdO = sQ + qtile;
         const float *lse2 = lse2_s + (st & 1) * Br, *Dv = D_s + (st & 1) * Br;
-        const uint32_t sdS = step_sdS(st);
+        const uint32_t sdS = dq.step_sdS(st);
         /* Prefetch: the buffer was released by the last barrier (split d:
          * issued later, once the dQ reduces staged in it have read it). */
         if (!kSpec && !Tile::kSplitD && st + 1 < total && threadIdx.x == 0)
@@ -1170,8 +912,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                     dO((kk >> 2) * Br * 128 + (kk & 3) * 32), kk > 0);
             wg_commit();
             if constexpr (kEarlyDQ && kPrev) {
-                wait_ds(st - 1);
-                dq_issue(qp, st - 1);
+                dq.wait_ds(st - 1);
+                dq.dq_issue(qp, st - 1);
                 wg_wait<2>(); /* S^T */
             } else {
                 wg_wait<1>();
@@ -1287,10 +1029,10 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 if constexpr (kPrev && kEarlyDQ) {
                     wg_wait<2>();
                     wg_fence_regs(qp);
-                    dq_store(qp, st - 1, prev_i0, prev_bh, 0);
+                    dq.dq_store(qp, st - 1, prev_i0, prev_bh, 0);
                 } else if constexpr (kPrev) {
-                    wait_ds(st - 1);
-                    dq_now(qp, st - 1, prev_i0, prev_bh, 0);
+                    dq.wait_ds(st - 1);
+                    dq.dq_now(qp, st - 1, prev_i0, prev_bh, 0);
                 }
                 if (!a.deterministic) {
                     /* dS^T by stmatrix: sf[kk] is the accumulator layout of
@@ -1337,12 +1079,12 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
              * stored and fenced before the step's second barrier. */
             if (!a.deterministic) {
                 float q[DQW / 2];
-                if (dv_early) {
-                    dq_add_early(q, st, gh, i0, bh, dead, sQ);
+                if (dq.dv_early) {
+                    dq.dq_add_early(q, st, gh, i0, bh, dead, sQ);
                 } else {
-                    dq_now(q, st, i0, bh, sQ);
+                    dq.dq_now(q, st, i0, bh, sQ);
                     if (det)
-                        dq_add_split(st, gh, i0, bh, dead, sQ);
+                        dq.dq_add_split(st, gh, i0, bh, dead, sQ);
                 }
             } else {
                 wg_wait<0>();
@@ -1363,8 +1105,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     if constexpr (kSpec) { /* the last step's dQ */
         if (total > 0 && !a.deterministic) {
             float q[DQW / 2];
-            wait_ds(total - 1);
-            dq_now(q, total - 1, prev_i0, prev_bh, 0);
+            dq.wait_ds(total - 1);
+            dq.dq_now(q, total - 1, prev_i0, prev_bh, 0);
         }
     }
     if (lane == 0)
@@ -1374,7 +1116,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
          * wait for the L2's acknowledgements at the end of every block
          * (split d, det: the last turn waits for them and is passed on) */
         if (Tile::kSplitD && det)
-            dq_pass();
+            dq.dq_pass();
         else
             bulk_wait_read<0>();
     /* Alg4 L.25: dK = scale * acc, dV; rows past Nk and padded d skipped.
