@@ -413,16 +413,23 @@ static const gcase wide_cases[] = {
     {1, 77, 300, 2, 2, 48, 1, 1, 0.15},
 };
 
+/* Case c in bf16 and fp16 with kernel switch sw as is (the default
+ * kernel), then with sw=0 (the other one); salts bf16 + off, fp16 + off. */
+static void run_switch_off(const gcase *c, const char *sw, uint64_t bf16, uint64_t fp16)
+{
+    for (int off = 0; off < 2; off++) {
+        if (off)
+            setenv(sw, "0", 1);
+        run_case(c, FG_BF16, bf16 + (uint64_t)off);
+        run_case(c, FG_FP16, fp16 + (uint64_t)off);
+    }
+    fgt_switch_restore(sw);
+}
+
 START_TEST(test_wide_d64)
 {
-    const gcase *c = &wide_cases[_i];
-    for (int narrow = 0; narrow < 2; narrow++) {
-        if (narrow)
-            setenv("FG_ATTN_BWD_WIDE", "0", 1);
-        run_case(c, FG_BF16, 7500 + 10 * (uint64_t)_i + (uint64_t)narrow);
-        run_case(c, FG_FP16, 7600 + 10 * (uint64_t)_i + (uint64_t)narrow);
-    }
-    fgt_switch_restore("FG_ATTN_BWD_WIDE");
+    run_switch_off(&wide_cases[_i], "FG_ATTN_BWD_WIDE", 7500 + 10 * (uint64_t)_i,
+                   7600 + 10 * (uint64_t)_i);
 }
 END_TEST
 
@@ -446,14 +453,8 @@ static const gcase q80_cases[] = {
 
 START_TEST(test_q80_d128)
 {
-    const gcase *c = &q80_cases[_i];
-    for (int q64 = 0; q64 < 2; q64++) {
-        if (q64)
-            setenv("FG_ATTN_BWD_Q80", "0", 1);
-        run_case(c, FG_BF16, 7700 + 10 * (uint64_t)_i + (uint64_t)q64);
-        run_case(c, FG_FP16, 7800 + 10 * (uint64_t)_i + (uint64_t)q64);
-    }
-    fgt_switch_restore("FG_ATTN_BWD_Q80");
+    run_switch_off(&q80_cases[_i], "FG_ATTN_BWD_Q80", 7700 + 10 * (uint64_t)_i,
+                   7800 + 10 * (uint64_t)_i);
 }
 END_TEST
 
