@@ -33,15 +33,16 @@ static bool wide_call(const AttnArgs &a)
 }
 
 /* Can the call take the 80-query d = 128 kernel (kQ80,
- * attn_bwd_wgmma.cuh)? d in (64, 128], kMode 0 (no mask, variant, bias or
- * packed batch), no dropout, not deterministic (the turns count 64-query
- * tiles); FG_ATTN_BWD_Q80=0 keeps the 64-query kernel (tests,
- * comparisons). Read per call; attn_bwd_wgmma_maps records the choice. */
+ * attn_bwd_wgmma.cuh)? d in (64, 128], kMode 0 (neither causal nor a
+ * variant, which covers masks, modifiers, a bias, block masks, packed and
+ * key-padded batches: launch_opts's last case), no dropout, not
+ * deterministic (the turns count 64-query tiles); FG_ATTN_BWD_Q80=0 keeps
+ * the 64-query kernel (tests, comparisons). Read per call;
+ * attn_bwd_wgmma_maps records the choice. */
 static bool q80_call(const AttnArgs &a)
 {
-    return a.d > 64 && a.d <= 128 && !a.causal && !a.variant && !a.bias && !a.cu_q &&
-           !a.seqused_k && !a.sparse && !a.dropout && !a.deterministic &&
-           !env_is("FG_ATTN_BWD_Q80", "0");
+    return a.d > 64 && a.d <= 128 && !a.causal && !a.variant && !a.dropout &&
+           !a.deterministic && !env_is("FG_ATTN_BWD_Q80", "0");
 }
 
 int64_t attn_bwd_wgmma_nq_pad(const AttnArgs &a)
