@@ -30,7 +30,9 @@
  *
  * The kernel template and its launch<> live here, its tile shapes and
  * per-mode shared-memory parts in attn_bwd_wgmma_traits.cuh, its dQ path
- * (product, staging, reduce-adds, det turns) in attn_bwd_wgmma_dq.cuh;
+ * (product, staging, reduce-adds, det turns) in attn_bwd_wgmma_dq.cuh, the
+ * score tile's elements (modifiers, masks, P^T and dropout, the softcap's
+ * factor, dbias) in attn_bwd_wgmma_score.cuh;
  * each kMode is instantiated in a translation unit of its own
  * (attn_bwd_wgmma_mode<k>.cu, k = 0..7, mode 5 at d = 128 alone, built for
  * sm_90a only) so the kernels compile in parallel, and
@@ -40,6 +42,7 @@
 #define FG_KERNELS_ATTN_BWD_WGMMA_CUH
 
 #include "attn_bwd_wgmma_dq.cuh"
+#include "attn_bwd_wgmma_score.cuh"
 #include "attn_bwd_wgmma_traits.cuh"
 #include "attn_common.cuh"
 #include "attn_kernels.h"
@@ -171,8 +174,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     constexpr int Bc = Tile::kBc, Br = Tile::kBr, DH = Tile::kDH;
     using DQPath = BwdDQ<T, D, kMode, kWide, kQ80, Desc>;
     constexpr int DQW = DQPath::DQW; /* columns of a warpgroup's dQ product */
-    /* dropout keep bits, one per score element of a thread (Br / 2) */
-    using Keep = typename std::conditional<(Br > 64), uint64_t, uint32_t>::type;
+    using Score = BwdScore<T, D, kMode, kDropout, kWide, kQ80>; /* the score tile's elements */
+    using Keep = typename Score::Keep; /* dropout keep bits, one per score element (Br / 2) */
     constexpr uint32_t qtile = Br * D * 2;   /* bytes of one Q or dO tile */
     extern __shared__ unsigned char smem[];
     const uint32_t base = smem_u32(smem);
@@ -455,10 +458,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         const bool dead = kMasked && (info.w & 1), need_mask = (info.w & 2) != 0;
         const int h = hk * a.group + gh;
         const int64_t bh = (int64_t)b * a.H + h;
-
-        /* Score-tile element x of this thread (S^T, dP^T, P^T, dS^T all
-         * share the accumulator layout): key j0 + key_base + 16 warp + g +
-         * 8 ((x >> 1) & 1), query i0 + 8 (x >> 2) + 2 t4 + (x & 1). */
+        /* The step's values of the score tile's elements (BwdScore) */
         const float ks = (float)a.keep_scale;
         /* The head's ALiBi slope, loaded when the head changes (a load per
          * step sat on every step's critical path). */
@@ -467,270 +467,34 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             slope_h = h;
         }
         const float slope = slope_c;
-        /* ALiBi's |i - j + shift| of element e: a per-step base and a
-         * compile-time offset, in 32-bit float (exact below 2^24). */
+        /* ALiBi's |i - j + shift| of the thread's element 0 */
         const float dist0 = kMasked && kMods && a.alibi
                                 ? (float)(int)(i0 + 2 * t4 + a.shift - (j0 + key_base + 16 * warp + g))
                                 : 0.f;
-        auto alibi_dist = [&](int e) {
-            return fabsf(dist0 + (float)(8 * (e >> 2) + (e & 1) - 8 * ((e >> 1) & 1)));
-        };
-        /* Score modifiers (kMasked: softcap, ALiBi) on the raw S^T, then
-         * masked scores -> -inf -> P = 0. */
+        /* any score modifier to apply (Score::mask) */
         const bool mods = kBias || (kMasked && kMods && (a.softcap > 0.f || a.alibi));
-        /* kBias: the bias of score element e (0 outside the problem): a
-         * per-step base offset and row/key bounds, and per element a
-         * compile-time row and key offset (bias_at per element cost the
-         * index arithmetic and parameter reloads every time). Loading all
-         * of them before the S^T product instead spilled and ran slower. */
+        /* kBias: the bias's base offset and row / key bounds (Score::bias_of) */
         const int64_t i_t = i0 + 2 * t4, j_t = j0 + key_base + 16 * warp + g;
         const int64_t bias_base = kBias ? b * bias_s0 + h * bias_s1 + i_t * bias_s2 + j_t * bias_s3
                                         : 0;
         const int rows_left = kBias ? (int)min((int64_t)a.Nq - i_t, (int64_t)Br) : 0;
         const int keys_left = kBias ? (int)min((int64_t)a.Nk - j_t, (int64_t)Bc) : 0;
         /* btma: this warpgroup's bias panel (its keys are panel wg) of the
-         * step's stage; element (query q, key column c of the panel) at row
-         * q, chunk (c / 8) ^ (q % 8). This thread's element e: q = 8 (e >> 2)
-         * + 2 t4 + (e & 1), c = 16 warp + 8 ((e >> 1) & 1) + g. */
+         * step's stage */
         const uint32_t sBw = sBias + (uint32_t)(st & 1) * (uint32_t)BiasTile::kStage + wg * Br * 128;
-        auto bias_of = [&](int e) {
-            if constexpr (kBias) {
-                if (btma) {
-                    const int q = 8 * (e >> 2) + 2 * t4 + (e & 1), ch = 2 * warp + ((e >> 1) & 1);
-                    return to_acc(*reinterpret_cast<const T *>(
-                        smem + (sBw - base) + q * 128 + ((ch ^ (q & 7)) << 4) + 2 * g));
-                }
-                const int r = 8 * (e >> 2) + (e & 1), c = 8 * ((e >> 1) & 1);
-                if (r >= rows_left || c >= keys_left)
-                    return 0.f;
-                const int64_t off = bias_base + r * bias_s2 + c * bias_s3;
-                return bias_f32 ? ((const float *)bias_p)[off] : to_acc(((const T *)bias_p)[off]);
-            }
-            return 0.f;
-        };
-        /* Lane L's row address for ldmatrix/stmatrix (.trans) of matrices
-         * 4u .. 4u + 3 of the panel: matrix m = 4u + L / 8 holds queries
-         * 8 (m / 2) .., key columns 16 warp + 8 (m % 2) ..; lane L gives row
-         * L % 8. Its transposed fragment is elements 2m, 2m + 1 of the
-         * accumulator layout (e = 4n + 2rr + (0, 1)). */
-        auto bias_mat = [&](int u) {
-            const int m = 4 * u + (lane >> 3), rho = lane & 7;
-            return sBw + (uint32_t)((8 * (m >> 1) + rho) * 128 + (((2 * warp + (m & 1)) ^ rho) << 4));
-        };
-        /* bias_flags bit 2: a broadcast dbias (batch and/or head) as fp32
-         * sums in dbias_acc (16-byte aligned rows, keys contiguous). The
-         * warpgroup's dS panel, rounded to T by the stage, goes out as
-         * vector reductions, 16 bytes of the panel (8 keys of a query row)
-         * per thread and turn, rows of 256 bytes per 8 lanes; the per-pair
-         * fp32 atomics of kMode 4 cost 4x the backward's time (H200,
-         * [H, 2k, 2k] dbias). Keys past Nk: scalar atomics. */
-        auto dbias_reduce = [&](int64_t i0r, int hr) {
-            float *dst = (float *)a.dbias_acc + b * dba[0] + (int64_t)hr * dba[1];
-            const int tw = threadIdx.x % 128;
-#pragma unroll
-            for (int k = 0; k < Br * 8 / 128; k++) {
-                const int u = tw + 128 * k, q = u >> 3, ch = u & 7;
-                const int64_t i = i0r + q, j = j0 + key_base + 8 * ch;
-                if (i >= a.Nq || j >= a.Nk)
-                    continue;
-                const uint4 w = *reinterpret_cast<const uint4 *>(
-                    smem + (sBw - base) + q * 128 + ((ch ^ (q & 7)) << 4));
-                const float2 f0 = unpack2<T>(w.x), f1 = unpack2<T>(w.y), f2 = unpack2<T>(w.z),
-                             f3 = unpack2<T>(w.w);
-                float *p = dst + i * dba[2] + j;
-                if (j + 8 <= a.Nk) {
-                    red_add_v4(p, f0.x, f0.y, f1.x, f1.y);
-                    red_add_v4(p + 4, f2.x, f2.y, f3.x, f3.y);
-                } else {
-                    const float f[8] = {f0.x, f0.y, f1.x, f1.y, f2.x, f2.y, f3.x, f3.y};
-#pragma unroll
-                    for (int e = 0; e < 8; e++) /* constant indices: f stays in registers */
-                        if (e < a.Nk - j)
-                            atomicAdd(p + e, f[e]);
-                }
-            }
-        };
-        auto mask = [&](float (&x)[Br / 2]) {
-            if constexpr (kMasked) {
-                if (kMods && cap_units) {
-#pragma unroll
-                    for (int e = 0; e < Br / 2; e++)
-                        x[e] = tanh_fast(x[e] * cap_k1);
-                } else if (kMods && a.softcap > 0.f) { /* (cap t - ALiBi) / scale */
-                    const float sl = slope * inv_scale;
-#pragma unroll
-                    for (int e = 0; e < Br / 2; e++) {
-                        const float t = tanh_fast(x[e] * cap_k1);
-                        x[e] = a.alibi ? fmaf(t, cap_k2, -sl * alibi_dist(e)) : t * cap_k2;
-                    }
-                } else if (kMods && a.alibi) {
-                    /* ALiBi alone, in S's units: x - (slope / scale) |d|,
-                     * two operations an element (the forward's alibi_acc,
-                     * S^T starting as the bias, was 20% slower here: the
-                     * d = 128 kernels' wgmmas serialised, ptxas C7512) */
-                    const float sl = slope * inv_scale;
-#pragma unroll
-                    for (int e = 0; e < Br / 2; e++)
-                        x[e] = fmaf(-sl, alibi_dist(e), x[e]);
-                }
-                if constexpr (kBias) { /* + bias in raw units (the scale is in exp2) */
-                    if (btma) { /* four transposed 8 x 8 loads per 32 elements */
-#pragma unroll
-                        for (int u = 0; u < Br / 16; u++) {
-                            uint32_t r4[4];
-                            ldmatrix_x4_trans(r4, bias_mat(u));
-#pragma unroll
-                            for (int j = 0; j < 4; j++) {
-                                const int e = 2 * (4 * u + j); /* matrix 4u + j: n = 2u + j / 2, rr = j % 2 */
-                                const float2 v = unpack2<T>(r4[j]);
-                                x[e] = fmaf(v.x, inv_scale, x[e]);
-                                x[e + 1] = fmaf(v.y, inv_scale, x[e + 1]);
-                            }
-                        }
-                    } else {
-#pragma unroll
-                        for (int e = 0; e < Br / 2; e++)
-                            x[e] = fmaf(bias_of(e), inv_scale, x[e]);
-                    }
-                }
-                if (!need_mask)
-                    return;
-                /* the rows each of this thread's two keys is seen by */
-                int2 rr[2];
-#pragma unroll
-                for (int kk = 0; kk < 2; kk++)
-                    rr[kk] = dead ? make_int2(Br, -1)
-                                  : band_rows(a, j0 + key_base + 16 * warp + g + 8 * kk, i0, Br);
-#pragma unroll
-                for (int e = 0; e < Br / 2; e++) {
-                    const int off = 8 * (e >> 2) + 2 * t4 + (e & 1);
-                    const int2 r = rr[(e >> 1) & 1];
-                    if (off < r.x || off > r.y)
-                        x[e] = -INFINITY;
-                }
-            } else { /* key j is seen by query i0 + off iff j < Nk and
-                      * (causal) off >= j - shift - i0: off from a per-key
-                      * lower limit, one 32-bit compare an element (as
-                      * 64-bit i and j: four) */
-                int lo[2];
-#pragma unroll
-                for (int kk = 0; kk < 2; kk++) {
-                    const int64_t j = j0 + key_base + 16 * warp + g + 8 * kk;
-                    const int64_t l = j >= a.Nk ? Br : kCausal ? j - a.shift - i0 : 0;
-                    lo[kk] = (int)max((int64_t)0, min(l, (int64_t)Br));
-                }
-#pragma unroll
-                for (int e = 0; e < Br / 2; e++)
-                    if (8 * (e >> 2) + 2 * t4 + (e & 1) < lo[(e >> 1) & 1])
-                        x[e] = -INFINITY;
-            }
-        };
-        /* dS^T through the softcap: times 1 - tanh^2, recovered from P
-         * (softcap_grad, per step): t = tanh = (log2 p + lse2) ln2 / cap,
-         * less the bias, plus ALiBi, over the cap. cap_rows(qt): lse2 ln2
-         * / cap of query rows 8 qt + 2 t4 (+ 1), one load per four
-         * elements; cap_grad(p, e, lc) with lc that of e's row. p = 0
-         * (masked, log2 p = -inf) gives t = -1 by the clamp, so 0, as the
-         * test p > 0 did (a NaN p still makes dS NaN through dl). */
-        auto cap_rows = [&](int qt) {
-            const float2 L = *reinterpret_cast<const float2 *>(lse2 + 8 * qt + 2 * t4);
-            return make_float2(L.x * cap_k, L.y * cap_k);
-        };
-        auto cap_grad = [&](float p, int e, float lc) {
-            if (!kMasked || !kMods || !(a.softcap > 0.f))
-                return 1.f;
-            float t = fmaf(__log2f(p), cap_k, lc);
-            if constexpr (kBias)
-                t = fmaf(-bias_of(e), inv_cap, t);
-            if (a.alibi)
-                t = fmaf(slope * inv_cap, alibi_dist(e), t);
-            t = fmaxf(t, -1.f);
-            return fmaf(-t, t, 1.f);
-        };
-        /* kBias: dbias += dS at the biased logit (before the softcap) for
-         * pairs inside the problem that have a probability (masked pairs and
-         * empty rows have p = 0); store when nothing is broadcast, fp32
-         * atomics otherwise. The deterministic pass runs after this kernel
-         * instead (attn_bias.cu). */
+        /* kBias: dbias's offset of element 0 (Score::put_dbias) */
         const int64_t dbias_base = kBias && dbias_store ? b * dbs[0] + h * dbs[1] + i_t * dbs[2] +
                                                               j_t * dbs[3]
                                  : kBias && dbias_atomic ? b * dba[0] + h * dba[1] + i_t * dba[2] +
                                                                j_t * dba[3]
                                                          : 0;
-        auto put_dbias = [&](float p, int e, float dl) {
-            if constexpr (kBias) {
-                const int r = 8 * (e >> 2) + (e & 1), c = 8 * ((e >> 1) & 1);
-                if (!(dbias_store || dbias_atomic) || p == 0.f || r >= rows_left || c >= keys_left)
-                    return;
-                if (dbias_store) {
-                    const int64_t off = dbias_base + r * dbs[2] + c * dbs[3];
-                    if (a.dbias_f32)
-                        ((float *)a.dbias)[off] = dl;
-                    else
-                        ((T *)a.dbias)[off] = from_acc<T>(dl);
-                } else {
-                    atomicAdd((float *)a.dbias_acc + dbias_base + r * dba[2] + c * dba[3], dl);
-                }
-            }
-        };
-        /* P^T = exp2(S^T scale log2e - lse2) (Alg4 L.13-14) in place, and
-         * the dropout decisions (L.15-16) as bits of `keep`. */
-        auto probs = [&](float (&x)[Br / 2], Keep &keep) {
-            keep = 0;
-            const int64_t jw = j0 + key_base + 16 * warp;
-            if constexpr (BwdDropX<D, kMode, kDropout, kWide>::value) {
-                if (drop) { /* element e: bit e; half the calls here (BwdDropX) */
-                    constexpr int QB = Br / 16, HALF = QB / 2;
-                    const int side = warp & 1, pair = warp >> 1;
-                    uint2 *xb = reinterpret_cast<uint2 *>(xch) +
-                                (((int)(st & 1) * 2 + wg) * 2 + pair) * QB * 32 + lane;
-                    uint2 own[HALF], other[HALF];
-#pragma unroll
-                    for (int c = 0; c < HALF; c++) {
-                        const int qb = side * HALF + c;
-                        const uint4 w = dropout_call(a, bh, i0 + 16 * qb + 2 * t4 + (g & 1), jw + g);
-                        own[c] = side ? make_uint2(w.z, w.w) : make_uint2(w.x, w.y);
-                        xb[qb * 32] = side ? make_uint2(w.x, w.y) : make_uint2(w.z, w.w);
-                    }
-                    named_sync(5 + 2 * wg + pair, 64); /* the pair's words are in */
-#pragma unroll
-                    for (int c = 0; c < HALF; c++)
-                        other[c] = xb[((side ^ 1) * HALF + c) * 32];
-#pragma unroll
-                    for (int qb = 0; qb < QB; qb++) {
-                        const uint2 ws = (qb < HALF) == (side == 0) ? own[qb % HALF]
-                                                                     : other[qb % HALF];
-                        keep |= (Keep)bwd_dropout_bits_of(a, ws.x, ws.y, g) << (8 * qb);
-                    }
-                }
-            } else if (drop) { /* element e: bit e (bwd_dropout_bits per 16 queries) */
-#pragma unroll
-                for (int qb = 0; qb < Br / 16; qb++)
-                    keep |= (Keep)bwd_dropout_bits(a, bh, i0 + 16 * qb, jw, g, t4) << (8 * qb);
-            }
-            /* lse2 of queries 2 t4, 2 t4 + 1 as one float2 (elements e, e + 1)
-             * saves 16 loads a step; with dropout at d >= 128 the pairs cost
-             * registers (d = 128: 17 more spill loads and stores in the
-             * loop), so there one at a time */
-            if constexpr (!kDropout || D == 64) {
-#pragma unroll
-                for (int e = 0; e < Br / 2; e += 2) {
-                    const float2 L =
-                        *reinterpret_cast<const float2 *>(lse2 + 8 * (e >> 2) + 2 * t4);
-                    x[e] = exp2_fast(fmaf(x[e], exp_k, -L.x));
-                    x[e + 1] = exp2_fast(fmaf(x[e + 1], exp_k, -L.y));
-                }
-            } else {
-#pragma unroll
-                for (int e = 0; e < Br / 2; e++) {
-                    const float L = lse2[8 * (e >> 2) + 2 * t4 + (e & 1)];
-                    x[e] = exp2_fast(fmaf(x[e], exp_k, -L));
-                }
-            }
-        };
-        auto zf = [&](Keep keep, int e) {
-            return !drop ? 1.f : ((keep >> e) & 1) ? ks : 0.f;
-        };
+        const Score score{a,        base,      b,         wg,           warp,     lane,
+                          g,        t4,        key_base,  j0,           drop,     xch,
+                          inv_scale, inv_cap,  cap_k,     cap_k1,       cap_k2,   exp_k,
+                          cap_units, bias_s2,  bias_s3,   bias_p,       bias_f32, dbias_store,
+                          dbias_atomic, dbs,   dba,       st,           i0,       bh,
+                          dead,     need_mask, slope,     dist0,        ks,       lse2,
+                          bias_base, dbias_base, rows_left, keys_left,  sBw};
         /* Two packed 16-bit pairs of score tile qt into a [key][query] panel
          * (dS^T for dQ, or P^T Z). */
         auto store_t = [&](uint32_t buf, int qt, uint32_t lo, uint32_t hi) {
@@ -796,18 +560,19 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             const int tid = threadIdx.x & 127;
             if (wg == 0) {
                 if (need_mask || mods)
-                    mask(acc);
+                    score.mask(acc);
                 uint32_t keep;
-                probs(acc, keep);
+                score.probs(acc, keep);
 #pragma unroll
                 for (int kk = 0; kk < Br / 16; kk++) {
                     uint32_t r[4];
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const int x = 8 * kk + 4 * h;
-                        r[2 * h] = pack2<T>(acc[x] * zf(keep, x), acc[x + 1] * zf(keep, x + 1));
-                        r[2 * h + 1] =
-                            pack2<T>(acc[x + 2] * zf(keep, x + 2), acc[x + 3] * zf(keep, x + 3));
+                        r[2 * h] = pack2<T>(acc[x] * score.zf(keep, x),
+                                            acc[x + 1] * score.zf(keep, x + 1));
+                        r[2 * h + 1] = pack2<T>(acc[x + 2] * score.zf(keep, x + 2),
+                                                acc[x + 3] * score.zf(keep, x + 3));
                     }
                     store_t4(sP, kk, r);
                 }
@@ -846,14 +611,16 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 for (int qt = 0; qt < Br / 8; qt++) {
                     float ds[4];
                     const float4 p4 = reinterpret_cast<const float4 *>(xch)[qt * 128 + tid];
-                    const float2 lc = kMods && a.softcap > 0.f ? cap_rows(qt) : make_float2(0.f, 0.f);
+                    const float2 lc =
+                        kMods && a.softcap > 0.f ? score.cap_rows(qt) : make_float2(0.f, 0.f);
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int x = 4 * qt + e;
                         const float p = e == 0 ? p4.x : e == 1 ? p4.y : e == 2 ? p4.z : p4.w;
-                        const float dl = p * (acc[x] * zf(keep, x) - Dv[8 * qt + 2 * t4 + (e & 1)]);
-                        put_dbias(p, x, dl);
-                        ds[e] = dl * cap_grad(p, x, (e & 1) ? lc.y : lc.x);
+                        const float dl =
+                            p * (acc[x] * score.zf(keep, x) - Dv[8 * qt + 2 * t4 + (e & 1)]);
+                        score.put_dbias(p, x, dl);
+                        ds[e] = dl * score.cap_grad(p, x, (e & 1) ? lc.y : lc.x);
                     }
                     r[2 * (qt & 1)] = pack2<T>(ds[0], ds[1]);
                     r[2 * (qt & 1) + 1] = pack2<T>(ds[2], ds[3]);
@@ -922,9 +689,9 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             if (kSpec && (wg == 0 || st + 1 < total))
                 named_arrive(2 - wg, 256);
             if (need_mask || mods)
-                mask(s);
+                score.mask(s);
             Keep keep;
-            probs(s, keep); /* s keeps P^T before dropout, for dS^T */
+            score.probs(s, keep); /* s keeps P^T before dropout, for dS^T */
             /* dV += (P^T Z) dO_i (Alg4 L.17): B read MN-major, 16 queries
              * per k-step, LBO = one d panel of Br rows. kLateDV: P^T packed
              * with dS^T below and dV issued with dK, so that P^T (fp32),
@@ -938,9 +705,10 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             };
             auto pack_p = [&](int qt) {
                 const int x = 4 * qt;
-                pf[qt >> 1][(qt & 1) * 2] = pack2<T>(s[x] * zf(keep, x), s[x + 1] * zf(keep, x + 1));
+                pf[qt >> 1][(qt & 1) * 2] =
+                    pack2<T>(s[x] * score.zf(keep, x), s[x + 1] * score.zf(keep, x + 1));
                 pf[qt >> 1][(qt & 1) * 2 + 1] =
-                    pack2<T>(s[x + 2] * zf(keep, x + 2), s[x + 3] * zf(keep, x + 3));
+                    pack2<T>(s[x + 2] * score.zf(keep, x + 2), s[x + 3] * score.zf(keep, x + 3));
             };
             if constexpr (!kLateDV) {
 #pragma unroll
@@ -972,22 +740,23 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                     if constexpr (kLateDV)
                         pack_p(qt);
                     const float2 Dq = *reinterpret_cast<const float2 *>(Dv + 8 * qt + 2 * t4);
-                    const float2 lc = kCap ? cap_rows(qt) : make_float2(0.f, 0.f);
+                    const float2 lc = kCap ? score.cap_rows(qt) : make_float2(0.f, 0.f);
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int x = 4 * qt + e;
-                        const float dl = s[x] * (dp[x] * zf(keep, x) - ((e & 1) ? Dq.y : Dq.x));
+                        const float dl =
+                            s[x] * (dp[x] * score.zf(keep, x) - ((e & 1) ? Dq.y : Dq.x));
                         if (dbtma) /* as put_dbias: p = 0 gives 0 (not -0) */
                             dls[e] = s[x] == 0.f ? 0.f : dl;
                         else
-                            put_dbias(s[x], x, dl);
-                        ds[e] = kCap ? dl * cap_grad(s[x], x, (e & 1) ? lc.y : lc.x) : dl;
+                            score.put_dbias(s[x], x, dl);
+                        ds[e] = kCap ? dl * score.cap_grad(s[x], x, (e & 1) ? lc.y : lc.x) : dl;
                     }
                     if (dbtma) { /* over the bias just read (this warp's columns) */
                         dbm[(qt & 1) * 2] = pack2<T>(dls[0], dls[1]);
                         dbm[(qt & 1) * 2 + 1] = pack2<T>(dls[2], dls[3]);
                         if (qt & 1)
-                            stmatrix_x4_trans(bias_mat(qt >> 1), dbm);
+                            stmatrix_x4_trans(score.bias_mat(qt >> 1), dbm);
                     }
                     const int kk = qt >> 1, half = (qt & 1) * 2;
                     sf[kk][half] = pack2<T>(ds[0], ds[1]);
@@ -1008,7 +777,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                     bulk_commit();
                 }
                 if ((bias_flags & 4) && !dead)
-                    dbias_reduce(i0, h);
+                    score.dbias_reduce(i0, h);
             }
 
             /* dK += dS^T Q_i (Alg4 L.23). */
