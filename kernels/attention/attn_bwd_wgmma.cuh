@@ -29,10 +29,11 @@
  * The dQ product is split over the two warpgroups by columns.
  *
  * The kernel template and its launch<> live here, its tile shapes and
- * per-mode shared-memory parts in attn_bwd_wgmma_traits.cuh, its dQ path
- * (product, staging, reduce-adds, det turns) in attn_bwd_wgmma_dq.cuh, the
- * score tile's elements (modifiers, masks, P^T and dropout, the softcap's
- * factor, dbias) in attn_bwd_wgmma_score.cuh;
+ * per-mode shared-memory parts in attn_bwd_wgmma_traits.cuh, its loads
+ * (K/V, each step's tiles and coordinates) in attn_bwd_wgmma_load.cuh, its
+ * dQ path (product, staging, reduce-adds, det turns) in
+ * attn_bwd_wgmma_dq.cuh, the score tile's elements (modifiers, masks, P^T
+ * and dropout, the softcap's factor, dbias) in attn_bwd_wgmma_score.cuh;
  * each kMode is instantiated in a translation unit of its own
  * (attn_bwd_wgmma_mode<k>.cu, k = 0..7, mode 5 at d = 128 alone, built for
  * sm_90a only) so the kernels compile in parallel, and
@@ -42,6 +43,7 @@
 #define FG_KERNELS_ATTN_BWD_WGMMA_CUH
 
 #include "attn_bwd_wgmma_dq.cuh"
+#include "attn_bwd_wgmma_load.cuh"
 #include "attn_bwd_wgmma_score.cuh"
 #include "attn_bwd_wgmma_traits.cuh"
 #include "attn_common.cuh"
@@ -174,6 +176,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     constexpr int Bc = Tile::kBc, Br = Tile::kBr, DH = Tile::kDH;
     using DQPath = BwdDQ<T, D, kMode, kWide, kQ80, Desc>;
     constexpr int DQW = DQPath::DQW; /* columns of a warpgroup's dQ product */
+    using Loads = BwdLoads<T, D, kMode, kWide, kQ80>; /* K/V and each step's tiles */
+    using StepAt = typename Loads::StepAt;
     using Score = BwdScore<T, D, kMode, kDropout, kWide, kQ80>; /* the score tile's elements */
     using Keep = typename Score::Keep; /* dropout keep bits, one per score element (Br / 2) */
     constexpr uint32_t qtile = Br * D * 2;   /* bytes of one Q or dO tile */
@@ -234,18 +238,6 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * read them instead of locating the step themselves (a division, the
      * block list's global load and the band test on every step's path). */
     int4 *step_info = reinterpret_cast<int4 *>(smem + (bar_kv + 96 - base)); /* [2] */
-    /* A tile of `rows` rows in boxes of `box` (the map's: Bc for K and V,
-     * kQBox for Q and dO, so a wide step's tile takes two) */
-    constexpr int kQBox = kQ80 ? Br : 64;
-    auto tma_tile = [&](uint32_t dst, const CUtensorMap *map, uint32_t bar, int rows, int box,
-                        int64_t row0, int head) {
-#pragma unroll
-        for (int p = 0; p < D / 64; p++)
-#pragma unroll
-            for (int r = 0; r < rows / box; r++)
-                tma_load_4d(dst + p * rows * 128 + r * box * 128, map, bar, p * 64,
-                            (int)row0 + box * r, head, tb);
-    };
     if constexpr (SeqSmem::value) { /* args, a word a thread, then thread 0 moves it to b */
         const uint32_t *src = reinterpret_cast<const uint32_t *>(&args);
         for (int i = threadIdx.x; i < (int)(sizeof(AttnArgs) / 4); i += blockDim.x)
@@ -271,11 +263,6 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     }
     __syncthreads();
     const AttnArgs &a = SeqSmem::value ? *seq_s : kRagged ? seq : args;
-    auto load_kv = [&]() {
-        mbar_expect_tx(bar_kv, 2 * Bc * D * 2);
-        tma_tile(sK, &tmK, bar_kv, Bc, Bc, k_row0 + j0, hk);
-        tma_tile(sV, &tmV, bar_kv, Bc, Bc, k_row0 + j0, hk);
-    };
 
     /* The (head, query block) steps (QuerySteps, attn_walk.cuh). */
     constexpr bool kCausal = kMode == 1, kMasked = kMode >= 2;
@@ -288,11 +275,18 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * counter and the Q_i / dO_i buffer descriptors built from it (a
      * 64-bit vector add and two R2UR per wgmma). */
     const int64_t total = __shfl_sync(0xffffffffu, (long long)steps.total, 0);
+    /* the loads: K_j, V_j and each step's Q_i, dO_i, lse2, D (and bias);
+     * rot is set below, after K_j and V_j are on their way, as before the
+     * loads were an object (the deterministic d = 256 kernels' SASS) */
+    bool rot;
+    const Loads ld{args, a,      tmQ,  tmK,   tmV, tmO, tmB,   b,   hk,     kb,   tb,
+                   q_row0, k_row0, j0, total, rot, steps, step_info, sK, sV, sQ0, sBias,
+                   bar_kv, bar_q, lse2_s, D_s};
     /* K_j, V_j only for a block with steps, as the producer does: one
      * without would exit with the load still writing its shared memory
      * (split d, the only kernel here, keeps the register epilogue) */
     if (!kSpec && total > 0 && threadIdx.x == 0)
-        load_kv();
+        ld.load_kv();
     /* det without a mask (a.dq_rotate): block kb takes step kb first and
      * the others cyclically after it, so that at any moment the blocks of
      * a head add to different dQ tiles, each tile's turns in the order the
@@ -303,78 +297,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
      * to run at once (block nk - 1 waits for block 0, started last): the
      * launch sets dq_rotate only where they fit twice over. */
     const int nkb = (nk_rows + Bc - 1) / Bc;
-    const bool rot = det && kMode == 0 && a.dq_rotate && total >= nkb;
-    /* Step st -> its head gh, first query row i0 and whether it is dead. */
-    auto locate = [&](int64_t st, int &gh, int64_t &i0, bool &dead) {
-        if (rot)
-            st = bwd_rotated(st, kb, total);
-        dead = steps.locate(a, b, hk, j0, Bc, Br, st, &gh, &i0) && kMasked;
-    };
-
-    /* A step's loads in two parts: where (locate and the mask flags: a few
-     * hundred instructions with divisions, where the 24-register producer
-     * spills) and the loads themselves. kRagged: the producer works out
-     * step st + 1 before it waits for the buffer that step needs, so only
-     * the loads sit between the consumers' release and that step's data
-     * (H200, d = 128, causal batch packed: backward +1-5%, N = 2k and 8k;
-     * in the other modes, whose locate is cheaper, d = 64 variants lost
-     * 4%, so they locate after the wait as before). The fields the same
-     * for every sequence come from the parameter space (seq_s is in
-     * shared memory). */
-    struct StepAt {
-        int64_t i0;
-        int gh, flags; /* flags: step_info's bits */
-    };
-    auto where = [&](int64_t st) { /* one thread */
-        StepAt w;
-        bool dead;
-        locate(st, w.gh, w.i0, dead);
-        /* (element-wise masking: the sequence's end, the causal diagonal,
-         * the band's edges, dead blocks) */
-        const bool need_mask = j0 + Bc > a.Nk || w.i0 + Br > a.Nq ||
-                               (kCausal && j0 + Bc - 1 > w.i0 + a.shift) ||
-                               (kMasked && (dead || !inside_band(a, w.i0, w.i0 + Br - 1, j0, Bc)));
-        w.flags = (dead ? 1 : 0) | (need_mask ? 2 : 0);
-        return w;
-    };
-    /* Step st's loads. part 0: all of them on one barrier arrival. Split d
-     * loads in two parts: the dQ staging of step st - 2 fills buffer st & 1
-     * (warps 0-1 of each warpgroup its Q_i tile, warps 2-3 its dO_i tile),
-     * so dO_i, lse2 and D follow as soon as warps 2-3 have seen their
-     * reduces read (part 1: transaction bytes alone) and Q_i once warps 0-1
-     * have (part 2, which arrives). step_info is written before the
-     * arrival that publishes it. The bias tile is part 0's only:
-     * BwdBiasTile is d = 128 only. part is a constant at every call. */
-    auto load_step = [&](int64_t st, const StepAt &w, int part) { /* one thread */
-        const int64_t i0 = w.i0;
-        if (part != 2)
-            step_info[st & 1] = make_int4((int)(uint32_t)i0, (int)(i0 >> 32), w.gh, w.flags);
-        const int h = hk * args.group + w.gh;
-        const uint32_t buf = sQ0 + (uint32_t)(st & 1) * 2 * qtile;
-        const uint32_t bar = bar_q + 8 * (uint32_t)(st & 1);
-        if (part == 0)
-            mbar_expect_tx(bar, 2 * qtile + 2 * Br * 4 + (btma ? (uint32_t)BiasTile::kStage : 0));
-        else if (part == 1)
-            mbar_expect_tx_only(bar, qtile + 2 * Br * 4);
-        else
-            mbar_expect_tx(bar, qtile);
-        if (part != 1)
-            tma_tile(buf, &tmQ, bar, Br, kQBox, q_row0 + i0, h);
-        if (part == 2)
-            return;
-        tma_tile(buf + qtile, &tmO, bar, Br, kQBox, q_row0 + i0, h);
-        if (part == 0 && btma) { /* bias rows i0.., keys j0..: Bc / 64 panels */
-            const int hb = args.bias_s[1] ? h : 0, bb = args.bias_s[0] ? b : 0;
-#pragma unroll
-            for (int p = 0; p < Bc / 64; p++)
-                tma_load_4d(sBias + (uint32_t)(st & 1) * (uint32_t)BiasTile::kStage + p * Br * 128,
-                            &tmB, bar, (int)(j0 + 64 * p), (int)i0, hb, bb);
-        }
-        const int64_t row = ((int64_t)b * args.H + h) * args.nq_pad + i0;
-        bulk_load(smem_u32(lse2_s + (st & 1) * Br), (const float *)args.lse2p + row, Br * 4, bar);
-        bulk_load(smem_u32(D_s + (st & 1) * Br), (const float *)args.Dp + row, Br * 4, bar);
-    };
-    auto issue = [&](int64_t st) { load_step(st, where(st), 0); }; /* one thread */
+    rot = det && kMode == 0 && a.dq_rotate && total >= nkb;
     /* the dQ path: products, staging, reduce-adds, det turns */
     DQPath dq(args, a, base, sK, sdS0, sStage, ds_full, dq_full, dq_empty, b, hk, kb, wg, warp,
               lane, det, rot, total);
@@ -383,21 +306,24 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         if (threadIdx.x >= 256) { /* the producer warpgroup: loads only */
             setmaxnreg_dec<24>();
             if (threadIdx.x == 256 && total > 0) {
-                load_kv();
-                StepAt next = kRagged ? where(0) : StepAt{};
+                ld.load_kv();
+                StepAt next = kRagged ? ld.where(0) : StepAt{};
                 for (int64_t st = 0; st < total; st++) {
                     if (st >= 2) /* step st - 2 released the buffer */
                         mbar_wait(free_q + 8 * (uint32_t)(st & 1), (uint32_t)((st >> 1) - 1) & 1);
                     if constexpr (kRagged) {
-                        load_step(st, next, 0);
+                        ld.load_step(st, next, 0);
                         if (st + 1 < total)
-                            next = where(st + 1);
+                            next = ld.where(st + 1);
                     } else {
-                        issue(st);
+                        ld.issue(st);
                     }
                 }
             } else if (det && threadIdx.x >= 288 && threadIdx.x < 352) {
-                dq.dq_writer((threadIdx.x - 288) / 32, locate);
+                dq.dq_writer((threadIdx.x - 288) / 32,
+                             [&](int64_t s, int &gh, int64_t &i0, bool &dead) {
+                                 ld.locate(s, gh, i0, dead);
+                             });
             }
             return;
         }
@@ -410,7 +336,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         dk[i] = dv[i] = 0.f;
 
     if (!kSpec && total > 0 && threadIdx.x == 0)
-        issue(0);
+        ld.issue(0);
     /* Ping-pong: warpgroup w waits on named barrier 1 + w before issuing
      * S^T and dP^T, and lets the other go once S^T has landed; warpgroup
      * 1 opens and skips the hand-off after its last step. */
@@ -448,11 +374,11 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
         /* Prefetch: the buffer was released by the last barrier (split d:
          * issued later, once the dQ reduces staged in it have read it). */
         if (!kSpec && !Tile::kSplitD && st + 1 < total && threadIdx.x == 0)
-            issue(st + 1);
+            ld.issue(st + 1);
         if (st == 0)
             mbar_wait(bar_kv, 0);
         mbar_wait(bar_q + 8 * (uint32_t)(st & 1), (uint32_t)(st >> 1) & 1);
-        const int4 info = step_info[st & 1]; /* written by issue(st) */
+        const int4 info = step_info[st & 1]; /* written with step st's loads */
         const int64_t i0 = (int64_t)(((uint64_t)(uint32_t)info.y << 32) | (uint32_t)info.x);
         const int gh = info.z;
         const bool dead = kMasked && (info.w & 1), need_mask = (info.w & 2) != 0;
@@ -590,8 +516,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             __syncthreads();
             StepAt nxt{};
             if (st + 1 < total && threadIdx.x == 0) {
-                nxt = where(st + 1);
-                load_step(st + 1, nxt, 1);
+                nxt = ld.where(st + 1);
+                ld.load_step(st + 1, nxt, 1);
             }
             /* dV += (P^T Z) dO_i (L.17), this WG's half of d: issued now,
              * so it runs while warpgroup 1 computes dS^T (and warpgroup 0
@@ -640,7 +566,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 bulk_wait_read<0>();
             __syncthreads();
             if (st + 1 < total && threadIdx.x == 0)
-                load_step(st + 1, nxt, 2);
+                ld.load_step(st + 1, nxt, 2);
             /* dK += dS^T Q_i (L.23), this WG's half of d. */
             wg_fence();
             wg_fence_regs(dk);
