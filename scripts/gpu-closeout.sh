@@ -27,6 +27,8 @@
 #                                            each side's device memory:
 #                                            the largest batch that fits
 #
+# Rounds: as many as contenders (four with bf16, three with fp32), so
+# that with bench/fg_ctypes.py's rotation each takes every position.
 # Each call builds first unless the machine still holds a build of the
 # same kit (scripts/gpu-phases.sh). Written for the H100: issues 16-19 and
 # 22 list H100 figures last taken in sessions 10-19 (doc/performance.md,
@@ -54,13 +56,13 @@ nvidia-smi --query-gpu=name,clocks.sm,power.draw --format=csv,noheader
 case ${1:-} in
 A)
     phases build | tail -n 1
-    torch bf16 --dtypes bf16 --rounds 3 --ds 64,128,256 --ns 1024,2048,4096,8192,16384
-    torch drop --dtypes bf16 --rounds 3 --dropout 0.1 --ds 64,128 --ns 2048,4096,8192
+    torch bf16 --dtypes bf16 --rounds 4 --ds 64,128,256 --ns 1024,2048,4096,8192,16384
+    torch drop --dtypes bf16 --rounds 4 --dropout 0.1 --ds 64,128 --ns 2048,4096,8192
     phases det modes | grep -E '^(det|modes):'
     ;;
 B)
     phases build | tail -n 1
-    torch fp32 --dtypes fp32,tf32 --rounds 2 --ds 32,64,128,256 --ns 1024,4096
+    torch fp32 --dtypes fp32,tf32 --rounds 3 --ds 32,64,128,256 --ns 1024,4096
     phases variants | grep -E '^variants:'
     ;;
 C)
