@@ -73,7 +73,9 @@ __device__ __forceinline__ void grid_pos(int g, int *blk, int *bh)
 /* grid_pos's g for a grid of nblk blocks per (batch, head), resident
  * blocks an SM each: two waves of blocks a group where on (the masked
  * backward), else 0, the natural order. FG_ATTN_LPT=n forces groups of n
- * everywhere (0: the natural order), for measurements. H200, bf16, LPT
+ * everywhere (0: the natural order), for measurements; read at each call,
+ * as the other switches, so bench/compare_env.py can A/B it in one
+ * process. H200, bf16, LPT
  * against the natural order, one round: the causal backward +1.3% at
  * GPT-2-small's attention (d = 64, N = 1024, 16 x 12 heads, dropout 0.1),
  * +2% at d = 64 N = 8k, +4% at d = 128 N = 8k with dropout; the forward
@@ -84,12 +86,10 @@ inline fg_status grid_order(int nblk, int nbh, int resident, bool on, int *g)
     *g = 0;
     if ((int64_t)nblk * nbh >= ((int64_t)1 << 31))
         return FG_OK; /* grid_pos's arithmetic is 32-bit */
-    static const int env = [] {
-        const char *v = getenv("FG_ATTN_LPT");
-        return v && *v ? atoi(v) : -1;
-    }();
-    if (env >= 0) {
-        *g = env;
+    const char *env = getenv("FG_ATTN_LPT");
+    if (env && *env) {
+        const int n = atoi(env);
+        *g = n < 0 ? 0 : n > 65535 ? 65535 : n;
         return FG_OK;
     }
     if (!on)
