@@ -191,9 +191,10 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
     const uint32_t sStage = sP + Tile::kPBytes; /* d <= 128: dQ_i [Br][D] floats */
     using BiasTile = BwdBiasTile<D, kMode>;
     const uint32_t sBias = sStage + Tile::kStageBytes; /* BiasTile: [2][Br][Bc] */
-    /* BiasTile: the bias by TMA (btma), and dS into the stage (dbtma),
-     * stored to dbias by TMA when there is one (bias_flags bit 1) */
-    constexpr bool btma = BiasTile::value, dbtma = BiasTile::value;
+    /* BiasTile: the bias by TMA (Loads, Score: btma), and dS into the
+     * stage (dbtma), stored to dbias by TMA when there is one (bias_flags
+     * bit 1) */
+    constexpr bool dbtma = BiasTile::value;
     AttnArgs *seq_s = (AttnArgs *)(smem + (sStage - base) + Tile::kStageBytes + BiasTile::kBytes);
     float *lse2_s = (float *)((unsigned char *)seq_s + SeqSmem::kBytes); /* [2][Br] */
     float *D_s = lse2_s + 2 * Br;                                  /* [2][Br] */
