@@ -106,6 +106,15 @@ struct TileSeq {
     int64_t orow; /* operand row of its row 0 */
     int64_t srow; /* stats row (m, l, D) of its row 0 */
 };
+/* f += g, lane by lane: the dQ writers' sum over the accumulator's copies */
+__device__ __forceinline__ void add4(float4 &f, const float4 &g)
+{
+    f.x += g.x;
+    f.y += g.y;
+    f.z += g.z;
+    f.w += g.w;
+}
+
 __device__ __forceinline__ TileSeq tile_seq(const AttnArgs &a, int b, int h)
 {
     if (a.cu_q) {
@@ -230,11 +239,9 @@ __global__ void __launch_bounds__(256) attn_bwd_write_dq_tiled(const AttnArgs a)
             const float4 *sc = src + c * (((int64_t)a.B * a.H * a.nq_pad * Dp) / 4);
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                const float4 g = sc[k];
-                f[k].x += g.x;
-                f[k].y += g.y;
-                f[k].z += g.z;
-                f[k].w += g.w;
+                const float4 g = sc[k]; /* loaded first: add4(f[k], sc[k]) allocated
+                                         * this pass's registers differently */
+                add4(f[k], g);
             }
         }
         const float scale = (float)a.scale; /* the wgmma kernels sum dS K unscaled */
@@ -292,13 +299,8 @@ __global__ void __launch_bounds__(256) attn_bwd_write_dq_t80(const AttnArgs a)
     const float scale = (float)a.scale; /* the wgmma kernels sum dS K unscaled */
     for (int w = threadIdx.x; w < QT * DP / 4; w += blockDim.x) {
         float4 f = tile[w];
-        for (int c = 1; c < a.dq_copies; c++) { /* in order: bitwise repeatable */
-            const float4 g = tile[c * cs + w];
-            f.x += g.x;
-            f.y += g.y;
-            f.z += g.z;
-            f.w += g.w;
-        }
+        for (int c = 1; c < a.dq_copies; c++) /* in order: bitwise repeatable */
+            add4(f, tile[c * cs + w]);
         /* float4 w: run w / 320, fragment n = (w % 320) / 32, lane w % 32 */
         const int run = w / (QT * 4), n = (w % (QT * 4)) >> 5, lane = w & 31;
         const int r = 16 * run + (lane >> 2), q = 8 * n + 2 * (lane & 3);
