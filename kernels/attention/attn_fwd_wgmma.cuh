@@ -534,9 +534,9 @@ fg_status launch(const AttnArgs &a, const FwdMaps &m, cudaStream_t st)
                                      (int)smem));
     dim3 grid((unsigned)((a.Nq + Tile::kBr - 1) / Tile::kBr), (unsigned)a.H,
               (unsigned)a.B);
-    /* the natural order unless FG_ATTN_LPT says otherwise (grid_order) */
+    /* longest first under a mask (grid_pos), as the backward */
     int order = 0;
-    FG_TRY(grid_order((int)grid.x, a.H * a.B, Tile::kMinBlocks, false, &order));
+    FG_TRY(grid_order((int)grid.x, a.H * a.B, Tile::kMinBlocks, kMode != 0, &order));
     kern<<<grid, FwdSpec<WG, kDr>::kThreads, smem, st>>>(a, m.q, m.k, m.v, m.bias, btma,
                                                          order);
     FG_CUDA_TRY_LAUNCH();
