@@ -72,15 +72,15 @@ __device__ __forceinline__ void grid_pos(int g, int *blk, int *bh)
 
 /* grid_pos's g for a grid of nblk blocks per (batch, head), resident
  * blocks an SM each: two waves of blocks a group where on (the masked
- * backward), else 0, the natural order. FG_ATTN_LPT=n forces groups of n
- * everywhere (0: the natural order), for measurements; read at each call,
- * as the other switches, so bench/compare_env.py can A/B it in one
- * process. H200, bf16, LPT
- * against the natural order, one round: the causal backward +1.3% at
- * GPT-2-small's attention (d = 64, N = 1024, 16 x 12 heads, dropout 0.1),
- * +2% at d = 64 N = 8k, +4% at d = 128 N = 8k with dropout; the forward
- * +1.7%, +1.4%, +4% there but -2..-5% at d = 128 N = 2k, so it stays in
- * its natural order (longest first only inside each head's run). */
+ * grids of the forward and backward), else 0, the natural order.
+ * FG_ATTN_LPT=n forces groups of n everywhere (0: the natural order), for
+ * measurements; read at each call, as the other switches, so
+ * bench/compare_env.py can A/B it in one process. H200, bf16, against the
+ * natural order: the causal backward +1.3% at GPT-2-small's attention,
+ * +2% at d = 64 N = 8k, +4% at d = 128 N = 8k with dropout (session 26);
+ * the causal forward +7-12% at d = 256 N 2k-8k, +3-4% at d = 128 N 2k-8k,
+ * level at d = 64 and at N = 16k (session 57; session 26's -2..-5% at
+ * d = 128 N = 2k was an older forward). */
 inline fg_status grid_order(int nblk, int nbh, int resident, bool on, int *g)
 {
     *g = 0;
