@@ -34,7 +34,7 @@ import os
 
 import torch
 
-from fg_ctypes import Flashgrad, best_times, buffers
+from fg_ctypes import Flashgrad, add_gap_arg, best_times, buffers, use_gap_arg
 
 
 def main():
@@ -43,9 +43,11 @@ def main():
     ap.add_argument("--lib", default=".libs/libflashgrad.so")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
+    add_gap_arg(ap)
     ap.add_argument("--quick", action="store_true", help="N = 2k and 8k only at d = 128")
     ap.add_argument("--ds", default="64,128,256", help="head dims (comma-separated)")
     args = ap.parse_args()
+    use_gap_arg(args)
     fg = Flashgrad(args.lib)
     torch.manual_seed(0)
     # d, N, causal, window_left (None = none)

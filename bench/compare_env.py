@@ -14,7 +14,8 @@ same cell.
 
     python3 bench/compare_env.py --lib .libs/libflashgrad.so \\
         --env "" --env "FG_ATTN_FWD_EPI=1 FG_ATTN_BWD_EPI=1" \\
-        --cells "128,2048,0;64,1024,0" [--dropout 0.1] [--rounds 5]
+        --cells "128,2048,0;64,1024,0" [--dropout 0.1] [--rounds 5] \\
+        [--control] [--gap-ms 50]
 """
 import argparse
 import os
@@ -23,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from fg_ctypes import Flashgrad, best_times, buffers
+from fg_ctypes import Flashgrad, add_gap_arg, best_times, buffers, use_gap_arg
 
 
 def with_env(setting, fn):
@@ -55,8 +56,13 @@ def main():
     ap.add_argument("--dropout", type=float, default=0.0)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=10)
+    add_gap_arg(ap)
     ap.add_argument("--no-cudnn", action="store_true")
+    ap.add_argument("--control", action="store_true",
+                    help="time the first setting twice; the two should agree "
+                         "(the method's own spread)")
     args = ap.parse_args()
+    use_gap_arg(args)
     envs = args.env or [""]
     fg = Flashgrad(args.lib)
     print(f"{torch.cuda.get_device_name()}, bf16, 16k tokens, hidden 2048, "
@@ -73,6 +79,10 @@ def main():
             pairs[e or "(as is)"] = (
                 with_env(e, lambda: fg.fwd(p, q, k, v, o, m, l)),
                 with_env(e, lambda: fg.bwd(p, q, k, v, o, g, m, l, dq, dk, dv)))
+        if args.control:
+            pairs[(envs[0] or "(as is)") + " again"] = (
+                with_env(envs[0], lambda: fg.fwd(p, q, k, v, o, m, l)),
+                with_env(envs[0], lambda: fg.bwd(p, q, k, v, o, g, m, l, dq, dk, dv)))
         if not args.no_cudnn:
             qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
             gt, out = g.transpose(1, 2), {}

@@ -29,7 +29,7 @@ import argparse
 
 import torch
 
-from fg_ctypes import Flashgrad, best_times, buffers
+from fg_ctypes import Flashgrad, add_gap_arg, best_times, buffers, use_gap_arg
 
 
 def kept_pairs(N, causal, window_left):
@@ -50,9 +50,11 @@ def main():
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
+    add_gap_arg(ap)
     ap.add_argument("--once", action="store_true",
                     help="one untimed forward and backward per cell (for ncu)")
     args = ap.parse_args()
+    use_gap_arg(args)
     fg = Flashgrad(args.lib)
     torch.manual_seed(0)
     N, d = args.N, args.d

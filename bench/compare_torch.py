@@ -12,8 +12,10 @@ Method (issue 18; the same for every contender and every cell):
   - each contender is warmed up, then timed with CUDA events around the
     forward and around the backward, `--reps` calls per round, the median
     per round; `--rounds` rounds run interleaved, each starting one
-    contender later (flashgrad, flash, cuDNN, ..., then flash, cuDNN, ...,
-    flashgrad), and each cell keeps the best round median;
+    contender later, odd rounds mirrored (fg_ctypes.round_order), and each
+    cell keeps the best round median; before its timed calls each contender
+    finds the GPU idle for `--gap-ms` (default 50) and makes one untimed
+    call, so none inherits another's clock (fg_ctypes.py says why);
   - 16k tokens (B = 16384 / N) and hidden 2048 (H = 2048 / d); TFLOP/s with
     forward 4 B H N^2 d (halved when causal), backward 2.5x forward.
 
@@ -45,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from fg_ctypes import Flashgrad, best_times, buffers
+from fg_ctypes import Flashgrad, add_gap_arg, best_times, buffers, use_gap_arg
 
 BACKENDS = {
     "flash": SDPBackend.FLASH_ATTENTION,
@@ -184,6 +186,7 @@ def main():
     ap.add_argument("--dtypes", default="bf16,fp16,fp32,tf32,fp64")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=10)
+    add_gap_arg(ap)
     ap.add_argument("--csv", default=None)
     ap.add_argument("--dropout", type=float, default=0.0,
                     help="dropout probability on both sides (the masks differ, so "
@@ -194,6 +197,7 @@ def main():
                     help="only compare peak memory (runs --bench --mem)")
     ap.add_argument("--bench", default="./bench_attention")
     args = ap.parse_args()
+    use_gap_arg(args)
     bad = [dt for dt in args.dtypes.split(",") if dt not in TORCH_DTYPE]
     if bad:
         ap.error(f"--dtypes: unknown {', '.join(bad)} (known: {', '.join(TORCH_DTYPE)})")

@@ -42,7 +42,8 @@ from torch.nn.attention.flex_attention import BlockMask, flex_attention
 # (8) dynamo falls back to eager flex_attention, which runs out of memory.
 torch._dynamo.config.recompile_limit = 64
 
-from fg_ctypes import FG_BF16, Bias, BlockMaskC, Flashgrad, best_times, buffers
+from fg_ctypes import (FG_BF16, Bias, BlockMaskC, Flashgrad, add_gap_arg, best_times, buffers,
+                       use_gap_arg)
 
 def bias_cell(fg, name, N, H, d, args):
     """Dense attention plus a bf16 bias requiring grad: flashgrad (dbias
@@ -112,10 +113,12 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
+    add_gap_arg(ap)
     ap.add_argument("--only", default=None,
                     help="run only the cells whose name contains this")
     ap.add_argument("--bias-only", action="store_true")
     args = ap.parse_args()
+    use_gap_arg(args)
     fg = Flashgrad(args.lib)
     torch.manual_seed(0)
     dev = "cuda"

@@ -7,16 +7,25 @@ timed the same way.
 
 Timing: CUDA events around the forward and around the backward of each
 call, `reps` calls per round, the median per round; several rounds run
-interleaved over every contender, each round starting one contender
-later (A, B, C, then B, C, A, then C, A, B, ...), and each keeps the best
-of its round medians (best_times). Interleaving spreads clock and thermal
-drift over all contenders, the rotation gives each the same positions
-once there are as many rounds as contenders (H200, session 55: in a fixed
-order the first contender's forward, the same code as the third's, ran
-up to 8% faster), and the best median discards rounds disturbed by something
-else on the machine."""
+interleaved over every contender, and each keeps the best of its round
+medians (best_times). Interleaving spreads clock and thermal drift over
+all contenders; each round starts one contender later (A, B, C, D, then
+B, A, D, C, then C, D, A, B, ...: round_order), so every contender takes
+every position and does not always follow the same one; the best median
+discards rounds disturbed by something else on the machine.
+
+Before each contender's timed calls the GPU idles `gap_ms` (default 50)
+and then runs one untimed call of that contender, so each starts from the
+same state whatever ran before it. Without the gap a burst's clock
+depends on the previous contender's power draw: H200, session 57,
+compare_env.py with an irrelevant variable set (FG_FOO=1), the same
+code as "(as is)", ran 8-9% slower at d = 128 causal N 8k/16k, forward
+and backward, because in the plain rotation it always followed flashgrad
+and "(as is)" always followed cuDNN (session 55, a fixed order: the first
+contender's forward ran up to 8% faster than the same code third)."""
 import ctypes as C
 import statistics
+import time
 
 import torch
 
@@ -120,8 +129,15 @@ def buffers(B, N, H, d, dtype=torch.bfloat16, dev="cuda"):
     return ins, outs, m, torch.empty_like(m)
 
 
-def time_pair(fwd, bwd, reps):
-    """Median forward and backward ms over reps calls (events around each)."""
+def time_pair(fwd, bwd, reps, gap_ms=0.0):
+    """Median forward and backward ms over reps calls (events around each),
+    after gap_ms of idle GPU and one untimed call."""
+    torch.cuda.synchronize()
+    if gap_ms > 0:
+        time.sleep(gap_ms / 1000.0)
+    fwd()
+    bwd()
+    torch.cuda.synchronize()
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
     tf, tb = [], []
     for _ in range(reps):
@@ -138,18 +154,39 @@ def time_pair(fwd, bwd, reps):
 
 
 def round_order(names, r):
-    """Round r's order of the contenders: the list rotated by r."""
-    k = r % len(names) if names else 0
+    """Round r's order of the contenders: the list rotated by r; with an
+    even count, odd rounds run the mirrored sequence (r, r - 1, ...), so a
+    contender also follows the one it preceded, and over as many rounds as
+    contenders each still takes every position once."""
+    n = len(names)
+    if n % 2 == 0 and r % 2:
+        return [names[(r - p) % n] for p in range(n)]
+    k = r % n if n else 0
     return names[k:] + names[:k]
 
 
-def best_times(pairs, rounds, reps):
+GAP_MS = 50.0  # best_times' default idle gap before each contender's calls
+
+
+def add_gap_arg(ap):
+    """The benchmarks' --gap-ms option; use_gap_arg(args) applies it."""
+    ap.add_argument("--gap-ms", type=float, default=GAP_MS,
+                    help="idle GPU before each contender's timed calls (default %(default)s)")
+
+
+def use_gap_arg(args):
+    global GAP_MS
+    GAP_MS = max(0.0, args.gap_ms)
+
+
+def best_times(pairs, rounds, reps, gap_ms=None):
     """Best per-round medians of interleaved, rotated rounds: {who: [fwd, bwd] ms}."""
+    gap = GAP_MS if gap_ms is None else gap_ms
     best = {who: [1e9, 1e9] for who in pairs}
     for r in range(rounds):
         for who in round_order(list(pairs), r):
             f, b = pairs[who]
-            tf, tb = time_pair(f, b, reps)
+            tf, tb = time_pair(f, b, reps, gap)
             best[who][0] = min(best[who][0], tf)
             best[who][1] = min(best[who][1], tb)
     return best
