@@ -14,8 +14,9 @@ Method (issue 18; the same for every contender and every cell):
     per round; `--rounds` rounds run interleaved, each starting one
     contender later, odd rounds mirrored (fg_ctypes.round_order), and each
     cell keeps the best round median; before its timed calls each contender
-    finds the GPU idle for `--gap-ms` (default 50) and makes one untimed
-    call, so none inherits another's clock (fg_ctypes.py says why);
+    finds the GPU idle for `--gap-ms` (default 50) and then runs untimed
+    for `--warm-ms` (default 20), so none inherits another's clock
+    (fg_ctypes.py says why);
   - 16k tokens (B = 16384 / N) and hidden 2048 (H = 2048 / d); TFLOP/s with
     forward 4 B H N^2 d (halved when causal), backward 2.5x forward.
 

@@ -15,8 +15,8 @@ every position and does not always follow the same one; the best median
 discards rounds disturbed by something else on the machine.
 
 Before each contender's timed calls the GPU idles `gap_ms` (default 50)
-and then runs one untimed call of that contender, so each starts from the
-same state whatever ran before it. Without the gap a burst's clock
+and then runs that contender untimed for `warm_ms` (default 20, at least
+one call), so each starts from the same state whatever ran before it. Without the gap a burst's clock
 depends on the previous contender's power draw: H200, session 57,
 compare_env.py with an irrelevant variable set (FG_FOO=1), the same
 code as "(as is)", ran 8-9% slower at d = 128 causal N 8k/16k, forward
@@ -129,15 +129,20 @@ def buffers(B, N, H, d, dtype=torch.bfloat16, dev="cuda"):
     return ins, outs, m, torch.empty_like(m)
 
 
-def time_pair(fwd, bwd, reps, gap_ms=0.0):
+def time_pair(fwd, bwd, reps, gap_ms=0.0, warm_ms=0.0):
     """Median forward and backward ms over reps calls (events around each),
-    after gap_ms of idle GPU and one untimed call."""
+    after gap_ms of idle GPU and untimed calls for warm_ms (at least one:
+    the clock climbs back from idle before the timed calls)."""
     torch.cuda.synchronize()
     if gap_ms > 0:
         time.sleep(gap_ms / 1000.0)
-    fwd()
-    bwd()
-    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    while True:
+        fwd()
+        bwd()
+        torch.cuda.synchronize()
+        if (time.perf_counter() - t0) * 1000.0 >= warm_ms:
+            break
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
     tf, tb = [], []
     for _ in range(reps):
@@ -165,18 +170,23 @@ def round_order(names, r):
     return names[k:] + names[:k]
 
 
-GAP_MS = 50.0  # best_times' default idle gap before each contender's calls
+GAP_MS = 50.0  # best_times' defaults: idle GPU before each contender's calls,
+WARM_MS = 20.0  # then its untimed calls
 
 
 def add_gap_arg(ap):
-    """The benchmarks' --gap-ms option; use_gap_arg(args) applies it."""
+    """The benchmarks' --gap-ms and --warm-ms options; use_gap_arg(args)
+    applies them."""
     ap.add_argument("--gap-ms", type=float, default=GAP_MS,
-                    help="idle GPU before each contender's timed calls (default %(default)s)")
+                    help="idle GPU before each contender's calls (default %(default)s)")
+    ap.add_argument("--warm-ms", type=float, default=WARM_MS,
+                    help="then its untimed calls for this long (default %(default)s)")
 
 
 def use_gap_arg(args):
-    global GAP_MS
+    global GAP_MS, WARM_MS
     GAP_MS = max(0.0, args.gap_ms)
+    WARM_MS = max(0.0, args.warm_ms)
 
 
 def best_times(pairs, rounds, reps, gap_ms=None):
@@ -186,7 +196,7 @@ def best_times(pairs, rounds, reps, gap_ms=None):
     for r in range(rounds):
         for who in round_order(list(pairs), r):
             f, b = pairs[who]
-            tf, tb = time_pair(f, b, reps, gap)
+            tf, tb = time_pair(f, b, reps, gap, WARM_MS)
             best[who][0] = min(best[who][0], tf)
             best[who][1] = min(best[who][1], tb)
     return best
