@@ -16,13 +16,14 @@ discards rounds disturbed by something else on the machine.
 
 Before each contender's timed calls the GPU idles `gap_ms` (default 50)
 and then runs that contender untimed for `warm_ms` (default 20, at least
-one call), so each starts from the same state whatever ran before it. Without the gap a burst's clock
-depends on the previous contender's power draw: H200, session 57,
-compare_env.py with an irrelevant variable set (FG_FOO=1), the same
-code as "(as is)", ran 8-9% slower at d = 128 causal N 8k/16k, forward
-and backward, because in the plain rotation it always followed flashgrad
-and "(as is)" always followed cuDNN (session 55, a fixed order: the first
-contender's forward ran up to 8% faster than the same code third)."""
+one call), so each starts from the same state whatever ran before it.
+Without that, a burst's speed depends on what ran just before it (the
+clock and power state it leaves): H200, session 57, compare_env.py with
+an irrelevant variable set (FG_FOO=1), the same code as "(as is)", ran
+8-9% slower at d = 128 causal N 8k/16k, forward and backward, where the
+plain rotation always put it after flashgrad and "(as is)" after cuDNN
+(session 55, a fixed order: the first contender's forward ran up to 8%
+faster than the same code third)."""
 import ctypes as C
 import statistics
 import time
@@ -189,14 +190,15 @@ def use_gap_arg(args):
     WARM_MS = max(0.0, args.warm_ms)
 
 
-def best_times(pairs, rounds, reps, gap_ms=None):
+def best_times(pairs, rounds, reps, gap_ms=None, warm_ms=None):
     """Best per-round medians of interleaved, rotated rounds: {who: [fwd, bwd] ms}."""
     gap = GAP_MS if gap_ms is None else gap_ms
+    warm = WARM_MS if warm_ms is None else warm_ms
     best = {who: [1e9, 1e9] for who in pairs}
     for r in range(rounds):
         for who in round_order(list(pairs), r):
             f, b = pairs[who]
-            tf, tb = time_pair(f, b, reps, gap, WARM_MS)
+            tf, tb = time_pair(f, b, reps, gap, warm)
             best[who][0] = min(best[who][0], tf)
             best[who][1] = min(best[who][1], tb)
     return best
