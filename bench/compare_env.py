@@ -64,6 +64,9 @@ def main():
     args = ap.parse_args()
     use_gap_arg(args)
     envs = args.env or [""]
+    settings = [(e or "(as is)", e) for e in envs]  # (name, setting)
+    if args.control:
+        settings.append((settings[0][0] + " again", envs[0]))
     fg = Flashgrad(args.lib)
     print(f"{torch.cuda.get_device_name()}, bf16, 16k tokens, hidden 2048, "
           f"dropout {args.dropout}; TFLOP/s fwd/bwd, best of {args.rounds} "
@@ -75,14 +78,10 @@ def main():
         p = fg.params(B, n, H, d)
         p.causal, p.dropout_p, p.seed, p.offset = causal, args.dropout, 1234, 0
         pairs = {}
-        for e in envs:
-            pairs[e or "(as is)"] = (
+        for name, e in settings:
+            pairs[name] = (
                 with_env(e, lambda: fg.fwd(p, q, k, v, o, m, l)),
                 with_env(e, lambda: fg.bwd(p, q, k, v, o, g, m, l, dq, dk, dv)))
-        if args.control:
-            pairs[(envs[0] or "(as is)") + " again"] = (
-                with_env(envs[0], lambda: fg.fwd(p, q, k, v, o, m, l)),
-                with_env(envs[0], lambda: fg.bwd(p, q, k, v, o, g, m, l, dq, dk, dv)))
         if not args.no_cudnn:
             qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
             gt, out = g.transpose(1, 2), {}
