@@ -435,11 +435,12 @@ END_TEST
 
 /* d in (64, 128], unmasked, without dropout: the Hopper backward's
  * 80-query kernel (dQ^T = K^T dS^T, 80-query transposed dQ tiles, stats
- * padded to 320 rows) by default, then the 64-query one
- * (FG_ATTN_BWD_Q80=0), each against the fp64 reference. Lengths around
- * the 80-row step and the 320-row padding (the last step partly or
- * wholly past Nq), Nq != Nk, GQA / MQA, d padded to 128, both layouts;
- * the last case has dropout (never the 80-query kernel). */
+ * padded to 320 rows), forced at every Nq (FG_ATTN_BWD_Q80=1; by default
+ * it serves Nq >= 2048), then the 64-query one (FG_ATTN_BWD_Q80=0), each
+ * against the fp64 reference. Lengths around the 80-row step and the
+ * 320-row padding (the last step partly or wholly past Nq), one past the
+ * default's threshold, Nq != Nk, GQA / MQA, d padded to 128, both
+ * layouts; the last case has dropout (never the 80-query kernel). */
 static const gcase q80_cases[] = {
     /* B   Nq    Nk   H  Hk   d  causal bhsd  p */
     {2, 80, 128, 2, 2, 128, 0, 0, 0.0},
@@ -448,11 +449,13 @@ static const gcase q80_cases[] = {
     {1, 1, 300, 2, 2, 128, 0, 1, 0.0},
     {1, 500, 500, 3, 3, 96, 0, 0, 0.0},
     {1, 639, 1000, 2, 2, 112, 0, 1, 0.0},
+    {1, 2049, 700, 1, 1, 128, 0, 0, 0.0},
     {1, 160, 160, 2, 2, 128, 0, 0, 0.1},
 };
 
 START_TEST(test_q80_d128)
 {
+    setenv("FG_ATTN_BWD_Q80", "1", 1);
     run_switch_off(&q80_cases[_i], "FG_ATTN_BWD_Q80", 7700 + 10 * (uint64_t)_i,
                    7800 + 10 * (uint64_t)_i);
 }

@@ -36,13 +36,18 @@ static bool wide_call(const AttnArgs &a)
  * attn_bwd_wgmma.cuh)? d in (64, 128], kMode 0 (neither causal nor a
  * variant, which covers masks, modifiers, a bias, block masks, packed and
  * key-padded batches: launch_opts's last case), no dropout, not
- * deterministic (the turns count 64-query tiles); FG_ATTN_BWD_Q80=0 keeps
- * the 64-query kernel (tests, comparisons). Read per call;
- * attn_bwd_wgmma_maps records the choice. */
+ * deterministic (the turns count 64-query tiles), and Nq >= 2048: below,
+ * the 64-query kernel was 1.0-1.6% faster (H200, sessions 57-58: N 1k,
+ * 1.5k; the 80-query one +1.5% at 2k, +3% at 4k). FG_ATTN_BWD_Q80=0
+ * keeps the 64-query kernel, =1 takes the 80-query one at every Nq
+ * (tests, comparisons). Read per call; attn_bwd_wgmma_maps records the
+ * choice. */
 static bool q80_call(const AttnArgs &a)
 {
-    return a.d > 64 && a.d <= 128 && !a.causal && !a.variant && !a.dropout &&
-           !a.deterministic && !env_is("FG_ATTN_BWD_Q80", "0");
+    if (a.d <= 64 || a.d > 128 || a.causal || a.variant || a.dropout || a.deterministic ||
+        env_is("FG_ATTN_BWD_Q80", "0"))
+        return false;
+    return a.Nq >= 2048 || env_is("FG_ATTN_BWD_Q80", "1");
 }
 
 int64_t attn_bwd_wgmma_nq_pad(const AttnArgs &a)
