@@ -79,8 +79,9 @@ __device__ __forceinline__ void grid_pos(int g, int *blk, int *bh)
  * natural order: the causal backward +1.3% at GPT-2-small's attention,
  * +2% at d = 64 N = 8k, +4% at d = 128 N = 8k with dropout (session 26);
  * the causal forward +7-12% at d = 256 N 2k-8k, +3-4% at d = 128 N 2k-8k,
- * level at d = 64 and at N = 16k (session 57; session 26's -2..-5% at
- * d = 128 N = 2k was an older forward). */
+ * level at d = 64, at N = 16k (session 57; session 26's -2..-5% at
+ * d = 128 N = 2k was an older forward) and at d <= 128 N = 1k (+3-8% at
+ * d = 256 N = 1k, session 58). */
 inline fg_status grid_order(int nblk, int nbh, int resident, bool on, int *g)
 {
     *g = 0;
