@@ -171,8 +171,8 @@ def round_order(names, r):
     return names[k:] + names[:k]
 
 
-GAP_MS = 50.0  # best_times' defaults: idle GPU before each contender's calls,
-WARM_MS = 20.0  # then its untimed calls
+GAP_MS = 50.0  # best_times: idle GPU before each contender's calls,
+WARM_MS = 20.0  # then its untimed calls (use_gap_arg sets both)
 
 
 def add_gap_arg(ap):
@@ -190,15 +190,14 @@ def use_gap_arg(args):
     WARM_MS = max(0.0, args.warm_ms)
 
 
-def best_times(pairs, rounds, reps, gap_ms=None, warm_ms=None):
-    """Best per-round medians of interleaved, rotated rounds: {who: [fwd, bwd] ms}."""
-    gap = GAP_MS if gap_ms is None else gap_ms
-    warm = WARM_MS if warm_ms is None else warm_ms
+def best_times(pairs, rounds, reps):
+    """Best per-round medians of interleaved, rotated rounds, each contender
+    after GAP_MS idle and WARM_MS untimed (use_gap_arg): {who: [fwd, bwd] ms}."""
     best = {who: [1e9, 1e9] for who in pairs}
     for r in range(rounds):
         for who in round_order(list(pairs), r):
             f, b = pairs[who]
-            tf, tb = time_pair(f, b, reps, gap, warm)
+            tf, tb = time_pair(f, b, reps, GAP_MS, WARM_MS)
             best[who][0] = min(best[who][0], tf)
             best[who][1] = min(best[who][1], tb)
     return best
