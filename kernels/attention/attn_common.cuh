@@ -81,7 +81,9 @@ __device__ __forceinline__ void grid_pos(int g, int *blk, int *bh)
  * the causal forward +7-12% at d = 256 N 2k-8k, +3-4% at d = 128 N 2k-8k,
  * level at d = 64, at N = 16k (session 57; session 26's -2..-5% at
  * d = 128 N = 2k was an older forward) and at d <= 128 N = 1k (+3-8% at
- * d = 256 N = 1k, session 58). */
+ * d = 256 N = 1k, session 58). Unmasked grids keep the natural order: a
+ * head's blocks together share Q_i / dO_i in the L2 (session 59, dense
+ * backward in groups of 4 heads to all: level to 2x slower). */
 inline fg_status grid_order(int nblk, int nbh, int resident, bool on, int *g)
 {
     *g = 0;
