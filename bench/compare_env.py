@@ -10,12 +10,13 @@ inputs, 16k tokens, hidden 2048; each setting warmed up, then `--reps`
 calls timed with CUDA events per round, `--rounds` interleaved rounds, each
 starting one setting later (give at least as many rounds as settings, cuDNN
 counted), the best round median; cuDNN (SDPA) beside them as a control,
-same cell.
+same cell (with --dtype fp32, SDPA's memory-efficient kernel, which PyTorch
+runs in fp32 as 3xTF32, as the strict kernels do).
 
     python3 bench/compare_env.py --lib .libs/libflashgrad.so \\
         --env "" --env "FG_ATTN_FWD_EPI=1 FG_ATTN_BWD_EPI=1" \\
         --cells "128,2048,0;64,1024,0" [--dropout 0.1] [--rounds 5] \\
-        [--control] [--gap-ms 50]
+        [--control] [--gap-ms 50] [--dtype fp32]
 """
 import argparse
 import os
@@ -57,7 +58,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=10)
     add_gap_arg(ap)
-    ap.add_argument("--no-cudnn", action="store_true")
+    ap.add_argument("--no-cudnn", action="store_true",
+                    help="no SDPA control (cuDNN, or efficient with --dtype fp32)")
+    ap.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
     ap.add_argument("--control", action="store_true",
                     help="time the first setting twice; the two should agree "
                          "(the method's own spread)")
@@ -68,13 +71,16 @@ def main():
     if args.control:
         settings.append((settings[0][0] + " again", envs[0]))
     fg = Flashgrad(args.lib)
-    print(f"{torch.cuda.get_device_name()}, bf16, 16k tokens, hidden 2048, "
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+    backend, ctl = ((SDPBackend.EFFICIENT_ATTENTION, "efficient") if args.dtype == "fp32"
+                    else (SDPBackend.CUDNN_ATTENTION, "cudnn"))
+    print(f"{torch.cuda.get_device_name()}, {args.dtype}, 16k tokens, hidden 2048, "
           f"dropout {args.dropout}; TFLOP/s fwd/bwd, best of {args.rounds} "
           f"interleaved round medians")
     for c in args.cells.split(";"):
         d, n, causal = (int(x) for x in c.split(","))
         B, H = 16384 // n, 2048 // d
-        (q, k, v, g), (o, dq, dk, dv), m, l = buffers(B, n, H, d)
+        (q, k, v, g), (o, dq, dk, dv), m, l = buffers(B, n, H, d, dtype)
         p = fg.params(B, n, H, d)
         p.causal, p.dropout_p, p.seed, p.offset = causal, args.dropout, 1234, 0
         pairs = {}
@@ -87,14 +93,14 @@ def main():
             gt, out = g.transpose(1, 2), {}
 
             def cf():
-                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                with sdpa_kernel([backend]):
                     out["o"] = F.scaled_dot_product_attention(
                         qt, kt, vt, is_causal=bool(causal), dropout_p=args.dropout)
 
             def cb():
                 out["o"].backward(gt)
                 qt.grad = kt.grad = vt.grad = None
-            pairs["cudnn"] = (cf, cb)
+            pairs[ctl] = (cf, cb)
         for f, b in pairs.values():  # warm-up
             f()
             b()

@@ -138,7 +138,8 @@ __device__ __forceinline__ void nt_products(float (&c0)[QT][4], uint32_t a0, uin
 }
 
 template <int D, int BR, int DH, int kMode, bool kDropout, bool kSplit, int NW, bool kLo>
-__global__ void __launch_bounds__(32 * NW) bwd_kernel(const AttnArgs a, const int dslice)
+__global__ void __launch_bounds__(32 * NW)
+    bwd_kernel(const AttnArgs a, const int dslice, const int blk0)
 {
     constexpr bool kMasked = kMode == 2;
     /* Plain causal: a runtime flag, not an instantiation (build time; see
@@ -167,8 +168,11 @@ __global__ void __launch_bounds__(32 * NW) bwd_kernel(const AttnArgs a, const in
     /* kw: this warp's 16 keys; half: its d half (kPair) */
     const int kw = kPair ? warp % Tile::kKeyWarps : warp, half = kPair ? warp / Tile::kKeyWarps : 0;
     const int dbase = (kPair ? half : dslice) * DH;
-    const int64_t j0 = (int64_t)blockIdx.x * Bc;
-    const int hk = blockIdx.y, b = blockIdx.z;
+    /* The grid is (Hk, key blocks from blk0, B), heads fastest (launch):
+     * with a causal or variant mask key block 0 walks the most queries, so
+     * every head of a batch issues it before any issues block 1. */
+    const int64_t j0 = (int64_t)(blk0 + (int)blockIdx.y) * Bc;
+    const int hk = blockIdx.x, b = blockIdx.z;
     const int kvalid = (int)min((int64_t)Bc, (int64_t)a.Nk - j0);
     const float scale_log2 = (float)(a.scale * 1.4426950408889634);
 
@@ -408,14 +412,16 @@ static fg_status launch(const AttnArgs &a, cudaStream_t st)
             bwd_kernel<D, BR, DH, decltype(mode)::value, decltype(drop)::value, kSplit, NW, kLo>;
         FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)Tile::kSmem));
-        dim3 grid((unsigned)((a.Nk + Tile::kBc - 1) / Tile::kBc), (unsigned)a.Hk,
-                  (unsigned)a.B);
+        const int64_t nkb = (a.Nk + Tile::kBc - 1) / Tile::kBc;
         /* Slices past the real head dim have nothing to write; pairs
          * cover both halves in one launch. */
-        for (int slice = 0; slice < (Tile::kPair ? 1 : D / DH) && slice * DH < a.d; slice++) {
-            kern<<<grid, Tile::kThreads, Tile::kSmem, st>>>(a, slice);
-            FG_CUDA_TRY_LAUNCH();
-        }
+        for (int slice = 0; slice < (Tile::kPair ? 1 : D / DH) && slice * DH < a.d; slice++)
+            for (int64_t c = 0; c < nkb; c += kMaxGridY) {
+                const int64_t n = nkb - c < kMaxGridY ? nkb - c : kMaxGridY;
+                const dim3 grid((unsigned)a.Hk, (unsigned)n, (unsigned)a.B);
+                kern<<<grid, Tile::kThreads, Tile::kSmem, st>>>(a, slice, (int)c);
+                FG_CUDA_TRY_LAUNCH();
+            }
         return FG_OK;
     });
 }

@@ -56,7 +56,8 @@ template <int D, int NW = 4, bool kLo = false> struct FwdTile {
 };
 
 template <int D, int NW, int kMode, bool kDropout, bool kSplit, bool kLo>
-__global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(const AttnArgs a)
+__global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads)
+    fwd_kernel(const AttnArgs a, const int blk0, const int last)
 {
     constexpr bool kMasked = kMode == 2;
     /* Plain causal: a runtime flag, not an instantiation (build time; see
@@ -86,10 +87,13 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads) fwd_kernel(cons
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
-    /* Causal blocks near the end do the most work: launch them first. */
-    const int mblk = kMasked || causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    /* The grid is (H, query blocks from blk0, B), heads fastest (launch):
+     * masked blocks near the end do the most work, so every head of a
+     * batch issues its longest before any issues its next (last: the
+     * final block's index). */
+    const int mblk = kMasked || causal ? last - (int)blockIdx.y : blk0 + (int)blockIdx.y;
     const int64_t i0 = (int64_t)mblk * Br;
-    const int h = blockIdx.y, b = blockIdx.z, hk = h / a.group;
+    const int h = blockIdx.x, b = blockIdx.z, hk = h / a.group;
     const int64_t bh = (int64_t)b * a.H + h;
     const int rows = (int)min((int64_t)Br, (int64_t)a.Nq - i0);
     const BlockWalk walk = fwd_key_walk(a, kMasked, causal, b, h, i0, rows, Bc);
@@ -288,10 +292,13 @@ static fg_status launch(const AttnArgs &a, cudaStream_t st)
         auto kern = fwd_kernel<D, NW, decltype(mode)::value, decltype(drop)::value, kSplit, kLo>;
         FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)Tile::kSmem));
-        dim3 grid((unsigned)((a.Nq + Tile::kBr - 1) / Tile::kBr), (unsigned)a.H,
-                  (unsigned)a.B);
-        kern<<<grid, Tile::kThreads, Tile::kSmem, st>>>(a);
-        FG_CUDA_TRY_LAUNCH();
+        const int64_t nqb = (a.Nq + Tile::kBr - 1) / Tile::kBr;
+        for (int64_t c = 0; c < nqb; c += kMaxGridY) {
+            const int64_t n = nqb - c < kMaxGridY ? nqb - c : kMaxGridY;
+            const dim3 grid((unsigned)a.H, (unsigned)n, (unsigned)a.B);
+            kern<<<grid, Tile::kThreads, Tile::kSmem, st>>>(a, (int)c, (int)(nqb - 1 - c));
+            FG_CUDA_TRY_LAUNCH();
+        }
         return FG_OK;
     });
 }
