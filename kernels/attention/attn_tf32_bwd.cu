@@ -168,11 +168,13 @@ __global__ void __launch_bounds__(32 * NW)
     /* kw: this warp's 16 keys; half: its d half (kPair) */
     const int kw = kPair ? warp % Tile::kKeyWarps : warp, half = kPair ? warp / Tile::kKeyWarps : 0;
     const int dbase = (kPair ? half : dslice) * DH;
-    /* The grid is (Hk, key blocks from blk0, B), heads fastest (launch):
-     * with a causal or variant mask key block 0 walks the most queries, so
-     * every head of a batch issues it before any issues block 1. */
-    const int64_t j0 = (int64_t)(blk0 + (int)blockIdx.y) * Bc;
-    const int hk = blockIdx.x, b = blockIdx.z;
+    /* Masked: the grid is (Hk, key blocks from blk0, B), heads fastest
+     * (launch): key block 0 walks the most queries, so every head of a
+     * batch issues it before any issues block 1. Unmasked: (blocks, Hk, B),
+     * a head's blocks together, sharing its Q and dO in L2. */
+    const bool hfast = kMasked || causal;
+    const int64_t j0 = (int64_t)(blk0 + (hfast ? (int)blockIdx.y : (int)blockIdx.x)) * Bc;
+    const int hk = hfast ? (int)blockIdx.x : (int)blockIdx.y, b = blockIdx.z;
     const int kvalid = (int)min((int64_t)Bc, (int64_t)a.Nk - j0);
     const float scale_log2 = (float)(a.scale * 1.4426950408889634);
 
@@ -418,7 +420,9 @@ static fg_status launch(const AttnArgs &a, cudaStream_t st)
         for (int slice = 0; slice < (Tile::kPair ? 1 : D / DH) && slice * DH < a.d; slice++)
             for (int64_t c = 0; c < nkb; c += kMaxGridY) {
                 const int64_t n = nkb - c < kMaxGridY ? nkb - c : kMaxGridY;
-                const dim3 grid((unsigned)a.Hk, (unsigned)n, (unsigned)a.B);
+                const bool hfast = decltype(mode)::value == 2 || a.causal;
+                const dim3 grid(hfast ? (unsigned)a.Hk : (unsigned)n,
+                                hfast ? (unsigned)n : (unsigned)a.Hk, (unsigned)a.B);
                 kern<<<grid, Tile::kThreads, Tile::kSmem, st>>>(a, slice, (int)c);
                 FG_CUDA_TRY_LAUNCH();
             }

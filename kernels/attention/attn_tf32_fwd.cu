@@ -87,13 +87,16 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads)
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
-    /* The grid is (H, query blocks from blk0, B), heads fastest (launch):
-     * masked blocks near the end do the most work, so every head of a
-     * batch issues its longest before any issues its next (last: the
-     * final block's index). */
-    const int mblk = kMasked || causal ? last - (int)blockIdx.y : blk0 + (int)blockIdx.y;
+    /* Masked: the grid is (H, query blocks from blk0, B), heads fastest
+     * (launch): blocks near the end do the most work, so every head of a
+     * batch issues its longest before any issues its next (last: the final
+     * block's index). Unmasked: (blocks, H, B), a head's blocks together,
+     * sharing its K and V in L2. */
+    const bool hfast = kMasked || causal;
+    const int qb = hfast ? (int)blockIdx.y : (int)blockIdx.x;
+    const int mblk = hfast ? last - qb : blk0 + qb;
     const int64_t i0 = (int64_t)mblk * Br;
-    const int h = blockIdx.x, b = blockIdx.z, hk = h / a.group;
+    const int h = hfast ? (int)blockIdx.x : (int)blockIdx.y, b = blockIdx.z, hk = h / a.group;
     const int64_t bh = (int64_t)b * a.H + h;
     const int rows = (int)min((int64_t)Br, (int64_t)a.Nq - i0);
     const BlockWalk walk = fwd_key_walk(a, kMasked, causal, b, h, i0, rows, Bc);
@@ -295,7 +298,9 @@ static fg_status launch(const AttnArgs &a, cudaStream_t st)
         const int64_t nqb = (a.Nq + Tile::kBr - 1) / Tile::kBr;
         for (int64_t c = 0; c < nqb; c += kMaxGridY) {
             const int64_t n = nqb - c < kMaxGridY ? nqb - c : kMaxGridY;
-            const dim3 grid((unsigned)a.H, (unsigned)n, (unsigned)a.B);
+            const bool hfast = decltype(mode)::value == 2 || a.causal;
+            const dim3 grid(hfast ? (unsigned)a.H : (unsigned)n, hfast ? (unsigned)n : (unsigned)a.H,
+                            (unsigned)a.B);
             kern<<<grid, Tile::kThreads, Tile::kSmem, st>>>(a, (int)c, (int)(nqb - 1 - c));
             FG_CUDA_TRY_LAUNCH();
         }
