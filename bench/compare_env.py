@@ -6,20 +6,22 @@ an A/B of a switch without a process start per cell, which on a GPU
 machine costs seconds and lets the clocks drift between the sides.
 
 Method: compare_torch.py's (bench/fg_ctypes.py): standard-normal [B, N, H, d]
-inputs, 16k tokens, hidden 2048; each setting warmed up, then `--reps`
-calls timed with CUDA events per round, `--rounds` interleaved rounds, each
-starting one setting later (give at least as many rounds as settings, cuDNN
-counted), the best round median; cuDNN (SDPA) beside them as a control,
-same cell (with --dtype fp32, SDPA's memory-efficient kernel, which PyTorch
-runs in fp32 as 3xTF32, as the strict kernels do).
+inputs, 16k tokens, hidden 2048 (--tokens, --hidden); each setting warmed
+up, then `--reps` calls timed with CUDA events per round, `--rounds`
+interleaved rounds, each starting one setting later (give at least as
+many rounds as settings, cuDNN counted), the best round median; cuDNN
+(SDPA) beside them as a control, same cell (with --dtype fp32, SDPA's
+memory-efficient kernel, which PyTorch runs in fp32 as 3xTF32, as the
+strict kernels do).
 
     python3 bench/compare_env.py --lib .libs/libflashgrad.so \\
         --env "" --env "FG_ATTN_FWD_EPI=1 FG_ATTN_BWD_EPI=1" \\
         --cells "128,2048,0;64,1024,0" [--dropout 0.1] [--rounds 5] \\
-        [--control] [--gap-ms 50] [--dtype fp32]
+        [--control] [--gap-ms 50] [--dtype fp32] [--tokens T --hidden W]
 """
 import argparse
 import os
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -61,6 +63,8 @@ def main():
     ap.add_argument("--no-cudnn", action="store_true",
                     help="no SDPA control (cuDNN, or efficient with --dtype fp32)")
     ap.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
+    ap.add_argument("--tokens", type=int, default=16384, help="B = tokens / N")
+    ap.add_argument("--hidden", type=int, default=2048, help="H = hidden / d")
     ap.add_argument("--control", action="store_true",
                     help="time the first setting twice; the two should agree "
                          "(the method's own spread)")
@@ -74,12 +78,16 @@ def main():
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     backend, ctl = ((SDPBackend.EFFICIENT_ATTENTION, "efficient") if args.dtype == "fp32"
                     else (SDPBackend.CUDNN_ATTENTION, "cudnn"))
-    print(f"{torch.cuda.get_device_name()}, {args.dtype}, 16k tokens, hidden 2048, "
+    print(f"{torch.cuda.get_device_name()}, {args.dtype}, {args.tokens} tokens, "
+          f"hidden {args.hidden}, "
           f"dropout {args.dropout}; TFLOP/s fwd/bwd, best of {args.rounds} "
           f"interleaved round medians")
     for c in args.cells.split(";"):
         d, n, causal = (int(x) for x in c.split(","))
-        B, H = 16384 // n, 2048 // d
+        B, H = args.tokens // n, args.hidden // d
+        if B < 1 or H < 1:
+            sys.exit(f"compare_env.py: cell {c}: --tokens {args.tokens} / N or "
+                     f"--hidden {args.hidden} / d is below 1")
         (q, k, v, g), (o, dq, dk, dv), m, l = buffers(B, n, H, d, dtype)
         p = fg.params(B, n, H, d)
         p.causal, p.dropout_p, p.seed, p.offset = causal, args.dropout, 1234, 0
