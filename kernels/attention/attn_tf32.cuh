@@ -362,9 +362,9 @@ inline Prec precision(const AttnArgs &a, bool backward)
 /* A launch's block count limit. Under a causal or variant mask the grid
  * is (heads, blocks, B), heads fastest, so every head of a batch issues
  * its longest block before any issues its next (H200, sessions 60-62:
- * causal +4-15% forward, +3-10% backward against (blocks, heads, B));
+ * causal +4-15% forward, +3-13% backward against (blocks, heads, B));
  * unmasked it stays (blocks, heads, B), where a head's blocks share its
- * operands in L2 (heads fastest cost d = 64 up to 4.5%). More blocks than
+ * operands in L2 (heads fastest cost d = 64 up to 5.5%). More blocks than
  * this go in several launches (a build with -DFG_ATTN_TF32_GRID_Y=2 runs
  * them at the tests' sizes). */
 #ifndef FG_ATTN_TF32_GRID_Y
