@@ -364,13 +364,46 @@ inline Prec precision(const AttnArgs &a, bool backward)
  * its longest block before any issues its next (H200, sessions 60-62:
  * causal +4-15% forward, +3-13% backward against (blocks, heads, B));
  * unmasked it stays (blocks, heads, B), where a head's blocks share its
- * operands in L2 (heads fastest cost d = 64 up to 5.5%). More blocks than
- * this go in several launches (a build with -DFG_ATTN_TF32_GRID_Y=2 runs
- * them at the tests' sizes). */
+ * operands in L2 (heads fastest cost d = 64 up to 5.5%). Heads fastest,
+ * more blocks than this go in several launches (a build with
+ * -DFG_ATTN_TF32_GRID_Y=2 runs them at the tests' sizes). */
 #ifndef FG_ATTN_TF32_GRID_Y
 #define FG_ATTN_TF32_GRID_Y 65535
 #endif
 constexpr int64_t kMaxGridY = FG_ATTN_TF32_GRID_Y;
+
+/* The order above, one test for kernels and launches alike: masked (kMode
+ * 2, the variants, whose band may be causal or not) or plain causal. */
+__host__ __device__ __forceinline__ bool heads_fastest(bool masked, bool causal)
+{
+    return masked || causal;
+}
+
+/* A block's (block index within its launch, head) from blockIdx. */
+struct GridPos {
+    int blk, head;
+};
+__device__ __forceinline__ GridPos grid_pos(bool hfast)
+{
+    return hfast ? GridPos{(int)blockIdx.y, (int)blockIdx.x}
+                 : GridPos{(int)blockIdx.x, (int)blockIdx.y};
+}
+
+/* Launches nblk blocks per (head, batch) in the order above: go(grid, c)
+ * launches blocks c .. c + grid's block extent - 1. Only the heads-fastest
+ * grid puts blocks on y and may need several launches. */
+template <typename Go>
+inline fg_status launch_grids(bool hfast, int64_t nblk, int64_t heads, int64_t B, Go go)
+{
+    const int64_t cap = hfast ? kMaxGridY : nblk;
+    for (int64_t c = 0; c < nblk; c += cap) {
+        const unsigned n = (unsigned)(nblk - c < cap ? nblk - c : cap);
+        go(hfast ? dim3((unsigned)heads, n, (unsigned)B) : dim3(n, (unsigned)heads, (unsigned)B),
+           c);
+        FG_CUDA_TRY_LAUNCH();
+    }
+    return FG_OK;
+}
 
 /* f(integral_constant<int, kMode>, integral_constant<bool, kDropout>)
  * for a's instantiation: 2 the variants, 0 no mask or plain causal (the

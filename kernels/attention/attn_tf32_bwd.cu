@@ -172,9 +172,9 @@ __global__ void __launch_bounds__(32 * NW)
      * (launch): key block 0 walks the most queries, so every head of a
      * batch issues it before any issues block 1. Unmasked: (blocks, Hk, B),
      * a head's blocks together, sharing its Q and dO in L2. */
-    const bool hfast = kMasked || causal;
-    const int64_t j0 = (int64_t)(blk0 + (hfast ? (int)blockIdx.y : (int)blockIdx.x)) * Bc;
-    const int hk = hfast ? (int)blockIdx.x : (int)blockIdx.y, b = blockIdx.z;
+    const GridPos pos = grid_pos(heads_fastest(kMasked, causal));
+    const int64_t j0 = (int64_t)(blk0 + pos.blk) * Bc;
+    const int hk = pos.head, b = blockIdx.z;
     const int kvalid = (int)min((int64_t)Bc, (int64_t)a.Nk - j0);
     const float scale_log2 = (float)(a.scale * 1.4426950408889634);
 
@@ -418,14 +418,11 @@ static fg_status launch(const AttnArgs &a, cudaStream_t st)
         /* Slices past the real head dim have nothing to write; pairs
          * cover both halves in one launch. */
         for (int slice = 0; slice < (Tile::kPair ? 1 : D / DH) && slice * DH < a.d; slice++)
-            for (int64_t c = 0; c < nkb; c += kMaxGridY) {
-                const int64_t n = nkb - c < kMaxGridY ? nkb - c : kMaxGridY;
-                const bool hfast = decltype(mode)::value == 2 || a.causal;
-                const dim3 grid(hfast ? (unsigned)a.Hk : (unsigned)n,
-                                hfast ? (unsigned)n : (unsigned)a.Hk, (unsigned)a.B);
-                kern<<<grid, Tile::kThreads, Tile::kSmem, st>>>(a, slice, (int)c);
-                FG_CUDA_TRY_LAUNCH();
-            }
+            FG_TRY(launch_grids(heads_fastest(decltype(mode)::value == 2, a.causal), nkb, a.Hk, a.B,
+                                [&](dim3 grid, int64_t c) {
+                                    kern<<<grid, Tile::kThreads, Tile::kSmem, st>>>(a, slice,
+                                                                                    (int)c);
+                                }));
         return FG_OK;
     });
 }

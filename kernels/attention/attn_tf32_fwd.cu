@@ -92,11 +92,11 @@ __global__ void __launch_bounds__(FwdTile<D, NW, kLo>::kThreads)
      * batch issues its longest before any issues its next (last: the final
      * block's index). Unmasked: (blocks, H, B), a head's blocks together,
      * sharing its K and V in L2. */
-    const bool hfast = kMasked || causal;
-    const int qb = hfast ? (int)blockIdx.y : (int)blockIdx.x;
-    const int mblk = hfast ? last - qb : blk0 + qb;
+    const bool hfast = heads_fastest(kMasked, causal);
+    const GridPos pos = grid_pos(hfast);
+    const int mblk = hfast ? last - pos.blk : blk0 + pos.blk;
     const int64_t i0 = (int64_t)mblk * Br;
-    const int h = hfast ? (int)blockIdx.x : (int)blockIdx.y, b = blockIdx.z, hk = h / a.group;
+    const int h = pos.head, b = blockIdx.z, hk = h / a.group;
     const int64_t bh = (int64_t)b * a.H + h;
     const int rows = (int)min((int64_t)Br, (int64_t)a.Nq - i0);
     const BlockWalk walk = fwd_key_walk(a, kMasked, causal, b, h, i0, rows, Bc);
@@ -296,15 +296,11 @@ static fg_status launch(const AttnArgs &a, cudaStream_t st)
         FG_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)Tile::kSmem));
         const int64_t nqb = (a.Nq + Tile::kBr - 1) / Tile::kBr;
-        for (int64_t c = 0; c < nqb; c += kMaxGridY) {
-            const int64_t n = nqb - c < kMaxGridY ? nqb - c : kMaxGridY;
-            const bool hfast = decltype(mode)::value == 2 || a.causal;
-            const dim3 grid(hfast ? (unsigned)a.H : (unsigned)n, hfast ? (unsigned)n : (unsigned)a.H,
-                            (unsigned)a.B);
-            kern<<<grid, Tile::kThreads, Tile::kSmem, st>>>(a, (int)c, (int)(nqb - 1 - c));
-            FG_CUDA_TRY_LAUNCH();
-        }
-        return FG_OK;
+        return launch_grids(heads_fastest(decltype(mode)::value == 2, a.causal), nqb, a.H, a.B,
+                            [&](dim3 grid, int64_t c) {
+                                kern<<<grid, Tile::kThreads, Tile::kSmem, st>>>(
+                                    a, (int)c, (int)(nqb - 1 - c));
+                            });
     });
 }
 
