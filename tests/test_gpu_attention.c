@@ -721,6 +721,75 @@ START_TEST(test_gradcheck_fp64)
 }
 END_TEST
 
+/* A softcap alone in fp16 / bf16: the fast kernels keep such scores in
+ * tanh units (their own exponent, m = cap max t), so m and l, which
+ * test_variants checks only in fp32 / fp64, are checked here too: against
+ * the fp64 oracle on the same rounded inputs, O and the gradients as
+ * test_variants, m and l within 2e-3 / 5e-3 (tanh.approx's 2^-11 relative
+ * error on each logit). Caps from 5 to 50; the `neg` cases make every
+ * logit of a row close to -cap (Q > 0, K < 0), far below 0. */
+static const struct capcase {
+    gcase g;
+    double cap;
+    int neg;
+} capcases[] = {
+    {{1, 300, 300, 2, 1, 128, 1, 0, 0.0}, 30.0, 0},
+    {{2, 200, 333, 4, 2, 128, 0, 1, 0.1}, 41.0, 0},
+    {{1, 257, 257, 2, 2, 64, 1, 0, 0.0}, 5.0, 0},
+    {{1, 200, 260, 2, 1, 256, 0, 0, 0.0}, 30.0, 0},
+    {{1, 300, 300, 2, 1, 128, 0, 0, 0.0}, 50.0, 0},
+    {{1, 260, 260, 2, 1, 128, 1, 0, 0.0}, 41.0, 1},
+    {{1, 200, 200, 2, 2, 64, 0, 0, 0.0}, 30.0, 1},
+};
+
+START_TEST(test_softcap_offset)
+{
+    const struct capcase *cc = &capcases[_i];
+    const gcase *c = &cc->g;
+    const size_t nq = (size_t)(c->B * c->Nq * c->H * c->d);
+    const size_t nk = (size_t)(c->B * c->Nk * c->Hk * c->d);
+    const size_t ns = (size_t)(c->B * c->H * c->Nq);
+    const size_t no[4] = {nq, nq, nk, nk};
+    const fg_dtype dts[2] = {FG_BF16, FG_FP16};
+    for (int di = 0; di < 2; di++) {
+        const fg_dtype dt = dts[di];
+        fgt_rng rng = fgt_rng_for(1700 + 10 * (uint64_t)_i + (uint64_t)di);
+        double *in[4];
+        inputs_for(c, &rng, in);
+        for (int i = 0; i < 4; i++) {
+            const size_t n = i == 0 || i == 3 ? nq : nk;
+            for (size_t e = 0; e < n; e++) {
+                double x = in[i][e];
+                if (cc->neg && i < 2) /* Q > 0, K < 0: every score negative */
+                    x = (i == 0 ? 1.0 : -1.0) * (1.0 + 0.5 * fabs(x));
+                in[i][e] = fgt_round_to(dt, x);
+            }
+        }
+        fg_attn_params p;
+        params_for(c, &p, fgt_next(&rng));
+        p.softcap = cc->cap;
+        outs ref, gpu;
+        cpu_ref(c, &p, in, &ref);
+        gpu_run(c, dt, &p, in, &gpu);
+        const double tol = dt == FG_FP16 ? 6e-3 : 4e-2;
+        for (int i = 0; i < 4; i++) {
+            const double e = fgt_rel_err_floor(gpu.t[i], ref.t[i], no[i], 0.1);
+            ck_assert_msg(e <= tol, "softcap %g %s %s err %.3g > %.3g (d %lld, neg %d)",
+                          cc->cap, fg_dtype_name(dt), names[i], e, tol, (long long)c->d,
+                          cc->neg);
+        }
+        const double em = fgt_stats_err(gpu.m, ref.m, ns), el = fgt_stats_err(gpu.l, ref.l, ns);
+        ck_assert_msg(em <= 2e-3 && el <= 5e-3,
+                      "softcap %g %s m err %.3g, l err %.3g (d %lld, neg %d)", cc->cap,
+                      fg_dtype_name(dt), em, el, (long long)c->d, cc->neg);
+        outs_free(&ref);
+        outs_free(&gpu);
+        for (int i = 0; i < 4; i++)
+            free(in[i]);
+    }
+}
+END_TEST
+
 /* Nq > Nk causal: rows with no visible key give O = 0, dQ = 0, m = -inf,
  * l = 0, and nothing is NaN, in every dtype. */
 START_TEST(test_fully_masked)
@@ -1351,6 +1420,7 @@ int main(void)
     tcase_add_test(tc, test_dropout_mask);
     tcase_add_loop_test(tc, test_kernel_mask, 0, sanitize ? 1 : 3);
     tcase_add_test(tc, test_fully_masked);
+    tcase_add_loop_test(tc, test_softcap_offset, 0, (int)(sizeof capcases / sizeof capcases[0]));
     tcase_add_test(tc, test_host_pointer_rejected);
     tcase_add_loop_test(tc, test_variants, 0,
                         sanitize ? 3 : (int)(sizeof vcases / sizeof vcases[0]));
