@@ -742,7 +742,7 @@ static const struct capcase {
     {{1, 200, 200, 2, 2, 64, 0, 0, 0.0}, 30.0, 1},
 };
 
-START_TEST(test_softcap_offset)
+START_TEST(test_softcap_stats)
 {
     const struct capcase *cc = &capcases[_i];
     const gcase *c = &cc->g;
@@ -1420,7 +1420,8 @@ int main(void)
     tcase_add_test(tc, test_dropout_mask);
     tcase_add_loop_test(tc, test_kernel_mask, 0, sanitize ? 1 : 3);
     tcase_add_test(tc, test_fully_masked);
-    tcase_add_loop_test(tc, test_softcap_offset, 0, (int)(sizeof capcases / sizeof capcases[0]));
+    tcase_add_loop_test(tc, test_softcap_stats, 0,
+                        (int)(sizeof capcases / sizeof capcases[0]));
     tcase_add_test(tc, test_host_pointer_rejected);
     tcase_add_loop_test(tc, test_variants, 0,
                         sanitize ? 3 : (int)(sizeof vcases / sizeof vcases[0]));
