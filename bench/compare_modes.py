@@ -19,7 +19,7 @@ CUDA events around forward and backward, the best of the per-round
 medians; TFLOP/s over kept pairs (forward 4 B H d kept, backward 2.5x).
 
     python3 bench/compare_modes.py --lib BUILD/libflashgrad-bench.so \\
-        [--N 8192] [--d 128] [--rounds 3] [--reps 10] [--once]
+        [--N 8192] [--d 128] [--dropout P] [--rounds 3] [--reps 10] [--once]
 
 --once runs each cell's forward and backward once, untimed, to be
 profiled (scripts/gpu-phases.sh ktimes with FG_KT_CMD: every kernel's
@@ -51,6 +51,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
     add_gap_arg(ap)
+    ap.add_argument("--dropout", type=float, default=0.0,
+                    help="dropout probability of every cell (the dropout kernels)")
     ap.add_argument("--once", action="store_true",
                     help="one untimed forward and backward per cell (for ncu)")
     args = ap.parse_args()
@@ -87,11 +89,13 @@ def main():
         print(f"{name:>24} | {fl / t[0] / 1e9:6.1f} / {2.5 * fl / t[1] / 1e9:6.1f} | "
               f"{t[0]:7.3f} / {t[1]:7.3f} ms", flush=True)
 
-    print(f"{torch.cuda.get_device_name()}; bf16, B={B}, N={N}, H={H}, d={d}; "
+    print(f"{torch.cuda.get_device_name()}; bf16, B={B}, N={N}, H={H}, d={d}, "
+          f"dropout {args.dropout}; "
           "TFLOP/s over kept pairs, fwd / bwd", flush=True)
     for name, causal, wl, wr, alibi, softcap in cells:
         p = fg.params(B, N, H, d)
         p.causal = causal
+        p.dropout_p, p.seed = args.dropout, 1234
         if wl is not None:
             p.window_left = wl
         if wr is not None:
@@ -112,6 +116,7 @@ def main():
         cu = torch.arange(0, B * N + 1, N, dtype=torch.int32, device="cuda")
         p = fg.params(1, B * N, H, d)
         p.causal = 1
+        p.dropout_p, p.seed = args.dropout, 1234
         p.batch, p.seqlen_q, p.seqlen_k = B, N, N
         p.total_q = p.total_k = B * N
         p.cu_seqlens_q = p.cu_seqlens_k = cu.data_ptr()

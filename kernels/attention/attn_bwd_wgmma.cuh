@@ -617,6 +617,19 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                 named_arrive(2 - wg, 256);
             if (need_mask || mods)
                 score.mask(s);
+            /* kCapG: the softcap alone keeps dS^T's factor from S^T
+             * (BwdScore::cap_keep) instead of recovering it from P. Not
+             * in the d = 128 dropout kernels: there it spilled 2.4x as
+             * much and every kMode 2 call ran slower (H200, N 8k, p 0.1:
+             * softcap + causal 366 -> 316 TFLOP/s, ALiBi + causal 415 ->
+             * 345). The wide d = 64 kernels spill 1.7x as much with it
+             * and still gain (260 -> 320). Not yet in the packed kernels
+             * (kMode 3: the wide d = 64 ones spilled 1.8-2.3x as much;
+             * neither timed nor tested with a softcap alone). */
+            constexpr bool kCapG = kMasked && kMods && !kRagged && !(kDropout && D == 128);
+            uint32_t cg[Br / 4];
+            if (kCapG && cap_units)
+                score.cap_keep(s, cg);
             Keep keep;
             score.probs(s, keep); /* s keeps P^T before dropout, for dS^T */
             /* dV += (P^T Z) dO_i (Alg4 L.17): B read MN-major, 16 queries
@@ -659,7 +672,9 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
              * element, kMode 2 issued 22% more instructions than kMode 0
              * on the same work (H200, ncu). */
             auto ds_tile = [&](auto cap_c) {
-                constexpr bool kCap = decltype(cap_c)::value;
+                /* the softcap's factor: 1 from P (cap_grad), 2 kept (cap_kept) */
+                constexpr int kCapM = decltype(cap_c)::value;
+                constexpr bool kCap = kCapM == 1;
                 uint32_t dbm[4]; /* dbtma: dl of matrices 4u .. 4u + 3, packed */
 #pragma unroll
                 for (int qt = 0; qt < Br / 8; qt++) {
@@ -677,7 +692,10 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                             dls[e] = s[x] == 0.f ? 0.f : dl;
                         else
                             score.put_dbias(s[x], x, dl);
-                        ds[e] = kCap ? dl * score.cap_grad(s[x], x, (e & 1) ? lc.y : lc.x) : dl;
+                        if constexpr (kCapM == 2)
+                            ds[e] = dl * score.cap_kept(cg, x);
+                        else
+                            ds[e] = kCap ? dl * score.cap_grad(s[x], x, (e & 1) ? lc.y : lc.x) : dl;
                     }
                     if (dbtma) { /* over the bias just read (this warp's columns) */
                         dbm[(qt & 1) * 2] = pack2<T>(dls[0], dls[1]);
@@ -692,10 +710,12 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                         store_t(sdS, qt, sf[kk][half], sf[kk][half + 1]);
                 }
             };
-            if (kMasked && kMods && a.softcap > 0.f)
-                ds_tile(std::true_type{});
+            if (kCapG && cap_units)
+                ds_tile(std::integral_constant<int, 2>{});
+            else if (kMasked && kMods && a.softcap > 0.f)
+                ds_tile(std::integral_constant<int, 1>{});
             else
-                ds_tile(std::false_type{});
+                ds_tile(std::integral_constant<int, 0>{});
             if (dbtma) { /* the warpgroup's dS panel -> dbias rows i0.., keys j0 + 64 wg.. */
                 fence_proxy_async();
                 named_sync(3 + wg, 128);

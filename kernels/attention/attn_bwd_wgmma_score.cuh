@@ -235,6 +235,26 @@ template <typename T, int D, int kMode, bool kDropout, bool kWide, bool kQ80> st
         return fmaf(-t, t, 1.f);
     }
 
+    /* The softcap alone (cap_units, S^T = t after mask): the factor
+     * 1 - t^2 kept from t itself as f16 pairs (Br / 4 registers) until
+     * dS^T, instead of cap_grad's log2 of P, a third MUFU an element
+     * beside the tanh and the exp2 (H200, softcap 30 + causal backward,
+     * N 8k: d = 128 425-431 -> 468-469 TFLOP/s, d = 64 260 -> 320).
+     * Masked t = -inf -> -1 -> 0, as cap_grad; f16's 2^-11 relative is
+     * tanh.approx's own error. The kernel says where it is used (kCapG). */
+    __device__ __forceinline__ void cap_keep(const float (&x)[Br / 2], uint32_t (&cg)[Br / 4]) const {
+#pragma unroll
+        for (int e = 0; e < Br / 2; e += 2) {
+            const float t0 = fmaxf(x[e], -1.f), t1 = fmaxf(x[e + 1], -1.f);
+            cg[e >> 1] = pack2<__half>(fmaf(-t0, t0, 1.f), fmaf(-t1, t1, 1.f));
+        }
+    }
+
+    __device__ __forceinline__ float cap_kept(const uint32_t (&cg)[Br / 4], int e) const {
+        const float2 f = unpack2<__half>(cg[e >> 1]);
+        return (e & 1) ? f.y : f.x;
+    }
+
     /* kBias: dbias += dS at the biased logit (before the softcap) for
      * pairs inside the problem that have a probability (masked pairs and
      * empty rows have p = 0); store when nothing is broadcast, fp32
