@@ -84,10 +84,11 @@ static void check_gpu(vl_case c, uint64_t salt)
         double tol = tol_of(c.dtype);
         /* fp16/bf16 on Hopper: the softcap runs through tanh.approx.f32,
          * which moves m and l by up to ~1e-5 relative (test_gpu_bias: 1e-4).
-         * A softcap alone with a wide cap (cases 8, 9): its 2^-11 on
-         * logits of up to cap, so test_gpu_attention's test_softcap_stats
-         * bounds (m 2e-3, l 5e-3, O and gradients 6e-3 / 4e-2). */
-        const int cap_alone = c.softcap > 0 && !c.alibi && c.dtype != FG_FP64 &&
+         * A softcap alone with a wide cap (cases 8, 9; the random cases'
+         * caps are below 6): its 2^-11 on logits of up to cap, so
+         * test_gpu_attention's test_softcap_stats bounds (m 2e-3, l 5e-3,
+         * O and gradients 6e-3 / 4e-2). */
+        const int cap_alone = c.softcap >= 10 && !c.alibi && c.dtype != FG_FP64 &&
                               c.dtype != FG_FP32;
         double stol_m = c.dtype == FG_FP64   ? 1e-12
                         : c.dtype == FG_FP32 ? 1e-5
