@@ -121,6 +121,8 @@ def main():
         p.total_q = p.total_k = B * N
         p.cu_seqlens_q = p.cu_seqlens_k = cu.data_ptr()
         cell(f"causal, packed {B} x {N}", p, 4.0 * B * H * d * kept_pairs(N, 1, None), io)
+        p.softcap = 30.0
+        cell(f"softcap 30 + causal, packed {B} x {N}", p, 4.0 * B * H * d * kept_pairs(N, 1, None), io)
     return 0
 
 

@@ -623,10 +623,11 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
              * much and every kMode 2 call ran slower (H200, N 8k, p 0.1:
              * softcap + causal 366 -> 316 TFLOP/s, ALiBi + causal 415 ->
              * 345). The wide d = 64 kernels spill 1.7x as much with it
-             * and still gain (260 -> 320). Not yet in the packed kernels
-             * (kMode 3: the wide d = 64 ones spilled 1.8-2.3x as much;
-             * neither timed nor tested with a softcap alone). */
-            constexpr bool kCapG = kMasked && kMods && !kRagged && !(kDropout && D == 128);
+             * and still gain (260 -> 320). The packed kernels (kMode 3)
+             * have it too, except the wide d = 64 ones, which spilled
+             * 1.8-2.3x as much (H200, softcap 30 + causal, packed,
+             * d = 128: N 8k 402-404 -> 457-460, N 2k 310 -> 344). */
+            constexpr bool kCapG = kMasked && kMods && !(kRagged && kWide) && !(kDropout && D == 128);
             uint32_t cg[Br / 4];
             if (kCapG && cap_units)
                 score.cap_keep(s, cg);
