@@ -66,7 +66,8 @@ def main():
     # name, causal, window_left, window_right, alibi, softcap
     cells = [("dense", 0, None, None, 0, 0), ("dense, variant kernel", 0, N, N, 0, 0),
              ("causal", 1, None, None, 0, 0), ("causal, variant kernel", 1, N, None, 0, 0),
-             ("ALiBi + causal", 1, None, None, 1, 0), ("softcap 30 + causal", 1, None, None, 0, 30)]
+             ("ALiBi + causal", 1, None, None, 1, 0), ("softcap 30 + causal", 1, None, None, 0, 30),
+             ("ALiBi + softcap 30 + causal", 1, None, None, 1, 30)]
     cells += [(f"window {w}", 1, w, None, 0, 0) for w in (512, 1024, 2048, 4096) if w < N]
 
     def cell(name, p, fl, io):

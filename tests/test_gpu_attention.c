@@ -873,6 +873,11 @@ static const vcase vcases[] = {
      * as the bias): bottom-right with Nk > Nq, a left window, [B, H]
      * slopes, dropout and GQA at d = 64 */
     {{2, 300, 420, 4, 2, 64, 1, 0, 0.1}, 0, 1, 150, -1, 0, 2, 0, 0},
+    /* softcap + ALiBi without dropout (the Hopper backward keeps 1 - t^2
+     * from S^T there, kCapA): d = 128 bottom-right causal, Nk > Nq, GQA;
+     * d = 64 (test_wide_variants too) with a window and [B, H] slopes */
+    {{1, 300, 420, 4, 2, 128, 1, 0, 0.0}, 0, 0, 0, 0, 30.0, 1, 0, 0},
+    {{2, 333, 333, 4, 1, 64, 1, 1, 0.0}, 0, 1, 150, -1, 30.0, 2, 0, 0},
 };
 
 /* The d = 256 Hopper backward over several query steps per key block
@@ -1107,7 +1112,7 @@ END_TEST
 /* The d <= 64 variant cases (windows, top-left causal, softcap, ALiBi,
  * block maps, dropout, GQA/MQA): the wide backward's kModes 2 and 6 by
  * default, then the 64-query ones (FG_ATTN_BWD_WIDE=0). */
-static const int wide_vcases[] = {0, 2, 3, 5, 6, 9, 12, 13};
+static const int wide_vcases[] = {0, 2, 3, 5, 6, 9, 12, 13, 15};
 
 START_TEST(test_wide_variants)
 {
