@@ -615,17 +615,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
             wg_fence_regs(s);
             if (kSpec && (wg == 0 || st + 1 < total))
                 named_arrive(2 - wg, 256);
-            /* kCapG below; kCapA: a softcap with ALiBi keeps 1 - t^2
-             * inside mask(), where t still exists (H200, ALiBi + softcap
-             * 30 + causal, d = 128, N 8k: 408-410 -> 473-478 TFLOP/s; not
-             * with dropout: the d = 64 kernels spilled 2.1x as much) */
-            constexpr bool kCapG = kMasked && kMods && !(kRagged && kWide) && !(kDropout && D == 128);
-            constexpr bool kCapA = kCapG && !kBias && !kDropout;
-            uint32_t cg[Br / 4];
-            const bool cap_a = kCapA && !cap_units && a.softcap > 0.f;
-            if (cap_a)
-                score.template mask<kCapA>(s, cg);
-            else if (need_mask || mods)
+            if (need_mask || mods)
                 score.mask(s);
             /* kCapG: the softcap alone keeps dS^T's factor from S^T
              * (BwdScore::cap_keep) instead of recovering it from P. Not
@@ -637,6 +627,8 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
              * have it too, except the wide d = 64 ones, which spilled
              * 1.8-2.3x as much (H200, softcap 30 + causal, packed,
              * d = 128: N 8k 402-404 -> 457-460, N 2k 310 -> 344). */
+            constexpr bool kCapG = kMasked && kMods && !(kRagged && kWide) && !(kDropout && D == 128);
+            uint32_t cg[Br / 4];
             if (kCapG && cap_units)
                 score.cap_keep(s, cg);
             Keep keep;
@@ -719,7 +711,7 @@ attn_bwd_wgmma_kernel(const __grid_constant__ AttnArgs args,
                         store_t(sdS, qt, sf[kk][half], sf[kk][half + 1]);
                 }
             };
-            if ((kCapG && cap_units) || cap_a)
+            if (kCapG && cap_units)
                 ds_tile(std::integral_constant<int, 2>{});
             else if (kMasked && kMods && a.softcap > 0.f)
                 ds_tile(std::integral_constant<int, 1>{});

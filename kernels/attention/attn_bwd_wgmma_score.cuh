@@ -135,8 +135,7 @@ template <typename T, int D, int kMode, bool kDropout, bool kWide, bool kQ80> st
 
     /* Score modifiers (kMasked: softcap, ALiBi; kBias: the bias) on the
      * raw S^T, then masked scores -> -inf -> P = 0. */
-    template <bool kKeep = false>
-    __device__ __forceinline__ void mask(float (&x)[Br / 2], uint32_t *cg = nullptr) const {
+    __device__ __forceinline__ void mask(float (&x)[Br / 2]) const {
         if constexpr (kMasked) {
             if (kMods && cap_units) {
 #pragma unroll
@@ -145,12 +144,9 @@ template <typename T, int D, int kMode, bool kDropout, bool kWide, bool kQ80> st
             } else if (kMods && a.softcap > 0.f) { /* (cap t - ALiBi) / scale */
                 const float sl = slope * inv_scale;
 #pragma unroll
-                for (int e = 0; e < Br / 2; e += 2) {
-                    const float t0 = tanh_fast(x[e] * cap_k1), t1 = tanh_fast(x[e + 1] * cap_k1);
-                    if constexpr (kKeep) /* kCapA: 1 - t^2 kept as cap_keep does */
-                        cg[e >> 1] = pack2<__half>(fmaf(-t0, t0, 1.f), fmaf(-t1, t1, 1.f));
-                    x[e] = a.alibi ? fmaf(t0, cap_k2, -sl * alibi_dist(e)) : t0 * cap_k2;
-                    x[e + 1] = a.alibi ? fmaf(t1, cap_k2, -sl * alibi_dist(e + 1)) : t1 * cap_k2;
+                for (int e = 0; e < Br / 2; e++) {
+                    const float t = tanh_fast(x[e] * cap_k1);
+                    x[e] = a.alibi ? fmaf(t, cap_k2, -sl * alibi_dist(e)) : t * cap_k2;
                 }
             } else if (kMods && a.alibi) {
                 /* ALiBi alone, in S's units: x - (slope / scale) |d|,
