@@ -84,10 +84,10 @@ def main():
         bwd()
         torch.cuda.synchronize()
         if args.once:
-            print(f"{name:>24} | ran once", flush=True)
+            print(f"{name:>36} | ran once", flush=True)
             return
         t = best_times({"fg": (fwd, bwd)}, args.rounds, args.reps)["fg"]
-        print(f"{name:>24} | {fl / t[0] / 1e9:6.1f} / {2.5 * fl / t[1] / 1e9:6.1f} | "
+        print(f"{name:>36} | {fl / t[0] / 1e9:6.1f} / {2.5 * fl / t[1] / 1e9:6.1f} | "
               f"{t[0]:7.3f} / {t[1]:7.3f} ms", flush=True)
 
     print(f"{torch.cuda.get_device_name()}; bf16, B={B}, N={N}, H={H}, d={d}, "
