@@ -873,9 +873,10 @@ static const vcase vcases[] = {
      * as the bias): bottom-right with Nk > Nq, a left window, [B, H]
      * slopes, dropout and GQA at d = 64 */
     {{2, 300, 420, 4, 2, 64, 1, 0, 0.1}, 0, 1, 150, -1, 0, 2, 0, 0},
-    /* softcap + ALiBi without dropout (the Hopper backward keeps 1 - t^2
-     * from S^T there, kCapA): d = 128 bottom-right causal, Nk > Nq, GQA;
-     * d = 64 (test_wide_variants too) with a window and [B, H] slopes */
+    /* softcap + ALiBi without dropout (the cases above that combine them
+     * carry dropout or d = 256, other Hopper backward kernels): d = 128
+     * bottom-right causal, Nk > Nq, GQA; d = 64 (test_wide_variants too)
+     * with a window and [B, H] slopes */
     {{1, 300, 420, 4, 2, 128, 1, 0, 0.0}, 0, 0, 0, 0, 30.0, 1, 0, 0},
     {{2, 333, 333, 4, 1, 64, 1, 1, 0.0}, 0, 1, 150, -1, 30.0, 2, 0, 0},
 };
