@@ -50,7 +50,10 @@
 #                in order (one forward and backward per cell)
 #   suites       every GPU suite at once (make -j check), one line each;
 #                FG_SUITES="ops train" runs only test_gpu_ops, test_gpu_train;
-#                FG_CK_CASE=NAME only that Check test case of each
+#                FG_CK_CASE=NAME only that Check test case of each;
+#                FG_TEST_ONLY=test_variants:14-15 (tests/test_util.h) only
+#                those tests and iterations (with FG_SUITES: a suite it
+#                matches nothing in fails)
 #   san:TOOL     compute-sanitizer TOOL over every suite (gpu-sanitize.sh)
 #   sweep        all four tools over every suite in one parallel run
 #                (doc/reliability.md; about 8 minutes on 16 cores)

@@ -1374,73 +1374,73 @@ int main(void)
             return 1;
         }
         if (lo < nv)
-            tcase_add_loop_test(tc, test_deterministic_tiles, lo, hi < nv ? hi : nv);
+            fgt_add_loop(tc, test_deterministic_tiles, lo, hi < nv ? hi : nv);
         if (hi > nv)
-            tcase_add_loop_test(tc, test_deterministic, lo > nv ? lo - nv : 0, hi - nv);
+            fgt_add_loop(tc, test_deterministic, lo > nv ? lo - nv : 0, hi - nv);
         suite_add_tcase(s, tc);
         return fgt_run_suite(s);
     }
     if (sanitize && strcmp(getenv("FG_SANITIZE"), "fast") == 0) {
-        tcase_add_loop_test(tc, test_fast_path, 0,
+        fgt_add_loop(tc, test_fast_path, 0,
                             (int)(sizeof fast_cases / sizeof fast_cases[0]));
-        tcase_add_loop_test(tc, test_fast_variants, 0,
+        fgt_add_loop(tc, test_fast_variants, 0,
                             (int)(sizeof fast_vcases / sizeof fast_vcases[0]));
-        tcase_add_loop_test(tc, test_staged_epilogue, 0, 3); /* the staging rows */
+        fgt_add_loop(tc, test_staged_epilogue, 0, 3); /* the staging rows */
         /* the first three plain cases and one variant (racecheck's time) */
-        tcase_add_loop_test(tc, test_d256_steps, 0, 3);
-        tcase_add_loop_test(tc, test_d256_steps, N_D256, N_D256 + 1);
-        tcase_add_loop_test(tc, test_fast_other_kernels, 0, 2);
-        tcase_add_loop_test(tc, test_wide_d64, 0, 2);
-        tcase_add_loop_test(tc, test_q80_d128, 1, 3);
+        fgt_add_loop(tc, test_d256_steps, 0, 3);
+        fgt_add_loop(tc, test_d256_steps, N_D256, N_D256 + 1);
+        fgt_add_loop(tc, test_fast_other_kernels, 0, 2);
+        fgt_add_loop(tc, test_wide_d64, 0, 2);
+        fgt_add_loop(tc, test_q80_d128, 1, 3);
         suite_add_tcase(s, tc);
         TCase *tm = tcase_create("mma_variants");
         tcase_set_timeout(tm, 900);
         tcase_add_checked_fixture(tm, reset_modes, reset_modes);
         tcase_add_checked_fixture(tm, force_mma, NULL);
-        tcase_add_loop_test(tm, test_mma_variants, 7, 9); /* everything; sparse d = 256 */
+        fgt_add_loop(tm, test_mma_variants, 7, 9); /* everything; sparse d = 256 */
         suite_add_tcase(s, tm);
         return fgt_run_suite(s);
     }
-    tcase_add_loop_test(tc, test_vs_cpu, 0, sanitize ? 7 : ncases);
-    tcase_add_loop_test(tc, test_general_lowp, 0, sanitize ? 4 : ncases);
-    tcase_add_loop_test(tc, test_mma_lowp, 0, sanitize ? 4 : ncases);
-    tcase_add_loop_test(tc, test_deterministic, 0, 3);
-    tcase_add_loop_test(tc, test_deterministic_tiles, 0,
+    fgt_add_loop(tc, test_vs_cpu, 0, sanitize ? 7 : ncases);
+    fgt_add_loop(tc, test_general_lowp, 0, sanitize ? 4 : ncases);
+    fgt_add_loop(tc, test_mma_lowp, 0, sanitize ? 4 : ncases);
+    fgt_add_loop(tc, test_deterministic, 0, 3);
+    fgt_add_loop(tc, test_deterministic_tiles, 0,
                         sanitize ? 2 : (int)(sizeof det_vcases / sizeof det_vcases[0]));
-    tcase_add_loop_test(tc, test_fast_path, 0, (int)(sizeof fast_cases / sizeof fast_cases[0]));
+    fgt_add_loop(tc, test_fast_path, 0, (int)(sizeof fast_cases / sizeof fast_cases[0]));
     /* a case of its own, so CK_RUN_CASE=wide runs it alone */
     TCase *tw = tcase_create("wide");
     tcase_set_timeout(tw, 900);
     tcase_add_checked_fixture(tw, reset_modes, reset_modes);
-    tcase_add_loop_test(tw, test_wide_d64, 0, (int)(sizeof wide_cases / sizeof wide_cases[0]));
-    tcase_add_test(tw, test_wide_mask);
-    tcase_add_loop_test(tw, test_q80_d128, 0, (int)(sizeof q80_cases / sizeof q80_cases[0]));
-    tcase_add_loop_test(tw, test_staged_epilogue, 0,
+    fgt_add_loop(tw, test_wide_d64, 0, (int)(sizeof wide_cases / sizeof wide_cases[0]));
+    fgt_add_test(tw, test_wide_mask);
+    fgt_add_loop(tw, test_q80_d128, 0, (int)(sizeof q80_cases / sizeof q80_cases[0]));
+    fgt_add_loop(tw, test_staged_epilogue, 0,
                         (int)(sizeof epi_cases / sizeof epi_cases[0]));
-    tcase_add_loop_test(tw, test_d256_steps, 0,
+    fgt_add_loop(tw, test_d256_steps, 0,
                         N_D256 + (int)(sizeof d256_vcases / sizeof d256_vcases[0]));
-    tcase_add_loop_test(tw, test_wide_variants, 0,
+    fgt_add_loop(tw, test_wide_variants, 0,
                         (int)(sizeof wide_vcases / sizeof wide_vcases[0]));
     suite_add_tcase(s, tw);
-    tcase_add_test(tc, test_dropout_mask);
-    tcase_add_loop_test(tc, test_kernel_mask, 0, sanitize ? 1 : 3);
-    tcase_add_test(tc, test_fully_masked);
-    tcase_add_loop_test(tc, test_softcap_stats, 0,
+    fgt_add_test(tc, test_dropout_mask);
+    fgt_add_loop(tc, test_kernel_mask, 0, sanitize ? 1 : 3);
+    fgt_add_test(tc, test_fully_masked);
+    fgt_add_loop(tc, test_softcap_stats, 0,
                         (int)(sizeof capcases / sizeof capcases[0]));
-    tcase_add_test(tc, test_host_pointer_rejected);
-    tcase_add_loop_test(tc, test_variants, 0,
+    fgt_add_test(tc, test_host_pointer_rejected);
+    fgt_add_loop(tc, test_variants, 0,
                         sanitize ? 3 : (int)(sizeof vcases / sizeof vcases[0]));
-    tcase_add_test(tc, test_nan_row);
+    fgt_add_test(tc, test_nan_row);
     if (!sanitize) {
-        tcase_add_loop_test(tc, test_gradcheck_fp64, 0, 2);
-        tcase_add_test(tc, test_no_quadratic_memory);
+        fgt_add_loop(tc, test_gradcheck_fp64, 0, 2);
+        fgt_add_test(tc, test_no_quadratic_memory);
     }
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("mma_variants");
     tcase_set_timeout(tm, 900);
     tcase_add_checked_fixture(tm, reset_modes, reset_modes);
     tcase_add_checked_fixture(tm, force_mma, NULL);
-    tcase_add_loop_test(tm, test_mma_variants, 0,
+    fgt_add_loop(tm, test_mma_variants, 0,
                         sanitize ? 3 : (int)(sizeof vcases / sizeof vcases[0]));
     suite_add_tcase(s, tm);
     return fgt_run_suite(s);

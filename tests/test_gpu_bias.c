@@ -724,22 +724,22 @@ int main(void)
     /* FG_SANITIZE=det: the deterministic cases alone (as test_gpu_attention's;
      * 5 and 6 run the d = 256 bias kernel's kDet form) */
     if (fgt_sanitize_det()) {
-        tcase_add_loop_test(tc, test_deterministic_bitwise, 0, 7);
+        fgt_add_loop(tc, test_deterministic_bitwise, 0, 7);
         suite_add_tcase(s, tc);
         return fgt_run_suite(s);
     }
-    tcase_add_loop_test(tc, test_patterns, 0, fast ? 4 : 16);
-    tcase_add_loop_test(tc, test_deterministic_bitwise, 0, fast ? 1 : 7);
-    tcase_add_loop_test(tc, test_minus_inf_row, 0, fast ? 1 : 2);
-    tcase_add_loop_test(tc, test_bias_tma, 0, fast ? 2 : 8);
-    tcase_add_loop_test(tc, test_bias_reduce, 0, 2);
+    fgt_add_loop(tc, test_patterns, 0, fast ? 4 : 16);
+    fgt_add_loop(tc, test_deterministic_bitwise, 0, fast ? 1 : 7);
+    fgt_add_loop(tc, test_minus_inf_row, 0, fast ? 1 : 2);
+    fgt_add_loop(tc, test_bias_tma, 0, fast ? 2 : 8);
+    fgt_add_loop(tc, test_bias_reduce, 0, 2);
     /* racecheck: one grid case (GQA, causal, ALiBi); the bias adds no
      * shared-memory traffic to the sm80 kernels, and this suite's racecheck
      * run is already the sweep's longest (341 s, session 36) */
-    tcase_add_loop_test(tc, test_sm80, 0, fast ? 1 : 22);
+    fgt_add_loop(tc, test_sm80, 0, fast ? 1 : 22);
     if (!fast)
-        tcase_add_loop_test(tc, test_larger, 0, 6);
-    tcase_add_test(tc, test_autograd_op);
+        fgt_add_loop(tc, test_larger, 0, 6);
+    fgt_add_test(tc, test_autograd_op);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }

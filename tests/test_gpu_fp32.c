@@ -680,22 +680,22 @@ int main(void)
      * bucket, GQA, dropout and every score modifier. */
     const int fast = fgt_sanitize_mode() == 2;
     const int ncases = fast ? 4 : (int)(sizeof cases / sizeof cases[0]);
-    tcase_add_loop_test(tc, test_fp32_vs_cpu, 0, ncases);
-    tcase_add_loop_test(tc, test_fp32_deterministic_vs_cpu, 0, fast ? 2 : ncases);
-    tcase_add_test(tc, test_fp32_dropout_mask);
-    tcase_add_test(tc, test_fp32_deterministic_reruns);
-    tcase_add_loop_test(tc, test_d256_narrow, 0, fast ? 1 : 3);
-    tcase_add_loop_test(tc, test_d256_unpaired, 0, fast ? 1 : 3);
-    tcase_add_loop_test(tc, test_d128_split_tiles, 0, fast ? 1 : 4);
+    fgt_add_loop(tc, test_fp32_vs_cpu, 0, ncases);
+    fgt_add_loop(tc, test_fp32_deterministic_vs_cpu, 0, fast ? 2 : ncases);
+    fgt_add_test(tc, test_fp32_dropout_mask);
+    fgt_add_test(tc, test_fp32_deterministic_reruns);
+    fgt_add_loop(tc, test_d256_narrow, 0, fast ? 1 : 3);
+    fgt_add_loop(tc, test_d256_unpaired, 0, fast ? 1 : 3);
+    fgt_add_loop(tc, test_d128_split_tiles, 0, fast ? 1 : 4);
     suite_add_tcase(s, tc);
     TCase *tt = tcase_create("tf32");
     tcase_set_timeout(tt, 900);
     tcase_add_checked_fixture(tt, fgt_switches_restore, reset_paths);
-    tcase_add_loop_test(tt, test_tf32_vs_cpu, 0, ncases);
-    tcase_add_loop_test(tt, test_tf32_deterministic_vs_cpu, 0, fast ? 2 : ncases);
-    tcase_add_test(tt, test_tf32_dropout_mask);
-    tcase_add_test(tt, test_tf32_switch);
-    tcase_add_test(tt, test_tf32_fallback_and_bad_input);
+    fgt_add_loop(tt, test_tf32_vs_cpu, 0, ncases);
+    fgt_add_loop(tt, test_tf32_deterministic_vs_cpu, 0, fast ? 2 : ncases);
+    fgt_add_test(tt, test_tf32_dropout_mask);
+    fgt_add_test(tt, test_tf32_switch);
+    fgt_add_test(tt, test_tf32_fallback_and_bad_input);
     suite_add_tcase(s, tt);
     return fgt_run_suite(s);
 }

@@ -248,10 +248,10 @@ int main(void)
      * smallest block, in fast mode (test_block): thousands of evaluations
      * per case are too slow. */
     const int sanitize = fgt_sanitize_mode() != 0;
-    tcase_add_test(tc, test_gradcheck_gpu_inputs);
+    fgt_add_test(tc, test_gradcheck_gpu_inputs);
     if (!sanitize)
-        tcase_add_loop_test(tc, test_op_gradcheck, 0, gph_n_cases);
-    tcase_add_loop_test(tc, test_block, 0,
+        fgt_add_loop(tc, test_op_gradcheck, 0, gph_n_cases);
+    fgt_add_loop(tc, test_block, 0,
                         sanitize ? 1
                                  : (int)(sizeof blk_cases /
                                          sizeof blk_cases[0]));

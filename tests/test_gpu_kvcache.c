@@ -87,16 +87,16 @@ int main(void)
          * variant (each token is dozens of small launches); racecheck's
          * subset: the model with every variant only */
         if (g_sanitize == 1)
-            tcase_add_loop_test(tc, test_cached_logits_gpu, 0, 1);
-        tcase_add_loop_test(tc, test_cached_logits_gpu, KVC_NVARIANTS - 1,
+            fgt_add_loop(tc, test_cached_logits_gpu, 0, 1);
+        fgt_add_loop(tc, test_cached_logits_gpu, KVC_NVARIANTS - 1,
                             KVC_NVARIANTS);
         if (g_sanitize == 1)
-            tcase_add_loop_test(tc, test_sampling_equal_gpu, 0, 1);
+            fgt_add_loop(tc, test_sampling_equal_gpu, 0, 1);
     } else {
-        tcase_add_loop_test(tc, test_cached_logits_gpu, 0, KVC_NVARIANTS);
-        tcase_add_loop_test(tc, test_sampling_equal_gpu, 0, KVC_NVARIANTS);
+        fgt_add_loop(tc, test_cached_logits_gpu, 0, KVC_NVARIANTS);
+        fgt_add_loop(tc, test_sampling_equal_gpu, 0, KVC_NVARIANTS);
     }
-    tcase_add_test(tc, test_autocast_change_refused);
+    fgt_add_test(tc, test_autocast_change_refused);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }

@@ -533,11 +533,11 @@ int main(void)
     Suite *su = suite_create("gpu_layernorm");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, test_ln_kernels, 0, N_SHAPES * N_PAIRS);
-    tcase_add_test(tc, test_ln_nan);
-    tcase_add_test(tc, test_ln_autocast);
-    tcase_add_test(tc, test_ln_residual_fork);
-    tcase_add_test(tc, test_dropout_add_layernorm);
+    fgt_add_loop(tc, test_ln_kernels, 0, N_SHAPES * N_PAIRS);
+    fgt_add_test(tc, test_ln_nan);
+    fgt_add_test(tc, test_ln_autocast);
+    fgt_add_test(tc, test_ln_residual_fork);
+    fgt_add_test(tc, test_dropout_add_layernorm);
     suite_add_tcase(su, tc);
     return fgt_run_suite(su);
 }

@@ -190,7 +190,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
     tcase_add_checked_fixture(tc, fgt_switches_restore, fgt_switches_restore);
-    tcase_add_loop_test(tc, test_ones_column, 0, 4);
+    fgt_add_loop(tc, test_ones_column, 0, 4);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }

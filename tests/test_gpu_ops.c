@@ -309,12 +309,12 @@ int main(void)
     Suite *s = suite_create("gpu_ops");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 900);
-    tcase_add_loop_test(tc, test_op, 0, n_combos);
-    tcase_add_test(tc, test_mixed_devices);
-    tcase_add_test(tc, test_mixed_dtypes);
-    tcase_add_test(tc, test_dropout_mask);
-    tcase_add_test(tc, test_dropout_add);
-    tcase_add_test(tc, test_cast_rounding);
+    fgt_add_loop(tc, test_op, 0, n_combos);
+    fgt_add_test(tc, test_mixed_devices);
+    fgt_add_test(tc, test_mixed_dtypes);
+    fgt_add_test(tc, test_dropout_mask);
+    fgt_add_test(tc, test_dropout_add);
+    fgt_add_test(tc, test_cast_rounding);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }

@@ -216,7 +216,7 @@ int main(void)
     Suite *s = suite_create("gpu_qkv");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, test_packed_vs_split, 0,
+    fgt_add_loop(tc, test_packed_vs_split, 0,
                         (int)(sizeof cases / sizeof cases[0]));
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);

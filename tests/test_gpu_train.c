@@ -322,14 +322,14 @@ int main(void)
     Suite *s = suite_create("gpu_train");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, test_step_matches_cpu);
-    tcase_add_test(tc, test_seqs_match_cpu);
+    fgt_add_test(tc, test_step_matches_cpu);
+    fgt_add_test(tc, test_seqs_match_cpu);
     /* Under compute-sanitizer (FG_SANITIZE) the step comparison alone: it
      * runs every kernel of a training step, forward, backward and AdamW. */
     if (!getenv("FG_SANITIZE")) {
-        tcase_add_test(tc, test_no_allocation_when_warm);
-        tcase_add_test(tc, test_bf16_tracks_fp32);
-        tcase_add_test(tc, test_checkpoint_gpu_to_cpu);
+        fgt_add_test(tc, test_no_allocation_when_warm);
+        fgt_add_test(tc, test_bf16_tracks_fp32);
+        fgt_add_test(tc, test_checkpoint_gpu_to_cpu);
     }
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);

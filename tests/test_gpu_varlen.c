@@ -357,14 +357,14 @@ int main(void)
     /* racecheck (FG_SANITIZE=fast): causal, top-left and the combined
      * variant case, and two random batches (the one-token one first). */
     const int fast = fgt_sanitize_mode() == 2;
-    tcase_add_loop_test(tc, test_gpu_varlen_cases, 0, fast ? 3 : N_GPU_CASES);
-    tcase_add_loop_test(tc, test_gpu_varlen_random, 0, fast ? 2 : 6);
-    tcase_add_test(tc, test_gpu_bad_offsets);
-    tcase_add_test(tc, test_gpu_host_copies);
-    tcase_add_loop_test(tc, test_gpu_varlen_narrow, 0,
+    fgt_add_loop(tc, test_gpu_varlen_cases, 0, fast ? 3 : N_GPU_CASES);
+    fgt_add_loop(tc, test_gpu_varlen_random, 0, fast ? 2 : 6);
+    fgt_add_test(tc, test_gpu_bad_offsets);
+    fgt_add_test(tc, test_gpu_host_copies);
+    fgt_add_loop(tc, test_gpu_varlen_narrow, 0,
                         fast ? 2 : (int)(sizeof narrow_cases / sizeof narrow_cases[0]));
-    tcase_add_loop_test(tc, test_gpu_varlen_regs, 0, fast ? 2 : N_GPU_CASES);
-    tcase_add_loop_test(tc, test_gpu_varlen_mma, 0, fast ? 2 : N_GPU_CASES);
+    fgt_add_loop(tc, test_gpu_varlen_regs, 0, fast ? 2 : N_GPU_CASES);
+    fgt_add_loop(tc, test_gpu_varlen_mma, 0, fast ? 2 : N_GPU_CASES);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }

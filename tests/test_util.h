@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test_util.h - shared helpers for the Check suites: seeded random
  * inputs (a fresh seed each run, printed, overridable with FG_TEST_SEED),
- * NaN poisoning, error metrics, and GPU detection that keeps CUDA out of the
- * parent process (Check forks each test). */
+ * NaN poisoning, error metrics, GPU detection that keeps CUDA out of the
+ * parent process (Check forks each test), and test registration that
+ * FG_TEST_ONLY can narrow to single tests and iterations (fgt_add_loop). */
 #ifndef FG_TESTS_TEST_UTIL_H
 #define FG_TESTS_TEST_UTIL_H
 
@@ -281,9 +282,66 @@ static inline void fgt_switches_restore(void)
         fgt_switch_restore(t->names[i]);
 }
 
+/* FG_TEST_ONLY="name[:i[-j]][,...]": register only the named tests and,
+ * for a loop test, iterations i..j (inclusive), e.g.
+ * FG_TEST_ONLY=test_variants:14-15 tests/test_gpu_attention runs two
+ * variant cases in seconds where CK_RUN_CASE=core takes four minutes of
+ * device time. Unset, fgt_add_loop / fgt_add_test register every test as
+ * tcase_add_loop_test / tcase_add_test do; the GPU suites register through
+ * them. A malformed entry stops the suite (exit 2), and a suite where it
+ * matches no test fails (fgt_run_suite) rather than pass with nothing run. */
+static int fgt_only_added; /* tests registered under FG_TEST_ONLY */
+
+static inline void fgt_add_loop(TCase *tc, const TTest *t, int lo, int hi)
+{
+    const char *e = getenv("FG_TEST_ONLY");
+    if (!e || !*e) {
+        _tcase_add_test(tc, t, 0, 0, lo, hi);
+        return;
+    }
+    const size_t n = strlen(t->name);
+    for (const char *p = e; *p;) {
+        const char *end = strchr(p, ',');
+        if (!end)
+            end = p + strlen(p);
+        if ((size_t)(end - p) >= n && strncmp(p, t->name, n) == 0 &&
+            (p + n == end || p[n] == ':')) {
+            long a = lo, b = hi - 1L; /* inclusive */
+            if (p + n < end) {
+                char *q;
+                a = b = strtol(p + n + 1, &q, 10);
+                if (q != p + n + 1 && *q == '-')
+                    b = strtol(q + 1, &q, 10);
+                if (q == p + n + 1 || q != end || b < a) {
+                    fprintf(stderr, "FG_TEST_ONLY: bad entry \"%.*s\" (name, name:i or name:i-j)\n",
+                            (int)(end - p), p);
+                    exit(2);
+                }
+            }
+            if (a < lo)
+                a = lo;
+            if (b > hi - 1L)
+                b = hi - 1L;
+            if (a <= b) {
+                fprintf(stderr, "FG_TEST_ONLY: %s %ld..%ld\n", t->name, a, b);
+                _tcase_add_test(tc, t, 0, 0, (int)a, (int)b + 1);
+                fgt_only_added++;
+            }
+        }
+        p = *end ? end + 1 : end;
+    }
+}
+
+static inline void fgt_add_test(TCase *tc, const TTest *t) { fgt_add_loop(tc, t, 0, 1); }
+
 /* Runs a suite with CK_NORMAL output; the process exit status. */
 static inline int fgt_run_suite(Suite *s)
 {
+    const char *only = getenv("FG_TEST_ONLY");
+    if (only && *only && !fgt_only_added) {
+        fprintf(stderr, "FG_TEST_ONLY=%s: no test of this suite matches\n", only);
+        return EXIT_FAILURE;
+    }
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     const int failed = srunner_ntests_failed(sr);
