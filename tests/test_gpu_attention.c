@@ -1382,12 +1382,12 @@ int main(void)
     }
     if (sanitize && strcmp(getenv("FG_SANITIZE"), "fast") == 0) {
         fgt_add_loop(tc, test_fast_path, 0,
-                            (int)(sizeof fast_cases / sizeof fast_cases[0]));
+                     (int)(sizeof fast_cases / sizeof fast_cases[0]));
         fgt_add_loop(tc, test_fast_variants, 0,
-                            (int)(sizeof fast_vcases / sizeof fast_vcases[0]));
+                     (int)(sizeof fast_vcases / sizeof fast_vcases[0]));
         fgt_add_loop(tc, test_staged_epilogue, 0, 3); /* the staging rows */
-        /* the first three plain cases and one variant (racecheck's time) */
-        fgt_add_loop(tc, test_d256_steps, 0, 3);
+ /* the first three plain cases and one variant (racecheck's time) */
+ fgt_add_loop(tc, test_d256_steps, 0, 3);
         fgt_add_loop(tc, test_d256_steps, N_D256, N_D256 + 1);
         fgt_add_loop(tc, test_fast_other_kernels, 0, 2);
         fgt_add_loop(tc, test_wide_d64, 0, 2);
@@ -1398,7 +1398,7 @@ int main(void)
         tcase_add_checked_fixture(tm, reset_modes, reset_modes);
         tcase_add_checked_fixture(tm, force_mma, NULL);
         fgt_add_loop(tm, test_mma_variants, 7, 9); /* everything; sparse d = 256 */
-        suite_add_tcase(s, tm);
+ suite_add_tcase(s, tm);
         return fgt_run_suite(s);
     }
     fgt_add_loop(tc, test_vs_cpu, 0, sanitize ? 7 : ncases);
@@ -1406,7 +1406,7 @@ int main(void)
     fgt_add_loop(tc, test_mma_lowp, 0, sanitize ? 4 : ncases);
     fgt_add_loop(tc, test_deterministic, 0, 3);
     fgt_add_loop(tc, test_deterministic_tiles, 0,
-                        sanitize ? 2 : (int)(sizeof det_vcases / sizeof det_vcases[0]));
+                 sanitize ? 2 : (int)(sizeof det_vcases / sizeof det_vcases[0]));
     fgt_add_loop(tc, test_fast_path, 0, (int)(sizeof fast_cases / sizeof fast_cases[0]));
     /* a case of its own, so CK_RUN_CASE=wide runs it alone */
     TCase *tw = tcase_create("wide");
@@ -1416,20 +1416,20 @@ int main(void)
     fgt_add_test(tw, test_wide_mask);
     fgt_add_loop(tw, test_q80_d128, 0, (int)(sizeof q80_cases / sizeof q80_cases[0]));
     fgt_add_loop(tw, test_staged_epilogue, 0,
-                        (int)(sizeof epi_cases / sizeof epi_cases[0]));
+                 (int)(sizeof epi_cases / sizeof epi_cases[0]));
     fgt_add_loop(tw, test_d256_steps, 0,
-                        N_D256 + (int)(sizeof d256_vcases / sizeof d256_vcases[0]));
+                 N_D256 + (int)(sizeof d256_vcases / sizeof d256_vcases[0]));
     fgt_add_loop(tw, test_wide_variants, 0,
-                        (int)(sizeof wide_vcases / sizeof wide_vcases[0]));
+                 (int)(sizeof wide_vcases / sizeof wide_vcases[0]));
     suite_add_tcase(s, tw);
     fgt_add_test(tc, test_dropout_mask);
     fgt_add_loop(tc, test_kernel_mask, 0, sanitize ? 1 : 3);
     fgt_add_test(tc, test_fully_masked);
     fgt_add_loop(tc, test_softcap_stats, 0,
-                        (int)(sizeof capcases / sizeof capcases[0]));
+                 (int)(sizeof capcases / sizeof capcases[0]));
     fgt_add_test(tc, test_host_pointer_rejected);
     fgt_add_loop(tc, test_variants, 0,
-                        sanitize ? 3 : (int)(sizeof vcases / sizeof vcases[0]));
+                 sanitize ? 3 : (int)(sizeof vcases / sizeof vcases[0]));
     fgt_add_test(tc, test_nan_row);
     if (!sanitize) {
         fgt_add_loop(tc, test_gradcheck_fp64, 0, 2);
@@ -1441,7 +1441,7 @@ int main(void)
     tcase_add_checked_fixture(tm, reset_modes, reset_modes);
     tcase_add_checked_fixture(tm, force_mma, NULL);
     fgt_add_loop(tm, test_mma_variants, 0,
-                        sanitize ? 3 : (int)(sizeof vcases / sizeof vcases[0]));
+                 sanitize ? 3 : (int)(sizeof vcases / sizeof vcases[0]));
     suite_add_tcase(s, tm);
     return fgt_run_suite(s);
 }

@@ -252,9 +252,9 @@ int main(void)
     if (!sanitize)
         fgt_add_loop(tc, test_op_gradcheck, 0, gph_n_cases);
     fgt_add_loop(tc, test_block, 0,
-                        sanitize ? 1
-                                 : (int)(sizeof blk_cases /
-                                         sizeof blk_cases[0]));
+                 sanitize ? 1
+                          : (int)(sizeof blk_cases /
+                                  sizeof blk_cases[0]));
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }

@@ -89,7 +89,7 @@ int main(void)
         if (g_sanitize == 1)
             fgt_add_loop(tc, test_cached_logits_gpu, 0, 1);
         fgt_add_loop(tc, test_cached_logits_gpu, KVC_NVARIANTS - 1,
-                            KVC_NVARIANTS);
+                     KVC_NVARIANTS);
         if (g_sanitize == 1)
             fgt_add_loop(tc, test_sampling_equal_gpu, 0, 1);
     } else {

@@ -217,7 +217,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
     fgt_add_loop(tc, test_packed_vs_split, 0,
-                        (int)(sizeof cases / sizeof cases[0]));
+                 (int)(sizeof cases / sizeof cases[0]));
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }

@@ -362,7 +362,7 @@ int main(void)
     fgt_add_test(tc, test_gpu_bad_offsets);
     fgt_add_test(tc, test_gpu_host_copies);
     fgt_add_loop(tc, test_gpu_varlen_narrow, 0,
-                        fast ? 2 : (int)(sizeof narrow_cases / sizeof narrow_cases[0]));
+                 fast ? 2 : (int)(sizeof narrow_cases / sizeof narrow_cases[0]));
     fgt_add_loop(tc, test_gpu_varlen_regs, 0, fast ? 2 : N_GPU_CASES);
     fgt_add_loop(tc, test_gpu_varlen_mma, 0, fast ? 2 : N_GPU_CASES);
     suite_add_tcase(s, tc);
