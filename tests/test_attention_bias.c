@@ -634,15 +634,15 @@ int main(void)
     Suite *s = suite_create("attention_bias");
     TCase *tc = tcase_create("cpu");
     tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, test_broadcast_patterns, 0, 16);
-    tcase_add_loop_test(tc, test_combinations, 0, N_COMBOS);
-    tcase_add_loop_test(tc, test_random, 0, 12);
-    tcase_add_loop_test(tc, test_minus_inf_row, 0, 2);
-    tcase_add_test(tc, test_nan_bias);
-    tcase_add_loop_test(tc, test_threads_bitwise, 0, 3);
-    tcase_add_loop_test(tc, test_dbias_finite_differences, 0, 2);
-    tcase_add_test(tc, test_bad_arguments);
-    tcase_add_loop_test(tc, test_autograd_gradcheck, 0, 3);
+    fgt_add_loop(tc, test_broadcast_patterns, 0, 16);
+    fgt_add_loop(tc, test_combinations, 0, N_COMBOS);
+    fgt_add_loop(tc, test_random, 0, 12);
+    fgt_add_loop(tc, test_minus_inf_row, 0, 2);
+    fgt_add_test(tc, test_nan_bias);
+    fgt_add_loop(tc, test_threads_bitwise, 0, 3);
+    fgt_add_loop(tc, test_dbias_finite_differences, 0, 2);
+    fgt_add_test(tc, test_bad_arguments);
+    fgt_add_loop(tc, test_autograd_gradcheck, 0, 3);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }

@@ -264,13 +264,13 @@ static Suite *suite(void)
     Suite *s = suite_create("attention_cpu");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, test_grid, 0, (int)(sizeof grid / sizeof grid[0]));
-    tcase_add_loop_test(tc, test_random_shapes, 0, 12);
-    tcase_add_test(tc, test_threads_deterministic);
-    tcase_add_test(tc, test_fully_masked_rows);
-    tcase_add_test(tc, test_large_logits);
-    tcase_add_test(tc, test_stats_match_naive);
-    tcase_add_test(tc, test_packed_qkv);
+    fgt_add_loop(tc, test_grid, 0, (int)(sizeof grid / sizeof grid[0]));
+    fgt_add_loop(tc, test_random_shapes, 0, 12);
+    fgt_add_test(tc, test_threads_deterministic);
+    fgt_add_test(tc, test_fully_masked_rows);
+    fgt_add_test(tc, test_large_logits);
+    fgt_add_test(tc, test_stats_match_naive);
+    fgt_add_test(tc, test_packed_qkv);
     suite_add_tcase(s, tc);
     return s;
 }

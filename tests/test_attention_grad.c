@@ -148,8 +148,8 @@ int main(void)
     Suite *s = suite_create("attention_gradcheck");
     TCase *tc = tcase_create("fd");
     tcase_set_timeout(tc, 120);
-    tcase_add_loop_test(tc, test_gradcheck, 0,
-                        (int)(sizeof cases / sizeof cases[0]));
+    fgt_add_loop(tc, test_gradcheck, 0,
+                 (int)(sizeof cases / sizeof cases[0]));
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }

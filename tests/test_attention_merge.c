@@ -548,14 +548,14 @@ static Suite *suite(void)
     Suite *s = suite_create("attention_merge");
     TCase *tc = tcase_create("merge");
     tcase_set_timeout(tc, 60);
-    tcase_add_loop_test(tc, test_two_cuts, 0, 2);
-    tcase_add_loop_test(tc, test_three_cuts, 0, 2);
-    tcase_add_loop_test(tc, test_interleaved, 0, 2);
-    tcase_add_loop_test(tc, test_causal_chunks, 0, 2);
-    tcase_add_test(tc, test_empty_parts);
-    tcase_add_test(tc, test_nan_parts);
-    tcase_add_test(tc, test_in_place_threads);
-    tcase_add_test(tc, test_errors);
+    fgt_add_loop(tc, test_two_cuts, 0, 2);
+    fgt_add_loop(tc, test_three_cuts, 0, 2);
+    fgt_add_loop(tc, test_interleaved, 0, 2);
+    fgt_add_loop(tc, test_causal_chunks, 0, 2);
+    fgt_add_test(tc, test_empty_parts);
+    fgt_add_test(tc, test_nan_parts);
+    fgt_add_test(tc, test_in_place_threads);
+    fgt_add_test(tc, test_errors);
     suite_add_tcase(s, tc);
     return s;
 }

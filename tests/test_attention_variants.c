@@ -323,12 +323,12 @@ int main(void)
     Suite *s = suite_create("attention_variants");
     TCase *tc = tcase_create("cpu");
     tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, test_variant_grid, 0, N_VARIANTS);
-    tcase_add_loop_test(tc, test_random_variants, 0, 16);
-    tcase_add_test(tc, test_fully_masked_rows);
-    tcase_add_test(tc, test_nan_propagates);
-    tcase_add_test(tc, test_bad_parameters);
-    tcase_add_test(tc, test_block_mask_build);
+    fgt_add_loop(tc, test_variant_grid, 0, N_VARIANTS);
+    fgt_add_loop(tc, test_random_variants, 0, 16);
+    fgt_add_test(tc, test_fully_masked_rows);
+    fgt_add_test(tc, test_nan_propagates);
+    fgt_add_test(tc, test_bad_parameters);
+    fgt_add_test(tc, test_block_mask_build);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }

@@ -434,13 +434,13 @@ int main(void)
     Suite *s = suite_create("attention_varlen");
     TCase *tc = tcase_create("cpu");
     tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, test_varlen_grid, 0, N_GRID);
-    tcase_add_loop_test(tc, test_varlen_random, 0, 16);
-    tcase_add_test(tc, test_empty_rows);
-    tcase_add_loop_test(tc, test_equals_dense_per_sequence, 0, 2);
-    tcase_add_test(tc, test_seqused_equals_truncated);
-    tcase_add_test(tc, test_bad_offsets);
-    tcase_add_test(tc, test_host_copies);
+    fgt_add_loop(tc, test_varlen_grid, 0, N_GRID);
+    fgt_add_loop(tc, test_varlen_random, 0, 16);
+    fgt_add_test(tc, test_empty_rows);
+    fgt_add_loop(tc, test_equals_dense_per_sequence, 0, 2);
+    fgt_add_test(tc, test_seqused_equals_truncated);
+    fgt_add_test(tc, test_bad_offsets);
+    fgt_add_test(tc, test_host_copies);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }

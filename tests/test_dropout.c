@@ -209,12 +209,12 @@ int main(void)
     Suite *s = suite_create("dropout");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
-    tcase_add_loop_test(tc, test_keep_rate, 0, 4);
-    tcase_add_test(tc, test_seed_offset);
-    tcase_add_loop_test(tc, test_mask_matches_reference, 0, 8);
-    tcase_add_loop_test(tc, test_against_naive, 0, 5);
-    tcase_add_test(tc, test_determinism_and_p0);
-    tcase_add_test(tc, test_keep_bytes);
+    fgt_add_loop(tc, test_keep_rate, 0, 4);
+    fgt_add_test(tc, test_seed_offset);
+    fgt_add_loop(tc, test_mask_matches_reference, 0, 8);
+    fgt_add_loop(tc, test_against_naive, 0, 5);
+    fgt_add_test(tc, test_determinism_and_p0);
+    fgt_add_test(tc, test_keep_bytes);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }

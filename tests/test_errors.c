@@ -318,13 +318,13 @@ int main(void)
 {
     Suite *s = suite_create("errors");
     TCase *tc = tcase_create("core");
-    tcase_add_loop_test(tc, test_bad_input, 0, (int)(sizeof bad / sizeof bad[0]));
-    tcase_add_test(tc, test_cuda_device_host_pointer);
-    tcase_add_test(tc, test_attention_tf32_switch);
-    tcase_add_test(tc, test_gemm_autotune_switch);
-    tcase_add_test(tc, test_null_structs);
-    tcase_add_test(tc, test_thread_local);
-    tcase_add_test(tc, test_status_strings);
+    fgt_add_loop(tc, test_bad_input, 0, (int)(sizeof bad / sizeof bad[0]));
+    fgt_add_test(tc, test_cuda_device_host_pointer);
+    fgt_add_test(tc, test_attention_tf32_switch);
+    fgt_add_test(tc, test_gemm_autotune_switch);
+    fgt_add_test(tc, test_null_structs);
+    fgt_add_test(tc, test_thread_local);
+    fgt_add_test(tc, test_status_strings);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }

@@ -184,8 +184,8 @@ static inline int fgt_shape(fgt_rng *r, int lo_nd, int hi_nd, int hi_ext,
         TCase *tc_ = tcase_create("main");                             \
         tcase_set_timeout(tc_, 120);                                   \
         suite_add_tcase(s_, tc_);
-#define FGT_TEST(fn) tcase_add_test(tc_, fn);
-#define FGT_LOOP(fn, n) tcase_add_loop_test(tc_, fn, 0, (n));
+#define FGT_TEST(fn) fgt_add_test(tc_, fn);
+#define FGT_LOOP(fn, n) fgt_add_loop(tc_, fn, 0, (n));
 #define FGT_MAIN_END()                                                 \
         return fgt_run_suite(s_);                                      \
     }

@@ -145,9 +145,9 @@ int main(void)
     fgt_base_seed();
     Suite *s = suite_create("philox");
     TCase *tc = tcase_create("kat");
-    tcase_add_loop_test(tc, test_kat, 0, N_KATS);
-    tcase_add_test(tc, test_mapping_pinned);
-    tcase_add_test(tc, test_mapping_random);
+    fgt_add_loop(tc, test_kat, 0, N_KATS);
+    fgt_add_test(tc, test_mapping_pinned);
+    fgt_add_test(tc, test_mapping_random);
     suite_add_tcase(s, tc);
     return fgt_run_suite(s);
 }

@@ -123,6 +123,6 @@ FGT_MAIN_BEGIN("train")
 FGT_TEST(test_task_batches)
     TCase *slow = tcase_create("training");
     tcase_set_timeout(slow, TRAIN_TIMEOUT_S);
-    tcase_add_test(slow, test_sort_task_reaches_99);
+    fgt_add_test(slow, test_sort_task_reaches_99);
     suite_add_tcase(s_, slow);
 FGT_MAIN_END()

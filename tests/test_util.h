@@ -287,8 +287,9 @@ static inline void fgt_switches_restore(void)
  * FG_TEST_ONLY=test_variants:14-15 tests/test_gpu_attention runs two
  * variant cases in seconds where CK_RUN_CASE=core takes four minutes of
  * device time. Unset, fgt_add_loop / fgt_add_test register every test as
- * tcase_add_loop_test / tcase_add_test do; the GPU suites register through
- * them (suites that register otherwise ignore FG_TEST_ONLY). A malformed
+ * tcase_add_loop_test / tcase_add_test do; every Check suite registers
+ * through them (FGT_TEST / FGT_LOOP included; the dist suites, MPI and
+ * NCCL programs without Check, ignore FG_TEST_ONLY). A malformed
  * entry stops the suite (exit 2), and a suite whose registrations it
  * matches none of fails (fgt_run_suite) rather than pass with nothing run. */
 static int fgt_only_seen, fgt_only_added; /* registrations under FG_TEST_ONLY: asked, made */
