@@ -121,9 +121,10 @@ def main():
         p.batch, p.seqlen_q, p.seqlen_k = B, N, N
         p.total_q = p.total_k = B * N
         p.cu_seqlens_q = p.cu_seqlens_k = cu.data_ptr()
-        cell(f"causal, packed {B} x {N}", p, 4.0 * B * H * d * kept_pairs(N, 1, None), io)
+        fl = 4.0 * B * H * d * kept_pairs(N, 1, None)
+        cell(f"causal, packed {B} x {N}", p, fl, io)
         p.softcap = 30.0
-        cell(f"softcap 30 + causal, packed {B} x {N}", p, 4.0 * B * H * d * kept_pairs(N, 1, None), io)
+        cell(f"softcap 30 + causal, packed {B} x {N}", p, fl, io)
     return 0
 
 

@@ -1386,8 +1386,8 @@ int main(void)
         fgt_add_loop(tc, test_fast_variants, 0,
                      (int)(sizeof fast_vcases / sizeof fast_vcases[0]));
         fgt_add_loop(tc, test_staged_epilogue, 0, 3); /* the staging rows */
- /* the first three plain cases and one variant (racecheck's time) */
- fgt_add_loop(tc, test_d256_steps, 0, 3);
+        /* the first three plain cases and one variant (racecheck's time) */
+        fgt_add_loop(tc, test_d256_steps, 0, 3);
         fgt_add_loop(tc, test_d256_steps, N_D256, N_D256 + 1);
         fgt_add_loop(tc, test_fast_other_kernels, 0, 2);
         fgt_add_loop(tc, test_wide_d64, 0, 2);
@@ -1398,7 +1398,7 @@ int main(void)
         tcase_add_checked_fixture(tm, reset_modes, reset_modes);
         tcase_add_checked_fixture(tm, force_mma, NULL);
         fgt_add_loop(tm, test_mma_variants, 7, 9); /* everything; sparse d = 256 */
- suite_add_tcase(s, tm);
+        suite_add_tcase(s, tm);
         return fgt_run_suite(s);
     }
     fgt_add_loop(tc, test_vs_cpu, 0, sanitize ? 7 : ncases);

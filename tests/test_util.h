@@ -298,7 +298,7 @@ static inline void fgt_add_loop(TCase *tc, const TTest *t, int lo, int hi)
 {
     const char *e = getenv("FG_TEST_ONLY");
     if (!e || !*e) {
-        _tcase_add_test(tc, t, 0, 0, lo, hi);
+        tcase_add_loop_test(tc, t, lo, hi);
         return;
     }
     fgt_only_seen++;
@@ -327,7 +327,7 @@ static inline void fgt_add_loop(TCase *tc, const TTest *t, int lo, int hi)
                 b = hi - 1L;
             if (a <= b) {
                 fprintf(stderr, "FG_TEST_ONLY: %s %ld..%ld\n", t->name, a, b);
-                _tcase_add_test(tc, t, 0, 0, (int)a, (int)b + 1);
+                tcase_add_loop_test(tc, t, (int)a, (int)b + 1);
                 fgt_only_added++;
             }
         }
