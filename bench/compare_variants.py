@@ -16,6 +16,11 @@ causal mask kept = N(N+1)/2 per head, about half of N^2).
     python3 bench/compare_variants.py --lib .libs/libflashgrad.so [--quick]
     python3 bench/compare_variants.py --lib ... --only varlen
 
+After the table, each variant of a length that has a causal cell is given
+as a fraction of that causal cell's rate, for flashgrad and for
+FlexAttention each against its own (issue 16's rate target; Flex's own
+fraction is the scale for ours).
+
 The varlen cell packs documents of 256..4096 tokens (drawn with a fixed
 seed) into one 16k-token row: flashgrad gets cu_seqlens (causal per
 document), FlexAttention the same row with a document mask. In the same
@@ -288,6 +293,20 @@ def main():
               f"{r['flex_fwd']:6.1f}/{r['flex_bwd']:6.1f} | "
               f"{r['fg_fwd'] / r['flex_fwd']:5.2f}/{r['fg_bwd'] / r['flex_bwd']:5.2f} | "
               f"{r['fg_fwd_ms']:7.3f} {r['fg_bwd_ms']:7.3f} | {r['maxdiff']:.2e}")
+    # Issue 16's rate target (a variant's rate over kept pairs against the
+    # dense causal rate at the same N), for each side against its OWN causal
+    # cell of this run: how far FlexAttention gets is the scale for ours.
+    causal = {r["N"]: r for r in rows if r["variant"] == "causal"}
+    own = [r for r in rows if r["N"] in causal and r["variant"] != "causal"
+           and not r["variant"].startswith(("bias", "varlen", "dense"))]
+    if own:
+        print()
+        print(f"{'over own causal':>20} {'N':>5} | {'flashgrad':>11} | {'Flex':>11}")
+        for r in own:
+            c = causal[r["N"]]
+            print(f"{r['variant']:>20} {r['N']:>5} | "
+                  f"{r['fg_fwd'] / c['fg_fwd']:5.2f}/{r['fg_bwd'] / c['fg_bwd']:5.2f} | "
+                  f"{r['flex_fwd'] / c['flex_fwd']:5.2f}/{r['flex_bwd'] / c['flex_bwd']:5.2f}")
     for r in rows:
         if "dense_fwd" in r:
             print(f"{r['variant']}: flashgrad's rate over real tokens is "
